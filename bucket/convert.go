@@ -1,0 +1,75 @@
+package bucket
+
+// A key's state belongs to the limit it was built under. When a check names
+// different parameters for a key that already has state, the store converts
+// the state instead of resetting it: the cost already spent (rounded up, so
+// the conversion never grants a fraction of a token) carries over into the
+// new limit, capped at its capacity. Nothing is refilled by changing a limit,
+// and a client cannot empty its own history by alternating limits.
+
+// used returns the cost spent (or queued) under l at time now, rounded up.
+func (l *Limit) used(st *state, log []int64, now int64) int64 {
+	switch l.alg {
+	case TokenBucket:
+		level := st.a + l.elapsedUnits(st.b, now, l.capUnits-st.a)
+		return ceilDiv(l.capUnits-level, l.den)
+	case LeakyBucket:
+		level := st.a - l.elapsedUnits(st.b, now, st.a)
+		return ceilDiv(level, l.den)
+	case FixedWindow:
+		if st.a == windowStart(now, int64(l.per)) {
+			return st.b
+		}
+		return 0
+	case SlidingWindowCounter:
+		w := int64(l.per)
+		start := windowStart(now, w)
+		curr, prev := st.b>>32, st.b&(1<<32-1)
+		switch st.a {
+		case start:
+			return curr + mulDivCeil(prev, w-(now-start), w)
+		case start - w:
+			return mulDivCeil(curr, w-(now-start), w)
+		}
+		return 0
+	default:
+		var n int64
+		for _, t := range log {
+			if t > now-int64(l.per) {
+				n++
+			}
+		}
+		return n
+	}
+}
+
+// setUsed makes st (and *log) the state of a key under l that has spent used
+// at time now.
+func (l *Limit) setUsed(st *state, log *[]int64, now, used int64) {
+	used = min(max(used, 0), l.burst)
+	switch l.alg {
+	case TokenBucket:
+		st.a, st.b = (l.burst-used)*l.den, now
+	case LeakyBucket:
+		st.a, st.b = used*l.den, now
+	case FixedWindow:
+		st.a, st.b = windowStart(now, int64(l.per)), used
+	case SlidingWindowCounter:
+		st.a, st.b = windowStart(now, int64(l.per)), used<<32
+	default:
+		// Keep the newest timestamps still in the new window, then pad with now.
+		ts := (*log)[:0]
+		for _, t := range *log {
+			if t > now-int64(l.per) {
+				ts = append(ts, t)
+			}
+		}
+		if int64(len(ts)) > used {
+			ts = ts[int64(len(ts))-used:]
+		}
+		for int64(len(ts)) < used {
+			ts = append(ts, now)
+		}
+		*log = ts
+	}
+}

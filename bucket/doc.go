@@ -1,0 +1,31 @@
+// Package bucket holds ringlimit's five rate-limiting algorithms, the Decision
+// they return and the bounded, sharded key store that keeps their state.
+//
+// Invariants the package keeps:
+//
+//   - Algorithms are pure: each one is a function of its state, a Limit, the
+//     current time and a cost. Nothing in this package reads a clock, logs,
+//     starts a goroutine or touches the network.
+//   - Time is a parameter: every check takes now as int64 nanoseconds on one
+//     monotonic timeline (see Clock). Time that goes backwards is treated as no
+//     time passing; it never removes tokens.
+//   - A key never seen starts full. Refill is computed lazily from elapsed time
+//     at check time and capped at capacity.
+//   - A rejection spends nothing and still records the refill it computed.
+//   - Arithmetic is exact: bucket levels are integers in units of 1/den of a
+//     token, so retry-after is exact and rounded up to the millisecond, and a
+//     check at now+RetryAfter with the same cost is admitted.
+//   - The Store is bounded: each shard is an LRU with a size cap, and evicting a
+//     key is safe because a key nobody has touched is full anyway.
+//
+// # Usage
+//
+//	lim, err := bucket.NewLimit(bucket.TokenBucket, 10, time.Second, 50)
+//	if err != nil { ... }
+//	store, err := bucket.NewStore(bucket.DefaultStoreConfig())
+//	if err != nil { ... }
+//	clock := bucket.NewMonotonic()
+//	d, err := store.Take("user:42", &lim, clock.Now(), 1)
+//
+// For a single key without a store, New(lim) returns a Bucket.
+package bucket

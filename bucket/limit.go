@@ -1,0 +1,237 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Algorithm names one of the five rate-limiting algorithms.
+type Algorithm uint8
+
+// The five algorithms. TokenBucket is the zero value and the default.
+const (
+	// TokenBucket admits bursts up to Burst and refills at Limit per Per.
+	TokenBucket Algorithm = iota
+	// LeakyBucket shapes: a queue of Burst drains at Limit per Per; an admitted
+	// check carries the Delay after which its turn comes.
+	LeakyBucket
+	// FixedWindow counts up to Limit per window of length Per cut from the clock.
+	FixedWindow
+	// SlidingWindowLog keeps the timestamp of every admitted unit of cost in the
+	// last Per and admits while there are fewer than Limit.
+	SlidingWindowLog
+	// SlidingWindowCounter estimates the last Per as curr + prev × (1 − elapsed).
+	SlidingWindowCounter
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{
+	TokenBucket:          "token_bucket",
+	LeakyBucket:          "leaky_bucket",
+	FixedWindow:          "fixed_window",
+	SlidingWindowLog:     "sliding_window_log",
+	SlidingWindowCounter: "sliding_window_counter",
+}
+
+// String returns the algorithm's wire name, e.g. "token_bucket".
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm turns a wire name into an Algorithm. The empty string is
+// TokenBucket, the default.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	if s == "" {
+		return TokenBucket, nil
+	}
+	for a, name := range algorithmNames {
+		if name == s {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)", ErrAlgorithm, s)
+}
+
+// Bounds on a Limit's parameters. They keep every product in the exact
+// integer arithmetic below 2^62 and the memory of one key bounded.
+const (
+	// MinPer is the shortest period (window) a limit may use.
+	MinPer = time.Millisecond
+	// MaxPer is the longest period (window) a limit may use: 366 days.
+	MaxPer = 366 * 24 * time.Hour
+	// MaxCount is the largest Limit or Burst of any algorithm.
+	MaxCount = 1<<31 - 1
+	// MaxLogLimit is the largest Limit of a SlidingWindowLog: its memory per
+	// key grows with the limit (8 bytes per admitted unit of cost).
+	MaxLogLimit = 100_000
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 1024
+)
+
+// Errors returned for bad parameters. They wrap into messages that name the
+// offending field; test with errors.Is.
+var (
+	ErrAlgorithm = errors.New("bucket: unknown algorithm")
+	ErrLimit     = errors.New("bucket: invalid limit")
+	ErrCost      = errors.New("bucket: invalid cost")
+	ErrKey       = errors.New("bucket: invalid key")
+)
+
+// Limit is a validated, precomputed rate limit: an algorithm and its
+// parameters. Build one with NewLimit; the zero Limit is not usable.
+// A Limit is immutable and safe for concurrent use.
+type Limit struct {
+	alg   Algorithm
+	limit int64         // count per per
+	per   time.Duration // period of the rate, or window length
+	burst int64         // bucket capacity / queue size; equals limit for windows
+
+	// Buckets only: the rate limit/per reduced to num tokens per den
+	// nanoseconds. Levels are kept in units of 1/den token, so refilling
+	// for e nanoseconds adds exactly e*num units.
+	num, den int64
+	capUnits int64 // burst * den
+
+	fp uint64 // fingerprint of (alg, limit, per, burst)
+}
+
+// NewLimit validates and precomputes a limit: limit per per, with burst as
+// the bucket capacity (TokenBucket) or queue size (LeakyBucket). A burst of 0
+// means burst = limit. Window algorithms ignore burst.
+func NewLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit, error) {
+	if alg >= numAlgorithms {
+		return Limit{}, fmt.Errorf("%w: %d", ErrAlgorithm, alg)
+	}
+	if limit < 1 || limit > MaxCount {
+		return Limit{}, fmt.Errorf("%w: limit must be between 1 and %d, got %d", ErrLimit, MaxCount, limit)
+	}
+	if per < MinPer || per > MaxPer {
+		return Limit{}, fmt.Errorf("%w: per must be between %v and %v, got %v", ErrLimit, MinPer, MaxPer, per)
+	}
+	if alg == SlidingWindowLog && limit > MaxLogLimit {
+		return Limit{}, fmt.Errorf("%w: sliding_window_log limit must be at most %d, got %d", ErrLimit, MaxLogLimit, limit)
+	}
+	l := Limit{alg: alg, limit: limit, per: per, burst: limit}
+	if alg == TokenBucket || alg == LeakyBucket {
+		if burst < 0 || burst > MaxCount {
+			return Limit{}, fmt.Errorf("%w: burst must be between 1 and %d (0 means limit), got %d", ErrLimit, MaxCount, burst)
+		}
+		if burst > 0 {
+			l.burst = burst
+		}
+		g := gcd(limit, int64(per))
+		l.num, l.den = limit/g, int64(per)/g
+		hi, lo := bits.Mul64(uint64(l.burst), uint64(l.den))
+		if hi != 0 || lo > 1<<62 {
+			return Limit{}, fmt.Errorf("%w: burst %d with rate %d per %v cannot be represented exactly; use a shorter per or a rounder rate", ErrLimit, l.burst, limit, per)
+		}
+		l.capUnits = int64(lo)
+	}
+	var b [25]byte
+	b[0] = byte(alg)
+	put64(b[1:], uint64(limit))
+	put64(b[9:], uint64(per))
+	put64(b[17:], uint64(l.burst))
+	l.fp = xxhash.Sum64(b[:])
+	return l, nil
+}
+
+// MustLimit is NewLimit for parameters known to be valid; it panics otherwise.
+// Meant for tests and examples.
+func MustLimit(alg Algorithm, limit int64, per time.Duration, burst int64) Limit {
+	l, err := NewLimit(alg, limit, per, burst)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// Algorithm returns the limit's algorithm.
+func (l *Limit) Algorithm() Algorithm { return l.alg }
+
+// Count returns the limit's count per period (the "limit" parameter).
+func (l *Limit) Count() int64 { return l.limit }
+
+// Per returns the period of the rate, or the window length.
+func (l *Limit) Per() time.Duration { return l.per }
+
+// Burst returns the bucket capacity or queue size; for window algorithms it
+// equals Count.
+func (l *Limit) Burst() int64 { return l.burst }
+
+// Capacity is the largest cost a single check may have: Burst for buckets,
+// Count for windows.
+func (l *Limit) Capacity() int64 { return l.burst }
+
+// Valid reports whether l was built by NewLimit.
+func (l *Limit) Valid() bool { return l.limit > 0 }
+
+// String formats the limit as "token_bucket 10/1s burst 50".
+func (l Limit) String() string {
+	if l.alg == TokenBucket || l.alg == LeakyBucket {
+		return fmt.Sprintf("%s %d/%v burst %d", l.alg, l.limit, l.per, l.burst)
+	}
+	return fmt.Sprintf("%s %d/%v", l.alg, l.limit, l.per)
+}
+
+// CheckCost returns an error unless 1 ≤ cost ≤ Capacity: a cost above what the
+// limit could ever admit is an error, not an eternal rejection.
+func (l *Limit) CheckCost(cost int64) error {
+	if cost < 1 {
+		return fmt.Errorf("%w: cost must be at least 1, got %d", ErrCost, cost)
+	}
+	if cost > l.burst {
+		return fmt.Errorf("%w: cost %d exceeds the capacity %d of %v", ErrCost, cost, l.burst, l)
+	}
+	return nil
+}
+
+// CheckKey returns an error unless key is 1 to MaxKeyLen bytes.
+func CheckKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: key must not be empty", ErrKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, the maximum is %d", ErrKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func put64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	return (a + b - 1) / b
+}
+
+// roundUpMs rounds a non-negative duration in nanoseconds up to a whole
+// millisecond.
+func roundUpMs(ns int64) time.Duration {
+	if ns <= 0 {
+		return 0
+	}
+	const ms = int64(time.Millisecond)
+	if ns > math.MaxInt64-ms {
+		return time.Duration(math.MaxInt64 / ms * ms)
+	}
+	return time.Duration(ceilDiv(ns, ms) * ms)
+}

@@ -1,0 +1,339 @@
+package bucket
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"strings"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// MaxKeys bounds the number of keys held. When a shard is full, its least
+	// recently used key is evicted; that is safe because a key nobody has
+	// touched is full anyway. The bound is split evenly across shards.
+	// Zero means DefaultMaxKeys.
+	MaxKeys int
+	// Shards is the number of independently locked shards, a power of two.
+	// More shards mean less lock contention between cores. Zero means
+	// DefaultShards.
+	Shards int
+}
+
+// Defaults for StoreConfig.
+const (
+	DefaultMaxKeys = 1 << 20
+	DefaultShards  = 64
+	maxShards      = 1 << 16
+)
+
+// DefaultStoreConfig returns the defaults: 1,048,576 keys over 64 shards.
+func DefaultStoreConfig() StoreConfig {
+	return StoreConfig{MaxKeys: DefaultMaxKeys, Shards: DefaultShards}
+}
+
+// Validate fills zero fields with defaults and reports invalid ones.
+func (c *StoreConfig) Validate() error {
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.Shards == 0 {
+		c.Shards = DefaultShards
+	}
+	if c.Shards < 1 || c.Shards > maxShards || c.Shards&(c.Shards-1) != 0 {
+		return fmt.Errorf("bucket: shards must be a power of two between 1 and %d, got %d", maxShards, c.Shards)
+	}
+	if c.MaxKeys < c.Shards || c.MaxKeys > math.MaxUint32/2 {
+		return fmt.Errorf("bucket: max keys must be between the shard count %d and %d, got %d", c.Shards, math.MaxUint32/2, c.MaxKeys)
+	}
+	return nil
+}
+
+// Store holds the state of many keys, each under the limit its checks name.
+// It is sharded by the xxhash of the key so that concurrent callers on
+// different keys rarely share a lock, and each shard is an LRU with a size
+// cap. Store is safe for concurrent use.
+type Store struct {
+	shards []shard
+	shift  uint // the top bits of a key's hash pick its shard
+}
+
+// NewStore validates cfg and returns an empty Store.
+func NewStore(cfg StoreConfig) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		shards: make([]shard, cfg.Shards),
+		shift:  uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
+	}
+	per := cfg.MaxKeys / cfg.Shards
+	for i := range s.shards {
+		s.shards[i].init(per)
+	}
+	return s, nil
+}
+
+// Take applies one check of cost to key under limit l at time now and
+// returns the decision. It returns an error, and changes no state, when the
+// key is empty or longer than MaxKeyLen, l was not built by NewLimit, or cost
+// is not between 1 and l.Capacity().
+func (s *Store) Take(key string, l *Limit, now, cost int64) (Decision, error) {
+	if err := CheckKey(key); err != nil {
+		return Decision{}, err
+	}
+	if !l.Valid() {
+		return Decision{}, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
+	}
+	if err := l.CheckCost(cost); err != nil {
+		return Decision{}, err
+	}
+	h := xxhash.Sum64String(key)
+	sh := &s.shards[h>>s.shift&uint64(len(s.shards)-1)]
+	sh.mu.Lock()
+	d := sh.take(h, key, l, now, cost)
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// Len returns the number of keys held.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many keys were evicted to keep the store bounded.
+func (s *Store) Evictions() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.evictions
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Capacity returns the most keys the store holds: MaxKeys rounded down to a
+// multiple of the shard count.
+func (s *Store) Capacity() int {
+	return len(s.shards) * s.shards[0].capacity
+}
+
+
+const (
+	pageBits = 8
+	pageSize = 1 << pageBits
+	none     = math.MaxUint32
+	// maxLimitsPerShard bounds the table of limits kept to convert a key's
+	// state when its limit changes.
+	maxLimitsPerShard = 1024
+)
+
+// entry is one key's slot. Entries live in fixed pages and link into the
+// shard's LRU list by index, so that moving a key to the front allocates
+// nothing and the garbage collector has one pointer (the key) to scan.
+type entry struct {
+	key        string
+	st         state
+	fp         uint64 // fingerprint of the limit st belongs to
+	prev, next uint32 // LRU neighbours; none at the ends
+}
+
+// shard is one lock's worth of keys: an index by key hash, entries in pages,
+// and an LRU list (head most recent).
+type shard struct {
+	mu sync.Mutex // guards every field below
+
+	// idx maps a key's hash to its slot. The rare key whose 64-bit hash is
+	// already taken by another key lives in over instead.
+	idx  map[uint64]uint32
+	over map[string]uint32
+
+	pages      [][]entry
+	free       []uint32 // slots released by Delete
+	n          int      // keys held
+	used       uint32   // slots ever handed out
+	capacity   int
+	head, tail uint32
+	evictions  uint64
+
+	logs   map[uint32][]int64 // sliding window log timestamps by slot
+	limits map[uint64]Limit   // limits seen, by fingerprint, for conversion
+
+	_ [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+func (sh *shard) init(capacity int) {
+	sh.capacity = capacity
+	sh.idx = make(map[uint64]uint32)
+	sh.logs = make(map[uint32][]int64)
+	sh.limits = make(map[uint64]Limit)
+	sh.head, sh.tail = none, none
+}
+
+func (sh *shard) at(i uint32) *entry {
+	return &sh.pages[i>>pageBits][i&(pageSize-1)]
+}
+
+// lookup returns the slot holding key, or none.
+func (sh *shard) lookup(h uint64, key string) uint32 {
+	if i, ok := sh.idx[h]; ok && sh.at(i).key == key {
+		return i
+	}
+	if len(sh.over) > 0 {
+		if i, ok := sh.over[key]; ok {
+			return i
+		}
+	}
+	return none
+}
+
+func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) Decision {
+	i := sh.lookup(h, key)
+	fresh := i == none
+	if fresh {
+		i = sh.insert(h, key)
+		e := sh.at(i)
+		e.fp = l.fp
+		sh.remember(l)
+	} else {
+		sh.touch(i)
+	}
+	e := sh.at(i)
+	if !fresh && e.fp != l.fp {
+		sh.convert(e, i, l, now)
+	}
+	if l.alg == SlidingWindowLog {
+		log := sh.logs[i]
+		d := l.takeLog(&log, now, cost)
+		sh.logs[i] = log
+		return d
+	}
+	return l.take(&e.st, nil, fresh, now, cost)
+}
+
+// convert rewrites e's state, built under another limit, for l: see
+// convert.go for the rule.
+func (sh *shard) convert(e *entry, i uint32, l *Limit, now int64) {
+	var used int64
+	log := sh.logs[i]
+	if old, ok := sh.limits[e.fp]; ok {
+		used = old.used(&e.st, log, now)
+	} else {
+		// The old limit fell out of the table: assume the worst, everything
+		// spent, rather than grant a refill.
+		used = l.burst
+	}
+	e.st = state{}
+	l.setUsed(&e.st, &log, now, used)
+	if l.alg == SlidingWindowLog {
+		sh.logs[i] = log
+	} else {
+		delete(sh.logs, i)
+	}
+	e.fp = l.fp
+	sh.remember(l)
+}
+
+func (sh *shard) remember(l *Limit) {
+	if _, ok := sh.limits[l.fp]; ok {
+		return
+	}
+	if len(sh.limits) >= maxLimitsPerShard {
+		clear(sh.limits)
+	}
+	sh.limits[l.fp] = *l
+}
+
+// insert puts key in a fresh slot at the head of the LRU list, evicting the
+// least recently used key if the shard is full.
+func (sh *shard) insert(h uint64, key string) uint32 {
+	var i uint32
+	switch {
+	case sh.n >= sh.capacity:
+		i = sh.tail
+		sh.remove(i)
+		sh.evictions++
+	case len(sh.free) > 0:
+		i = sh.free[len(sh.free)-1]
+		sh.free = sh.free[:len(sh.free)-1]
+	default:
+		i = sh.used
+		sh.used++
+		if int(i>>pageBits) == len(sh.pages) {
+			sh.pages = append(sh.pages, make([]entry, pageSize))
+		}
+	}
+	e := sh.at(i)
+	*e = entry{key: strings.Clone(key), prev: none, next: sh.head}
+	if sh.head != none {
+		sh.at(sh.head).prev = i
+	}
+	sh.head = i
+	if sh.tail == none {
+		sh.tail = i
+	}
+	if _, taken := sh.idx[h]; taken {
+		if sh.over == nil {
+			sh.over = make(map[string]uint32)
+		}
+		sh.over[e.key] = i
+	} else {
+		sh.idx[h] = i
+	}
+	sh.n++
+	return i
+}
+
+// remove unlinks slot i and drops it from the indexes; the slot's contents
+// stay until it is reused.
+func (sh *shard) remove(i uint32) {
+	e := sh.at(i)
+	sh.unlink(i)
+	h := xxhash.Sum64String(e.key)
+	if j, ok := sh.idx[h]; ok && j == i {
+		delete(sh.idx, h)
+	} else {
+		delete(sh.over, e.key)
+	}
+	delete(sh.logs, i)
+	e.key = ""
+	sh.n--
+}
+
+func (sh *shard) unlink(i uint32) {
+	e := sh.at(i)
+	if e.prev != none {
+		sh.at(e.prev).next = e.next
+	} else {
+		sh.head = e.next
+	}
+	if e.next != none {
+		sh.at(e.next).prev = e.prev
+	} else {
+		sh.tail = e.prev
+	}
+	e.prev, e.next = none, none
+}
+
+// touch moves slot i to the head of the LRU list.
+func (sh *shard) touch(i uint32) {
+	if sh.head == i {
+		return
+	}
+	sh.unlink(i)
+	e := sh.at(i)
+	e.next = sh.head
+	sh.at(sh.head).prev = i
+	sh.head = i
+}
