@@ -40,10 +40,10 @@ func (l *Limit) elapsedUnits(last, now, limit int64) int64 {
 	if e <= 0 || limit <= 0 {
 		return 0
 	}
-	if e >= ceilDiv(limit, l.num) {
+	if e >= l.fillNs { // e×num could overflow; it is at least capUnits ≥ limit
 		return limit
 	}
-	return e * l.num
+	return min(e*l.num, limit)
 }
 
 func (l *Limit) takeToken(st *state, fresh bool, now, cost int64) Decision {
@@ -78,7 +78,7 @@ func (l *Limit) takeLeaky(st *state, fresh bool, now, cost int64) Decision {
 	}
 	need := cost * l.den
 	d := Decision{Limit: l.limit}
-	if level+need > l.capUnits {
+	if need > l.capUnits-level { // not level+need > capUnits: that can overflow
 		d.RetryAfter = roundUpMs(ceilDiv(level+need-l.capUnits, l.num))
 	} else {
 		d.Allowed = true

@@ -7,8 +7,10 @@
 //     current time and a cost. Nothing in this package reads a clock, logs,
 //     starts a goroutine or touches the network.
 //   - Time is a parameter: every check takes now as int64 nanoseconds on one
-//     monotonic timeline (see Clock). Time that goes backwards is treated as no
-//     time passing; it never removes tokens.
+//     monotonic timeline (see Clock). For the buckets, time that goes
+//     backwards counts as no time passing: it never removes tokens. The window
+//     algorithms never move a key back into an earlier window than the one
+//     they hold; within a window, a check is placed at the time it carries.
 //   - A key never seen starts full. Refill is computed lazily from elapsed time
 //     at check time and capped at capacity.
 //   - A rejection spends nothing and still records the refill it computed.

@@ -99,6 +99,7 @@ type Limit struct {
 	// for e nanoseconds adds exactly e*num units.
 	num, den int64
 	capUnits int64 // burst * den
+	fillNs   int64 // ⌈capUnits/num⌉: nanoseconds from empty to full
 
 	fp uint64 // fingerprint of (alg, limit, per, burst)
 }
@@ -130,10 +131,11 @@ func NewLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit
 		g := gcd(limit, int64(per))
 		l.num, l.den = limit/g, int64(per)/g
 		hi, lo := bits.Mul64(uint64(l.burst), uint64(l.den))
-		if hi != 0 || lo > 1<<62 {
+		if hi != 0 || lo >= 1<<62 {
 			return Limit{}, fmt.Errorf("%w: burst %d with rate %d per %v cannot be represented exactly; use a shorter per or a rounder rate", ErrLimit, l.burst, limit, per)
 		}
 		l.capUnits = int64(lo)
+		l.fillNs = ceilDiv(l.capUnits, l.num)
 	}
 	var b [25]byte
 	b[0] = byte(alg)
@@ -155,24 +157,24 @@ func MustLimit(alg Algorithm, limit int64, per time.Duration, burst int64) Limit
 }
 
 // Algorithm returns the limit's algorithm.
-func (l *Limit) Algorithm() Algorithm { return l.alg }
+func (l Limit) Algorithm() Algorithm { return l.alg }
 
 // Count returns the limit's count per period (the "limit" parameter).
-func (l *Limit) Count() int64 { return l.limit }
+func (l Limit) Count() int64 { return l.limit }
 
 // Per returns the period of the rate, or the window length.
-func (l *Limit) Per() time.Duration { return l.per }
+func (l Limit) Per() time.Duration { return l.per }
 
 // Burst returns the bucket capacity or queue size; for window algorithms it
 // equals Count.
-func (l *Limit) Burst() int64 { return l.burst }
+func (l Limit) Burst() int64 { return l.burst }
 
 // Capacity is the largest cost a single check may have: Burst for buckets,
 // Count for windows.
-func (l *Limit) Capacity() int64 { return l.burst }
+func (l Limit) Capacity() int64 { return l.burst }
 
 // Valid reports whether l was built by NewLimit.
-func (l *Limit) Valid() bool { return l.limit > 0 }
+func (l Limit) Valid() bool { return l.limit > 0 }
 
 // String formats the limit as "token_bucket 10/1s burst 50".
 func (l Limit) String() string {

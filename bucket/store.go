@@ -129,7 +129,6 @@ func (s *Store) Capacity() int {
 	return len(s.shards) * s.shards[0].capacity
 }
 
-
 const (
 	pageBits = 8
 	pageSize = 1 << pageBits

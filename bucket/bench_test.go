@@ -1,0 +1,160 @@
+package bucket
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// benchSizes are the numbers of distinct existing keys a benchmark cycles
+// through: one key, a set that stays in cache, and one that does not.
+var benchSizes = []int{1, 1 << 10, 1 << 16}
+
+func benchKeyNames(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// benchTake runs take over keys, from one goroutine and from all. Each
+// goroutine keeps its own time, advancing 1µs a check from a common base, so
+// that the benchmark itself shares no memory between cores.
+func benchTake(b *testing.B, keys []string, take func(key string, now int64)) {
+	mask := len(keys) - 1
+	const base = int64(1e15)
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			take(keys[i&mask], base+int64(i)*1000)
+			i++
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var seed atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i, off := 0, int(seed.Add(7919))
+			for pb.Next() {
+				take(keys[(i+off)&mask], base+int64(i)*1000)
+				i++
+			}
+		})
+	})
+}
+
+// BenchmarkStoreTake is one check on an existing key, for each algorithm
+// and key-set size. Time advances by 1µs a check without reading a clock
+// (BenchmarkClock measures that on its own). The limit is high enough that
+// every check is admitted, so each one does the full update.
+func BenchmarkStoreTake(b *testing.B) {
+	for _, n := range benchSizes {
+		keys := benchKeyNames(n)
+		for alg := range numAlgorithms {
+			count, per := int64(1_000_000), time.Second
+			if alg == SlidingWindowLog {
+				count, per = 100, time.Millisecond // keep the log short
+			}
+			lim := MustLimit(alg, count, per, 0)
+			s, err := NewStore(DefaultStoreConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, k := range keys {
+				if _, err := s.Take(k, &lim, 1e15, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run(fmt.Sprintf("keys=%d/%v", n, alg), func(b *testing.B) {
+				benchTake(b, keys, func(k string, now int64) { s.Take(k, &lim, now, 1) })
+			})
+		}
+	}
+}
+
+// BenchmarkBaselineXRate is the baseline in the same run: one
+// golang.org/x/time/rate limiter per key, in a map guarded by one mutex,
+// over the same keys, at the same rate.
+func BenchmarkBaselineXRate(b *testing.B) {
+	for _, n := range benchSizes {
+		keys := benchKeyNames(n)
+		var mu sync.Mutex
+		m := make(map[string]*rate.Limiter, n)
+		for _, k := range keys {
+			m[k] = rate.NewLimiter(1_000_000, 1_000_000)
+		}
+		base := time.Unix(0, 0)
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			benchTake(b, keys, func(k string, now int64) {
+				t := base.Add(time.Duration(now))
+				mu.Lock()
+				m[k].AllowN(t, 1)
+				mu.Unlock()
+			})
+		})
+	}
+}
+
+// BenchmarkClock is the cost of one reading of the production clock, which
+// a node pays once per check on top of BenchmarkStoreTake.
+func BenchmarkClock(b *testing.B) {
+	c := NewMonotonic()
+	var sink int64
+	for b.Loop() {
+		sink += c.Now()
+	}
+	_ = sink
+}
+
+// BenchmarkMemoryPerKey fills a store with 1M keys of each algorithm and
+// reports the heap bytes per key (runtime.MemStats after a GC). The sliding
+// window log is measured at a limit of 10 with every key holding 10
+// timestamps; its memory grows by 8 bytes per admitted unit of cost.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const n = 1 << 20
+	for alg := range numAlgorithms {
+		b.Run(alg.String(), func(b *testing.B) {
+			lim := MustLimit(alg, 10, time.Hour, 0)
+			cost := int64(1)
+			if alg == SlidingWindowLog {
+				cost = 10
+			}
+			for b.Loop() {
+				b.StopTimer()
+				bytes := heapGrowth(b, func() any {
+					s, err := NewStore(StoreConfig{MaxKeys: n, Shards: DefaultShards})
+					if err != nil {
+						b.Fatal(err)
+					}
+					for i := range n {
+						s.Take(fmt.Sprintf("user:%d", i), &lim, 1e15, cost)
+					}
+					return s
+				})
+				b.ReportMetric(float64(bytes)/n, "B/key")
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// heapGrowth returns how many heap bytes the value built by fill keeps alive.
+func heapGrowth(tb testing.TB, fill func() any) int64 {
+	tb.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := fill()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(v)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}

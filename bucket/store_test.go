@@ -1,0 +1,201 @@
+package bucket
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newStore(t testing.TB, maxKeys, shards int) *Store {
+	t.Helper()
+	s, err := NewStore(StoreConfig{MaxKeys: maxKeys, Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustTake(t testing.TB, s *Store, key string, l *Limit, now, cost int64) Decision {
+	t.Helper()
+	d, err := s.Take(key, l, now, cost)
+	if err != nil {
+		t.Fatalf("Take(%q, %v, %d, %d): %v", key, l, now, cost, err)
+	}
+	return d
+}
+
+func TestStoreConfigValidate(t *testing.T) {
+	for _, c := range []StoreConfig{{Shards: 3}, {Shards: -1}, {MaxKeys: 2, Shards: 4}, {MaxKeys: -1}} {
+		if _, err := NewStore(c); err == nil {
+			t.Errorf("NewStore(%+v) accepted", c)
+		}
+	}
+	s, err := NewStore(StoreConfig{})
+	if err != nil || s.Capacity() != DefaultMaxKeys || len(s.shards) != DefaultShards {
+		t.Fatalf("zero config: capacity %d shards %d, %v", s.Capacity(), len(s.shards), err)
+	}
+}
+
+func TestStoreBadInputChangesNothing(t *testing.T) {
+	s := newStore(t, 16, 1)
+	lim := MustLimit(TokenBucket, 5, time.Second, 5)
+	long := string(make([]byte, MaxKeyLen+1))
+	for _, c := range []struct {
+		key  string
+		lim  Limit
+		cost int64
+	}{
+		{"", lim, 1}, {long, lim, 1}, {"k", lim, 0}, {"k", lim, -3}, {"k", lim, 6}, {"k", Limit{}, 1},
+	} {
+		if _, err := s.Take(c.key, &c.lim, 0, c.cost); err == nil {
+			t.Fatalf("Take(len %d, %v, cost %d) accepted", len(c.key), c.lim, c.cost)
+		}
+	}
+	if s.Len() != 0 {
+		t.Fatalf("bad input stored %d keys", s.Len())
+	}
+	if d := mustTake(t, s, "k", &lim, 0, 5); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("first valid check = %+v, want a full bucket", d)
+	}
+}
+
+func TestStoreLRUEviction(t *testing.T) {
+	s := newStore(t, 4, 1)
+	lim := MustLimit(FixedWindow, 3, time.Hour, 0)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		mustTake(t, s, k, &lim, 0, 3) // every key spent
+	}
+	mustTake(t, s, "a", &lim, 0, 1) // a is now the most recent; b the least
+	mustTake(t, s, "e", &lim, 0, 1) // evicts b
+	if s.Len() != 4 || s.Evictions() != 1 {
+		t.Fatalf("len %d evictions %d, want 4 and 1", s.Len(), s.Evictions())
+	}
+	for _, k := range []string{"a", "c", "d"} {
+		if d := mustTake(t, s, k, &lim, 0, 1); d.Allowed {
+			t.Fatalf("%s lost its state: %+v", k, d)
+		}
+	}
+	// b was evicted: it starts over, full. (c, d, a were touched since, so
+	// e is now the least recent and goes next.)
+	if d := mustTake(t, s, "b", &lim, 0, 1); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("evicted b = %+v, want a fresh window with 2 remaining", d)
+	}
+	if s.Evictions() != 2 {
+		t.Fatalf("evictions %d, want 2", s.Evictions())
+	}
+	if d := mustTake(t, s, "e", &lim, 0, 3); !d.Allowed {
+		t.Fatalf("evicted e = %+v, want fresh", d)
+	}
+}
+
+func TestStoreHashCollision(t *testing.T) {
+	// Two keys with the same 64-bit hash share nothing: the second lives in
+	// the overflow index, survives the first's eviction and is found again.
+	var sh shard
+	sh.init(2)
+	lim := MustLimit(FixedWindow, 2, time.Hour, 0)
+	if d := sh.take(7, "x", &lim, 0, 2); !d.Allowed {
+		t.Fatal(d)
+	}
+	if d := sh.take(7, "y", &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("y shares x's state: %+v", d)
+	}
+	if len(sh.over) != 1 {
+		t.Fatalf("overflow holds %d keys, want 1", len(sh.over))
+	}
+	if d := sh.take(7, "x", &lim, 0, 1); d.Allowed {
+		t.Fatalf("x lost its state: %+v", d)
+	}
+	// x is most recent, y least: a third key evicts y from the overflow index.
+	sh.take(9, "z", &lim, 0, 1)
+	if len(sh.over) != 0 || sh.n != 2 {
+		t.Fatalf("after evicting y: over %d n %d", len(sh.over), sh.n)
+	}
+	if d := sh.take(7, "y", &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("y after eviction = %+v, want fresh", d)
+	}
+}
+
+func TestStoreLimitChangeKeepsSpent(t *testing.T) {
+	s := newStore(t, 16, 1)
+	small := MustLimit(TokenBucket, 10, time.Hour, 10)
+	big := MustLimit(TokenBucket, 20, time.Hour, 20)
+	window := MustLimit(FixedWindow, 20, time.Hour, 0)
+	mustTake(t, s, "k", &small, 0, 4)
+	// 4 spent of 10 carry over into 20: 16 left, 15 after this check.
+	if d := mustTake(t, s, "k", &big, 0, 1); !d.Allowed || d.Remaining != 15 {
+		t.Fatalf("upgrade = %+v, want 15 remaining", d)
+	}
+	// Back to 10: 5 spent, 5 left, 4 after this check. Alternating limits
+	// never refills the bucket.
+	if d := mustTake(t, s, "k", &small, 0, 1); !d.Allowed || d.Remaining != 4 {
+		t.Fatalf("downgrade = %+v, want 4 remaining", d)
+	}
+	// Another algorithm: 6 spent becomes a window count of 6.
+	if d := mustTake(t, s, "k", &window, 0, 1); !d.Allowed || d.Remaining != 13 {
+		t.Fatalf("to fixed window = %+v, want 13 remaining", d)
+	}
+	if s.Len() != 1 {
+		t.Fatalf("len %d, want 1", s.Len())
+	}
+}
+
+func TestStoreConcurrentExact(t *testing.T) {
+	// Time stands still, so no refill: whatever the interleaving, one key
+	// admits exactly its capacity and every distinct key exactly its own.
+	s := newStore(t, 1<<12, 16)
+	const workers, tries = 16, 500
+	for alg := range numAlgorithms {
+		lim := MustLimit(alg, 100, time.Hour, 0)
+		var shared atomic.Int64
+		own := make([]int64, workers)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				mine := fmt.Sprintf("%v-own-%d", alg, w)
+				for range tries {
+					if d := mustTake(t, s, alg.String()+"-shared", &lim, 1e12, 1); d.Allowed {
+						shared.Add(1)
+					}
+					if d := mustTake(t, s, mine, &lim, 1e12, 1); d.Allowed {
+						own[w]++
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if shared.Load() != 100 {
+			t.Fatalf("%v: shared key admitted %d, want 100", alg, shared.Load())
+		}
+		for w, n := range own {
+			if n != 100 {
+				t.Fatalf("%v: worker %d's key admitted %d, want 100", alg, w, n)
+			}
+		}
+	}
+}
+
+func TestStoreAgreesWithBucket(t *testing.T) {
+	// The store and a standalone Bucket run the same algorithm code; over a
+	// fixed pseudo-random sequence they give identical decisions.
+	for alg := range numAlgorithms {
+		lim := MustLimit(alg, 7, 300*time.Millisecond, 9)
+		s := newStore(t, 8, 1)
+		b := New(lim)
+		now, x := int64(1e15), uint64(1)
+		for i := range 2000 {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			now += int64(x % uint64(90*time.Millisecond))
+			cost := int64(x>>40)%lim.Capacity() + 1
+			got := mustTake(t, s, "k", &lim, now, cost)
+			want, _ := b.TakeAt(now, cost)
+			if got != want {
+				t.Fatalf("%v step %d: store %+v, bucket %+v", alg, i, got, want)
+			}
+		}
+	}
+}
