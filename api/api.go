@@ -1,0 +1,145 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/forward"
+)
+
+// Checker decides a batch of checks, one Result per check in order. It must
+// return an error wrapping forward.ErrInvalid, and apply nothing, when a
+// check is invalid. *forward.Router implements it.
+type Checker interface {
+	Check(ctx context.Context, checks []forward.Check, out []forward.Result) error
+}
+
+// Stats reports the local key store's counts for the metrics.
+// *bucket.Store implements it.
+type Stats interface {
+	Len() int
+	Evictions() uint64
+}
+
+var (
+	_ Checker = (*forward.Router)(nil)
+	_ Stats   = (*bucket.Store)(nil)
+)
+
+// Limits on what one request may carry.
+const (
+	// MaxBodyBytes is the largest HTTP request body accepted.
+	MaxBodyBytes = 64 << 10
+	// MaxBatch is the most checks one gRPC call may carry.
+	MaxBatch = 1000
+)
+
+// Config configures the API.
+type Config struct {
+	// Checker decides checks. Required.
+	Checker Checker
+	// Stats feeds the keys and evictions metrics. Optional.
+	Stats Stats
+	// Registerer receives the API's metrics. Nil means a private registry
+	// (metrics still served on /metrics).
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics. Nil means the registry built for Registerer
+	// when that is nil too; otherwise prometheus.Gatherer must be set by the
+	// caller for /metrics to show anything.
+	Gatherer prometheus.Gatherer
+	// Logger receives request errors. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// API holds what the HTTP and gRPC surfaces share. It is safe for
+// concurrent use.
+type API struct {
+	checker Checker
+	log     *slog.Logger
+	m       *metrics
+	gather  prometheus.Gatherer
+}
+
+// New validates cfg and returns an API.
+func New(cfg Config) (*API, error) {
+	if cfg.Checker == nil {
+		return nil, errors.New("api: Checker is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Stats)
+	if err != nil {
+		return nil, err
+	}
+	return &API{checker: cfg.Checker, log: cfg.Logger, m: m, gather: cfg.Gatherer}, nil
+}
+
+// check runs checks through the checker and records the metrics.
+func (a *API) check(ctx context.Context, surface string, checks []forward.Check, out []forward.Result) error {
+	start := time.Now()
+	err := a.checker.Check(ctx, checks, out)
+	a.m.latency.WithLabelValues(surface).Observe(time.Since(start).Seconds())
+	if err != nil {
+		if errors.Is(err, forward.ErrInvalid) {
+			a.m.invalid.WithLabelValues(surface).Inc()
+		}
+		return err
+	}
+	for i := range checks {
+		a.m.countDecision(checks[i].Limit.Algorithm(), &out[i])
+	}
+	return nil
+}
+
+// limitFromParts validates the parameters of a limit as the public APIs
+// carry them, naming the offending field in the error.
+func limitFromParts(field string, algorithm string, limit int64, per time.Duration, burst int64) (bucket.Limit, error) {
+	alg, err := bucket.ParseAlgorithm(algorithm)
+	if err != nil {
+		return bucket.Limit{}, fmt.Errorf("%s.algorithm: %w", field, err)
+	}
+	if limit <= 0 {
+		return bucket.Limit{}, fmt.Errorf("%s.limit: must be at least 1, got %d", field, limit)
+	}
+	if per <= 0 {
+		return bucket.Limit{}, fmt.Errorf("%s.per: must be a positive duration, got %v", field, per)
+	}
+	if per < bucket.MinPer || per > bucket.MaxPer {
+		return bucket.Limit{}, fmt.Errorf("%s.per: must be between %v and %v, got %v", field, bucket.MinPer, bucket.MaxPer, per)
+	}
+	if burst < 0 {
+		return bucket.Limit{}, fmt.Errorf("%s.burst: must not be negative, got %d", field, burst)
+	}
+	l, err := bucket.NewLimit(alg, limit, per, burst)
+	if err != nil {
+		return bucket.Limit{}, fmt.Errorf("%s: %w", field, err)
+	}
+	return l, nil
+}
+
+// validateCost names the field when cost is out of range for l.
+func validateCost(field string, l *bucket.Limit, cost int64) error {
+	if err := l.CheckCost(cost); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	return nil
+}
+
+// validateKey names the field when key is empty or too long.
+func validateKey(field, key string) error {
+	if err := bucket.CheckKey(key); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	return nil
+}

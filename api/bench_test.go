@@ -1,0 +1,120 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+// benchKeys is how many keys the benchmarks cycle over. The limit admits
+// every check: the fake clock never moves, and a billion fit in each bucket.
+const benchKeys = 1024
+
+// benchGRPCServer serves register's services on a loopback listener and
+// returns a client connection to it.
+func benchGRPCServer(b *testing.B, register func(*grpc.Server)) *grpc.ClientConn {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := grpc.NewServer()
+	register(s)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		s.Stop()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		conn.Close()
+		s.Stop()
+		<-served
+	})
+	return conn
+}
+
+func BenchmarkHTTPCheck(b *testing.B) {
+	e := newTestEnv(b, nil)
+	srv := httptest.NewServer(e.api.Handler(nil))
+	b.Cleanup(srv.Close)
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	b.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	url := srv.URL + "/v1/check"
+
+	bodies := make([][]byte, benchKeys)
+	for i := range bodies {
+		bodies[i] = []byte(chk(fmt.Sprintf("bench:%d", i), "1", `{"limit":1000000000,"per":"1s"}`))
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(bodies[i%benchKeys]))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("check %d: status %d", i, resp.StatusCode)
+		}
+	}
+}
+
+func BenchmarkGRPCCheck(b *testing.B) {
+	e := newTestEnv(b, nil)
+	client := pb.NewRateLimiterClient(benchGRPCServer(b, func(s *grpc.Server) { e.api.RegisterGRPC(s) }))
+	reqs := make([]*pb.CheckRequest, benchKeys)
+	for i := range reqs {
+		reqs[i] = batch(pbCheck(fmt.Sprintf("bench:%d", i), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0))
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		resp, err := client.Check(ctx, reqs[i%benchKeys])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !resp.GetDecisions()[0].GetAllowed() {
+			b.Fatalf("check %d rejected", i)
+		}
+	}
+}
+
+// BenchmarkGRPCBaselineHealth is the floor under BenchmarkGRPCCheck: one
+// unary call of the standard health service over the same kind of loopback
+// connection, doing no work of its own.
+func BenchmarkGRPCBaselineHealth(b *testing.B) {
+	hs := health.NewServer()
+	client := healthpb.NewHealthClient(benchGRPCServer(b, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, hs) }))
+	ctx := context.Background()
+	req := &healthpb.HealthCheckRequest{}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := client.Check(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			b.Fatalf("health status %v", resp.GetStatus())
+		}
+	}
+}

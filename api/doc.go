@@ -1,0 +1,9 @@
+// Package api serves ringlimit's public surfaces: the HTTP JSON API
+// (POST /v1/check, GET /healthz, GET /metrics) and the gRPC RateLimiter
+// service, with the rate-limit headers, errors and Prometheus metrics.
+//
+// Both surfaces turn their input into forward.Checks, validate the whole
+// batch before any of it is applied (bad input changes no state), and ask a
+// Checker for the decisions. The same checks over HTTP and gRPC get the same
+// decisions.
+package api

@@ -1,0 +1,231 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ringlimit/ringlimit/forward"
+)
+
+// Error codes in JSON error bodies.
+const (
+	CodeInvalidArgument = "INVALID_ARGUMENT"
+	CodeRateLimited     = "RATE_LIMITED"
+	CodeUnavailable     = "UNAVAILABLE"
+	CodeInternal        = "INTERNAL"
+)
+
+// ScopeInline is the scope of a limit given inline in the request.
+const ScopeInline = "inline"
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	Key string `json:"key"`
+	// Cost defaults to 1 when absent; an explicit 0 or less is invalid.
+	Cost  *int64     `json:"cost,omitempty"`
+	Limit *LimitJSON `json:"limit,omitempty"`
+}
+
+// LimitJSON is an inline limit in a request.
+type LimitJSON struct {
+	Algorithm string `json:"algorithm,omitempty"`
+	Limit     int64  `json:"limit"`
+	// Per is a Go duration string such as "1s" or "1m30s".
+	Per   string `json:"per"`
+	Burst int64  `json:"burst,omitempty"`
+}
+
+// CheckResponse is the body of an answer to POST /v1/check (200 or 429).
+type CheckResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	DelayMs      int64  `json:"delay_ms"`
+	Scope        string `json:"scope"`
+	Owner        string `json:"owner"`
+	Degraded     bool   `json:"degraded,omitempty"`
+	Code         string `json:"code,omitempty"`
+}
+
+// ErrorResponse is the body of a 4xx/5xx answer.
+type ErrorResponse struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Handler returns the HTTP surface: POST /v1/check, GET /healthz and
+// GET /metrics. extra, if not nil, is consulted for every other path (the
+// cluster endpoints register there).
+func (a *API) Handler(extra http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", a.handleCheck)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	if a.gather != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{}))
+	}
+	if extra != nil {
+		mux.Handle("/", extra)
+	}
+	return mux
+}
+
+func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
+	check, err := decodeCheck(w, r)
+	if err != nil {
+		a.m.invalid.WithLabelValues("http").Inc()
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+		return
+	}
+	var out [1]forward.Result
+	if err := a.check(r.Context(), "http", []forward.Check{check}, out[:]); err != nil {
+		a.writeCheckError(w, err)
+		return
+	}
+	res := &out[0]
+	resp := CheckResponse{
+		Allowed:      res.Allowed,
+		Limit:        res.Limit,
+		Remaining:    res.Remaining,
+		RetryAfterMs: res.RetryAfter.Milliseconds(),
+		ResetAfterMs: res.ResetAfter.Milliseconds(),
+		DelayMs:      res.Delay.Milliseconds(),
+		Scope:        ScopeInline,
+		Owner:        res.Owner,
+		Degraded:     res.Degraded,
+	}
+	h := w.Header()
+	SetRateLimitHeaders(h, ScopeInline, res.Limit, check.Limit.Per(), res.Remaining, res.ResetAfter)
+	status := http.StatusOK
+	if !res.Allowed {
+		resp.Code = CodeRateLimited
+		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(res.RetryAfter), 10))
+		status = http.StatusTooManyRequests
+	}
+	writeJSON(w, status, &resp)
+}
+
+// SetRateLimitHeaders writes the rate-limit headers every answer carries:
+// X-RateLimit-Limit and X-RateLimit-Remaining, and the IETF draft
+// (httpapi-ratelimit-headers) RateLimit-Policy and RateLimit fields, with
+// the window and reset in whole seconds rounded up.
+func SetRateLimitHeaders(h http.Header, scope string, limit int64, per time.Duration, remaining int64, reset time.Duration) {
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	name := strconv.Quote(scope)
+	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(limit, 10)+";w="+strconv.FormatInt(ceilSeconds(per), 10))
+	h.Set("RateLimit", name+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(reset), 10))
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// decodeCheck reads and validates one check from the request body. Every
+// error names the field at fault.
+func decodeCheck(w http.ResponseWriter, r *http.Request) (forward.Check, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return forward.Check{}, fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
+		}
+		return forward.Check{}, fmt.Errorf("body: %w", err)
+	}
+	var req CheckRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return forward.Check{}, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF { // anything but whitespace after the value
+		return forward.Check{}, errors.New("body: more than one JSON value")
+	}
+	return req.toCheck()
+}
+
+func (req *CheckRequest) toCheck() (forward.Check, error) {
+	if err := validateKey("key", req.Key); err != nil {
+		return forward.Check{}, err
+	}
+	if req.Limit == nil {
+		return forward.Check{}, errors.New("limit: required")
+	}
+	per, err := time.ParseDuration(req.Limit.Per)
+	if err != nil {
+		return forward.Check{}, fmt.Errorf("limit.per: must be a Go duration such as \"1s\" or \"1m\", got %q", req.Limit.Per)
+	}
+	l, err := limitFromParts("limit", req.Limit.Algorithm, req.Limit.Limit, per, req.Limit.Burst)
+	if err != nil {
+		return forward.Check{}, err
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	if err := validateCost("cost", &l, cost); err != nil {
+		return forward.Check{}, err
+	}
+	return forward.Check{Key: req.Key, Limit: l, Cost: cost}, nil
+}
+
+// jsonError turns a decoding error into a message naming the field.
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return fmt.Errorf("%s: expected %v, got JSON %s", field, typeErr.Type, typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Errorf("body: malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.Is(err, io.EOF):
+		return errors.New("body: empty, expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("body: malformed JSON: unexpected end")
+	}
+	// DisallowUnknownFields: `json: unknown field "x"`.
+	return fmt.Errorf("body: %v", err)
+}
+
+func (a *API) writeCheckError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, forward.ErrInvalid):
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+	case errors.Is(err, forward.ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The caller gave up; nothing was decided for it.
+		a.log.Debug("check abandoned", "err", err)
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+	default:
+		a.log.Error("check failed", "err", err)
+		writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, &ErrorResponse{Code: code, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,81 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/forward"
+)
+
+// metrics are the API's Prometheus collectors, all prefixed ringlimit_.
+type metrics struct {
+	checks  *prometheus.CounterVec   // by algorithm and result
+	invalid *prometheus.CounterVec   // by surface
+	latency *prometheus.HistogramVec // by surface
+
+	// counters[alg][result] caches the label lookups of checks.
+	counters [5][3]prometheus.Counter
+}
+
+const (
+	resultAllowed = iota
+	resultRejected
+	resultDegraded
+)
+
+var resultNames = [3]string{"allowed", "rejected", "degraded"}
+
+func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
+	m := &metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_checks_total",
+			Help: "Checks decided by this node's API, by algorithm and result (allowed, rejected, degraded: decided by the failure mode because the owner was unreachable).",
+		}, []string{"algorithm", "result"}),
+		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_invalid_requests_total",
+			Help: "Requests refused as invalid (400 / INVALID_ARGUMENT), by surface.",
+		}, []string{"surface"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ringlimit_check_duration_seconds",
+			Help:    "Time to decide one request's checks, by surface (http, grpc).",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"surface"}),
+	}
+	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency}
+	if stats != nil {
+		collectors = append(collectors,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "ringlimit_keys",
+				Help: "Keys held in this node's bucket store.",
+			}, func() float64 { return float64(stats.Len()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "ringlimit_evictions_total",
+				Help: "Keys evicted from this node's bucket store to keep it within --max-keys.",
+			}, func() float64 { return float64(stats.Evictions()) }),
+		)
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for a := range m.counters {
+		for r := range m.counters[a] {
+			m.counters[a][r] = m.checks.WithLabelValues(bucket.Algorithm(a).String(), resultNames[r])
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) countDecision(alg bucket.Algorithm, r *forward.Result) {
+	res := resultRejected
+	switch {
+	case r.Degraded:
+		res = resultDegraded
+	case r.Allowed:
+		res = resultAllowed
+	}
+	if int(alg) < len(m.counters) {
+		m.counters[alg][res].Inc()
+	}
+}

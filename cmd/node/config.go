@@ -1,0 +1,71 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// config is everything the node reads from flags and the environment.
+type config struct {
+	name            string
+	httpAddr        string
+	grpcAddr        string
+	maxKeys         int
+	logLevel        slog.Level
+	shutdownTimeout time.Duration
+}
+
+// parseConfig reads args, falling back to getenv("RINGLIMIT_<FLAG>") for
+// every flag not given on the command line.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host, _ := os.Hostname()
+	fs.StringVar(&c.name, "name", host, "this node's name, unique in the cluster")
+	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "address of the HTTP API")
+	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:9090", "address of the gRPC API")
+	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] {
+			return
+		}
+		env := "RINGLIMIT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", env, v, e)
+			}
+		}
+	})
+	if err != nil {
+		return c, err
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return c, fmt.Errorf("--log-level: %w", err)
+	}
+	if c.name == "" {
+		return c, fmt.Errorf("--name: must not be empty")
+	}
+	if c.maxKeys < 1 {
+		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)
+	}
+	return c, nil
+}

@@ -1,0 +1,27 @@
+// Command node runs one ringlimit node: the public HTTP and gRPC APIs over a
+// local bucket store.
+//
+// Every flag has an environment fallback, RINGLIMIT_ followed by the flag
+// name in upper case with dashes as underscores (--max-keys →
+// RINGLIMIT_MAX_KEYS); a flag given on the command line wins.
+//
+// On SIGTERM or SIGINT the node stops accepting connections, finishes the
+// checks in flight (up to --shutdown-timeout) and exits 0.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "ringlimit:", err)
+		os.Exit(1)
+	}
+}
