@@ -20,6 +20,31 @@ type Checker interface {
 	Check(ctx context.Context, checks []forward.Check, out []forward.Result) error
 }
 
+// Cluster describes the cluster as this node sees it, for GET /v1/cluster
+// and GET /v1/owner. Implementations must be safe for concurrent use.
+type Cluster interface {
+	Status(ctx context.Context) ClusterStatus
+	Owner(key string) (owner string, ringVersion uint64)
+}
+
+// ClusterStatus is the body of GET /v1/cluster.
+type ClusterStatus struct {
+	Self        string          `json:"self"`
+	RingVersion uint64          `json:"ring_version"`
+	Members     []ClusterMember `json:"members"`
+}
+
+// ClusterMember is one member in ClusterStatus. Keys is -1 when the member
+// did not say.
+type ClusterMember struct {
+	Name   string `json:"name"`
+	GRPC   string `json:"grpc"`
+	Gossip string `json:"gossip"`
+	State  string `json:"state"`
+	OnRing bool   `json:"on_ring"`
+	Keys   int64  `json:"keys"`
+}
+
 // Stats reports the local key store's counts for the metrics.
 // *bucket.Store implements it.
 type Stats interface {
@@ -46,6 +71,9 @@ type Config struct {
 	Checker Checker
 	// Stats feeds the keys and evictions metrics. Optional.
 	Stats Stats
+	// Cluster serves /v1/cluster and /v1/owner. Optional: without it they
+	// answer 404.
+	Cluster Cluster
 	// Registerer receives the API's metrics. Nil means a private registry
 	// (metrics still served on /metrics).
 	Registerer prometheus.Registerer
@@ -61,6 +89,7 @@ type Config struct {
 // concurrent use.
 type API struct {
 	checker Checker
+	cluster Cluster
 	log     *slog.Logger
 	m       *metrics
 	gather  prometheus.Gatherer
@@ -82,7 +111,7 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{checker: cfg.Checker, log: cfg.Logger, m: m, gather: cfg.Gatherer}, nil
+	return &API{checker: cfg.Checker, cluster: cfg.Cluster, log: cfg.Logger, m: m, gather: cfg.Gatherer}, nil
 }
 
 // check runs checks through the checker and records the metrics.

@@ -90,7 +90,11 @@ func checksFromProto(req *pb.CheckRequest) ([]forward.Check, error) {
 		if err := validateCost(field+".cost", &l, cost); err != nil {
 			return nil, err
 		}
-		checks[i] = forward.Check{Key: c.GetKey(), Limit: l, Cost: cost}
+		mode := forward.FailureMode(pl.GetFailureMode())
+		if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
+			return nil, fmt.Errorf("%s.limit.failure_mode: unknown value %d", field, pl.GetFailureMode())
+		}
+		checks[i] = forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: mode}
 	}
 	return checks, nil
 }

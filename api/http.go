@@ -42,6 +42,9 @@ type LimitJSON struct {
 	// Per is a Go duration string such as "1s" or "1m30s".
 	Per   string `json:"per"`
 	Burst int64  `json:"burst,omitempty"`
+	// FailureMode is what to answer when the key's owner cannot be reached:
+	// "local" (default), "fail_open" or "fail_closed".
+	FailureMode string `json:"failure_mode,omitempty"`
 }
 
 // CheckResponse is the body of an answer to POST /v1/check (200 or 429).
@@ -56,6 +59,13 @@ type CheckResponse struct {
 	Owner        string `json:"owner"`
 	Degraded     bool   `json:"degraded,omitempty"`
 	Code         string `json:"code,omitempty"`
+}
+
+// OwnerResponse is the body of GET /v1/owner?key=K.
+type OwnerResponse struct {
+	Key         string `json:"key"`
+	Owner       string `json:"owner"`
+	RingVersion uint64 `json:"ring_version"`
 }
 
 // ErrorResponse is the body of a 4xx/5xx answer.
@@ -74,6 +84,21 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
+	if a.cluster != nil {
+		mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+			st := a.cluster.Status(r.Context())
+			writeJSON(w, http.StatusOK, &st)
+		})
+		mux.HandleFunc("GET /v1/owner", func(w http.ResponseWriter, r *http.Request) {
+			key := r.URL.Query().Get("key")
+			if err := validateKey("key", key); err != nil {
+				writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+				return
+			}
+			owner, version := a.cluster.Owner(key)
+			writeJSON(w, http.StatusOK, &OwnerResponse{Key: key, Owner: owner, RingVersion: version})
+		})
+	}
 	if a.gather != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{}))
 	}
@@ -179,7 +204,11 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if err := validateCost("cost", &l, cost); err != nil {
 		return forward.Check{}, err
 	}
-	return forward.Check{Key: req.Key, Limit: l, Cost: cost}, nil
+	mode, err := forward.ParseFailureMode(req.Limit.FailureMode)
+	if err != nil {
+		return forward.Check{}, fmt.Errorf("limit.failure_mode: %w", err)
+	}
+	return forward.Check{Key: req.Key, Limit: l, Cost: cost, Mode: mode}, nil
 }
 
 // jsonError turns a decoding error into a message naming the field.

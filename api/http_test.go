@@ -74,6 +74,7 @@ func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 	if err != nil {
 		t.Fatalf("forward.New: %v", err)
 	}
+	t.Cleanup(func() { router.Close(context.Background()) })
 	var checker Checker = router
 	if wrap != nil {
 		checker = wrap(router)

@@ -92,7 +92,7 @@ func (s *Store) Take(key string, l *Limit, now, cost int64) (Decision, error) {
 		return Decision{}, err
 	}
 	h := xxhash.Sum64String(key)
-	sh := &s.shards[h>>s.shift&uint64(len(s.shards)-1)]
+	sh := s.shard(h)
 	sh.mu.Lock()
 	d := sh.take(h, key, l, now, cost)
 	sh.mu.Unlock()

@@ -20,6 +20,8 @@ type config struct {
 	maxKeys         int
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	gossipAddr      string
+	join            []string
 }
 
 // parseConfig reads args, falling back to getenv("RINGLIMIT_<FLAG>") for
@@ -33,6 +35,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "address of the HTTP API")
 	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:9090", "address of the gRPC API")
 	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
+	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
+	join := fs.String("join", "", "comma-separated gossip addresses of nodes to join; a node keeps retrying until one answers")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +64,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return c, fmt.Errorf("--log-level: %w", err)
+	}
+	for _, seed := range strings.Split(*join, ",") {
+		if seed = strings.TrimSpace(seed); seed != "" {
+			c.join = append(c.join, seed)
+		}
 	}
 	if c.name == "" {
 		return c, fmt.Errorf("--name: must not be empty")

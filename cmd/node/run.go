@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/forward"
 )
 
@@ -47,6 +48,8 @@ type node struct {
 	httpServer *http.Server
 	grpcServer *grpc.Server
 	store      *bucket.Store
+	router     *forward.Router
+	cluster    *cluster.Cluster
 	served     chan error // one value per server when it stops
 	closeOnce  sync.Once
 	closeErr   error
@@ -63,24 +66,50 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	router, err := forward.New(forward.Config{Self: cfg.name, Store: store})
-	if err != nil {
-		return nil, err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a, err := api.New(api.Config{Checker: router, Stats: store, Registerer: reg, Gatherer: reg, Logger: log})
+	router, err := forward.New(forward.Config{Self: cfg.name, Store: store, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
 	httpLn, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
+		router.Close(context.Background())
 		return nil, fmt.Errorf("--http: %w", err)
 	}
 	grpcLn, err := net.Listen("tcp", cfg.grpcAddr)
 	if err != nil {
 		httpLn.Close()
+		router.Close(context.Background())
 		return nil, fmt.Errorf("--grpc: %w", err)
+	}
+	ccfg := cluster.DefaultLANConfig()
+	if ip := net.ParseIP(hostOf(cfg.gossipAddr)); ip != nil && ip.IsLoopback() {
+		ccfg = cluster.DefaultLocalConfig()
+	}
+	ccfg.Name = cfg.name
+	ccfg.BindAddr = cfg.gossipAddr
+	ccfg.GRPCAddr = grpcLn.Addr().String()
+	ccfg.Seeds = cfg.join
+	ccfg.Logger = log
+	ccfg.Listener = cluster.ListenerFunc(func(alive []cluster.Member) {
+		members := make([]forward.Member, len(alive))
+		for i, m := range alive {
+			members[i] = forward.Member{Name: m.Name, Addr: m.GRPCAddr}
+		}
+		router.SetMembers(members)
+	})
+	cl, err := cluster.New(ccfg)
+	if err != nil {
+		httpLn.Close()
+		grpcLn.Close()
+		router.Close(context.Background())
+		return nil, fmt.Errorf("--gossip: %w", err)
+	}
+	a, err := api.New(api.Config{Checker: router, Stats: store, Registerer: reg, Gatherer: reg, Logger: log,
+		Cluster: &clusterStatus{cluster: cl, router: router}})
+	if err != nil {
+		return nil, err
 	}
 	n := &node{
 		log:    log,
@@ -93,12 +122,16 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 		},
 		grpcServer: grpc.NewServer(),
 		store:      store,
+		router:     router,
+		cluster:    cl,
 		served:     make(chan error, 2),
 	}
 	a.RegisterGRPC(n.grpcServer)
+	router.RegisterPeer(n.grpcServer)
 	go func() { n.served <- n.httpServer.Serve(httpLn) }()
 	go func() { n.served <- n.grpcServer.Serve(grpcLn) }()
-	log.Info("node started", "name", cfg.name, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "max_keys", store.Capacity())
+	log.Info("node started", "name", cfg.name, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(),
+		"gossip", cl.LocalAddr(), "join", cfg.join, "max_keys", store.Capacity())
 	return n, nil
 }
 
@@ -110,8 +143,19 @@ func (n *node) Close(ctx context.Context) error {
 	return n.closeErr
 }
 
+// shutdown leaves in order: announce the leave, hand every bucket to its new
+// owner (still serving peers, who may fetch state meanwhile), stop the
+// public surfaces after the checks in flight, then close the peer
+// connections and the gossip.
 func (n *node) shutdown(ctx context.Context) error {
 	var errs []error
+	if err := n.cluster.Leave(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("leave: %w", err))
+	}
+	if err := n.router.Leave(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("handoff: %w", err))
+	}
+	n.log.Info("handed off", "keys", n.store.Len())
 	grpcDone := make(chan struct{})
 	go func() {
 		n.grpcServer.GracefulStop()
@@ -132,9 +176,50 @@ func (n *node) shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := n.router.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.cluster.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: %w", err))
+	}
 	err := errors.Join(errs...)
 	if err == nil {
 		n.log.Info("node stopped")
 	}
 	return err
+}
+
+func hostOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
+}
+
+// clusterStatus serves /v1/cluster and /v1/owner from the gossip view and
+// the router's ring.
+type clusterStatus struct {
+	cluster *cluster.Cluster
+	router  *forward.Router
+}
+
+func (s *clusterStatus) Owner(key string) (string, uint64) { return s.router.Owner(key) }
+
+func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
+	keys := s.router.PeerKeys(ctx)
+	onRing := map[string]bool{}
+	for _, name := range s.router.RingMembers() {
+		onRing[name] = true
+	}
+	st := api.ClusterStatus{Self: s.router.Self(), RingVersion: s.router.RingVersion()}
+	for _, m := range s.cluster.Members() {
+		k, ok := keys[m.Name]
+		if !ok {
+			k = -1
+		}
+		st.Members = append(st.Members, api.ClusterMember{Name: m.Name, GRPC: m.GRPCAddr, Gossip: m.GossipAddr,
+			State: string(m.State), OnRing: onRing[m.Name], Keys: k})
+	}
+	return st
 }

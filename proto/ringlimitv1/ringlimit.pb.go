@@ -79,6 +79,61 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{0}
 }
 
+// FailureMode says what a node answers when a check's owner cannot be
+// reached.
+type FailureMode int32
+
+const (
+	// Decide on a local bucket with the limit divided by the number of live
+	// members.
+	FailureMode_LOCAL FailureMode = 0
+	// Admit.
+	FailureMode_FAIL_OPEN FailureMode = 1
+	// Reject.
+	FailureMode_FAIL_CLOSED FailureMode = 2
+)
+
+// Enum value maps for FailureMode.
+var (
+	FailureMode_name = map[int32]string{
+		0: "LOCAL",
+		1: "FAIL_OPEN",
+		2: "FAIL_CLOSED",
+	}
+	FailureMode_value = map[string]int32{
+		"LOCAL":       0,
+		"FAIL_OPEN":   1,
+		"FAIL_CLOSED": 2,
+	}
+)
+
+func (x FailureMode) Enum() *FailureMode {
+	p := new(FailureMode)
+	*p = x
+	return p
+}
+
+func (x FailureMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailureMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_ringlimit_v1_ringlimit_proto_enumTypes[1].Descriptor()
+}
+
+func (FailureMode) Type() protoreflect.EnumType {
+	return &file_ringlimit_v1_ringlimit_proto_enumTypes[1]
+}
+
+func (x FailureMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailureMode.Descriptor instead.
+func (FailureMode) EnumDescriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
+}
+
 // Limit is `limit` per `per_ms` milliseconds: the sustained rate of the
 // buckets, the count per window of the window algorithms.
 type Limit struct {
@@ -88,7 +143,8 @@ type Limit struct {
 	PerMs     int64                  `protobuf:"varint,3,opt,name=per_ms,json=perMs,proto3" json:"per_ms,omitempty"`
 	// Bucket capacity (token bucket) or queue size (leaky bucket); 0 means
 	// `limit`. Ignored by the window algorithms.
-	Burst         int64 `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	Burst         int64       `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	FailureMode   FailureMode `protobuf:"varint,5,opt,name=failure_mode,json=failureMode,proto3,enum=ringlimit.v1.FailureMode" json:"failure_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +205,13 @@ func (x *Limit) GetBurst() int64 {
 		return x.Burst
 	}
 	return 0
+}
+
+func (x *Limit) GetFailureMode() FailureMode {
+	if x != nil {
+		return x.FailureMode
+	}
+	return FailureMode_LOCAL
 }
 
 type Check struct {
@@ -417,12 +480,13 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\x81\x01\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xbf\x01\n" +
 	"\x05Limit\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ms\x18\x03 \x01(\x03R\x05perMs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"f\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12<\n" +
+	"\ffailure_mode\x18\x05 \x01(\x0e2\x19.ringlimit.v1.FailureModeR\vfailureMode\"f\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12)\n" +
@@ -447,7 +511,11 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\fLEAKY_BUCKET\x10\x01\x12\x10\n" +
 	"\fFIXED_WINDOW\x10\x02\x12\x16\n" +
 	"\x12SLIDING_WINDOW_LOG\x10\x03\x12\x1a\n" +
-	"\x16SLIDING_WINDOW_COUNTER\x10\x042O\n" +
+	"\x16SLIDING_WINDOW_COUNTER\x10\x04*8\n" +
+	"\vFailureMode\x12\t\n" +
+	"\x05LOCAL\x10\x00\x12\r\n" +
+	"\tFAIL_OPEN\x10\x01\x12\x0f\n" +
+	"\vFAIL_CLOSED\x10\x022O\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
 
@@ -463,28 +531,30 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 	return file_ringlimit_v1_ringlimit_proto_rawDescData
 }
 
-var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),        // 0: ringlimit.v1.Algorithm
-	(*Limit)(nil),         // 1: ringlimit.v1.Limit
-	(*Check)(nil),         // 2: ringlimit.v1.Check
-	(*CheckRequest)(nil),  // 3: ringlimit.v1.CheckRequest
-	(*Decision)(nil),      // 4: ringlimit.v1.Decision
-	(*CheckResponse)(nil), // 5: ringlimit.v1.CheckResponse
+	(FailureMode)(0),      // 1: ringlimit.v1.FailureMode
+	(*Limit)(nil),         // 2: ringlimit.v1.Limit
+	(*Check)(nil),         // 3: ringlimit.v1.Check
+	(*CheckRequest)(nil),  // 4: ringlimit.v1.CheckRequest
+	(*Decision)(nil),      // 5: ringlimit.v1.Decision
+	(*CheckResponse)(nil), // 6: ringlimit.v1.CheckResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0, // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
-	1, // 1: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
-	2, // 2: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
-	4, // 3: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
-	3, // 4: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	5, // 5: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1, // 1: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
+	2, // 2: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
+	3, // 3: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
+	5, // 4: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
+	4, // 5: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	6, // 6: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -498,7 +568,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -1,0 +1,130 @@
+package bucket
+
+import "github.com/cespare/xxhash/v2"
+
+// State moves between nodes as the cost spent under a limit ("used"): any
+// node can rebuild it on its own clock with setUsed, and merging two states
+// keeps the larger used, so a merge never grants more than either side had.
+
+// Has reports whether key has state in the store. It does not touch the LRU
+// order.
+func (s *Store) Has(key string) bool {
+	h := xxhash.Sum64String(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.lookup(h, key) != none
+}
+
+// Used returns the limit key's state was built under and the cost spent at
+// time now (rounded up), or ok == false if the store has no state for key.
+func (s *Store) Used(key string, now int64) (l Limit, used int64, ok bool) {
+	h := xxhash.Sum64String(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(h, key)
+	if i == none {
+		return Limit{}, 0, false
+	}
+	e := sh.at(i)
+	l, ok = sh.limits[e.fp]
+	if !ok {
+		return Limit{}, 0, false
+	}
+	return l, l.used(&e.st, sh.logs[i], now), true
+}
+
+// Merge folds a state received from another node into key: afterwards the
+// key has spent at least used under l at time now, and no less than it had
+// spent before. It returns an error, changing nothing, for a bad key or
+// limit.
+func (s *Store) Merge(key string, l *Limit, now, used int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if !l.Valid() {
+		return ErrLimit
+	}
+	h := xxhash.Sum64String(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(h, key)
+	if i == none {
+		i = sh.insert(h, key)
+		e := sh.at(i)
+		e.fp = l.fp
+		sh.remember(l)
+		var log []int64
+		l.setUsed(&e.st, &log, now, used)
+		if l.alg == SlidingWindowLog {
+			sh.logs[i] = log
+		}
+		return nil
+	}
+	sh.touch(i)
+	e := sh.at(i)
+	if e.fp != l.fp {
+		sh.convert(e, i, l, now)
+	}
+	log := sh.logs[i]
+	if used > l.used(&e.st, log, now) {
+		l.setUsed(&e.st, &log, now, used)
+		if l.alg == SlidingWindowLog {
+			sh.logs[i] = log
+		}
+	}
+	return nil
+}
+
+// Delete drops key's state. It reports whether the key was held.
+func (s *Store) Delete(key string) bool {
+	h := xxhash.Sum64String(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(h, key)
+	if i == none {
+		return false
+	}
+	sh.remove(i)
+	sh.free = append(sh.free, i)
+	return true
+}
+
+// Snapshot is one key's state as Range reports it.
+type Snapshot struct {
+	Key   string
+	Limit Limit
+	Used  int64
+}
+
+// Range calls fn with the state of every key, one shard at a time: each
+// shard is copied under its lock and fn runs outside it, so fn may call the
+// store or block. Keys added or removed during Range may or may not be seen.
+// Range stops early when fn returns false.
+func (s *Store) Range(now int64, fn func(batch []Snapshot) bool) {
+	var batch []Snapshot
+	for i := range s.shards {
+		sh := &s.shards[i]
+		batch = batch[:0]
+		sh.mu.Lock()
+		for j := sh.head; j != none; j = sh.at(j).next {
+			e := sh.at(j)
+			l, ok := sh.limits[e.fp]
+			if !ok {
+				continue
+			}
+			batch = append(batch, Snapshot{Key: e.key, Limit: l, Used: l.used(&e.st, sh.logs[j], now)})
+		}
+		sh.mu.Unlock()
+		if len(batch) > 0 && !fn(batch) {
+			return
+		}
+	}
+}
+
+func (s *Store) shard(h uint64) *shard {
+	return &s.shards[h>>s.shift&uint64(len(s.shards)-1)]
+}

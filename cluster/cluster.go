@@ -1,0 +1,485 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// State is a member's state as this member sees it.
+type State string
+
+const (
+	// StateAlive: the member answers probes.
+	StateAlive State = "alive"
+	// StateSuspect: this member's own latest probe of it failed; unless it
+	// refutes, it will be declared dead after the suspicion timeout. A
+	// suspect member stays in Alive (it still owns its keys). Best effort:
+	// memberlist v0.7.0 raises no event for suspicion, so this is derived
+	// from this member's own probes; a suspicion learned only from gossip
+	// shows as alive, and a suspect member becomes alive again on the next
+	// probe it answers.
+	StateSuspect State = "suspect"
+	// StateDead: the member stopped answering and was declared failed.
+	StateDead State = "dead"
+	// StateLeft: the member left gracefully (Leave or Close).
+	StateLeft State = "left"
+)
+
+// onRing reports whether a member in state s belongs on the hash ring.
+func (s State) onRing() bool { return s == StateAlive || s == StateSuspect }
+
+// Member is one member of the cluster as this member sees it. It is a plain
+// value; the slices returned by Members, Alive and passed to Listener are
+// fresh copies that the caller may keep and modify.
+type Member struct {
+	Name       string // unique name (Config.Name)
+	GRPCAddr   string // peer gRPC address, host:port, from the member's metadata
+	GossipAddr string // gossip address, host:port
+	State      State
+}
+
+// Listener is told the members that belong on the hash ring (alive and
+// suspect members, sorted by name, this member included while it has not
+// left) after every change of that list (a member added or removed, or one
+// of them changing state or metadata), starting with this member alone right
+// after New.
+//
+// Concurrency: MembersChanged is called from a single goroutine owned by the
+// Cluster, one call at a time, in the order the changes happened. Bursts are
+// coalesced: a listener that falls behind is next given the latest list, not
+// every intermediate one. Calls never come from memberlist's goroutines, so a
+// slow listener never delays failure detection, but it delays later
+// notifications and Close; it must not block for long and must not call
+// Close (Members, Alive and LocalAddr are fine). The slice is the listener's
+// to keep.
+type Listener interface {
+	MembersChanged(alive []Member)
+}
+
+// ListenerFunc adapts a function to Listener.
+type ListenerFunc func(alive []Member)
+
+// MembersChanged calls f(alive).
+func (f ListenerFunc) MembersChanged(alive []Member) { f(alive) }
+
+// ErrClosed is returned by Leave after Close.
+var ErrClosed = errors.New("cluster: closed")
+
+// leaveWaitWithoutDeadline bounds how long Leave waits for its broadcast
+// when its context has no deadline.
+const leaveWaitWithoutDeadline = 5 * time.Second
+
+// Cluster is this process's membership in a ringlimit cluster: it gossips
+// with the other members, detects failures, advertises Config.GRPCAddr and
+// reports changes to Config.Listener.
+//
+// Lifecycle: New starts it (and joins the seeds in the background); Leave
+// announces a graceful departure; Close leaves if needed and stops
+// everything. A Cluster cannot rejoin after Leave: create a new one.
+//
+// Concurrency: all methods are safe for concurrent use.
+type Cluster struct {
+	cfg       Config // with defaults; read-only after New
+	log       *slog.Logger
+	ml        *memberlist.Memberlist
+	localAddr string
+
+	leaving atomic.Bool // advertised in our metadata; read by NodeMeta
+
+	mu      sync.Mutex // guards members; never held while calling out
+	members map[string]*record
+
+	kick chan struct{} // capacity 1: "the member list may have changed"
+
+	life      sync.Mutex // serialises Leave and Close; guards left, closed
+	left      bool       // Leave was started
+	closed    bool       // memberlist is shut down
+	closeOnce sync.Once
+	closeErr  error
+
+	stopJoin   context.CancelFunc
+	joinDone   chan struct{}
+	stopEvents chan struct{}
+	eventsDone chan struct{}
+}
+
+// record is what we know about one member.
+type record struct {
+	m       Member
+	leaving bool      // its metadata announced a graceful leave
+	since   time.Time // last change of m.State
+}
+
+// New validates cfg, binds the gossip listeners, and returns at once: joining
+// the seeds happens in the background and is retried every
+// cfg.JoinRetryInterval until one seed answers (see Config.Seeds). The
+// returned Cluster must be closed with Close.
+func New(cfg Config) (*Cluster, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{
+		cfg:        cfg,
+		log:        logger,
+		members:    make(map[string]*record),
+		kick:       make(chan struct{}, 1),
+		joinDone:   make(chan struct{}),
+		stopEvents: make(chan struct{}),
+		eventsDone: make(chan struct{}),
+	}
+
+	ml, err := memberlist.Create(c.memberlistConfig())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start memberlist on %s: %w", cfg.BindAddr, err)
+	}
+	c.ml = ml
+	c.localAddr = ml.LocalNode().Address()
+
+	go c.eventLoop()
+
+	seeds := c.otherSeeds()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopJoin = cancel
+	if len(seeds) == 0 {
+		close(c.joinDone)
+	} else {
+		go c.joinLoop(ctx, seeds)
+	}
+	c.log.Info("cluster: started", "name", cfg.Name, "gossip", c.localAddr, "grpc", cfg.GRPCAddr, "seeds", seeds)
+	return c, nil
+}
+
+func (c *Cluster) memberlistConfig() *memberlist.Config {
+	cfg := c.cfg
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	ip, port, _ := splitIPPort(cfg.BindAddr) // validated
+	mc.BindAddr = ip.String()
+	mc.BindPort = port
+	mc.AdvertiseAddr = ""
+	mc.AdvertisePort = port
+	if cfg.AdvertiseAddr != "" {
+		aip, aport, _ := splitIPPort(cfg.AdvertiseAddr) // validated
+		mc.AdvertiseAddr = aip.String()
+		if aport != 0 {
+			mc.AdvertisePort = aport
+		}
+	}
+	mc.ProbeInterval = cfg.ProbeInterval
+	mc.ProbeTimeout = cfg.ProbeTimeout
+	mc.SuspicionMult = cfg.SuspicionMult
+	mc.SuspicionMaxTimeoutMult = cfg.SuspicionMaxTimeoutMult
+	mc.GossipInterval = cfg.GossipInterval
+	mc.GossipToTheDeadTime = cfg.GossipToTheDeadTime
+	mc.PushPullInterval = cfg.PushPullInterval
+	mc.TCPTimeout = cfg.TCPTimeout
+	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
+
+	d := &delegate{c: c}
+	mc.Delegate = d
+	mc.Events = d
+	mc.Alive = d
+	mc.Ping = d
+	mc.Logger = newMemberlistLogger(c.log, c.suspected)
+	return mc
+}
+
+// otherSeeds returns the configured seeds minus this member's own address.
+func (c *Cluster) otherSeeds() []string {
+	var out []string
+	for _, s := range c.cfg.Seeds {
+		if s == c.localAddr || s == c.cfg.BindAddr {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// joinLoop tries to join seeds until one answers or ctx is cancelled.
+func (c *Cluster) joinLoop(ctx context.Context, seeds []string) {
+	defer close(c.joinDone)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		n, err := c.ml.Join(seeds)
+		if ctx.Err() != nil {
+			return
+		}
+		if n > 0 {
+			c.log.Info("cluster: joined", "contacted", n, "seeds", seeds, "attempt", attempt)
+			return
+		}
+		c.log.Warn("cluster: join failed, will retry", "seeds", seeds, "attempt", attempt,
+			"retry_in", c.cfg.JoinRetryInterval, "err", err)
+		timer.Reset(c.cfg.JoinRetryInterval)
+	}
+}
+
+// eventLoop delivers the ring membership to the Listener, one call at a
+// time, whenever it changed.
+func (c *Cluster) eventLoop() {
+	defer close(c.eventsDone)
+	var last []Member
+	delivered := false
+	for {
+		select {
+		case <-c.stopEvents:
+			return
+		case <-c.kick:
+		}
+		alive := c.Alive()
+		if delivered && slices.Equal(alive, last) {
+			continue
+		}
+		last, delivered = alive, true
+		if c.cfg.Listener != nil {
+			c.cfg.Listener.MembersChanged(slices.Clone(alive))
+		}
+	}
+}
+
+// changed wakes eventLoop without ever blocking (memberlist calls us with
+// its locks held).
+func (c *Cluster) changed() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Members returns every member this member knows, sorted by name: alive and
+// suspect ones, and those that died or left within Config.DepartedRetention
+// (with their state). This member is included. After Close it keeps
+// reporting the last view (this member as left).
+func (c *Cluster) Members() []Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pruneLocked(time.Now())
+	return c.listLocked(func(State) bool { return true })
+}
+
+// Alive returns the members that belong on the hash ring (alive and
+// suspect), sorted by name. This member is included until it leaves.
+func (c *Cluster) Alive() []Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.listLocked(State.onRing)
+}
+
+func (c *Cluster) listLocked(keep func(State) bool) []Member {
+	out := make([]Member, 0, len(c.members))
+	for _, r := range c.members {
+		if keep(r.m.State) {
+			out = append(out, r.m)
+		}
+	}
+	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// pruneLocked forgets members that departed more than DepartedRetention ago.
+func (c *Cluster) pruneLocked(now time.Time) {
+	for name, r := range c.members {
+		if !r.m.State.onRing() && now.Sub(r.since) > c.cfg.DepartedRetention {
+			delete(c.members, name)
+		}
+	}
+}
+
+// LocalAddr returns the gossip address other members reach this one at
+// (host:port, with the real port when BindAddr asked for port 0). Seeds of
+// other members can point here.
+func (c *Cluster) LocalAddr() string { return c.localAddr }
+
+// Leave announces that this member is leaving and waits, until ctx is done,
+// for the announcement to be gossiped (a context without a deadline waits at
+// most 5s). The other members then report it as StateLeft and drop it from
+// their ring; it keeps answering gossip until Close. It is not an error to
+// call Leave twice; the second call returns at once. Leave does not stop the
+// Cluster: call Close.
+//
+// Even when ctx is already done, the leave is still announced (without
+// waiting) and later calls report success; the error only says that
+// propagation was not confirmed. With too short a ctx some members may report
+// this one as dead rather than left: the leaving flag goes out in a first
+// broadcast, the leave itself in a second.
+func (c *Cluster) Leave(ctx context.Context) error {
+	c.life.Lock()
+	defer c.life.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return c.leaveLocked(ctx)
+}
+
+func (c *Cluster) leaveLocked(ctx context.Context) error {
+	if c.left {
+		return nil
+	}
+	c.left = true
+	// First re-advertise our metadata with the leaving flag, so that peers
+	// can tell this departure from a crash, then broadcast the leave itself.
+	c.leaving.Store(true)
+	var errs []error
+	if err := c.ml.UpdateNode(waitBudget(ctx)); err != nil {
+		errs = append(errs, fmt.Errorf("announce leaving: %w", err))
+	}
+	if err := c.ml.Leave(waitBudget(ctx)); err != nil {
+		errs = append(errs, fmt.Errorf("broadcast leave: %w", err))
+	}
+	if len(errs) == 0 {
+		c.log.Info("cluster: left", "name", c.cfg.Name)
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("cluster: leave not confirmed: %w", errors.Join(errs...))
+}
+
+// waitBudget turns ctx into the timeout memberlist wants (where 0 would mean
+// "wait forever").
+func waitBudget(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return leaveWaitWithoutDeadline
+	}
+	return max(time.Until(d), time.Millisecond)
+}
+
+// Close leaves the cluster if Leave was not called (bounded by ctx), stops
+// the join loop, shuts memberlist down and stops the Listener goroutine. It
+// waits for its goroutines until ctx is done; it returns an error when the
+// leave was not confirmed or a goroutine did not stop in time (a join attempt
+// in progress can take up to Config.TCPTimeout, a listener call as long as
+// the listener takes). Close is idempotent: later calls return the first
+// call's result.
+func (c *Cluster) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() { c.closeErr = c.close(ctx) })
+	return c.closeErr
+}
+
+func (c *Cluster) close(ctx context.Context) error {
+	var errs []error
+	c.stopJoin()
+	if err := waitDone(ctx, c.joinDone); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: join attempt still running: %w", err))
+	}
+
+	c.life.Lock()
+	if err := c.leaveLocked(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.ml.Shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: shut down memberlist: %w", err))
+	}
+	c.closed = true
+	c.life.Unlock()
+
+	close(c.stopEvents)
+	if err := waitDone(ctx, c.eventsDone); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: listener still running: %w", err))
+	}
+	c.log.Info("cluster: closed", "name", c.cfg.Name)
+	return errors.Join(errs...)
+}
+
+func waitDone(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// upsert records that member n is alive with metadata m.
+func (c *Cluster) upsert(n *memberlist.Node, m meta) {
+	c.mu.Lock()
+	r, ok := c.members[n.Name]
+	if !ok {
+		r = &record{}
+		c.members[n.Name] = r
+	}
+	if r.m.State != StateAlive {
+		r.since = time.Now()
+	}
+	r.m = Member{
+		Name:       n.Name,
+		GRPCAddr:   m.grpcAddr,
+		GossipAddr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
+		State:      StateAlive,
+	}
+	r.leaving = m.leaving
+	c.mu.Unlock()
+	c.changed()
+}
+
+// setState moves member name from one of the states in from to state to.
+func (c *Cluster) setState(name string, to State, from ...State) {
+	c.mu.Lock()
+	r, ok := c.members[name]
+	moved := ok && slices.Contains(from, r.m.State)
+	if moved {
+		r.m.State = to
+		r.since = time.Now()
+	}
+	c.mu.Unlock()
+	if moved {
+		c.changed()
+	}
+}
+
+// departed records that member name died or left: left if its metadata
+// announced a graceful leave, dead otherwise.
+func (c *Cluster) departed(name string) {
+	c.mu.Lock()
+	r, ok := c.members[name]
+	var state State
+	if ok {
+		state = StateDead
+		if r.leaving {
+			state = StateLeft
+		}
+		r.m.State = state
+		r.since = time.Now()
+		c.pruneLocked(r.since)
+	}
+	c.mu.Unlock()
+	if ok {
+		c.log.Info("cluster: member departed", "member", name, "state", state)
+		c.changed()
+	}
+}
+
+// suspected is called when this member's own probe of name failed.
+func (c *Cluster) suspected(name string) {
+	c.setState(name, StateSuspect, StateAlive)
+}

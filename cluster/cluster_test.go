@@ -1,0 +1,716 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// ---------------------------------------------------------------------------
+// helpers
+
+// testLog is a slog.Handler that counts records by message and forwards
+// records at or above level to t.Log while the test runs (memberlist may log
+// from timers after a node is closed; those are dropped, not sent to a
+// finished test). RINGLIMIT_TEST_DEBUG=1 forwards everything.
+type testLog struct {
+	mu     sync.Mutex
+	t      testing.TB
+	name   string // node name prefixed to forwarded lines
+	level  slog.Level
+	done   bool
+	counts map[string]int
+}
+
+func newTestLog(t testing.TB, name string) *testLog {
+	l := &testLog{t: t, name: name, level: slog.LevelWarn, counts: map[string]int{}}
+	if os.Getenv("RINGLIMIT_TEST_DEBUG") != "" {
+		l.level = slog.LevelDebug
+	}
+	t.Cleanup(func() { // registered first, so it runs after the nodes close
+		l.mu.Lock()
+		l.done = true
+		l.mu.Unlock()
+	})
+	return l
+}
+
+func (l *testLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *testLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *testLog) WithGroup(string) slog.Handler            { return l }
+func (l *testLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts[r.Message]++
+	if !l.done && r.Level >= l.level {
+		var b strings.Builder
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		l.t.Logf("[%s] %s %s%s", l.name, r.Level, r.Message, b.String())
+	}
+	return nil
+}
+
+func (l *testLog) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.counts[msg]
+}
+
+// recorder is a Listener that keeps every list it was given.
+type recorder struct {
+	mu       sync.Mutex
+	calls    [][]Member
+	inFlight atomic.Int32
+	maxIn    atomic.Int32
+	delay    time.Duration
+}
+
+func (r *recorder) MembersChanged(alive []Member) {
+	n := r.inFlight.Add(1)
+	defer r.inFlight.Add(-1)
+	for {
+		m := r.maxIn.Load()
+		if n <= m || r.maxIn.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	time.Sleep(r.delay) // simulates a slow listener when delay > 0
+	r.mu.Lock()
+	r.calls = append(r.calls, alive)
+	r.mu.Unlock()
+}
+
+func (r *recorder) last() []Member {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.calls) == 0 {
+		return nil
+	}
+	return r.calls[len(r.calls)-1]
+}
+
+// saw reports whether some call listed member name in state s.
+func (r *recorder) saw(name string, s State) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, call := range r.calls {
+		for _, m := range call {
+			if m.Name == name && m.State == s {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type testNode struct {
+	*Cluster
+	name string
+	grpc string
+	rec  *recorder
+	log  *testLog
+}
+
+type nodeOpt func(*Config)
+
+func withBind(addr string) nodeOpt { return func(c *Config) { c.BindAddr = addr } }
+func withSeeds(seeds ...string) nodeOpt {
+	return func(c *Config) { c.Seeds = seeds }
+}
+func withListener(l Listener) nodeOpt { return func(c *Config) { c.Listener = l } }
+
+// startNode starts a member with DefaultLocalConfig on 127.0.0.1:0 and closes
+// it when the test ends.
+func startNode(t *testing.T, name string, opts ...nodeOpt) *testNode {
+	t.Helper()
+	n := &testNode{name: name, grpc: name + ".grpc.test:9091", rec: &recorder{}, log: newTestLog(t, name)}
+	cfg := DefaultLocalConfig()
+	cfg.Name = name
+	cfg.GRPCAddr = n.grpc
+	cfg.Listener = n.rec
+	cfg.Logger = slog.New(n.log)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New(%s): %v", name, err)
+	}
+	n.Cluster = c
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("Close(%s): %v", name, err)
+		}
+	})
+	return n
+}
+
+// startCluster starts len(names) members, all but the first seeded with the
+// first, and waits until every one sees all of them alive.
+func startCluster(t *testing.T, names ...string) []*testNode {
+	t.Helper()
+	nodes := []*testNode{startNode(t, names[0])}
+	for _, name := range names[1:] {
+		nodes = append(nodes, startNode(t, name, withSeeds(nodes[0].LocalAddr())))
+	}
+	waitFor(t, 10*time.Second, "cluster converges", func() error {
+		return expectAlive(nodes, nodes...)
+	})
+	return nodes
+}
+
+// crash stops n's memberlist without a leave: to its peers this is what a
+// kill -9 looks like. Close still works afterwards.
+func (n *testNode) crash() {
+	n.life.Lock()
+	n.left = true // nothing to announce any more
+	n.life.Unlock()
+	_ = n.ml.Shutdown()
+}
+
+// waitFor polls cond until it returns nil or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// expectAlive checks that every observer's Alive() is exactly want, with
+// their metadata, and that each observer's Listener was told the same list.
+func expectAlive(observers []*testNode, want ...*testNode) error {
+	wantList := make([]Member, 0, len(want))
+	for _, w := range want {
+		wantList = append(wantList, Member{Name: w.name, GRPCAddr: w.grpc, GossipAddr: w.LocalAddr(), State: StateAlive})
+	}
+	slices.SortFunc(wantList, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	for _, o := range observers {
+		if got := o.Alive(); !slices.Equal(got, wantList) {
+			return fmt.Errorf("%s: Alive() = %v, want %v", o.name, got, wantList)
+		}
+		if got := o.rec.last(); !slices.Equal(got, wantList) {
+			return fmt.Errorf("%s: listener last told %v, want %v", o.name, got, wantList)
+		}
+	}
+	return nil
+}
+
+// expectDeparted checks that every observer lists name in Members() with
+// state want, and not in Alive() nor in the listener's latest list.
+func expectDeparted(observers []*testNode, name string, want State) error {
+	for _, o := range observers {
+		if slices.ContainsFunc(o.Alive(), func(m Member) bool { return m.Name == name }) {
+			return fmt.Errorf("%s: %s still in Alive()", o.name, name)
+		}
+		if slices.ContainsFunc(o.rec.last(), func(m Member) bool { return m.Name == name }) {
+			return fmt.Errorf("%s: %s still in listener's list", o.name, name)
+		}
+		i := slices.IndexFunc(o.Members(), func(m Member) bool { return m.Name == name })
+		if i < 0 {
+			return fmt.Errorf("%s: %s missing from Members()", o.name, name)
+		}
+		if got := o.Members()[i].State; got != want {
+			return fmt.Errorf("%s: %s state %q, want %q", o.name, name, got, want)
+		}
+	}
+	return nil
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// ---------------------------------------------------------------------------
+// membership
+
+func TestThreeNodesConverge(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, "a", "b", "c")
+	for _, n := range nodes {
+		if got, want := n.Members(), n.Alive(); !slices.Equal(got, want) {
+			t.Errorf("%s: Members() = %v, want the alive list %v", n.name, got, want)
+		}
+		if n.rec.maxIn.Load() > 1 {
+			t.Errorf("%s: listener ran concurrently", n.name)
+		}
+		if !strings.HasPrefix(n.LocalAddr(), "127.0.0.1:") || strings.HasSuffix(n.LocalAddr(), ":0") {
+			t.Errorf("%s: LocalAddr() = %q, want 127.0.0.1 with the picked port", n.name, n.LocalAddr())
+		}
+	}
+	// The first notification is the member alone, right after New.
+	a := nodes[0]
+	a.rec.mu.Lock()
+	first := a.rec.calls[0]
+	a.rec.mu.Unlock()
+	if len(first) != 1 || first[0].Name != "a" {
+		t.Errorf("a: first notification %v, want a alone", first)
+	}
+}
+
+func TestGracefulLeave(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, "a", "b", "c")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+
+	if err := b.Leave(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if err := b.Leave(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("second Leave: %v", err)
+	}
+	waitFor(t, 5*time.Second, "survivors see b left", func() error {
+		if err := expectAlive([]*testNode{a, c}, a, c); err != nil {
+			return err
+		}
+		return expectDeparted([]*testNode{a, c}, "b", StateLeft)
+	})
+	if slices.ContainsFunc(b.Alive(), func(m Member) bool { return m.Name == "b" }) {
+		t.Errorf("b: still lists itself in Alive() after Leave: %v", b.Alive())
+	}
+	if err := b.Close(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Close after Leave: %v", err)
+	}
+	// The survivors keep their verdict after b is gone.
+	if err := expectDeparted([]*testNode{a, c}, "b", StateLeft); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCloseLeavesAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, "a", "b")
+	a, b := nodes[0], nodes[1]
+
+	start := time.Now()
+	if err := b.Close(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	t.Logf("Close took %v", time.Since(start))
+	if err := b.Close(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := b.Leave(ctxTimeout(t, time.Second)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Leave after Close = %v, want ErrClosed", err)
+	}
+	// Close announced the departure: a sees b left (not dead).
+	waitFor(t, 5*time.Second, "a sees b left", func() error {
+		return expectDeparted([]*testNode{a}, "b", StateLeft)
+	})
+	// b's own view keeps the last state it knew, itself as left.
+	if err := expectDeparted([]*testNode{b}, "b", StateLeft); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestAbruptDeath checks the failure-detection bound that DefaultLocalConfig
+// promises: every survivor drops a crashed member within 2s. It is a
+// correctness bound of the configured timings, not a benchmark; the measured
+// figures are logged.
+func TestAbruptDeath(t *testing.T) {
+	const bound = 2 * time.Second
+	for run := 1; run <= 3; run++ {
+		t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
+			nodes := startCluster(t, "a", "b", "c")
+			survivors, victim := nodes[:2], nodes[2]
+
+			start := time.Now()
+			victim.crash()
+			dropped := make(map[string]time.Duration)
+			waitFor(t, 10*time.Second, "survivors drop c", func() error {
+				for _, s := range survivors {
+					if _, ok := dropped[s.name]; ok {
+						continue
+					}
+					if !slices.ContainsFunc(s.Alive(), func(m Member) bool { return m.Name == "c" }) {
+						dropped[s.name] = time.Since(start)
+					}
+				}
+				if len(dropped) < len(survivors) {
+					return fmt.Errorf("dropped so far: %v", dropped)
+				}
+				return nil
+			})
+			worst := max(dropped["a"], dropped["b"])
+			t.Logf("crash detected: a after %v, b after %v (bound %v)",
+				dropped["a"].Round(time.Millisecond), dropped["b"].Round(time.Millisecond), bound)
+			if worst > bound {
+				t.Errorf("a survivor took %v to drop the crashed member, want ≤ %v", worst, bound)
+			}
+			waitFor(t, 5*time.Second, "survivors see c dead", func() error {
+				return expectDeparted(survivors, "c", StateDead)
+			})
+			// Suspicion always starts with some survivor's own failed probe,
+			// which this package reports as StateSuspect before the death.
+			if !survivors[0].rec.saw("c", StateSuspect) && !survivors[1].rec.saw("c", StateSuspect) {
+				t.Errorf("no survivor reported c as suspect before it died (memberlist log line changed?)")
+			}
+		})
+	}
+}
+
+func TestRestartSameNameAndAddress(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"crash", "leave"} {
+		t.Run("after "+how, func(t *testing.T) {
+			t.Parallel()
+			nodes := startCluster(t, "a", "b", "c")
+			a, b, c := nodes[0], nodes[1], nodes[2]
+			addr := c.LocalAddr()
+
+			want := StateDead
+			if how == "crash" {
+				c.crash()
+			} else {
+				want = StateLeft
+				if err := c.Close(ctxTimeout(t, 5*time.Second)); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			}
+			waitFor(t, 5*time.Second, "survivors see c gone", func() error {
+				return expectDeparted([]*testNode{a, b}, "c", want)
+			})
+
+			c2 := startNode(t, "c", withBind(addr), withSeeds(a.LocalAddr()))
+			if c2.LocalAddr() != addr {
+				t.Fatalf("restarted c on %s, want %s", c2.LocalAddr(), addr)
+			}
+			waitFor(t, 10*time.Second, "restarted c is alive everywhere", func() error {
+				return expectAlive([]*testNode{a, b, c2}, a, b, c2)
+			})
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// joining
+
+const joinFailed = "cluster: join failed, will retry"
+
+func TestJoinRetry(t *testing.T) {
+	t.Parallel()
+
+	t.Run("dead seed only", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		n := startNode(t, "orphan", withSeeds(deadAddr(t)), func(c *Config) { c.JoinRetryInterval = 20 * time.Millisecond })
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("New took %v with an unreachable seed, want it to return at once", d)
+		}
+		waitFor(t, 5*time.Second, "two failed join attempts", func() error {
+			if got := n.log.count(joinFailed); got < 2 {
+				return fmt.Errorf("%d failed attempts logged", got)
+			}
+			return nil
+		})
+		if err := expectAlive([]*testNode{n}, n); err != nil {
+			t.Error(err)
+		}
+		start = time.Now()
+		if err := n.Close(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Close took %v while retrying to join, want it prompt", d)
+		}
+	})
+
+	t.Run("dead and alive seeds", func(t *testing.T) {
+		t.Parallel()
+		a := startNode(t, "a")
+		b := startNode(t, "b", withSeeds(deadAddr(t), a.LocalAddr()))
+		waitFor(t, 5*time.Second, "b joins a", func() error {
+			return expectAlive([]*testNode{a, b}, a, b)
+		})
+		if got := b.log.count(joinFailed); got != 0 {
+			t.Errorf("b logged %d failed join attempts, want 0 (one seed answered)", got)
+		}
+	})
+
+	t.Run("seed comes up later", func(t *testing.T) {
+		t.Parallel()
+		later := deadAddr(t)
+		orphan := startNode(t, "orphan", withSeeds(later), func(c *Config) { c.JoinRetryInterval = 50 * time.Millisecond })
+		waitFor(t, 5*time.Second, "two failed join attempts", func() error {
+			if got := orphan.log.count(joinFailed); got < 2 {
+				return fmt.Errorf("%d failed attempts logged", got)
+			}
+			return nil
+		})
+		seed := startNode(t, "seed", withBind(later))
+		waitFor(t, 5*time.Second, "orphan joins the late seed", func() error {
+			return expectAlive([]*testNode{orphan, seed}, orphan, seed)
+		})
+	})
+
+}
+
+func TestOwnAddressIgnoredInSeeds(t *testing.T) {
+	c := &Cluster{
+		cfg:       Config{BindAddr: "0.0.0.0:7946", Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946", "0.0.0.0:7946", "10.0.0.3:7946"}},
+		localAddr: "10.0.0.2:7946",
+	}
+	if got, want := c.otherSeeds(), []string{"10.0.0.1:7946", "10.0.0.3:7946"}; !slices.Equal(got, want) {
+		t.Errorf("otherSeeds() = %v, want %v", got, want)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// listener and admission
+
+func TestSlowListenerDoesNotStallMembership(t *testing.T) {
+	t.Parallel()
+	slow := &recorder{delay: 150 * time.Millisecond}
+	a := startNode(t, "a", withListener(slow))
+	a.rec = slow
+	b := startNode(t, "b", withSeeds(a.LocalAddr()))
+	c := startNode(t, "c", withSeeds(a.LocalAddr()))
+
+	// Membership converges on a regardless of its slow listener...
+	waitFor(t, 5*time.Second, "a's view converges", func() error {
+		if got := len(a.Alive()); got != 3 {
+			return fmt.Errorf("a sees %d alive", got)
+		}
+		return nil
+	})
+	// ...and the listener eventually gets the final list, one call at a time.
+	waitFor(t, 5*time.Second, "listeners catch up", func() error {
+		return expectAlive([]*testNode{a, b, c}, a, b, c)
+	})
+	if got := slow.maxIn.Load(); got != 1 {
+		t.Errorf("listener ran %d calls concurrently, want 1", got)
+	}
+	slow.mu.Lock()
+	calls := len(slow.calls)
+	slow.mu.Unlock()
+	t.Logf("slow listener got %d calls", calls)
+}
+
+func TestForeignMemberRefused(t *testing.T) {
+	t.Parallel()
+	a := startNode(t, "a")
+
+	// A plain memberlist node without ringlimit metadata.
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name = "intruder"
+	mc.BindAddr = "127.0.0.1"
+	mc.BindPort = 0
+	mc.LogOutput = io.Discard
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ml.Shutdown() })
+	_, _ = ml.Join([]string{a.LocalAddr()})
+
+	waitFor(t, 5*time.Second, "a refuses the intruder", func() error {
+		if a.log.count("cluster: refusing member") == 0 {
+			return errors.New("not refused yet")
+		}
+		return nil
+	})
+	if slices.ContainsFunc(a.Members(), func(m Member) bool { return m.Name == "intruder" }) {
+		t.Errorf("a admitted a member without metadata: %v", a.Members())
+	}
+}
+
+// ---------------------------------------------------------------------------
+// configuration
+
+func TestConfigValidate(t *testing.T) {
+	valid := func() Config {
+		c := DefaultLocalConfig()
+		c.Name = "n1"
+		c.GRPCAddr = "127.0.0.1:9091"
+		return c
+	}
+	tests := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr string // substring; "" means valid
+	}{
+		{"local defaults", func(*Config) {}, ""},
+		{"LAN defaults", func(c *Config) { *c = DefaultLANConfig(); c.Name = "n1"; c.GRPCAddr = "10.0.0.1:9091" }, ""},
+		{"zero timings take LAN defaults", func(c *Config) {
+			*c = Config{Name: "n1", BindAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:9091"}
+		}, ""},
+		{"hostname seed", func(c *Config) { c.Seeds = []string{"node-2.example:7946"} }, ""},
+		{"empty name", func(c *Config) { c.Name = "" }, "Name is required"},
+		{"missing GRPCAddr", func(c *Config) { c.GRPCAddr = "" }, "GRPCAddr is required"},
+		{"GRPCAddr without port", func(c *Config) { c.GRPCAddr = "127.0.0.1" }, "GRPCAddr"},
+		{"GRPCAddr port 0", func(c *Config) { c.GRPCAddr = "127.0.0.1:0" }, "port 0"},
+		{"GRPCAddr unspecified", func(c *Config) { c.GRPCAddr = "0.0.0.0:9091" }, "not dialable"},
+		{"GRPCAddr too long", func(c *Config) { c.GRPCAddr = strings.Repeat("h", MaxGRPCAddrLen) + ":9091" }, "longer than"},
+		{"missing BindAddr", func(c *Config) { c.BindAddr = "" }, "BindAddr is required"},
+		{"BindAddr without port", func(c *Config) { c.BindAddr = "127.0.0.1" }, "BindAddr"},
+		{"BindAddr hostname", func(c *Config) { c.BindAddr = "localhost:7946" }, "not an IP address"},
+		{"BindAddr bad port", func(c *Config) { c.BindAddr = "127.0.0.1:99999" }, "port"},
+		{"AdvertiseAddr hostname", func(c *Config) { c.AdvertiseAddr = "example.com:7946" }, "AdvertiseAddr"},
+		{"seed without port", func(c *Config) { c.Seeds = []string{"10.0.0.2"} }, "Seeds[0]"},
+		{"seed port 0", func(c *Config) { c.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:0"} }, "Seeds[1]"},
+		{"negative probe interval", func(c *Config) { c.ProbeInterval = -time.Second }, "ProbeInterval must not be negative"},
+		{"probe timeout ≥ interval", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }, "below ProbeInterval"},
+		{"negative suspicion mult", func(c *Config) { c.SuspicionMult = -1 }, "SuspicionMult"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := valid()
+			tt.mutate(&cfg)
+			before := fmt.Sprint(cfg)
+			err := cfg.Validate()
+			if fmt.Sprint(cfg) != before {
+				t.Errorf("Validate modified the config")
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.wantErr)
+			case err != nil && !strings.HasPrefix(err.Error(), "cluster: "):
+				t.Errorf("error %q lacks the package prefix", err)
+			}
+			if err != nil {
+				if _, nerr := New(cfg); nerr == nil || nerr.Error() != err.Error() {
+					t.Errorf("New() = %v, want the Validate error %v", nerr, err)
+				}
+			}
+		})
+	}
+}
+
+func TestNewBindError(t *testing.T) {
+	t.Parallel()
+	a := startNode(t, "a")
+	cfg := DefaultLocalConfig()
+	cfg.Name = "b"
+	cfg.GRPCAddr = "127.0.0.1:9091"
+	cfg.BindAddr = a.LocalAddr() // taken
+	if c, err := New(cfg); err == nil {
+		_ = c.Close(ctxTimeout(t, time.Second))
+		t.Fatal("New on a port in use succeeded")
+	}
+}
+
+func TestDefaultLocalConfigIsBuiltFromLAN(t *testing.T) {
+	lan, local := DefaultLANConfig(), DefaultLocalConfig()
+	ml := memberlist.DefaultLANConfig()
+	if lan.ProbeInterval != ml.ProbeInterval || lan.SuspicionMult != ml.SuspicionMult || lan.TCPTimeout != ml.TCPTimeout {
+		t.Errorf("DefaultLANConfig does not carry memberlist's LAN timings: %+v", lan)
+	}
+	if local.ProbeInterval >= lan.ProbeInterval || local.GossipInterval >= lan.GossipInterval {
+		t.Errorf("DefaultLocalConfig is not faster than LAN: %+v", local)
+	}
+	if lan.DepartedRetention != local.DepartedRetention || lan.DeadNodeReclaimTime != local.DeadNodeReclaimTime {
+		t.Errorf("DefaultLocalConfig changed fields unrelated to timing")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// metadata and memberlist's log lines
+
+func TestMetaRoundTrip(t *testing.T) {
+	for _, m := range []meta{
+		{grpcAddr: "127.0.0.1:9091"},
+		{grpcAddr: "node-1.example:9091", leaving: true},
+		{grpcAddr: "[::1]:9091"},
+		{grpcAddr: strings.Repeat("h", MaxGRPCAddrLen-5) + ":9091"},
+	} {
+		b := encodeMeta(m)
+		if len(b) > memberlist.MetaMaxSize {
+			t.Errorf("encodeMeta(%v) is %d bytes, over memberlist's limit", m, len(b))
+		}
+		got, err := decodeMeta(b)
+		if err != nil || got != m {
+			t.Errorf("decodeMeta(encodeMeta(%v)) = %v, %v", m, got, err)
+		}
+	}
+	for _, b := range [][]byte{nil, {1}, {2, 0, 'a', ':', '1'}, {1, 0}, []byte("\x01\x00no-port")} {
+		if m, err := decodeMeta(b); err == nil {
+			t.Errorf("decodeMeta(%q) = %v, want an error", b, m)
+		}
+	}
+	// Unknown flag bits are ignored (forward compatibility).
+	if m, err := decodeMeta([]byte("\x01\xfeh:1")); err != nil || m.leaving || m.grpcAddr != "h:1" {
+		t.Errorf("decodeMeta with unknown flags = %v, %v", m, err)
+	}
+}
+
+func TestMemberlistLogLines(t *testing.T) {
+	tests := []struct {
+		line      string
+		level     slog.Level
+		msg       string
+		suspected string
+	}{
+		{"[DEBUG] memberlist: Stream connection from=127.0.0.1:1\n", slog.LevelDebug, "memberlist: Stream connection from=127.0.0.1:1", ""},
+		{"[INFO] memberlist: Suspect node-2 has failed, no acks received\n", slog.LevelInfo, "memberlist: Suspect node-2 has failed, no acks received", "node-2"},
+		{"[WARN] memberlist: Refuting a suspect message (from: b)\n", slog.LevelWarn, "memberlist: Refuting a suspect message (from: b)", ""},
+		{"[ERR] memberlist: Failed fallback TCP ping: x\n", slog.LevelError, "memberlist: Failed fallback TCP ping: x", ""},
+		{"no prefix", slog.LevelInfo, "no prefix", ""},
+	}
+	for _, tt := range tests {
+		level, msg := parseMemberlistLine(tt.line)
+		if level != tt.level || msg != tt.msg {
+			t.Errorf("parseMemberlistLine(%q) = %v, %q; want %v, %q", tt.line, level, msg, tt.level, tt.msg)
+		}
+		name, ok := suspectedName(msg)
+		if name != tt.suspected || ok != (tt.suspected != "") {
+			t.Errorf("suspectedName(%q) = %q, %v; want %q", msg, name, ok, tt.suspected)
+		}
+	}
+
+	// The adapter routes lines into slog at their level.
+	h := &testLog{t: t, level: slog.LevelError + 1, counts: map[string]int{}}
+	var suspects []string
+	l := newMemberlistLogger(slog.New(h), func(n string) { suspects = append(suspects, n) })
+	l.Printf("[WARN] memberlist: hello")
+	l.Printf("[INFO] memberlist: Suspect x has failed, no acks received")
+	if h.count("memberlist: hello") != 1 || !slices.Equal(suspects, []string{"x"}) {
+		t.Errorf("adapter: counts %v, suspects %v", h.counts, suspects)
+	}
+}

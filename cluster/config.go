@@ -1,0 +1,382 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// metaHeaderLen is the number of bytes encodeMeta puts before the gRPC
+// address (format version and flags).
+const metaHeaderLen = 2
+
+// MaxGRPCAddrLen is the longest GRPCAddr a member can advertise: memberlist
+// limits node metadata to memberlist.MetaMaxSize (512) bytes, and the metadata
+// carries a 2-byte header in front of the address.
+const MaxGRPCAddrLen = memberlist.MetaMaxSize - metaHeaderLen
+
+// Config configures one member of the cluster. Build it from DefaultLANConfig
+// or DefaultLocalConfig and set Name, BindAddr, GRPCAddr and Seeds; New
+// validates it (see Validate). New copies the Config: changing it afterwards
+// has no effect.
+//
+// Zero durations and multipliers mean "the DefaultLANConfig value", so a
+// Config that only sets the required fields gets memberlist's conservative LAN
+// timings. Negative values are errors.
+//
+// # Failure detection and its trade-off
+//
+// memberlist (SWIM) detects a crashed member in three steps: some survivor
+// probes it (each member probes one other member per ProbeInterval, round
+// robin), the probe fails (no direct ack within ProbeTimeout, no indirect ack
+// and no TCP answer before the end of the ProbeInterval), the member is then
+// suspect for
+//
+//	SuspicionTimeout = SuspicionMult × max(1, log10(N)) × ProbeInterval
+//
+// (N = members known, dead ones included until they are forgotten) and then
+// declared dead, which gossip spreads within a few GossipIntervals. When N ≥
+// SuspicionMult, memberlist expects SuspicionMult-2 other members to confirm
+// the suspicion; without those confirmations the timeout starts at
+// SuspicionMaxTimeoutMult × SuspicionTimeout and only shrinks to
+// SuspicionTimeout as confirmations arrive. So, roughly:
+//
+//	detection ≈ (wait for a probe: up to a few ProbeIntervals) + ProbeInterval
+//	            + SuspicionTimeout (…× SuspicionMaxTimeoutMult without confirmations)
+//	            + a few GossipIntervals
+//
+// Shorter timings detect a crash sooner, which shortens the window in which
+// keys are routed to a dead owner, but they also raise the rate of false
+// suspicion: a member that stalls for longer than the suspicion timeout (GC
+// pause, CPU starvation, a saturated network, a laptop going to sleep) is
+// declared dead, its keys move, and it must refute and rejoin, which moves
+// them back (each move resets the moved buckets to full). Faster timings also
+// cost more probe and gossip traffic. Because the suspicion timeout grows
+// with log10(N), a large cluster detects more slowly than a small one with the
+// same settings.
+type Config struct {
+	// Name identifies this member and must be unique in the cluster.
+	// Required. A member restarted with the same Name and the same gossip
+	// address takes its old place (see DeadNodeReclaimTime for a new address).
+	Name string
+
+	// BindAddr is the host:port that gossip listens on, for both TCP and UDP
+	// (the same port for both). The host must be an IP literal ("0.0.0.0" for
+	// every interface). Port 0 picks a free port; LocalAddr reports it.
+	// Required.
+	BindAddr string
+
+	// AdvertiseAddr is the host:port other members use to reach this one,
+	// when it differs from BindAddr (NAT, containers). The host must be an IP
+	// literal; port 0 means the bound port. Empty: derived from BindAddr (for
+	// 0.0.0.0, memberlist picks a private address of this machine). With port
+	// 0 in BindAddr, the advertised port is always the picked port
+	// (memberlist overrides it).
+	AdvertiseAddr string
+
+	// GRPCAddr is the host:port where this member serves the peer gRPC API.
+	// It is advertised to the other members in the gossip metadata (at most
+	// MaxGRPCAddrLen bytes), so it must be dialable by them: a concrete host
+	// and a non-zero port, not 0.0.0.0. Required.
+	GRPCAddr string
+
+	// Seeds are host:port gossip addresses of members to join ("--join").
+	// Empty for the first member. Hostnames are resolved at every attempt.
+	// This member's own address is ignored if listed.
+	Seeds []string
+
+	// JoinRetryInterval is the pause between two attempts to join when no
+	// seed could be reached. New never fails or blocks because of
+	// unreachable seeds: it keeps retrying in the background, logging at
+	// warn level, until one seed answers or Close is called. Zero: 1s.
+	JoinRetryInterval time.Duration
+
+	// ProbeInterval is the time between two failure-detection probes sent by
+	// this member (to one other member each). Lower detects crashes sooner
+	// and costs more traffic. Zero: 1s (LAN).
+	ProbeInterval time.Duration
+
+	// ProbeTimeout is how long a direct probe waits for an ack before asking
+	// other members to probe indirectly. Set it around the 99th percentile
+	// of the round-trip time; must be below ProbeInterval. Zero: 500ms (LAN).
+	ProbeTimeout time.Duration
+
+	// SuspicionMult scales how long a member stays suspect before it is
+	// declared dead: SuspicionMult × max(1, log10(N)) × ProbeInterval. Higher
+	// gives a slow member more time to refute, and delays the detection of a
+	// real crash. Zero: 4 (LAN).
+	SuspicionMult int
+
+	// SuspicionMaxTimeoutMult bounds the suspicion timeout when the expected
+	// confirmations from other members do not arrive (a member with network
+	// trouble of its own, or a cluster where most members are gone):
+	// SuspicionMaxTimeoutMult × the suspicion timeout. Zero: 6 (LAN).
+	SuspicionMaxTimeoutMult int
+
+	// GossipInterval is the time between two rounds of gossip (membership
+	// news sent to 3 random members). Lower spreads joins, leaves and deaths
+	// faster and costs more packets. Zero: 200ms (LAN).
+	GossipInterval time.Duration
+
+	// GossipToTheDeadTime is how long after a member is declared dead gossip
+	// is still sent to it, so that a member wrongly declared dead hears it
+	// and refutes; it is also how long memberlist remembers the dead member
+	// before forgetting its name. Zero: 30s (LAN).
+	GossipToTheDeadTime time.Duration
+
+	// PushPullInterval is the time between two full state exchanges with a
+	// random member over TCP (anti-entropy: it repairs whatever gossip missed
+	// and lets a member wrongly declared dead learn it and refute). Lower
+	// heals faster and costs more. Zero: 30s (LAN).
+	PushPullInterval time.Duration
+
+	// TCPTimeout bounds each TCP operation: dialling a seed, a full state
+	// exchange. One join attempt to an address that drops packets takes up
+	// to this long, and Close may wait for it. Zero: 10s (LAN).
+	TCPTimeout time.Duration
+
+	// DeadNodeReclaimTime is how long after a member died its name may be
+	// taken by a member with a different gossip address. A restart with the
+	// same address is always accepted. Zero: never, until memberlist forgets
+	// the dead member (GossipToTheDeadTime); until then a restart under the
+	// same name but a new address is rejected as a conflict. A positive value
+	// lets restarted containers with new IPs rejoin sooner, at the risk of a
+	// misconfigured duplicate name taking over a slow member.
+	DeadNodeReclaimTime time.Duration
+
+	// DepartedRetention is how long a dead or left member stays listed in
+	// Members after it departed. Zero: 10 minutes.
+	DepartedRetention time.Duration
+
+	// Listener is told the members that belong on the hash ring after every
+	// change. Nil: no notifications (Members and Alive still work).
+	Listener Listener
+
+	// Logger receives this package's logs and memberlist's own log lines
+	// (at their level: memberlist's [DEBUG] at debug, [ERR] at error). Nil:
+	// discard.
+	Logger *slog.Logger
+}
+
+// DefaultLANConfig returns memberlist's LAN timings (memberlist.DefaultLANConfig:
+// 1s probes, 500ms probe timeout, suspicion 4 × log10(N) probe intervals) and
+// binds gossip to 0.0.0.0:7946. Name and GRPCAddr must still be set.
+// A crash is detected in roughly 5 to 10 seconds in a small cluster.
+func DefaultLANConfig() Config {
+	ml := memberlist.DefaultLANConfig()
+	return Config{
+		BindAddr:                net.JoinHostPort(ml.BindAddr, strconv.Itoa(ml.BindPort)),
+		JoinRetryInterval:       time.Second,
+		ProbeInterval:           ml.ProbeInterval,
+		ProbeTimeout:            ml.ProbeTimeout,
+		SuspicionMult:           ml.SuspicionMult,
+		SuspicionMaxTimeoutMult: ml.SuspicionMaxTimeoutMult,
+		GossipInterval:          ml.GossipInterval,
+		GossipToTheDeadTime:     ml.GossipToTheDeadTime,
+		PushPullInterval:        ml.PushPullInterval,
+		TCPTimeout:              ml.TCPTimeout,
+		DeadNodeReclaimTime:     ml.DeadNodeReclaimTime,
+		DepartedRetention:       10 * time.Minute,
+	}
+}
+
+// DefaultLocalConfig returns DefaultLANConfig tuned for members on one
+// machine (loopback, tests, a laptop), binding 127.0.0.1 on a free port.
+//
+// It is tuned so that every survivor drops a crashed member from Alive
+// within 2 seconds in a small cluster:
+//
+//	probe wait  ≤ 2-3 × 200ms   (round robin over the other members)
+//	probe fails    1 × 200ms   (ProbeTimeout 100ms, then indirect + TCP until the interval ends)
+//	suspect        4 × 200ms   (SuspicionMult 4; log10(N) ≤ 1 up to 10 members)
+//	gossip      ≈ 50ms
+//
+// which is about 1.1s on average and under 1.7s at worst for 3 members
+// (measured on loopback with -race: 1.13 to 1.36s; 1.15 to 1.55s with 4 to 8
+// members). From 4 members on, memberlist waits for 2 confirmations of the
+// suspicion, and without them the suspicion lasts up to
+// SuspicionMaxTimeoutMult × 800ms; that multiplier is 2 (LAN: 6) so that a
+// cluster that lost the confirming members still decides in about 2.5s. The price: a member that stalls for about a
+// second (long GC pause, starved CPU, debugger breakpoint) can be declared
+// dead and has to refute, so do not use these timings across a real network.
+// GossipToTheDeadTime (2s) and PushPullInterval (5s) are shortened so that a
+// wrongly-declared-dead member is corrected and a dead name forgotten quickly;
+// TCPTimeout is 1s because loopback answers at once.
+func DefaultLocalConfig() Config {
+	c := DefaultLANConfig()
+	c.BindAddr = "127.0.0.1:0"
+	c.JoinRetryInterval = 250 * time.Millisecond
+	c.ProbeInterval = 200 * time.Millisecond
+	c.ProbeTimeout = 100 * time.Millisecond
+	c.SuspicionMult = 4
+	c.SuspicionMaxTimeoutMult = 2
+	c.GossipInterval = 50 * time.Millisecond
+	c.GossipToTheDeadTime = 2 * time.Second
+	c.PushPullInterval = 5 * time.Second
+	c.TCPTimeout = time.Second
+	return c
+}
+
+// withDefaults returns a copy of c whose zero durations and multipliers are
+// replaced by the DefaultLANConfig values.
+func (c *Config) withDefaults() Config {
+	d := DefaultLANConfig()
+	out := *c
+	out.Seeds = append([]string(nil), c.Seeds...)
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur(&out.JoinRetryInterval, d.JoinRetryInterval)
+	setDur(&out.ProbeInterval, d.ProbeInterval)
+	setDur(&out.ProbeTimeout, d.ProbeTimeout)
+	setDur(&out.GossipInterval, d.GossipInterval)
+	setDur(&out.GossipToTheDeadTime, d.GossipToTheDeadTime)
+	setDur(&out.PushPullInterval, d.PushPullInterval)
+	setDur(&out.TCPTimeout, d.TCPTimeout)
+	setDur(&out.DepartedRetention, d.DepartedRetention)
+	if out.SuspicionMult == 0 {
+		out.SuspicionMult = d.SuspicionMult
+	}
+	if out.SuspicionMaxTimeoutMult == 0 {
+		out.SuspicionMaxTimeoutMult = d.SuspicionMaxTimeoutMult
+	}
+	return out
+}
+
+// Validate reports the first problem with c, after zero fields are given
+// their defaults; it does not modify c. New calls it.
+func (c *Config) Validate() error {
+	v := c.withDefaults()
+	if v.Name == "" {
+		return errors.New("cluster: Name is required")
+	}
+	if v.BindAddr == "" {
+		return errors.New("cluster: BindAddr is required")
+	}
+	if _, _, err := splitIPPort(v.BindAddr); err != nil {
+		return fmt.Errorf("cluster: BindAddr: %w", err)
+	}
+	if v.AdvertiseAddr != "" {
+		if _, _, err := splitIPPort(v.AdvertiseAddr); err != nil {
+			return fmt.Errorf("cluster: AdvertiseAddr: %w", err)
+		}
+	}
+	if v.GRPCAddr == "" {
+		return errors.New("cluster: GRPCAddr is required")
+	}
+	if err := checkDialable(v.GRPCAddr); err != nil {
+		return fmt.Errorf("cluster: GRPCAddr: %w", err)
+	}
+	for i, s := range v.Seeds {
+		if err := checkSeed(s); err != nil {
+			return fmt.Errorf("cluster: Seeds[%d]: %w", i, err)
+		}
+	}
+	durations := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"JoinRetryInterval", v.JoinRetryInterval},
+		{"ProbeInterval", v.ProbeInterval},
+		{"ProbeTimeout", v.ProbeTimeout},
+		{"GossipInterval", v.GossipInterval},
+		{"GossipToTheDeadTime", v.GossipToTheDeadTime},
+		{"PushPullInterval", v.PushPullInterval},
+		{"TCPTimeout", v.TCPTimeout},
+		{"DeadNodeReclaimTime", v.DeadNodeReclaimTime},
+		{"DepartedRetention", v.DepartedRetention},
+	}
+	for _, d := range durations {
+		if d.v < 0 {
+			return fmt.Errorf("cluster: %s must not be negative, got %v", d.name, d.v)
+		}
+	}
+	if v.ProbeTimeout >= v.ProbeInterval {
+		return fmt.Errorf("cluster: ProbeTimeout (%v) must be below ProbeInterval (%v)", v.ProbeTimeout, v.ProbeInterval)
+	}
+	if v.SuspicionMult < 1 {
+		return fmt.Errorf("cluster: SuspicionMult must be ≥ 1, got %d", v.SuspicionMult)
+	}
+	if v.SuspicionMaxTimeoutMult < 1 {
+		return fmt.Errorf("cluster: SuspicionMaxTimeoutMult must be ≥ 1, got %d", v.SuspicionMaxTimeoutMult)
+	}
+	return nil
+}
+
+// splitIPPort parses "ip:port" with an IP literal host and a port in
+// [0, 65535].
+func splitIPPort(addr string) (net.IP, int, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return nil, 0, fmt.Errorf("host %q is not an IP address", host)
+	}
+	port, err := parsePort(portStr)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ip, port, nil
+}
+
+func parsePort(s string) (int, error) {
+	p, err := strconv.ParseUint(s, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("port %q is not a number in [0, 65535]", s)
+	}
+	return int(p), nil
+}
+
+// checkDialable accepts "host:port" that another machine can dial: a
+// non-empty host that is not an unspecified address, and a port in [1, 65535].
+func checkDialable(addr string) error {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", addr)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q is not dialable: advertise a concrete address, not %s", addr, host)
+	}
+	port, err := parsePort(portStr)
+	if err != nil {
+		return err
+	}
+	if port == 0 {
+		return fmt.Errorf("%q has port 0", addr)
+	}
+	if len(addr) > MaxGRPCAddrLen {
+		return fmt.Errorf("%d bytes, longer than %d", len(addr), MaxGRPCAddrLen)
+	}
+	return nil
+}
+
+// checkSeed accepts "host:port" with a non-empty host and a port in [1, 65535].
+func checkSeed(addr string) error {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", addr)
+	}
+	port, err := parsePort(portStr)
+	if err != nil {
+		return err
+	}
+	if port == 0 {
+		return fmt.Errorf("%q has port 0", addr)
+	}
+	return nil
+}

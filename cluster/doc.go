@@ -1,0 +1,55 @@
+// Package cluster is ringlimit's membership layer: it wraps
+// github.com/hashicorp/memberlist (SWIM gossip) to join a cluster, detect
+// failed members, leave gracefully, and advertise each member's peer gRPC
+// address. It publishes the members that belong on the hash ring through the
+// small Listener interface; cmd/node feeds them into package ring. It imports
+// no other ringlimit package.
+//
+// Invariants the package keeps:
+//
+//   - Every member advertises its gRPC address in its gossip metadata; a
+//     member whose metadata does not decode is never admitted.
+//   - Alive (and what the Listener is told) is exactly the alive and suspect
+//     members, sorted by name: a suspect member keeps its keys until it is
+//     declared dead.
+//   - The Listener is called from one goroutine owned by the Cluster, one call
+//     at a time, in order, and only when the list changed; never from
+//     memberlist's goroutines, so a slow listener cannot stall failure
+//     detection.
+//   - A member that left gracefully is reported as StateLeft, a crashed one as
+//     StateDead. (memberlist reports both the same way; the leaving member
+//     sets a flag in its metadata before it leaves.) Both stay in Members for
+//     Config.DepartedRetention.
+//   - New never blocks on, or fails because of, unreachable seeds: joining is
+//     retried in the background until one seed answers or Close.
+//   - Close leaves first (unless Leave was called), is idempotent, and leaves
+//     no goroutine of this package behind.
+//   - A member restarted with the same name and gossip address rejoins and
+//     takes its old place, whether it had crashed or left.
+//
+// # Timings
+//
+// DefaultLANConfig keeps memberlist's LAN defaults (crash detected in about
+// 5 to 10 s). DefaultLocalConfig is tuned for loopback: every survivor drops a
+// crashed member within 2 s. Config explains the trade-off: faster detection
+// means more false suspicion of members that merely stall (GC, CPU
+// starvation), and the suspicion timeout grows with log10 of the cluster size.
+//
+// # Usage
+//
+//	cfg := cluster.DefaultLANConfig()
+//	cfg.Name = "node-1"
+//	cfg.BindAddr = "10.0.0.1:7946"
+//	cfg.GRPCAddr = "10.0.0.1:9091"
+//	cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
+//	cfg.Listener = cluster.ListenerFunc(func(alive []cluster.Member) { ring.Set(alive) })
+//	cfg.Logger = logger
+//	c, err := cluster.New(cfg)
+//	if err != nil { ... }
+//	defer c.Close(ctx)
+//	...
+//	// graceful shutdown: leave (peers stop routing to us), hand off, close.
+//	err = c.Leave(ctx)
+//	...
+//	err = c.Close(ctx)
+package cluster

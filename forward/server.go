@@ -1,0 +1,112 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+)
+
+// RegisterPeer registers the internal Peer service on s. Serve it on a
+// listener only other nodes reach.
+func (r *Router) RegisterPeer(s grpc.ServiceRegistrar) {
+	peerv1.RegisterPeerServer(s, &peerServer{r: r})
+}
+
+type peerServer struct {
+	peerv1.UnimplementedPeerServer
+	r *Router
+}
+
+// Check decides forwarded checks on this node's store (hop limit 1).
+func (s *peerServer) Check(ctx context.Context, req *peerv1.CheckRequest) (*peerv1.CheckResponse, error) {
+	r := s.r
+	checks := req.GetChecks()
+	resp := &peerv1.CheckResponse{Owner: r.cfg.Self, Decisions: make([]*peerv1.Decision, len(checks))}
+	decisions := make([]peerv1.Decision, len(checks))
+	v := r.view.Load()
+	now := r.cfg.Clock.Now()
+	r.m.received.Add(float64(len(checks)))
+	for i, c := range checks {
+		l, err := limitFromWire(c.GetLimit())
+		if err == nil {
+			err = l.CheckCost(c.GetCost())
+		}
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("checks[%d]: %v", i, err))
+		}
+		res := r.decideLocal(ctx, v, c.GetKey(), &l, c.GetCost(), now)
+		d := &decisions[i]
+		d.Allowed = res.Allowed
+		d.Remaining = res.Remaining
+		d.RetryAfterMs = res.RetryAfter.Milliseconds()
+		d.ResetAfterMs = res.ResetAfter.Milliseconds()
+		d.DelayMs = res.Delay.Milliseconds()
+		resp.Decisions[i] = d
+	}
+	return resp, nil
+}
+
+// Handoff merges pushed bucket state: the more spent side wins.
+func (s *peerServer) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peerv1.HandoffResponse, error) {
+	r := s.r
+	now := r.cfg.Clock.Now()
+	var merged int64
+	for _, b := range req.GetBuckets() {
+		l, err := limitFromWire(b.GetLimit())
+		if err != nil {
+			continue
+		}
+		if r.cfg.Store.Merge(b.GetKey(), &l, now, b.GetUsed()) == nil {
+			merged++
+		}
+	}
+	r.m.handoffReceived.Add(float64(merged))
+	return &peerv1.HandoffResponse{Merged: merged}, nil
+}
+
+// Fetch answers a new owner asking for a key's state.
+func (s *peerServer) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.FetchResponse, error) {
+	r := s.r
+	l, used, ok := r.cfg.Store.Used(req.GetKey(), r.cfg.Clock.Now())
+	if !ok {
+		return &peerv1.FetchResponse{}, nil
+	}
+	w := limitToWire(&l)
+	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: &w, Used: used}}, nil
+}
+
+// Stats reports this node's key count and ring version.
+func (s *peerServer) Stats(ctx context.Context, _ *peerv1.StatsRequest) (*peerv1.StatsResponse, error) {
+	return &peerv1.StatsResponse{Name: s.r.cfg.Self, Keys: int64(s.r.cfg.Store.Len()), RingVersion: s.r.RingVersion()}, nil
+}
+
+// PeerKeys asks every peer on the ring how many keys it holds, in parallel,
+// each within PeerTimeout, and includes this node. Peers that do not answer
+// are missing from the map.
+func (r *Router) PeerKeys(ctx context.Context) map[string]int64 {
+	v := r.view.Load()
+	out := map[string]int64{r.cfg.Self: int64(r.cfg.Store.Len())}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, p := range v.peers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, r.cfg.PeerTimeout)
+			defer cancel()
+			resp, err := p.client.Stats(ctx, &peerv1.StatsRequest{})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out[name] = resp.GetKeys()
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Runs a local ringlimit cluster on 127.0.0.1.
+#
+#   scripts/local-cluster.sh up [N]   build and start node-1..node-N (default 3)
+#   scripts/local-cluster.sh status   members as each node sees them, key ownership share
+#   scripts/local-cluster.sh kill I   SIGKILL node I
+#   scripts/local-cluster.sh stop I   SIGTERM node I (graceful: hands its buckets off)
+#   scripts/local-cluster.sh start I  start node I again; it rejoins
+#   scripts/local-cluster.sh down     stop every node, nothing left running
+#
+# Node I listens on HTTP 8080+I, gRPC 9090+I and gossip 7946+I; override the
+# bases with RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE, RINGLIMIT_GOSSIP_BASE.
+# Binaries, logs and pids go to RINGLIMIT_CLUSTER_DIR (default
+# ${TMPDIR:-/tmp}/ringlimit-cluster). Extra node flags can be given in
+# RINGLIMIT_NODE_FLAGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dir=${RINGLIMIT_CLUSTER_DIR:-${TMPDIR:-/tmp}/ringlimit-cluster}
+http_base=${RINGLIMIT_HTTP_BASE:-8080}
+grpc_base=${RINGLIMIT_GRPC_BASE:-9090}
+gossip_base=${RINGLIMIT_GOSSIP_BASE:-7946}
+mkdir -p "$dir"
+
+count() { cat "$dir/count" 2>/dev/null || echo 0; }
+pidof_node() { cat "$dir/node-$1.pid" 2>/dev/null || true; }
+running() { local p; p=$(pidof_node "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+
+start_node() {
+	local i=$1 n seeds="" j
+	n=$(count)
+	if running "$i"; then
+		echo "node-$i is already running (pid $(pidof_node "$i"))"
+		return
+	fi
+	for j in $(seq 1 "$n"); do
+		[ "$j" = "$i" ] && continue
+		seeds+="${seeds:+,}127.0.0.1:$((gossip_base + j))"
+	done
+	[ -z "$seeds" ] && seeds="127.0.0.1:$((gossip_base + 1))"
+	# shellcheck disable=SC2086
+	"$dir/ringlimit-node" --name "node-$i" \
+		--http "127.0.0.1:$((http_base + i))" --grpc "127.0.0.1:$((grpc_base + i))" \
+		--gossip "127.0.0.1:$((gossip_base + i))" --join "$seeds" ${RINGLIMIT_NODE_FLAGS:-} \
+		>>"$dir/node-$i.log" 2>&1 &
+	echo $! >"$dir/node-$i.pid"
+	local deadline=$((SECONDS + 15))
+	until curl -fsS "http://127.0.0.1:$((http_base + i))/healthz" >/dev/null 2>&1; do
+		if ! running "$i" || [ $SECONDS -ge $deadline ]; then
+			echo "node-$i did not start; see $dir/node-$i.log" >&2
+			tail -5 "$dir/node-$i.log" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	echo "node-$i up: http 127.0.0.1:$((http_base + i)) grpc 127.0.0.1:$((grpc_base + i)) gossip 127.0.0.1:$((gossip_base + i)) (pid $(pidof_node "$i"), log $dir/node-$i.log)"
+}
+
+stop_node() { # stop_node I SIGNAL
+	local i=$1 sig=$2 p deadline
+	p=$(pidof_node "$i")
+	if [ -z "$p" ] || ! kill -0 "$p" 2>/dev/null; then
+		echo "node-$i is not running"
+		return
+	fi
+	kill "-$sig" "$p"
+	deadline=$((SECONDS + 20))
+	while kill -0 "$p" 2>/dev/null; do
+		if [ $SECONDS -ge $deadline ]; then
+			echo "node-$i did not exit after SIG$sig; killing it" >&2
+			kill -KILL "$p" 2>/dev/null || true
+		fi
+		sleep 0.1
+	done
+	rm -f "$dir/node-$i.pid"
+	echo "node-$i stopped (SIG$sig)"
+}
+
+status() {
+	local n i
+	n=$(count)
+	for i in $(seq 1 "$n"); do
+		if ! running "$i"; then
+			echo "node-$i: not running"
+			continue
+		fi
+		echo "node-$i sees:"
+		curl -fsS "http://127.0.0.1:$((http_base + i))/v1/cluster" |
+			python3 -c 'import json,sys
+c=json.load(sys.stdin)
+print("  ring version %d" % c["ring_version"])
+for m in c["members"]:
+    print("  %-8s %-8s on ring: %-5s grpc %s gossip %s keys %s" % (m["name"], m["state"], m["on_ring"], m["grpc"], m["gossip"], m["keys"]))' || echo "  (no answer)"
+	done
+	for i in $(seq 1 "$n"); do
+		if running "$i"; then
+			echo "ownership of 1000 sample keys (user:0..user:999) as node-$i sees it:"
+			for k in $(seq 0 999); do
+				curl -fsS "http://127.0.0.1:$((http_base + i))/v1/owner?key=user:$k"
+				echo
+			done | python3 -c 'import json,sys,collections
+c=collections.Counter(json.loads(l)["owner"] for l in sys.stdin if l.strip())
+for name,n in sorted(c.items()): print("  %-8s %5.1f%%" % (name, n/10))'
+			break
+		fi
+	done
+}
+
+cmd=${1:-}
+case "$cmd" in
+up)
+	n=${2:-3}
+	go build -o "$dir/ringlimit-node" ./cmd/node
+	echo "$n" >"$dir/count"
+	for i in $(seq 1 "$n"); do start_node "$i"; done
+	echo "logs and pids in $dir"
+	;;
+status) status ;;
+kill) stop_node "${2:?node number}" KILL ;;
+stop) stop_node "${2:?node number}" TERM ;;
+start) start_node "${2:?node number}" ;;
+down)
+	for f in "$dir"/node-*.pid; do
+		[ -e "$f" ] || continue
+		i=${f##*/node-}
+		stop_node "${i%.pid}" TERM
+	done
+	;;
+*)
+	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+	;;
+esac
