@@ -65,7 +65,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	}
 	now := r.cfg.Clock.Now()
 	out := map[string][]*peerv1.BucketState{}
-	var stale []string
+	var stale []string // pushed at least Grace ago and pushed again now: delete after
 	flush := func(owner string) {
 		states := out[owner]
 		delete(out, owner)
@@ -76,8 +76,12 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			return
 		}
 		for _, s := range states {
-			if _, ok := h.pushed[s.Key]; !ok {
+			at, ok := h.pushed[s.Key]
+			switch {
+			case !ok:
 				h.pushed[s.Key] = now
+			case now-at >= int64(r.cfg.Grace):
+				stale = append(stale, s.Key)
 			}
 		}
 		pending = true // pushed keys are deleted by a later pass
@@ -90,10 +94,9 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 				delete(h.pushed, s.Key)
 				continue
 			}
-			if at, ok := h.pushed[s.Key]; ok && now-at >= int64(r.cfg.Grace) {
-				stale = append(stale, s.Key)
-				continue
-			}
+			// Push every key we hold but do not own; one that was pushed at
+			// least Grace ago is pushed a last time (what stale peers spent
+			// on our copy meanwhile) and then deleted.
 			w := limitToWire(&s.Limit)
 			out[owner] = append(out[owner], &peerv1.BucketState{Key: s.Key, Limit: &w, Used: s.Used})
 			if len(out[owner]) >= handoffChunk {
@@ -105,8 +108,8 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	for owner := range out {
 		flush(owner)
 	}
-	// Delete what was handed off long enough ago, unless the ring gave it
-	// back to us meanwhile.
+	// Delete what was handed off for good, unless the ring gave it back to
+	// us meanwhile.
 	cur := r.view.Load()
 	for _, k := range stale {
 		if r.ownerIn(cur, k) != r.cfg.Self {
@@ -140,24 +143,33 @@ func (h *handoff) push(ctx context.Context, v *view, owner string, states []*pee
 // fetchPrevious asks key's previous owner for its state and merges it, so
 // that a key whose handoff has not arrived yet does not start full.
 func (r *Router) fetchPrevious(ctx context.Context, v *view, key string, l *bucket.Limit, now int64) {
+	// The previous ring says who owned the key; if that was this node (or
+	// there was none: it just joined), the key came from wherever the ring
+	// without this node puts it.
 	prev, err := v.prev.Owner(key)
 	if err != nil || prev == r.cfg.Self {
-		return
+		if prev, err = v.others.Owner(key); err != nil || prev == r.cfg.Self {
+			return
+		}
 	}
 	p := v.peers[prev]
 	if p == nil {
 		p = r.retiredPeer(prev)
 	}
-	if p == nil {
+	if _, down := v.fetchDown.Load(prev); p == nil || down {
 		r.m.fetches[fetchUnreachable].Inc()
 		return
 	}
+	// A quarter of the peer deadline: the check that waits on this fetch
+	// may itself be a forwarded one, under the entry node's PeerTimeout.
 	w := limitToWire(l)
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.PeerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PeerTimeout/4)
 	defer cancel()
 	resp, err := p.client.Fetch(ctx, &peerv1.FetchRequest{From: r.cfg.Self, Key: key, Limit: &w})
 	switch {
 	case err != nil:
+		// Do not wait on it again for this view: it crashed or is gone.
+		v.fetchDown.Store(prev, true)
 		r.m.fetches[fetchUnreachable].Inc()
 		return
 	case !resp.GetFound():
@@ -210,6 +222,25 @@ func (r *Router) Leave(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Quiesce waits until no peer has sent this node a check for idle, or ctx
+// ends. A leaving node calls it after Leave, before it stops serving, so that
+// peers whose view still names it as an owner are answered rather than
+// failing over while the leave spreads.
+func (r *Router) Quiesce(ctx context.Context, idle time.Duration) error {
+	tick := time.NewTicker(idle / 4)
+	defer tick.Stop()
+	for {
+		if int64(time.Since(r.started))-r.lastPeerCheck.Load() >= int64(idle) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
 		}
 	}
 }

@@ -73,12 +73,24 @@ func (p *peer) close() {
 	}
 }
 
-// check sends g's checks to the peer and writes their results into out.
+// check sends g's checks to the peer, in calls of at most MaxBatch checks,
+// and writes their results into out.
 func (p *peer) check(ctx context.Context, g *group, checks []Check, out []Result) error {
-	c := &call{checks: make([]*peerv1.Check, len(g.idx)), done: make(chan struct{})}
-	wire := make([]peerv1.Check, len(g.idx)) // one allocation for the batch
-	limits := make([]peerv1.Limit, len(g.idx))
-	for j, i := range g.idx {
+	for idx := g.idx; len(idx) > 0; {
+		n := min(len(idx), p.r.cfg.MaxBatch)
+		if err := p.checkChunk(ctx, idx[:n], checks, out); err != nil {
+			return err
+		}
+		idx = idx[n:]
+	}
+	return nil
+}
+
+func (p *peer) checkChunk(ctx context.Context, idx []int, checks []Check, out []Result) error {
+	c := &call{checks: make([]*peerv1.Check, len(idx)), done: make(chan struct{})}
+	wire := make([]peerv1.Check, len(idx)) // one allocation for the chunk
+	limits := make([]peerv1.Limit, len(idx))
+	for j, i := range idx {
 		ch := &checks[i]
 		limits[j] = limitToWire(&ch.Limit)
 		wire[j] = peerv1.Check{Key: ch.Key, Limit: &limits[j], Cost: ch.Cost}
@@ -93,13 +105,19 @@ func (p *peer) check(ctx context.Context, g *group, checks []Check, out []Result
 	}
 	select {
 	case <-c.done:
+	case <-p.done: // closed after c was queued: nobody may answer it
+		select {
+		case <-c.done:
+		default:
+			return errPeerClosed
+		}
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	if c.err != nil {
 		return c.err
 	}
-	for j, i := range g.idx {
+	for j, i := range idx {
 		d := c.res[j]
 		out[i] = Result{
 			Decision: bucket.Decision{
@@ -117,20 +135,27 @@ func (p *peer) check(ctx context.Context, g *group, checks []Check, out []Result
 }
 
 func (p *peer) loop() {
+	var carry *call // a call that did not fit in the previous batch
 	for {
 		select {
 		case p.slots <- struct{}{}:
 		case <-p.done:
+			if carry != nil {
+				carry.fail(errPeerClosed)
+			}
 			p.drain()
 			return
 		}
-		var first *call
-		select {
-		case first = <-p.queue:
-		case <-p.done:
-			<-p.slots
-			p.drain()
-			return
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-p.queue:
+			case <-p.done:
+				<-p.slots
+				p.drain()
+				return
+			}
 		}
 		batch := []*call{first}
 		n := len(first.checks)
@@ -138,6 +163,10 @@ func (p *peer) loop() {
 		for n < p.r.cfg.MaxBatch {
 			select {
 			case c := <-p.queue:
+				if n+len(c.checks) > p.r.cfg.MaxBatch {
+					carry = c
+					break gather
+				}
 				batch = append(batch, c)
 				n += len(c.checks)
 			default:
@@ -148,13 +177,17 @@ func (p *peer) loop() {
 	}
 }
 
+func (c *call) fail(err error) {
+	c.err = err
+	close(c.done)
+}
+
 // drain fails the calls still queued when the peer closes.
 func (p *peer) drain() {
 	for {
 		select {
 		case c := <-p.queue:
-			c.err = errPeerClosed
-			close(c.done)
+			c.fail(errPeerClosed)
 		default:
 			return
 		}

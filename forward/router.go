@@ -160,10 +160,16 @@ func (c *Config) Validate() error {
 // view is one immutable picture of the cluster: the ring, the ring before
 // the last change, and the peers to reach.
 type view struct {
-	ring    *ring.Ring
-	prev    *ring.Ring
+	ring *ring.Ring
+	prev *ring.Ring
+	// others is the ring without this node: for a node that just joined,
+	// where the keys it now owns were before.
+	others  *ring.Ring
 	changed int64 // Clock time of the change that made this view
 	peers   map[string]*peer
+	// fetchDown remembers previous owners a fetch could not reach, so that
+	// later checks of this view do not wait on them again.
+	fetchDown *sync.Map
 }
 
 // Router decides checks: locally for the keys this node owns, through their
@@ -175,6 +181,10 @@ type Router struct {
 	local *bucket.Store // degraded-mode buckets
 
 	view atomic.Pointer[view]
+	// lastPeerCheck is when the peer service last received a Check, as
+	// time since started; Quiesce waits for it to go quiet.
+	lastPeerCheck atomic.Int64
+	started       time.Time
 
 	mu      sync.Mutex // serialises SetMembers and Close
 	members []Member
@@ -203,8 +213,8 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, ctx: ctx, cancel: cancel}
-	r.view.Store(&view{peers: map[string]*peer{}})
+	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, ctx: ctx, cancel: cancel, started: time.Now()}
+	r.view.Store(&view{peers: map[string]*peer{}, fetchDown: &sync.Map{}})
 	r.handoff = newHandoff(r)
 	r.wg.Add(1)
 	go func() {
@@ -282,7 +292,15 @@ func (r *Router) rebuildLocked() {
 		}
 	}
 	r.retired = kept
-	nv := &view{ring: rg, prev: old.ring, changed: now, peers: peers}
+	var others *ring.Ring
+	joined := old.ring.Len() <= 1 // this node was alone: it has just joined
+	if joined && rg.Has(r.cfg.Self) && rg.Len() > 1 {
+		rest := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == r.cfg.Self })
+		if others, err = ring.New(r.cfg.Ring, rest); err != nil {
+			others = nil
+		}
+	}
+	nv := &view{ring: rg, prev: old.ring, others: others, changed: now, peers: peers, fetchDown: &sync.Map{}}
 	r.view.Store(nv)
 	r.m.ringMembers.Set(float64(rg.Len()))
 	r.m.ringChanges.Inc()
@@ -439,7 +457,7 @@ func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []C
 // period after a ring change, a key this node has no state for is first
 // fetched from its previous owner.
 func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket.Limit, cost, now int64) Result {
-	if v.prev != nil && now-v.changed < int64(r.cfg.Grace) && !r.cfg.Store.Has(key) {
+	if (v.prev != nil || v.others != nil) && now-v.changed < int64(r.cfg.Grace) && !r.cfg.Store.Has(key) {
 		r.fetchPrevious(ctx, v, key, l, now)
 	}
 	d, err := r.cfg.Store.Take(key, l, now, cost)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
@@ -31,16 +33,24 @@ func (s *peerServer) Check(ctx context.Context, req *peerv1.CheckRequest) (*peer
 	decisions := make([]peerv1.Decision, len(checks))
 	v := r.view.Load()
 	now := r.cfg.Clock.Now()
+	r.lastPeerCheck.Store(int64(time.Since(r.started)))
 	r.m.received.Add(float64(len(checks)))
+	limits := make([]bucket.Limit, len(checks))
 	for i, c := range checks {
 		l, err := limitFromWire(c.GetLimit())
+		if err == nil {
+			err = bucket.CheckKey(c.GetKey())
+		}
 		if err == nil {
 			err = l.CheckCost(c.GetCost())
 		}
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("checks[%d]: %v", i, err))
 		}
-		res := r.decideLocal(ctx, v, c.GetKey(), &l, c.GetCost(), now)
+		limits[i] = l
+	}
+	for i, c := range checks {
+		res := r.decideLocal(ctx, v, c.GetKey(), &limits[i], c.GetCost(), now)
 		d := &decisions[i]
 		d.Allowed = res.Allowed
 		d.Remaining = res.Remaining

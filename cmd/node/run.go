@@ -155,6 +155,9 @@ func (n *node) shutdown(ctx context.Context) error {
 	if err := n.router.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("handoff: %w", err))
 	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	n.router.Quiesce(qctx, 150*time.Millisecond)
+	cancel()
 	n.log.Info("handed off", "keys", n.store.Len())
 	grpcDone := make(chan struct{})
 	go func() {

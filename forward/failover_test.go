@@ -1,0 +1,294 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// blackhole is a TCP listener that accepts connections and never says a
+// word: a peer behind it is neither refused nor answered, so only the
+// deadline ends a call.
+func blackhole(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return lis.Addr().String()
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+const failTimeout = 200 * time.Millisecond
+
+// timedCheck runs checks through r and returns the results and how long it took.
+func timedCheck(t testing.TB, r *Router, checks ...Check) ([]Result, time.Duration) {
+	t.Helper()
+	out := make([]Result, len(checks))
+	start := time.Now()
+	err := r.Check(context.Background(), checks, out)
+	el := time.Since(start)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return out, el
+}
+
+func TestOwnerUnreachable(t *testing.T) {
+	// A's ring has three members: A, a live Z, and an owner that cannot be
+	// reached: a node whose server was stopped after one good check, an
+	// address that refuses connections, or one that accepts and never speaks.
+	type target struct {
+		name string
+		addr func(t *testing.T) Member // nil: a real node, stopped
+	}
+	targets := []target{
+		{"stopped server", nil},
+		{"refused", func(t *testing.T) Member { return Member{Name: "Y", Addr: deadAddr(t)} }},
+		{"blackhole", func(t *testing.T) Member { return Member{Name: "X", Addr: blackhole(t)} }},
+	}
+	var worst time.Duration
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			clock := newFakeClock()
+			a := startNode(t, "A", clock, func(c *Config) { c.PeerTimeout = failTimeout })
+			var down Member
+			var b *node
+			if tg.addr == nil {
+				b = startNode(t, "B", clock, nil)
+				down = Member{Name: "B", Addr: b.addr}
+			} else {
+				down = tg.addr(t)
+			}
+			// Three members: A, the unreachable one, and a live Z.
+			z := startNode(t, "Z", clock, nil)
+			ms := []Member{{Name: "A", Addr: a.addr}, down, {Name: "Z", Addr: z.addr}}
+			a.r.SetMembers(ms)
+			z.r.SetMembers(ms)
+			if b != nil {
+				b.r.SetMembers(ms)
+			}
+			clock.Advance(testGrace)
+			keys := keysOwnedBy(t, a.r, down.Name, "down", 6)
+			if b != nil {
+				// Reach B once, then stop it.
+				if res := check1(t, a.r, keys[5], hourly(10), 1); res.Owner != "B" || res.Degraded {
+					t.Fatalf("B alive: %+v", res)
+				}
+				b.stop()
+			}
+
+			var lat []time.Duration
+			// FailOpen: admitted, degraded, decided by the entry.
+			out, el := timedCheck(t, a.r, Check{Key: keys[0], Limit: hourly(10), Cost: 1, Mode: FailOpen})
+			lat = append(lat, el)
+			if r := out[0]; !r.Allowed || !r.Degraded || r.Owner != "A" || r.Limit != 10 {
+				t.Fatalf("fail_open: %+v", r)
+			}
+			// FailClosed: rejected, retry after 1s.
+			out, el = timedCheck(t, a.r, Check{Key: keys[1], Limit: hourly(10), Cost: 1, Mode: FailClosed})
+			lat = append(lat, el)
+			if r := out[0]; r.Allowed || !r.Degraded || r.Owner != "A" || r.RetryAfter != time.Second || r.Limit != 10 {
+				t.Fatalf("fail_closed: %+v", r)
+			}
+			// Local: 9 per hour over 3 members = 3 per hour, burst 3.
+			var allowed int
+			for i := range 5 {
+				out, el = timedCheck(t, a.r, Check{Key: keys[2], Limit: hourly(9), Cost: 1, Mode: Local})
+				lat = append(lat, el)
+				r := out[0]
+				if !r.Degraded || r.Owner != "A" || r.Limit != 9 {
+					t.Fatalf("local #%d: %+v", i, r)
+				}
+				if r.Allowed {
+					allowed++
+					if r.Remaining != int64(2-i) {
+						t.Fatalf("local #%d: %+v, want remaining %d of 3", i, r, 2-i)
+					}
+				} else if r.RetryAfter != 20*time.Minute {
+					t.Fatalf("local #%d rejected: %+v, want retry after 20m (3 per hour)", i, r)
+				}
+			}
+			if allowed != 3 {
+				t.Fatalf("local: %d of 5 admitted, want 3 (9/h over 3 members)", allowed)
+			}
+			// Integer division with a minimum of 1: 2 per hour over 3 members
+			// is 1 per hour; burst 6 of a 9/h limit is 2.
+			out, el = timedCheck(t, a.r,
+				Check{Key: keys[3], Limit: hourly(2), Cost: 1, Mode: Local},
+				Check{Key: keys[3], Limit: hourly(2), Cost: 1, Mode: Local},
+				Check{Key: keys[4], Limit: bucket.MustLimit(bucket.TokenBucket, 9, time.Hour, 6), Cost: 1, Mode: Local},
+				Check{Key: keys[4], Limit: bucket.MustLimit(bucket.TokenBucket, 9, time.Hour, 6), Cost: 1, Mode: Local},
+				Check{Key: keys[4], Limit: bucket.MustLimit(bucket.TokenBucket, 9, time.Hour, 6), Cost: 1, Mode: Local},
+			)
+			lat = append(lat, el)
+			wantAllowed := []bool{true, false, true, true, false}
+			for i, r := range out {
+				if r.Allowed != wantAllowed[i] || !r.Degraded || r.Owner != "A" {
+					t.Fatalf("min-1 batch: out[%d] = %+v, want allowed=%v", i, r, wantAllowed[i])
+				}
+			}
+			if r := out[1]; r.RetryAfter != time.Hour || r.Limit != 2 {
+				t.Fatalf("1 per hour rejected: %+v, want retry after 1h", r)
+			}
+
+			for _, mode := range []struct {
+				name string
+				want float64
+			}{{"fail_open", 1}, {"fail_closed", 1}, {"local", 5 + 5}} {
+				if got := metricValue(t, a.reg, "ringlimit_degraded_checks_total", "mode", mode.name); got != mode.want {
+					t.Errorf("degraded_checks_total{mode=%q} = %v, want %v", mode.name, got, mode.want)
+				}
+			}
+			var maxLat time.Duration
+			for _, l := range lat {
+				maxLat = max(maxLat, l)
+				if l >= time.Second {
+					t.Errorf("a degraded call took %v (PeerTimeout %v)", l, failTimeout)
+				}
+			}
+			if tg.name == "blackhole" && lat[0] < failTimeout/2 {
+				t.Errorf("blackhole answered in %v: the deadline did not matter", lat[0])
+			}
+			worst = max(worst, maxLat)
+			t.Logf("%s: degraded latencies %v (max %v, PeerTimeout %v)", tg.name, lat, maxLat, failTimeout)
+		})
+	}
+	t.Logf("slowest degraded check: %v", worst)
+}
+
+// A member with no usable address at all (grpc.NewClient refuses it) is
+// never dialled; its keys degrade at once.
+func TestOwnerWithoutConnection(t *testing.T) {
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, func(c *Config) { c.PeerTimeout = failTimeout })
+	a.r.SetMembers([]Member{{Name: "A", Addr: a.addr}, {Name: "N", Addr: "bad\x00addr"}})
+	clock.Advance(testGrace)
+	key := keysOwnedBy(t, a.r, "N", "noconn", 1)[0]
+	out, el := timedCheck(t, a.r, Check{Key: key, Limit: hourly(10), Cost: 1, Mode: FailClosed})
+	if r := out[0]; r.Allowed || !r.Degraded || r.Owner != "A" || el > time.Second {
+		t.Fatalf("%+v after %v", r, el)
+	}
+}
+
+// ---- 6. context ----------------------------------------------------------------------
+
+// slowServer is a gRPC interceptor that holds every call until its context
+// ends, counting the calls it holds.
+type slowServer struct{ held chan struct{} }
+
+func (s *slowServer) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+	select {
+	case s.held <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func TestCancelledCallerReturnsPromptly(t *testing.T) {
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, func(c *Config) { c.PeerTimeout = 5 * time.Second })
+	slow := &slowServer{held: make(chan struct{}, 16)}
+	b := startNode(t, "B", clock, nil, grpc.UnaryInterceptor(slow.intercept))
+	c := startNode(t, "C", clock, nil, grpc.UnaryInterceptor(slow.intercept))
+	formCluster(clock, a, b, c)
+	kb := keysOwnedBy(t, a.r, "B", "slow", 1)[0]
+	kc := keysOwnedBy(t, a.r, "C", "slow", 1)[0]
+	ka := keysOwnedBy(t, a.r, "A", "slow", 1)[0]
+
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-slow.held // the owner has the call
+			cancel()
+		}()
+		var out [1]Result
+		start := time.Now()
+		err := a.r.Check(ctx, []Check{{Key: kb, Limit: hourly(10), Cost: 1, Mode: FailOpen}}, out[:])
+		el := time.Since(start)
+		if err != ctx.Err() || !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want ctx.Err() = %v", err, ctx.Err())
+		}
+		if el > time.Second {
+			t.Fatalf("returned %v after the call, PeerTimeout 5s", el)
+		}
+		t.Logf("cancelled caller returned after %v", el)
+	})
+	t.Run("deadline, two slow owners", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		defer cancel()
+		out := make([]Result, 3)
+		start := time.Now()
+		err := a.r.Check(ctx, []Check{
+			{Key: kb, Limit: hourly(10), Cost: 1},
+			{Key: kc, Limit: hourly(10), Cost: 1},
+			{Key: ka, Limit: hourly(10), Cost: 1},
+		}, out)
+		el := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want DeadlineExceeded", err)
+		}
+		if el > time.Second {
+			t.Fatalf("returned after %v", el)
+		}
+	})
+	t.Run("already cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out [1]Result
+		if err := a.r.Check(ctx, []Check{{Key: "fresh-key", Limit: hourly(10), Cost: 1}}, out[:]); err != context.Canceled {
+			t.Fatalf("err = %v", err)
+		}
+		if a.store.Has("fresh-key") {
+			t.Fatal("a cancelled call spent")
+		}
+	})
+	for _, mode := range []string{"local", "fail_open", "fail_closed"} {
+		if got := metricValue(t, a.reg, "ringlimit_degraded_checks_total", "mode", mode); got != 0 {
+			t.Errorf("a cancelled caller counted as degraded (%s: %v)", mode, got)
+		}
+	}
+}

@@ -1,0 +1,378 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// ---- 8. handoff on ring change -----------------------------------------------------
+
+func TestHandoffOnRingChange(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	byName := map[string]*node{"A": a, "B": b, "C": c}
+	lim := hourly(10)
+
+	// {A, B}: spend 7 of 10 on 200 keys through A.
+	setMembers(membersOf(a, b), a, b)
+	clock.Advance(testGrace)
+	keys := make([]string, 200)
+	oldOwner := map[string]string{}
+	for i := range keys {
+		k := fmt.Sprintf("hand-%03d", i)
+		keys[i] = k
+		oldOwner[k], _ = a.r.Owner(k)
+		if res := check1(t, a.r, k, lim, 7); !res.Allowed || res.Remaining != 3 || res.Owner != oldOwner[k] {
+			t.Fatalf("%s: %+v", k, res)
+		}
+	}
+
+	// C joins.
+	setMembers(membersOf(a, b, c), a, b, c)
+	newOwner := map[string]string{}
+	var moved []string
+	movedTo := map[string]int{}
+	for _, k := range keys {
+		newOwner[k], _ = a.r.Owner(k)
+		if newOwner[k] != oldOwner[k] {
+			moved = append(moved, k)
+			movedTo[oldOwner[k]+"→"+newOwner[k]]++
+		}
+	}
+	t.Logf("C joins: %d of %d keys move %v", len(moved), len(keys), movedTo)
+	if movedTo["A→C"]+movedTo["B→C"] == 0 {
+		t.Fatal("no key moved to C")
+	}
+	waitFor(t, 10*time.Second, "every key in its new owner's store with used 7", func() bool {
+		for _, k := range keys {
+			_, used, ok := byName[newOwner[k]].store.Used(k, clock.Now())
+			if !ok || used != 7 {
+				return false
+			}
+		}
+		return true
+	})
+	// During Grace the previous owners keep what they handed off.
+	for _, k := range moved {
+		if !byName[oldOwner[k]].store.Has(k) {
+			t.Fatalf("%s deleted from %s before Grace", k, oldOwner[k])
+		}
+	}
+	clock.Advance(testGrace)
+	waitFor(t, 10*time.Second, "moved keys deleted from their previous owners after Grace", func() bool {
+		for _, k := range moved {
+			if byName[oldOwner[k]].store.Has(k) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range keys {
+		for _, n := range nodes {
+			if has := n.store.Has(k); has != (n.name == newOwner[k]) {
+				t.Fatalf("%s (owner %s): %s has it = %v", k, newOwner[k], n.name, has)
+			}
+		}
+	}
+
+	// Every key continues from 3 left, whichever router is asked.
+	for i, k := range keys {
+		entry := nodes[i%3]
+		if res := check1(t, entry.r, k, lim, 1); !res.Allowed || res.Remaining != 2 || res.Owner != newOwner[k] || res.Degraded {
+			t.Fatalf("%s via %s after the join: %+v, want allowed with 2 left, owner %s", k, entry.name, res, newOwner[k])
+		}
+	}
+	for i, k := range moved {
+		entry := nodes[(i+1)%3]
+		if res := check1(t, entry.r, k, lim, 3); res.Allowed || res.Remaining != 2 {
+			t.Fatalf("%s cost 3 with 2 left: %+v", k, res)
+		}
+		if res := check1(t, entry.r, k, lim, 2); !res.Allowed || res.Remaining != 0 {
+			t.Fatalf("%s cost 2 with 2 left: %+v", k, res)
+		}
+	}
+	isMoved := map[string]bool{}
+	for _, k := range moved {
+		isMoved[k] = true
+	}
+	wantUsed := func(k string) int64 {
+		if isMoved[k] {
+			return 10
+		}
+		return 8
+	}
+
+	// C leaves: it hands everything back before A and B drop it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.r.Leave(ctx); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	for _, k := range keys {
+		if newOwner[k] != "C" {
+			continue
+		}
+		if _, used, ok := byName[oldOwner[k]].store.Used(k, clock.Now()); !ok || used != 10 {
+			t.Fatalf("%s: after C's Leave returned, %s has used %d (held %v), want 10", k, oldOwner[k], used, ok)
+		}
+	}
+	setMembers(membersOf(a, b), a, b)
+	waitFor(t, 10*time.Second, "every key back with its {A,B} owner, nothing refilled", func() bool {
+		for _, k := range keys {
+			_, used, ok := byName[oldOwner[k]].store.Used(k, clock.Now())
+			if !ok || used != wantUsed(k) {
+				return false
+			}
+		}
+		return true
+	})
+	for i, k := range keys {
+		entry := nodes[i%2]
+		res := check1(t, entry.r, k, lim, 1)
+		if res.Owner != oldOwner[k] || res.Degraded {
+			t.Fatalf("%s via %s: %+v, want owner %s", k, entry.name, res, oldOwner[k])
+		}
+		if isMoved[k] && res.Allowed || !isMoved[k] && (!res.Allowed || res.Remaining != 1) {
+			t.Fatalf("%s (moved %v) via %s after C left: %+v — refilled?", k, isMoved[k], entry.name, res)
+		}
+	}
+	if got := metricValue(t, c.reg, "ringlimit_handoff_keys_sent_total"); got < float64(movedTo["A→C"]+movedTo["B→C"]) {
+		t.Errorf("C sent %v keys on leaving, want at least %d", got, movedTo["A→C"]+movedTo["B→C"])
+	}
+}
+
+// ---- 9. grace fetch --------------------------------------------------------------
+
+func TestGraceFetchFromPreviousOwner(t *testing.T) {
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, nil)
+	b := startNode(t, "B", clock, nil)
+	// First every key is A's, on both nodes.
+	setMembers(membersOf(a), a, b)
+	clock.Advance(testGrace)
+	both, err := ring.New(ring.Config{}, []string{"A", "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toB []string
+	for i := 0; len(toB) < 4; i++ {
+		k := fmt.Sprintf("grace-%d", i)
+		if o, _ := both.Owner(k); o == "B" {
+			toB = append(toB, k)
+		}
+	}
+	key, fresh := toB[0], toB[1]
+	lim := hourly(10)
+	if res := check1(t, b.r, key, lim, 7); res.Owner != "A" || res.Remaining != 3 {
+		t.Fatalf("spend through B on A: %+v", res)
+	}
+
+	// B learns of the change before A: A has pushed nothing.
+	b.r.SetMembers(membersOf(a, b))
+	if o, _ := b.r.Owner(key); o != "B" {
+		t.Fatalf("B's ring gives %s to %s", key, o)
+	}
+	if b.store.Has(key) {
+		t.Fatal("B already holds the key")
+	}
+	res := check1(t, b.r, key, lim, 1)
+	if res.Owner != "B" || !res.Allowed || res.Remaining != 2 {
+		t.Fatalf("first check on the new owner: %+v, want remaining 2 (10-7-1), not 9", res)
+	}
+	fetches := func(result string) float64 {
+		return metricValue(t, b.reg, "ringlimit_handoff_fetches_total", "result", result)
+	}
+	if fetches("found") != 1 || fetches("missing") != 0 || fetches("unreachable") != 0 {
+		t.Fatalf("fetches found/missing/unreachable = %v/%v/%v, want 1/0/0", fetches("found"), fetches("missing"), fetches("unreachable"))
+	}
+	// The state is B's now: no second fetch.
+	if res := check1(t, b.r, key, lim, 1); res.Remaining != 1 || fetches("found") != 1 {
+		t.Fatalf("second check: %+v, fetches %v", res, fetches("found"))
+	}
+	// A key A never saw: asked, missing, starts full.
+	if res := check1(t, b.r, fresh, lim, 1); res.Remaining != 9 || fetches("missing") != 1 {
+		t.Fatalf("fresh key: %+v, missing fetches %v", res, fetches("missing"))
+	}
+	// After Grace nobody is asked.
+	clock.Advance(testGrace)
+	for _, k := range toB[2:] {
+		if res := check1(t, b.r, k, lim, 1); res.Owner != "B" || res.Remaining != 9 {
+			t.Fatalf("%s after Grace: %+v", k, res)
+		}
+	}
+	if n := fetches("found") + fetches("missing") + fetches("unreachable"); n != 2 {
+		t.Fatalf("%v fetches after Grace ended, want still 2", n)
+	}
+}
+
+// A node that joins has no previous ring of its own: the keys it now owns
+// were where the ring without it puts them, and it asks there.
+func TestJoiningNodeFetchesFromPreviousOwner(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	setMembers(membersOf(a, b), a, b)
+	clock.Advance(testGrace)
+	all, err := ring.New(ring.Config{}, []string{"A", "B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("join-%d", i); func() bool { o, _ := all.Owner(k); return o == "C" }() {
+			key = k
+		}
+	}
+	lim := hourly(10)
+	prevOwner, _ := a.r.Owner(key)
+	if res := check1(t, a.r, key, lim, 7); res.Owner != prevOwner || res.Remaining != 3 {
+		t.Fatalf("%+v", res)
+	}
+	// Only C knows the new membership: nobody has pushed it anything.
+	c.r.SetMembers(membersOf(a, b, c))
+	res := check1(t, c.r, key, lim, 1)
+	if res.Owner != "C" || res.Remaining != 2 {
+		t.Fatalf("first check on the joining owner: %+v, want remaining 2, not 9", res)
+	}
+	if got := metricValue(t, c.reg, "ringlimit_handoff_fetches_total", "result", "found"); got != 1 {
+		t.Fatalf("found fetches on C = %v, want 1", got)
+	}
+}
+
+// ---- 10. merge is conservative -------------------------------------------------------
+
+func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
+	clock := newFakeClock()
+	b := startNode(t, "B", clock, nil)
+	lim := hourly(10)
+	if res := check1(t, b.r, "m", lim, 6); !res.Allowed || res.Remaining != 4 {
+		t.Fatalf("%+v", res)
+	}
+	client := peerClient(t, b.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w := limitToWire(&lim)
+	push := func(key string, used int64) {
+		t.Helper()
+		resp, err := client.Handoff(ctx, &peerv1.HandoffRequest{From: "A", Buckets: []*peerv1.BucketState{{Key: key, Limit: &w, Used: used}}})
+		if err != nil || resp.GetMerged() != 1 {
+			t.Fatalf("Handoff(%s, used %d): %v merged %d", key, used, err, resp.GetMerged())
+		}
+	}
+	used := func(key string) int64 {
+		t.Helper()
+		_, u, ok := b.store.Used(key, clock.Now())
+		if !ok {
+			t.Fatalf("%s not held", key)
+		}
+		return u
+	}
+	push("m", 3)
+	if u := used("m"); u != 6 {
+		t.Fatalf("used 6 merged with 3: %d, want 6", u)
+	}
+	push("m", 8)
+	if u := used("m"); u != 8 {
+		t.Fatalf("used 6 merged with 8: %d, want 8", u)
+	}
+	push("m", 5)
+	if u := used("m"); u != 8 {
+		t.Fatalf("used 8 merged with 5: %d, want 8", u)
+	}
+	push("new", 4) // a key B never saw takes the pushed state
+	if u := used("new"); u != 4 {
+		t.Fatalf("new key: used %d, want 4", u)
+	}
+	if res := check1(t, b.r, "m", lim, 1); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("after merges: %+v, want remaining 1 (10-8-1)", res)
+	}
+	// Fetch reports the merged state.
+	fr, err := client.Fetch(ctx, &peerv1.FetchRequest{From: "A", Key: "m", Limit: &w})
+	if err != nil || !fr.GetFound() || fr.GetState().GetUsed() != 9 {
+		t.Fatalf("Fetch: %v %+v", err, fr)
+	}
+	// A state with a bad limit is skipped, the rest merged.
+	resp, err := client.Handoff(ctx, &peerv1.HandoffRequest{From: "A", Buckets: []*peerv1.BucketState{
+		{Key: "bad", Limit: &peerv1.Limit{}, Used: 1},
+		{Key: "ok", Limit: &w, Used: 2},
+	}})
+	if err != nil || resp.GetMerged() != 1 || b.store.Has("bad") || used("ok") != 2 {
+		t.Fatalf("mixed handoff: %v merged %d", err, resp.GetMerged())
+	}
+	if got := metricValue(t, b.reg, "ringlimit_handoff_keys_received_total"); got != 5 {
+		t.Fatalf("handoff_keys_received_total = %v, want 5", got)
+	}
+}
+
+// A key this node owned before the change as well as after has nobody to
+// fetch from: during Grace its first check should not cost an extra RPC.
+func TestNoFetchForKeysThatDidNotMove(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	setMembers(membersOf(a, b), a, b)
+	clock.Advance(testGrace)
+	two, _ := ring.New(ring.Config{}, []string{"A", "B"})
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("stay-%d", i)
+		o2, _ := two.Owner(k)
+		if o3, _ := a.r.Owner(k); o2 == "A" && o3 == "A" {
+			key = k
+		}
+	}
+	setMembers(membersOf(a, b, c), a, b, c)
+	if o, _ := a.r.Owner(key); o != "A" {
+		t.Fatalf("%s moved to %s", key, o)
+	}
+	check1(t, a.r, key, hourly(10), 1)
+	var n float64
+	for _, res := range []string{"found", "missing", "unreachable"} {
+		n += metricValue(t, a.reg, "ringlimit_handoff_fetches_total", "result", res)
+	}
+	if n != 0 {
+		t.Fatalf("A fetched %v times for a key it owned before and after the change", n)
+	}
+}
+
+// A node that crashed without a word (a host down, not a refused port) is
+// still the previous owner of the keys that moved away from it. The new
+// owner's fetch must not make the checks forwarded to it miss their deadline.
+func TestGraceFetchFromSilentOwnerDoesNotStallForwarded(t *testing.T) {
+	clock := newFakeClock()
+	tweak := func(c *Config) { c.PeerTimeout = failTimeout }
+	a := startNode(t, "A", clock, tweak)
+	b := startNode(t, "B", clock, tweak)
+	dead := Member{Name: "D", Addr: blackhole(t)}
+	setMembers(append(membersOf(a, b), dead), a, b)
+	clock.Advance(testGrace)
+	two, _ := ring.New(ring.Config{}, []string{"A", "B"})
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("crash-%d", i)
+		o3, _ := a.r.Owner(k)
+		if o2, _ := two.Owner(k); o3 == "D" && o2 == "B" {
+			key = k
+		}
+	}
+	// D is declared dead: the ring drops it.
+	setMembers(membersOf(a, b), a, b)
+	start := time.Now()
+	res := check1(t, a.r, key, hourly(10), 1)
+	el := time.Since(start)
+	if res.Degraded || res.Owner != "B" {
+		// The owner decided it anyway, once its fetch gave up: spent twice.
+		var used int64
+		waitFor(t, 5*time.Second, "B to decide the abandoned check", func() bool {
+			_, used, _ = b.store.Used(key, clock.Now())
+			return used > 0
+		})
+		t.Fatalf("check forwarded to B after %v: %+v, want decided by B (B spent %d on it too)", el, res, used)
+	}
+}

@@ -1,0 +1,748 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// ---- harness ---------------------------------------------------------------
+
+// fakeClock is a bucket.Clock the test moves by hand. It starts on a whole
+// hour so that windows line up.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(int64(1_700_000_000/3600*3600) * int64(time.Second))
+	return c
+}
+
+func (c *fakeClock) Now() int64              { return c.ns.Load() }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// testGrace is the Grace of every test router unless a test says otherwise.
+const testGrace = 300 * time.Millisecond
+
+// node is one in-process cluster member: a Router, its store, its metrics
+// and the gRPC server its peers reach it on.
+type node struct {
+	name  string
+	addr  string
+	r     *Router
+	store *bucket.Store
+	reg   *prometheus.Registry
+	srv   *grpc.Server
+	stop  func() // stops the gRPC server (idempotent)
+}
+
+// startNode starts a router named name on its own loopback gRPC server.
+// tweak, if not nil, edits the Config before New.
+func startNode(t testing.TB, name string, clock bucket.Clock, tweak func(*Config), sopts ...grpc.ServerOption) *node {
+	t.Helper()
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	cfg := Config{
+		Self:        name,
+		Store:       store,
+		Clock:       clock,
+		Grace:       testGrace,
+		PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
+		Logger:      slog.New(slog.DiscardHandler),
+		Registerer:  reg,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New(%s): %v", name, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(sopts...)
+	r.RegisterPeer(srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.Stop()
+			<-served
+		})
+	}
+	t.Cleanup(stop)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("Close(%s): %v", name, err)
+		}
+	})
+	return &node{name: name, addr: lis.Addr().String(), r: r, store: store, reg: reg, srv: srv, stop: stop}
+}
+
+// startNodes starts one node per name on a shared clock.
+func startNodes(t testing.TB, clock bucket.Clock, tweak func(*Config), names ...string) []*node {
+	t.Helper()
+	nodes := make([]*node, len(names))
+	for i, name := range names {
+		nodes[i] = startNode(t, name, clock, tweak)
+	}
+	return nodes
+}
+
+func membersOf(nodes ...*node) []Member {
+	ms := make([]Member, len(nodes))
+	for i, n := range nodes {
+		ms[i] = Member{Name: n.name, Addr: n.addr}
+	}
+	return ms
+}
+
+// setMembers gives every node in on the member list ms.
+func setMembers(ms []Member, on ...*node) {
+	for _, n := range on {
+		n.r.SetMembers(ms)
+	}
+}
+
+// formCluster gives every node the member list of all of them and moves the
+// clock past the grace period, so that the cluster is in its steady state.
+func formCluster(clock *fakeClock, nodes ...*node) {
+	setMembers(membersOf(nodes...), nodes...)
+	clock.Advance(testGrace)
+}
+
+// keysOwnedBy returns n keys "prefix-i" that r's ring gives to owner.
+func keysOwnedBy(t testing.TB, r *Router, owner, prefix string, n int) []string {
+	t.Helper()
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if i > 100000 {
+			t.Fatalf("fewer than %d keys owned by %s", n, owner)
+		}
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if o, _ := r.Owner(k); o == owner {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func hourly(n int64) bucket.Limit { return bucket.MustLimit(bucket.TokenBucket, n, time.Hour, 0) }
+
+// check1 runs one check through r and returns its result.
+func check1(t testing.TB, r *Router, key string, l bucket.Limit, cost int64) Result {
+	t.Helper()
+	var out [1]Result
+	if err := r.Check(context.Background(), []Check{{Key: key, Limit: l, Cost: cost}}, out[:]); err != nil {
+		t.Fatalf("Check(%s on %s): %v", key, r.Self(), err)
+	}
+	return out[0]
+}
+
+// metricValue reads a counter or gauge, or a histogram's sample count, from
+// reg by its exposed name and label pairs.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("metric %s%v not found", name, labels)
+	return 0
+}
+
+// histogramAbove returns how many observations of histogram name in reg were
+// larger than le (which must be one of its bucket bounds).
+func histogramAbove(t testing.TB, reg *prometheus.Registry, name string, le float64) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == le {
+				return h.GetSampleCount() - b.GetCumulativeCount()
+			}
+		}
+		t.Fatalf("histogram %s has no bucket le=%v", name, le)
+	}
+	t.Fatalf("histogram %s not found", name)
+	return 0
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// ---- 1. routing --------------------------------------------------------------
+
+func TestRoutingOwnerIsRingOwner(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	formCluster(clock, nodes...)
+
+	byName := map[string]*node{}
+	for _, n := range nodes {
+		byName[n.name] = n
+	}
+	owned := map[string]int{}
+	lim := hourly(1000)
+	for i := range 300 {
+		key := fmt.Sprintf("route-%d", i)
+		want, ver := nodes[0].r.Owner(key)
+		for _, n := range nodes[1:] {
+			if o, v := n.r.Owner(key); o != want || v != ver {
+				t.Fatalf("%s: Owner on %s = %s@%x, on A = %s@%x", key, n.name, o, v, want, ver)
+			}
+		}
+		owned[want]++
+		for j, entry := range nodes {
+			res := check1(t, entry.r, key, lim, 1)
+			if res.Owner != want || res.Degraded || !res.Allowed || res.Remaining != int64(1000-1-j) || res.Limit != 1000 {
+				t.Fatalf("%s via %s: %+v, want Owner %s, allowed, remaining %d", key, entry.name, res, want, 1000-1-j)
+			}
+		}
+		// Only the owner holds the key.
+		for _, n := range nodes {
+			if has := n.store.Has(key); has != (n.name == want) {
+				t.Fatalf("%s: store of %s has it = %v, owner %s", key, n.name, has, want)
+			}
+		}
+		if _, used, _ := byName[want].store.Used(key, clock.Now()); used != 3 {
+			t.Fatalf("%s: owner %s has used %d, want 3", key, want, used)
+		}
+	}
+	t.Logf("owners of 300 keys: %v", owned)
+	for _, n := range nodes {
+		if owned[n.name] == 0 {
+			t.Fatalf("%s owns none of 300 keys: %v", n.name, owned)
+		}
+	}
+}
+
+func TestBatchResultsInInputOrder(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	formCluster(clock, nodes...)
+	a := nodes[0].r
+
+	// Interleave 10 keys of each owner; each check has its own limit and
+	// cost so that its result identifies it.
+	var per [3][]string
+	for i, n := range nodes {
+		per[i] = keysOwnedBy(t, a, n.name, "order-"+n.name, 10)
+	}
+	var checks []Check
+	var owners []string
+	for i := range 10 {
+		for o := range 3 {
+			j := len(checks)
+			checks = append(checks, Check{Key: per[o][i], Limit: hourly(int64(100 + j)), Cost: int64(1 + j%5)})
+			owners = append(owners, nodes[o].name)
+		}
+	}
+	for _, entry := range nodes {
+		out := make([]Result, len(checks))
+		if err := entry.r.Check(context.Background(), checks, out); err != nil {
+			t.Fatal(err)
+		}
+		for j, res := range out {
+			c := checks[j]
+			// Every entry spends on the same keys: the k-th entry sees the
+			// k-th spend.
+			k := int64(strings.Index("ABC", entry.name))
+			want := c.Limit.Count() - (k+1)*c.Cost
+			if res.Owner != owners[j] || !res.Allowed || res.Degraded || res.Limit != c.Limit.Count() || res.Remaining != want {
+				t.Fatalf("via %s: out[%d] = %+v, want owner %s limit %d remaining %d", entry.name, j, res, owners[j], c.Limit.Count(), want)
+			}
+		}
+	}
+}
+
+func TestSameKeyAppliedInBatchOrder(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	formCluster(clock, nodes...)
+	lim := hourly(2)
+	for _, entry := range nodes {
+		for _, owner := range nodes {
+			key := keysOwnedBy(t, entry.r, owner.name, "seq-"+entry.name, 1)[0]
+			checks := []Check{{Key: key, Limit: lim, Cost: 1}, {Key: key, Limit: lim, Cost: 1}, {Key: key, Limit: lim, Cost: 1}}
+			out := make([]Result, 3)
+			if err := entry.r.Check(context.Background(), checks, out); err != nil {
+				t.Fatal(err)
+			}
+			want := []bucket.Decision{
+				{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 30 * time.Minute},
+				{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: time.Hour},
+				{Allowed: false, Limit: 2, Remaining: 0, RetryAfter: 30 * time.Minute, ResetAfter: time.Hour},
+			}
+			for i := range out {
+				if out[i].Decision != want[i] || out[i].Owner != owner.name {
+					t.Errorf("via %s, owner %s: out[%d] = %+v, want %+v", entry.name, owner.name, i, out[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// A decision that travels over the wire is the decision the owner's store
+// made: every field survives, for every algorithm.
+func TestForwardedDecisionMatchesLocal(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B")
+	formCluster(clock, nodes...)
+	a := nodes[0].r
+	limits := map[string]bucket.Limit{
+		"token":   bucket.MustLimit(bucket.TokenBucket, 7, 10*time.Second, 3),
+		"leaky":   bucket.MustLimit(bucket.LeakyBucket, 3, time.Second, 4),
+		"fixed":   bucket.MustLimit(bucket.FixedWindow, 3, time.Minute, 0),
+		"log":     bucket.MustLimit(bucket.SlidingWindowLog, 3, time.Minute, 0),
+		"counter": bucket.MustLimit(bucket.SlidingWindowCounter, 3, time.Minute, 0),
+	}
+	for name, l := range limits {
+		local := keysOwnedBy(t, a, "A", "parity-"+name, 1)[0]
+		remote := keysOwnedBy(t, a, "B", "parity-"+name, 1)[0]
+		for i := range 6 {
+			cost := int64(1 + i%2)
+			lr := check1(t, a, local, l, cost)
+			rr := check1(t, a, remote, l, cost)
+			if lr.Owner != "A" || rr.Owner != "B" || lr.Decision != rr.Decision {
+				t.Fatalf("%s step %d: local %+v, forwarded %+v", name, i, lr, rr)
+			}
+			clock.Advance(123456789) // ~0.12 s: fractions of tokens and windows
+		}
+	}
+}
+
+// ---- 2. exactness under concurrency -----------------------------------------------
+
+func TestExactUnderConcurrency(t *testing.T) {
+	const goroutines, perG = 64, 50
+	t.Run("one key", func(t *testing.T) {
+		clock := newFakeClock()
+		nodes := startNodes(t, clock, nil, "A", "B", "C")
+		formCluster(clock, nodes...)
+		lim := hourly(100)
+		var allowed, rejected atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range goroutines {
+			wg.Go(func() {
+				<-start
+				for i := range perG {
+					r := nodes[(g+i)%3].r
+					var out [1]Result
+					if err := r.Check(context.Background(), []Check{{Key: "hot", Limit: lim, Cost: 1}}, out[:]); err != nil {
+						t.Error(err)
+						return
+					}
+					if out[0].Degraded {
+						t.Errorf("degraded: %+v", out[0])
+					}
+					if out[0].Allowed {
+						allowed.Add(1)
+					} else {
+						rejected.Add(1)
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if allowed.Load() != 100 || rejected.Load() != goroutines*perG-100 {
+			t.Fatalf("allowed %d rejected %d, want 100 and %d", allowed.Load(), rejected.Load(), goroutines*perG-100)
+		}
+	})
+	t.Run("50 keys", func(t *testing.T) {
+		clock := newFakeClock()
+		nodes := startNodes(t, clock, nil, "A", "B", "C")
+		formCluster(clock, nodes...)
+		const nkeys, batch = 50, 10
+		lim := hourly(100)
+		keys := make([]string, nkeys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("many-%d", i)
+		}
+		var allowed [nkeys]atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range goroutines {
+			wg.Go(func() {
+				<-start
+				checks := make([]Check, batch)
+				idx := make([]int, batch)
+				out := make([]Result, batch)
+				for i := range perG {
+					for j := range batch {
+						idx[j] = (g + i*batch + j) % nkeys
+						checks[j] = Check{Key: keys[idx[j]], Limit: lim, Cost: 1}
+					}
+					if err := nodes[(g+i)%3].r.Check(context.Background(), checks, out); err != nil {
+						t.Error(err)
+						return
+					}
+					for j := range out {
+						if out[j].Degraded {
+							t.Errorf("degraded: %+v", out[j])
+						}
+						if out[j].Allowed {
+							allowed[idx[j]].Add(1)
+						}
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		// Every key saw goroutines*perG*batch/nkeys = 640 checks.
+		for i := range allowed {
+			if n := allowed[i].Load(); n != 100 {
+				t.Errorf("%s: %d allowed, want 100", keys[i], n)
+			}
+		}
+	})
+}
+
+// ---- 3. batching ------------------------------------------------------------------
+
+func TestConcurrentChecksAreCoalesced(t *testing.T) {
+	const goroutines, perG, maxBatch = 64, 50, 8
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, func(c *Config) { c.MaxBatch = maxBatch })
+	b := startNode(t, "B", clock, nil)
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "coalesce", 16)
+	lim := hourly(1_000_000)
+
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			for i := range perG {
+				res := check1(t, a.r, keys[(g+i)%len(keys)], lim, 1)
+				if !res.Allowed || res.Degraded || res.Owner != "B" {
+					t.Errorf("%+v", res)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	const total = goroutines * perG
+	checks := metricValue(t, a.reg, "ringlimit_forward_checks_total")
+	rpcs := metricValue(t, a.reg, "ringlimit_forward_rpcs_total")
+	factor := checks / rpcs
+	t.Logf("batching factor: %d checks in %d RPCs = %.2f checks per RPC (MaxBatch %d)", int(checks), int(rpcs), factor, maxBatch)
+	if checks != total {
+		t.Fatalf("forward_checks_total = %v, want %d", checks, total)
+	}
+	if got := metricValue(t, b.reg, "ringlimit_peer_checks_total"); got != total {
+		t.Fatalf("B peer_checks_total = %v, want %d", got, total)
+	}
+	if factor < 2 {
+		t.Fatalf("batching factor %.2f, want at least 2", factor)
+	}
+	if rpcs < total/maxBatch {
+		t.Fatalf("%v RPCs for %d checks: some RPC carried more than MaxBatch=%d", rpcs, total, maxBatch)
+	}
+	if n := metricValue(t, a.reg, "ringlimit_forward_batch_checks"); n != rpcs {
+		t.Fatalf("batch-size histogram has %v samples, want %v", n, rpcs)
+	}
+	if over := histogramAbove(t, a.reg, "ringlimit_forward_batch_checks", maxBatch); over != 0 {
+		t.Fatalf("%d RPCs carried more than MaxBatch=%d checks", over, maxBatch)
+	}
+}
+
+// Config.MaxBatch is "the most checks one peer RPC carries", but the batcher
+// only stops gathering once it has reached MaxBatch, and a single request's
+// group is never split: calls of several checks overshoot.
+func TestMaxBatchBoundsMultiCheckCalls(t *testing.T) {
+	const maxBatch = 8
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, func(c *Config) { c.MaxBatch = maxBatch })
+	b := startNode(t, "B", clock, nil)
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "multi", 20)
+	lim := hourly(1000)
+	checks := make([]Check, len(keys))
+	for i, k := range keys {
+		checks[i] = Check{Key: k, Limit: lim, Cost: 1}
+	}
+	out := make([]Result, len(checks))
+	if err := a.r.Check(context.Background(), checks, out); err != nil {
+		t.Fatal(err)
+	}
+	rpcs := metricValue(t, a.reg, "ringlimit_forward_rpcs_total")
+	if over := histogramAbove(t, a.reg, "ringlimit_forward_batch_checks", maxBatch); over != 0 || rpcs < 3 {
+		t.Fatalf("20 checks in %v RPCs, %d of them above MaxBatch=%d", rpcs, over, maxBatch)
+	}
+}
+
+// ---- 4. hop limit -----------------------------------------------------------------
+
+func TestHopLimitOne(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	// A thinks the cluster is {A, B}; B and C think it is {B, C}.
+	a.r.SetMembers(membersOf(a, b))
+	setMembers(membersOf(b, c), b, c)
+	clock.Advance(testGrace)
+
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("hop-%d", i)
+		oa, _ := a.r.Owner(k)
+		ob, _ := b.r.Owner(k)
+		if oa == "B" && ob == "C" {
+			key = k
+		}
+	}
+	res := check1(t, a.r, key, hourly(10), 1)
+	if res.Owner != "B" || !res.Allowed || res.Remaining != 9 || res.Degraded {
+		t.Fatalf("check on A for %s (A: owner B, B: owner C) = %+v, want decided by B with 9 left", key, res)
+	}
+	if got := metricValue(t, c.reg, "ringlimit_peer_checks_total"); got != 0 {
+		t.Fatalf("C received %v peer checks: B forwarded again", got)
+	}
+	if got := metricValue(t, b.reg, "ringlimit_forward_rpcs_total"); got != 0 {
+		t.Fatalf("B sent %v check RPCs", got)
+	}
+	if got := metricValue(t, b.reg, "ringlimit_peer_checks_total"); got != 1 {
+		t.Fatalf("B received %v peer checks, want 1", got)
+	}
+	if !b.store.Has(key) || c.store.Has(key) || a.store.Has(key) {
+		t.Fatalf("key held by A=%v B=%v C=%v, want B only", a.store.Has(key), b.store.Has(key), c.store.Has(key))
+	}
+}
+
+// ---- 7. invalid batches -----------------------------------------------------------
+
+func TestValidateChecksNamesIndex(t *testing.T) {
+	good := Check{Key: "k", Limit: hourly(10), Cost: 1}
+	cases := []struct {
+		name string
+		bad  Check
+		want string
+	}{
+		{"empty key", Check{Key: "", Limit: hourly(10), Cost: 1}, "checks[2].key"},
+		{"long key", Check{Key: strings.Repeat("x", 100000), Limit: hourly(10), Cost: 1}, "checks[2].key"},
+		{"zero limit", Check{Key: "k", Cost: 1}, "checks[2].limit"},
+		{"zero cost", Check{Key: "k", Limit: hourly(10), Cost: 0}, "checks[2].cost"},
+		{"cost above capacity", Check{Key: "k", Limit: hourly(10), Cost: 11}, "checks[2].cost"},
+		{"unknown mode", Check{Key: "k", Limit: hourly(10), Cost: 1, Mode: 7}, "checks[2].failure_mode"},
+	}
+	for _, tc := range cases {
+		err := ValidateChecks([]Check{good, good, tc.bad, good})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: ValidateChecks = %v, want ErrInvalid naming %s", tc.name, err, tc.want)
+		}
+	}
+	if err := ValidateChecks([]Check{good, good}); err != nil {
+		t.Fatalf("good checks: %v", err)
+	}
+	// The first bad check is named.
+	err := ValidateChecks([]Check{good, {Key: ""}, {Key: ""}})
+	if err == nil || !strings.Contains(err.Error(), "checks[1]") {
+		t.Fatalf("two bad checks: %v, want checks[1] named", err)
+	}
+}
+
+func TestCheckWithOneBadCheckAppliesNone(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	formCluster(clock, nodes...)
+	a := nodes[0]
+	var checks []Check
+	for _, n := range nodes {
+		for _, k := range keysOwnedBy(t, a.r, n.name, "bad", 3) {
+			checks = append(checks, Check{Key: k, Limit: hourly(10), Cost: 1})
+		}
+	}
+	checks = append(checks, Check{Key: "fine", Limit: hourly(10), Cost: 11}) // above capacity
+	out := make([]Result, len(checks))
+	for i := range out {
+		out[i].Owner = "untouched"
+	}
+	for _, entry := range nodes {
+		err := entry.r.Check(context.Background(), checks, out)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("checks[%d].cost", len(checks)-1)) {
+			t.Fatalf("via %s: %v, want ErrInvalid naming the last check", entry.name, err)
+		}
+	}
+	for _, n := range nodes {
+		if n.store.Len() != 0 || n.r.local.Len() != 0 {
+			t.Fatalf("%s holds %d keys (%d degraded) after a rejected batch", n.name, n.store.Len(), n.r.local.Len())
+		}
+		if got := metricValue(t, n.reg, "ringlimit_forward_rpcs_total"); got != 0 {
+			t.Fatalf("%s sent %v RPCs for a rejected batch", n.name, got)
+		}
+	}
+	for i := range out {
+		if out[i].Owner != "untouched" {
+			t.Fatalf("out[%d] written: %+v", i, out[i])
+		}
+	}
+	if err := a.r.Check(context.Background(), checks[:2], out[:1]); err == nil || errors.Is(err, ErrInvalid) {
+		t.Fatalf("short out: %v, want a non-ErrInvalid error", err)
+	}
+}
+
+// ---- 11. Close ----------------------------------------------------------------------
+
+func TestCloseIdempotent(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B")
+	formCluster(clock, nodes...)
+	a := nodes[0]
+	key := keysOwnedBy(t, a.r, "B", "close", 1)[0]
+	if res := check1(t, a.r, key, hourly(10), 1); res.Owner != "B" {
+		t.Fatalf("%+v", res)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if err := a.r.Close(ctx); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+	// Membership changes and leaves after Close are no-ops.
+	a.r.SetMembers(membersOf(nodes...))
+	if err := a.r.Leave(ctx); err != nil {
+		t.Fatalf("Leave after Close: %v", err)
+	}
+	// goleak (TestMain) checks that nothing Close should stop is left running.
+}
+
+// A Check after Close (or on a peer closed because it left the ring while
+// the check was in flight) must not wait for an answer that will never come.
+// Before the fix in peer.check it did, about every other time, until its ctx
+// ended: the queue send and p.done were both ready, and a call queued after
+// the loop's last drain was never answered.
+func TestCheckAfterCloseDoesNotHang(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B")
+	formCluster(clock, nodes...)
+	a := nodes[0]
+	key := keysOwnedBy(t, a.r, "B", "closed", 1)[0]
+	if err := a.r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var out [1]Result
+		start := time.Now()
+		err := a.r.Check(ctx, []Check{{Key: key, Limit: hourly(10), Cost: 1, Mode: FailClosed}}, out[:])
+		cancel()
+		if err != nil || time.Since(start) > time.Second || !out[0].Degraded || out[0].Allowed {
+			t.Fatalf("check %d after Close: %+v, err %v after %v, want a prompt degraded rejection", i, out[0], err, time.Since(start))
+		}
+	}
+}
+
+// The peer service applies a batch only if all of it is valid, as Router.Check
+// does: a bad check (from a peer of another version, say) must not leave the
+// checks before it spent.
+func TestPeerBatchValidatedWhole(t *testing.T) {
+	clock := newFakeClock()
+	b := startNode(t, "B", clock, nil)
+	client := peerClient(t, b.addr)
+	lim := hourly(10)
+	w := limitToWire(&lim)
+	_, err := client.Check(context.Background(), &peerv1.CheckRequest{From: "A", Checks: []*peerv1.Check{
+		{Key: "first", Limit: &w, Cost: 1},
+		{Key: "second", Limit: &w, Cost: 11}, // above capacity
+	}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("err = %v, want InvalidArgument", err)
+	}
+	if b.store.Has("first") {
+		t.Fatal("the check before the bad one was applied")
+	}
+}
+
+// peerClient dials addr's Peer service directly, as another node would.
+func peerClient(t testing.TB, addr string) peerv1.PeerClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return peerv1.NewPeerClient(conn)
+}
