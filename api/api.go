@@ -74,6 +74,12 @@ type Config struct {
 	// Cluster serves /v1/cluster and /v1/owner. Optional: without it they
 	// answer 404.
 	Cluster Cluster
+	// Policy resolves policy requests and serves /v1/policy. Optional:
+	// without it only inline limits are accepted.
+	Policy PolicySource
+	// AddOverride installs incident overrides (POST /v1/overrides); required
+	// with Policy.
+	AddOverride OverrideFunc
 	// Registerer receives the API's metrics. Nil means a private registry
 	// (metrics still served on /metrics).
 	Registerer prometheus.Registerer
@@ -88,11 +94,13 @@ type Config struct {
 // API holds what the HTTP and gRPC surfaces share. It is safe for
 // concurrent use.
 type API struct {
-	checker Checker
-	cluster Cluster
-	log     *slog.Logger
-	m       *metrics
-	gather  prometheus.Gatherer
+	checker     Checker
+	cluster     Cluster
+	policy      PolicySource
+	addOverride OverrideFunc
+	log         *slog.Logger
+	m           *metrics
+	gather      prometheus.Gatherer
 }
 
 // New validates cfg and returns an API.
@@ -111,7 +119,10 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{checker: cfg.Checker, cluster: cfg.Cluster, log: cfg.Logger, m: m, gather: cfg.Gatherer}, nil
+	if cfg.Policy != nil && cfg.AddOverride == nil {
+		return nil, errors.New("api: AddOverride is required with Policy")
+	}
+	return &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, log: cfg.Logger, m: m, gather: cfg.Gatherer}, nil
 }
 
 // check runs checks through the checker and records the metrics.

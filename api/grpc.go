@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/policy"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -26,77 +27,103 @@ type grpcServer struct {
 }
 
 func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	checks, err := checksFromProto(req)
-	if err != nil {
+	var p plan
+	if err := g.api.planFromProto(req, &p); err != nil {
 		g.api.m.invalid.WithLabelValues("grpc").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	out := make([]forward.Result, len(checks))
-	if err := g.api.check(ctx, "grpc", checks, out); err != nil {
+	answers, err := g.api.decide(ctx, "grpc", &p)
+	if err != nil {
 		return nil, grpcError(err)
 	}
-	resp := &pb.CheckResponse{Decisions: make([]*pb.Decision, len(out))}
-	decisions := make([]pb.Decision, len(out)) // one allocation for all
-	for i := range out {
-		r := &out[i]
+	resp := &pb.CheckResponse{Decisions: make([]*pb.Decision, len(answers))}
+	decisions := make([]pb.Decision, len(answers)) // one allocation for all
+	for i := range answers {
+		a := &answers[i]
 		d := &decisions[i]
-		d.Allowed = r.Allowed
-		d.Limit = r.Limit
-		d.Remaining = r.Remaining
-		d.RetryAfterMs = r.RetryAfter.Milliseconds()
-		d.ResetAfterMs = r.ResetAfter.Milliseconds()
-		d.DelayMs = r.Delay.Milliseconds()
-		d.Owner = r.Owner
-		d.Degraded = r.Degraded
-		d.Scope = ScopeInline
+		d.Allowed = a.Allowed
+		d.Limit = a.Limit
+		d.Remaining = a.Remaining
+		d.RetryAfterMs = a.RetryAfter.Milliseconds()
+		d.ResetAfterMs = a.ResetAfter.Milliseconds()
+		d.DelayMs = a.Delay.Milliseconds()
+		d.Owner = a.Owner
+		d.Degraded = a.Degraded
+		d.Scope = a.Scope
+		d.WouldReject = a.WouldReject
+		d.PolicyVersion = a.Version
 		resp.Decisions[i] = d
 	}
 	return resp, nil
 }
 
-func checksFromProto(req *pb.CheckRequest) ([]forward.Check, error) {
+func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
 	n := len(req.GetChecks())
 	if n == 0 {
-		return nil, errors.New("checks: at least one check is required")
+		return errors.New("checks: at least one check is required")
 	}
 	if n > MaxBatch {
-		return nil, fmt.Errorf("checks: at most %d per call, got %d", MaxBatch, n)
+		return fmt.Errorf("checks: at most %d per call, got %d", MaxBatch, n)
 	}
-	checks := make([]forward.Check, n)
+	p.checks = make([]forward.Check, 0, n)
+	p.units = make([]unit, 0, n)
 	for i, c := range req.GetChecks() {
 		field := fmt.Sprintf("checks[%d]", i)
-		if err := validateKey(field+".key", c.GetKey()); err != nil {
-			return nil, err
+		if pr := c.GetRequest(); pr != nil {
+			if c.GetKey() != "" || c.GetLimit() != nil {
+				return fmt.Errorf("%s: give either key and limit, or request, not both", field)
+			}
+			var cost int64
+			if c.Cost != nil {
+				if cost = *c.Cost; cost < 1 {
+					return fmt.Errorf("%s.cost: must be at least 1, got %d", field, cost)
+				}
+			}
+			if err := a.addPolicy(p, field+".request.", policy.Request{Policy: pr.GetPolicy(), APIKey: pr.GetApiKey(),
+				User: pr.GetUser(), IP: pr.GetIp(), Route: pr.GetRoute(), Tier: pr.GetTier(), Cost: cost}); err != nil {
+				return err
+			}
+			continue
 		}
-		pl := c.GetLimit()
-		if pl == nil {
-			return nil, fmt.Errorf("%s.limit: required", field)
-		}
-		if maxMs := int64(bucket.MaxPer / time.Millisecond); pl.GetPerMs() <= 0 || pl.GetPerMs() > maxMs {
-			return nil, fmt.Errorf("%s.limit.per_ms: must be between 1 and %d, got %d", field, maxMs, pl.GetPerMs())
-		}
-		alg := pl.GetAlgorithm()
-		if _, ok := pb.Algorithm_name[int32(alg)]; !ok {
-			return nil, fmt.Errorf("%s.limit.algorithm: unknown value %d", field, alg)
-		}
-		l, err := limitFromParts(field+".limit", algorithmName(alg), pl.GetLimit(), time.Duration(pl.GetPerMs())*time.Millisecond, pl.GetBurst())
+		fc, err := checkFromProto(field, c)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		cost := int64(1)
-		if c.Cost != nil {
-			cost = *c.Cost
-		}
-		if err := validateCost(field+".cost", &l, cost); err != nil {
-			return nil, err
-		}
-		mode := forward.FailureMode(pl.GetFailureMode())
-		if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
-			return nil, fmt.Errorf("%s.limit.failure_mode: unknown value %d", field, pl.GetFailureMode())
-		}
-		checks[i] = forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: mode}
+		p.addInline(fc)
 	}
-	return checks, nil
+	return nil
+}
+
+func checkFromProto(field string, c *pb.Check) (forward.Check, error) {
+	if err := validateKey(field+".key", c.GetKey()); err != nil {
+		return forward.Check{}, err
+	}
+	pl := c.GetLimit()
+	if pl == nil {
+		return forward.Check{}, fmt.Errorf("%s.limit: required (or a policy request)", field)
+	}
+	if maxMs := int64(bucket.MaxPer / time.Millisecond); pl.GetPerMs() <= 0 || pl.GetPerMs() > maxMs {
+		return forward.Check{}, fmt.Errorf("%s.limit.per_ms: must be between 1 and %d, got %d", field, maxMs, pl.GetPerMs())
+	}
+	alg := pl.GetAlgorithm()
+	if _, ok := pb.Algorithm_name[int32(alg)]; !ok {
+		return forward.Check{}, fmt.Errorf("%s.limit.algorithm: unknown value %d", field, alg)
+	}
+	l, err := limitFromParts(field+".limit", algorithmName(alg), pl.GetLimit(), time.Duration(pl.GetPerMs())*time.Millisecond, pl.GetBurst())
+	if err != nil {
+		return forward.Check{}, err
+	}
+	cost := int64(1)
+	if c.Cost != nil {
+		cost = *c.Cost
+	}
+	if err := validateCost(field+".cost", &l, cost); err != nil {
+		return forward.Check{}, err
+	}
+	if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
+		return forward.Check{}, fmt.Errorf("%s.limit.failure_mode: unknown value %d", field, pl.GetFailureMode())
+	}
+	return forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: forward.FailureMode(pl.GetFailureMode())}, nil
 }
 
 // algorithmName maps the proto enum to the bucket package's wire names.

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/policy"
 )
 
 // Error codes in JSON error bodies.
@@ -27,12 +28,25 @@ const (
 // ScopeInline is the scope of a limit given inline in the request.
 const ScopeInline = "inline"
 
-// CheckRequest is the body of POST /v1/check.
+// CheckRequest is the body of POST /v1/check: an inline limit (key, limit)
+// or a policy request (policy, api_key / user / ip, route, tier).
 type CheckRequest struct {
-	Key string `json:"key"`
-	// Cost defaults to 1 when absent; an explicit 0 or less is invalid.
+	Key string `json:"key,omitempty"`
+	// Cost defaults to 1 (or the route's cost) when absent; an explicit 0 or
+	// less is invalid.
 	Cost  *int64     `json:"cost,omitempty"`
 	Limit *LimitJSON `json:"limit,omitempty"`
+
+	Policy string `json:"policy,omitempty"`
+	APIKey string `json:"api_key,omitempty"`
+	User   string `json:"user,omitempty"`
+	IP     string `json:"ip,omitempty"`
+	Route  string `json:"route,omitempty"`
+	Tier   string `json:"tier,omitempty"`
+}
+
+func (req *CheckRequest) isPolicy() bool {
+	return req.Policy != "" || req.APIKey != "" || req.User != "" || req.IP != "" || req.Route != "" || req.Tier != ""
 }
 
 // LimitJSON is an inline limit in a request.
@@ -59,6 +73,10 @@ type CheckResponse struct {
 	Owner        string `json:"owner"`
 	Degraded     bool   `json:"degraded,omitempty"`
 	Code         string `json:"code,omitempty"`
+	// WouldReject lists the dry-run layers that would have rejected.
+	WouldReject []string `json:"would_reject,omitempty"`
+	// PolicyVersion is the policy that decided a policy request.
+	PolicyVersion string `json:"policy_version,omitempty"`
 }
 
 // OwnerResponse is the body of GET /v1/owner?key=K.
@@ -99,6 +117,13 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 			writeJSON(w, http.StatusOK, &OwnerResponse{Key: key, Owner: owner, RingVersion: version})
 		})
 	}
+	if a.policy != nil {
+		mux.HandleFunc("GET /v1/policy", a.handlePolicy)
+		mux.HandleFunc("GET /v1/overrides", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, a.policy.Overrides())
+		})
+		mux.HandleFunc("POST /v1/overrides", a.handleAddOverride)
+	}
 	if a.gather != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{}))
 	}
@@ -109,35 +134,38 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 }
 
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
-	check, err := decodeCheck(w, r)
+	var p plan
+	err := a.decodeCheck(w, r, &p)
 	if err != nil {
 		a.m.invalid.WithLabelValues("http").Inc()
 		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
 		return
 	}
-	var out [1]forward.Result
-	if err := a.check(r.Context(), "http", []forward.Check{check}, out[:]); err != nil {
+	answers, err := a.decide(r.Context(), "http", &p)
+	if err != nil {
 		a.writeCheckError(w, err)
 		return
 	}
-	res := &out[0]
+	ans := &answers[0]
 	resp := CheckResponse{
-		Allowed:      res.Allowed,
-		Limit:        res.Limit,
-		Remaining:    res.Remaining,
-		RetryAfterMs: res.RetryAfter.Milliseconds(),
-		ResetAfterMs: res.ResetAfter.Milliseconds(),
-		DelayMs:      res.Delay.Milliseconds(),
-		Scope:        ScopeInline,
-		Owner:        res.Owner,
-		Degraded:     res.Degraded,
+		Allowed:       ans.Allowed,
+		Limit:         ans.Limit,
+		Remaining:     ans.Remaining,
+		RetryAfterMs:  ans.RetryAfter.Milliseconds(),
+		ResetAfterMs:  ans.ResetAfter.Milliseconds(),
+		DelayMs:       ans.Delay.Milliseconds(),
+		Scope:         ans.Scope,
+		Owner:         ans.Owner,
+		Degraded:      ans.Degraded,
+		WouldReject:   ans.WouldReject,
+		PolicyVersion: ans.Version,
 	}
 	h := w.Header()
-	SetRateLimitHeaders(h, ScopeInline, res.Limit, check.Limit.Per(), res.Remaining, res.ResetAfter)
+	setAnswerHeaders(h, ans)
 	status := http.StatusOK
-	if !res.Allowed {
+	if !ans.Allowed {
 		resp.Code = CodeRateLimited
-		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(res.RetryAfter), 10))
+		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(ans.RetryAfter), 10))
 		status = http.StatusTooManyRequests
 	}
 	writeJSON(w, status, &resp)
@@ -159,27 +187,45 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// decodeCheck reads and validates one check from the request body. Every
-// error names the field at fault.
-func decodeCheck(w http.ResponseWriter, r *http.Request) (forward.Check, error) {
+// decodeCheck reads and validates one check from the request body into p.
+// Every error names the field at fault.
+func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return forward.Check{}, fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
+			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
 		}
-		return forward.Check{}, fmt.Errorf("body: %w", err)
+		return fmt.Errorf("body: %w", err)
 	}
 	var req CheckRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return forward.Check{}, jsonError(err)
+		return jsonError(err)
 	}
-	if _, err := dec.Token(); err != io.EOF { // anything but whitespace after the value
-		return forward.Check{}, errors.New("body: more than one JSON value")
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("body: more than one JSON value")
 	}
-	return req.toCheck()
+	if req.isPolicy() {
+		if req.Limit != nil || req.Key != "" {
+			return errors.New("limit: give either an inline key and limit, or policy fields (policy, api_key, user, ip, route, tier), not both")
+		}
+		var cost int64
+		if req.Cost != nil {
+			if cost = *req.Cost; cost < 1 {
+				return fmt.Errorf("cost: must be at least 1, got %d", cost)
+			}
+		}
+		return a.addPolicy(p, "", policy.Request{Policy: req.Policy, APIKey: req.APIKey, User: req.User, IP: req.IP,
+			Route: req.Route, Tier: req.Tier, Cost: cost})
+	}
+	c, err := req.toCheck()
+	if err != nil {
+		return err
+	}
+	p.addInline(c)
+	return nil
 }
 
 func (req *CheckRequest) toCheck() (forward.Check, error) {
@@ -187,7 +233,7 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 		return forward.Check{}, err
 	}
 	if req.Limit == nil {
-		return forward.Check{}, errors.New("limit: required")
+		return forward.Check{}, errors.New("limit: required (or name configured policy: policy, api_key, user, ip, route, tier)")
 	}
 	per, err := time.ParseDuration(req.Limit.Per)
 	if err != nil {

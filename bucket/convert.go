@@ -73,3 +73,31 @@ func (l *Limit) setUsed(st *state, log *[]int64, now, used int64) {
 		*log = ts
 	}
 }
+
+// refund gives cost back to st at time now (see Store.Refund).
+func (l *Limit) refund(st *state, now, cost int64) {
+	switch l.alg {
+	case TokenBucket:
+		level := st.a + l.elapsedUnits(st.b, now, l.capUnits-st.a)
+		st.a, st.b = min(level+cost*l.den, l.capUnits), max(now, st.b)
+	case LeakyBucket:
+		level := st.a - l.elapsedUnits(st.b, now, st.a)
+		st.a, st.b = max(level-cost*l.den, 0), max(now, st.b)
+	case FixedWindow:
+		if st.a == windowStart(now, int64(l.per)) {
+			st.b = max(st.b-cost, 0)
+		}
+	case SlidingWindowCounter:
+		if st.a == windowStart(now, int64(l.per)) {
+			curr, prev := st.b>>32, st.b&(1<<32-1)
+			st.b = max(curr-cost, 0)<<32 | prev
+		}
+	}
+}
+
+// refundLog drops the cost newest timestamps: the ones the refunded check
+// added.
+func (l *Limit) refundLog(log *[]int64, cost int64) {
+	n := max(int64(len(*log))-cost, 0)
+	*log = (*log)[:n]
+}

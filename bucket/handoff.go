@@ -128,3 +128,40 @@ func (s *Store) Range(now int64, fn func(batch []Snapshot) bool) {
 func (s *Store) shard(h uint64) *shard {
 	return &s.shards[h>>s.shift&uint64(len(s.shards)-1)]
 }
+
+// Refund gives back cost that an earlier admitted check of key spent under
+// l, at time now: a request rejected by another layer must not keep the
+// tokens it took here. A refund never makes a key more than full, does
+// nothing for a key the store no longer holds (an evicted key is full), and
+// does nothing when the key's state belongs to another limit.
+func (s *Store) Refund(key string, l *Limit, now, cost int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if !l.Valid() {
+		return ErrLimit
+	}
+	if err := l.CheckCost(cost); err != nil {
+		return err
+	}
+	h := xxhash.Sum64String(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(h, key)
+	if i == none {
+		return nil
+	}
+	e := sh.at(i)
+	if e.fp != l.fp {
+		return nil
+	}
+	if l.alg == SlidingWindowLog {
+		log := sh.logs[i]
+		l.refundLog(&log, cost)
+		sh.logs[i] = log
+		return nil
+	}
+	l.refund(&e.st, now, cost)
+	return nil
+}

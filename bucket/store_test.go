@@ -199,3 +199,37 @@ func TestStoreAgreesWithBucket(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreRefund(t *testing.T) {
+	for alg := range numAlgorithms {
+		s := newStore(t, 16, 1)
+		lim := MustLimit(alg, 10, time.Hour, 0)
+		now := int64(1e15)
+		mustTake(t, s, "k", &lim, now, 7)
+		if err := s.Refund("k", &lim, now, 3); err != nil {
+			t.Fatal(err)
+		}
+		// 7 spent, 3 given back: 6 of 10 left, 5 after this check.
+		if d := mustTake(t, s, "k", &lim, now, 1); !d.Allowed || d.Remaining != 5 {
+			t.Fatalf("%v: after a refund of 3 = %+v, want 5 remaining", alg, d)
+		}
+		// A refund never overfills.
+		if err := s.Refund("k", &lim, now, 10); err != nil {
+			t.Fatal(err)
+		}
+		if d := mustTake(t, s, "k", &lim, now, 10); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%v: after an over-refund = %+v, want exactly full", alg, d)
+		}
+		// Nothing happens for a key not held or held under another limit.
+		other := MustLimit(alg, 20, time.Hour, 0)
+		if err := s.Refund("k", &other, now, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Refund("missing", &lim, now, 5); err != nil || s.Has("missing") {
+			t.Fatalf("%v: refund of a missing key created it (%v)", alg, err)
+		}
+		if d := mustTake(t, s, "k", &lim, now, 1); d.Allowed {
+			t.Fatalf("%v: a refund under another limit gave tokens back: %+v", alg, d)
+		}
+	}
+}

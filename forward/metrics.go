@@ -20,6 +20,7 @@ type routerMetrics struct {
 	fetches         [3]prometheus.Counter
 	ringMembers     prometheus.Gauge
 	ringChanges     prometheus.Counter
+	shed            prometheus.Counter
 }
 
 func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
@@ -65,6 +66,10 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 			Name: "ringlimit_ring_changes_total",
 			Help: "Times this node's ring changed.",
 		}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_prelimit_shed_total",
+			Help: "Checks rejected by the entry node's pre-limiter without asking the owner.",
+		}),
 	}
 	for i, name := range failureModeNames {
 		m.degraded[i] = degraded.WithLabelValues(name)
@@ -74,7 +79,7 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.rpcs, m.forwarded, m.received, m.batchSize, degraded,
-			m.handoffSent, m.handoffReceived, fetches, m.ringMembers, m.ringChanges} {
+			m.handoffSent, m.handoffReceived, fetches, m.ringMembers, m.ringChanges, m.shed} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -93,7 +93,7 @@ func (p *peer) checkChunk(ctx context.Context, idx []int, checks []Check, out []
 	for j, i := range idx {
 		ch := &checks[i]
 		limits[j] = limitToWire(&ch.Limit)
-		wire[j] = peerv1.Check{Key: ch.Key, Limit: &limits[j], Cost: ch.Cost}
+		wire[j] = peerv1.Check{Key: ch.Key, Limit: &limits[j], Cost: ch.Cost, Refund: ch.Refund}
 		c.checks[j] = &wire[j]
 	}
 	select {

@@ -60,6 +60,15 @@ type Check struct {
 	Limit bucket.Limit
 	Cost  int64
 	Mode  FailureMode
+	// Prelimit, when ≥ 1, lets the entry node shed a flood on a key it does
+	// not own without a network hop: a local sliding window counter at
+	// Prelimit × the limit's capacity per Per rejects first. The owner stays
+	// the authority for everything the pre-limiter lets through.
+	Prelimit float64
+	// Refund gives Cost back to the key instead of spending it: for the
+	// layers that admitted a request another layer rejected. Best effort:
+	// an unreachable owner is not retried, and the Result is empty.
+	Refund bool
 }
 
 // Result is the answer to one Check.
@@ -70,6 +79,9 @@ type Result struct {
 	// Degraded is true when the owner could not be reached and the check's
 	// failure mode decided instead.
 	Degraded bool
+	// Shed is true when the entry node's pre-limiter rejected the check
+	// without asking the owner.
+	Shed bool
 }
 
 // Member is a node on the ring and the address of its peer gRPC service.
@@ -120,6 +132,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Nil means none registered.
 	Registerer prometheus.Registerer
+	// OnNotify receives the messages other nodes send with Notify. Nil
+	// refuses them. It may be called concurrently.
+	OnNotify func(ctx context.Context, kind string, payload []byte) error
 }
 
 // Validate fills defaults and reports missing or invalid fields.
@@ -179,6 +194,7 @@ type Router struct {
 	log   *slog.Logger
 	m     *routerMetrics
 	local *bucket.Store // degraded-mode buckets
+	pre   *bucket.Store // pre-limiter windows
 
 	view atomic.Pointer[view]
 	// lastPeerCheck is when the peer service last received a Check, as
@@ -208,12 +224,16 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	pre, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.LocalKeys, Shards: 16})
+	if err != nil {
+		return nil, err
+	}
 	m, err := newRouterMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, ctx: ctx, cancel: cancel, started: time.Now()}
+	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, pre: pre, ctx: ctx, cancel: cancel, started: time.Now()}
 	r.view.Store(&view{peers: map[string]*peer{}, fetchDown: &sync.Map{}})
 	r.handoff = newHandoff(r)
 	r.wg.Add(1)
@@ -364,6 +384,9 @@ func ValidateChecks(checks []Check) error {
 		if c.Mode > FailClosed {
 			return fmt.Errorf("%w: checks[%d].failure_mode: %v", ErrInvalid, i, c.Mode)
 		}
+		if c.Prelimit != 0 && !(c.Prelimit >= 1 && c.Prelimit <= 1000) {
+			return fmt.Errorf("%w: checks[%d].prelimit: must be 0 or between 1 and 1000, got %v", ErrInvalid, i, c.Prelimit)
+		}
 	}
 	return nil
 }
@@ -389,8 +412,19 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 		c := &checks[i]
 		owner := r.ownerIn(v, c.Key)
 		if owner == r.cfg.Self {
+			if c.Refund {
+				r.cfg.Store.Refund(c.Key, &c.Limit, now, c.Cost)
+				out[i] = Result{Owner: r.cfg.Self}
+				continue
+			}
 			out[i] = r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, now)
 			continue
+		}
+		if c.Prelimit > 0 && !c.Refund {
+			if res, shed := r.prelimit(c, now); shed {
+				out[i] = res
+				continue
+			}
 		}
 		g := findGroup(groups, owner)
 		if g == nil {
@@ -448,9 +482,31 @@ func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []C
 	r.log.Debug("owner unreachable", "owner", g.owner, "err", err)
 	live := max(v.ring.Len(), 1)
 	for _, i := range g.idx {
+		if checks[i].Refund {
+			out[i] = Result{Owner: g.owner}
+			continue
+		}
 		out[i] = r.degrade(&checks[i], live, now)
 	}
 	return nil
+}
+
+// prelimit runs c through the entry node's pre-limiter and reports whether
+// it shed the check.
+func (r *Router) prelimit(c *Check, now int64) (Result, bool) {
+	l := &c.Limit
+	count := min(int64(c.Prelimit*float64(max(l.Count(), l.Burst()))+0.999999), bucket.MaxCount)
+	lim, err := bucket.NewLimit(bucket.SlidingWindowCounter, count, l.Per(), 0)
+	if err != nil || c.Cost > lim.Capacity() {
+		return Result{}, false
+	}
+	d, err := r.pre.Take(c.Key, &lim, now, c.Cost)
+	if err != nil || d.Allowed {
+		return Result{}, false
+	}
+	r.m.shed.Inc()
+	return Result{Decision: bucket.Decision{Limit: l.Count(), RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter},
+		Owner: r.cfg.Self, Shed: true}, true
 }
 
 // decideLocal decides a check on this node's store. During the grace

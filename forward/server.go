@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -50,6 +51,11 @@ func (s *peerServer) Check(ctx context.Context, req *peerv1.CheckRequest) (*peer
 		limits[i] = l
 	}
 	for i, c := range checks {
+		if c.GetRefund() {
+			r.cfg.Store.Refund(c.GetKey(), &limits[i], now, c.GetCost())
+			resp.Decisions[i] = &decisions[i]
+			continue
+		}
 		res := r.decideLocal(ctx, v, c.GetKey(), &limits[i], c.GetCost(), now)
 		d := &decisions[i]
 		d.Allowed = res.Allowed
@@ -119,4 +125,49 @@ func (r *Router) PeerKeys(ctx context.Context) map[string]int64 {
 	}
 	wg.Wait()
 	return out
+}
+
+// Notify hands a message from another node to Config.OnNotify.
+func (s *peerServer) Notify(ctx context.Context, req *peerv1.NotifyRequest) (*peerv1.NotifyResponse, error) {
+	if s.r.cfg.OnNotify == nil {
+		return nil, status.Error(codes.Unimplemented, "this node takes no notifications")
+	}
+	if err := s.r.cfg.OnNotify(ctx, req.GetKind(), req.GetPayload()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &peerv1.NotifyResponse{}, nil
+}
+
+// Notify sends a message to the named peers (every peer on the ring when
+// names is empty), in parallel, each within PeerTimeout, and returns the
+// errors of those that did not take it.
+func (r *Router) Notify(ctx context.Context, kind string, payload []byte, names ...string) error {
+	v := r.view.Load()
+	targets := map[string]*peer{}
+	if len(names) == 0 {
+		targets = v.peers
+	}
+	for _, n := range names {
+		if p := v.peers[n]; p != nil {
+			targets[n] = p
+		}
+	}
+	errs := make(chan error, len(targets))
+	var wg sync.WaitGroup
+	for name, p := range targets {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, r.cfg.PeerTimeout)
+			defer cancel()
+			if _, err := p.client.Notify(ctx, &peerv1.NotifyRequest{From: r.cfg.Self, Kind: kind, Payload: payload}); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }

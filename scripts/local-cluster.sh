@@ -10,9 +10,11 @@
 #
 # Node I listens on HTTP 8080+I, gRPC 9090+I and gossip 7946+I; override the
 # bases with RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE, RINGLIMIT_GOSSIP_BASE.
-# Binaries, logs and pids go to RINGLIMIT_CLUSTER_DIR (default
-# ${TMPDIR:-/tmp}/ringlimit-cluster). Extra node flags can be given in
-# RINGLIMIT_NODE_FLAGS.
+# Binaries, logs, audit logs and pids go to RINGLIMIT_CLUSTER_DIR (default
+# ${TMPDIR:-/tmp}/ringlimit-cluster). Every node runs the policy file
+# RINGLIMIT_POLICY (default examples/policy.yaml; empty for none) and
+# appends its audit log to node-I.audit.log. Extra node flags can be given
+# in RINGLIMIT_NODE_FLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,7 @@ dir=${RINGLIMIT_CLUSTER_DIR:-${TMPDIR:-/tmp}/ringlimit-cluster}
 http_base=${RINGLIMIT_HTTP_BASE:-8080}
 grpc_base=${RINGLIMIT_GRPC_BASE:-9090}
 gossip_base=${RINGLIMIT_GOSSIP_BASE:-7946}
+policy=${RINGLIMIT_POLICY-examples/policy.yaml}
 mkdir -p "$dir"
 
 count() { cat "$dir/count" 2>/dev/null || echo 0; }
@@ -38,8 +41,12 @@ start_node() {
 		seeds+="${seeds:+,}127.0.0.1:$((gossip_base + j))"
 	done
 	[ -z "$seeds" ] && seeds="127.0.0.1:$((gossip_base + 1))"
+	local policy_flags=()
+	if [ -n "$policy" ]; then
+		policy_flags=(--policy "$(realpath "$policy")" --audit-log "$dir/node-$i.audit.log")
+	fi
 	# shellcheck disable=SC2086
-	"$dir/ringlimit-node" --name "node-$i" \
+	"$dir/ringlimit-node" --name "node-$i" "${policy_flags[@]}" \
 		--http "127.0.0.1:$((http_base + i))" --grpc "127.0.0.1:$((grpc_base + i))" \
 		--gossip "127.0.0.1:$((gossip_base + i))" --join "$seeds" ${RINGLIMIT_NODE_FLAGS:-} \
 		>>"$dir/node-$i.log" 2>&1 &

@@ -22,6 +22,8 @@ type config struct {
 	shutdownTimeout time.Duration
 	gossipAddr      string
 	join            []string
+	policyPath      string
+	auditPath       string
 }
 
 // parseConfig reads args, falling back to getenv("RINGLIMIT_<FLAG>") for
@@ -37,6 +39,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
 	join := fs.String("join", "", "comma-separated gossip addresses of nodes to join; a node keeps retrying until one answers")
+	fs.StringVar(&c.policyPath, "policy", "", "policy file (YAML): tiers, routes, global ceiling; reloaded on change and on SIGHUP")
+	fs.StringVar(&c.auditPath, "audit-log", "", "file to append the audit log to (JSON lines); empty logs audit entries with the other logs")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
 	if err := fs.Parse(args); err != nil {

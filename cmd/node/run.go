@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/policy"
 )
 
 // run starts a node and serves until ctx is cancelled, then shuts down
@@ -50,6 +52,10 @@ type node struct {
 	store      *bucket.Store
 	router     *forward.Router
 	cluster    *cluster.Cluster
+	policy     *policy.Manager // nil without --policy
+	stopBg     context.CancelFunc
+	bg         sync.WaitGroup
+	audit      io.Closer  // nil without --policy
 	served     chan error // one value per server when it stops
 	closeOnce  sync.Once
 	closeErr   error
@@ -68,7 +74,22 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	router, err := forward.New(forward.Config{Self: cfg.name, Store: store, Logger: log, Registerer: reg})
+	var pol *policy.Manager
+	var audit io.WriteCloser
+	if cfg.policyPath != "" {
+		audit = nopCloser{slogWriter{log}}
+		if cfg.auditPath != "" {
+			if audit, err = os.OpenFile(cfg.auditPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
+				return nil, fmt.Errorf("--audit-log: %w", err)
+			}
+		}
+		if pol, err = policy.NewManager(policy.ManagerConfig{Path: cfg.policyPath, AuditLog: audit, Logger: log, Registerer: reg}); err != nil {
+			audit.Close()
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+	}
+	router, err := forward.New(forward.Config{Self: cfg.name, Store: store, Logger: log, Registerer: reg,
+		OnNotify: func(_ context.Context, kind string, payload []byte) error { return receiveNotify(pol, kind, payload) }})
 	if err != nil {
 		return nil, err
 	}
@@ -92,12 +113,24 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 	ccfg.GRPCAddr = grpcLn.Addr().String()
 	ccfg.Seeds = cfg.join
 	ccfg.Logger = log
+	known := map[string]bool{}
 	ccfg.Listener = cluster.ListenerFunc(func(alive []cluster.Member) {
 		members := make([]forward.Member, len(alive))
+		var joined []string
 		for i, m := range alive {
 			members[i] = forward.Member{Name: m.Name, Addr: m.GRPCAddr}
+			if !known[m.Name] && m.Name != cfg.name {
+				joined = append(joined, m.Name)
+			}
+		}
+		clear(known)
+		for _, m := range alive {
+			known[m.Name] = true
 		}
 		router.SetMembers(members)
+		if pol != nil && len(joined) > 0 {
+			go sendOverrides(context.Background(), log, pol, router, joined)
+		}
 	})
 	cl, err := cluster.New(ccfg)
 	if err != nil {
@@ -106,8 +139,15 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 		router.Close(context.Background())
 		return nil, fmt.Errorf("--gossip: %w", err)
 	}
-	a, err := api.New(api.Config{Checker: router, Stats: store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: &clusterStatus{cluster: cl, router: router}})
+	acfg := api.Config{Checker: router, Stats: store, Registerer: reg, Gatherer: reg, Logger: log,
+		Cluster: &clusterStatus{cluster: cl, router: router}}
+	if pol != nil {
+		acfg.Policy = pol
+		acfg.AddOverride = func(ctx context.Context, o policy.Override) (policy.Override, error) {
+			return addOverride(ctx, pol, router, o)
+		}
+	}
+	a, err := api.New(acfg)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +164,14 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 		store:      store,
 		router:     router,
 		cluster:    cl,
+		policy:     pol,
+		audit:      audit,
 		served:     make(chan error, 2),
+	}
+	bgCtx, stopBg := context.WithCancel(context.Background())
+	n.stopBg = stopBg
+	if pol != nil {
+		n.bg.Go(func() { runPolicy(bgCtx, log, pol) })
 	}
 	a.RegisterGRPC(n.grpcServer)
 	router.RegisterPeer(n.grpcServer)
@@ -184,6 +231,13 @@ func (n *node) shutdown(ctx context.Context) error {
 	}
 	if err := n.cluster.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: %w", err))
+	}
+	n.stopBg()
+	n.bg.Wait()
+	if n.audit != nil {
+		if err := n.audit.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("audit log: %w", err))
+		}
 	}
 	err := errors.Join(errs...)
 	if err == nil {

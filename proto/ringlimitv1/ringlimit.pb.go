@@ -214,19 +214,109 @@ func (x *Limit) GetFailureMode() FailureMode {
 	return FailureMode_LOCAL
 }
 
+// PolicyRequest names configured policy instead of an inline limit: the
+// node derives every layer that applies (route override, tier, global
+// ceiling) and answers one combined decision.
+type PolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	ApiKey        string                 `protobuf:"bytes,2,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	Ip            string                 `protobuf:"bytes,4,opt,name=ip,proto3" json:"ip,omitempty"`
+	Route         string                 `protobuf:"bytes,5,opt,name=route,proto3" json:"route,omitempty"`
+	Tier          string                 `protobuf:"bytes,6,opt,name=tier,proto3" json:"tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyRequest) Reset() {
+	*x = PolicyRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyRequest) ProtoMessage() {}
+
+func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyRequest.ProtoReflect.Descriptor instead.
+func (*PolicyRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PolicyRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetApiKey() string {
+	if x != nil {
+		return x.ApiKey
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+// Check is one check: an inline limit on a key, or a policy request. Give
+// exactly one of (key, limit) and request.
 type Check struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// Tokens this check spends; unset means 1.
-	Cost          *int64 `protobuf:"varint,2,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
-	Limit         *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Tokens this check spends; unset means 1 (or the route's cost).
+	Cost          *int64         `protobuf:"varint,2,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	Limit         *Limit         `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Request       *PolicyRequest `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +328,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +341,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Check) GetKey() string {
@@ -275,6 +365,13 @@ func (x *Check) GetLimit() *Limit {
 	return nil
 }
 
+func (x *Check) GetRequest() *PolicyRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 type CheckRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Checks        []*Check               `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
@@ -284,7 +381,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +393,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +406,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{2}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckRequest) GetChecks() []*Check {
@@ -334,14 +431,18 @@ type Decision struct {
 	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	// True when the owner could not be reached and the check's failure mode
 	// decided instead.
-	Degraded      bool `protobuf:"varint,9,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	Degraded bool `protobuf:"varint,9,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	// Dry-run layers that would have rejected this check.
+	WouldReject []string `protobuf:"bytes,10,rep,name=would_reject,json=wouldReject,proto3" json:"would_reject,omitempty"`
+	// The policy version that decided a policy request.
+	PolicyVersion string `protobuf:"bytes,11,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +454,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +467,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{3}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -432,6 +533,20 @@ func (x *Decision) GetDegraded() bool {
 	return false
 }
 
+func (x *Decision) GetWouldReject() []string {
+	if x != nil {
+		return x.WouldReject
+	}
+	return nil
+}
+
+func (x *Decision) GetPolicyVersion() string {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return ""
+}
+
 type CheckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decisions     []*Decision            `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
@@ -441,7 +556,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +568,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +581,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{4}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckResponse) GetDecisions() []*Decision {
@@ -486,14 +601,22 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ms\x18\x03 \x01(\x03R\x05perMs\x12\x14\n" +
 	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12<\n" +
-	"\ffailure_mode\x18\x05 \x01(\x0e2\x19.ringlimit.v1.FailureModeR\vfailureMode\"f\n" +
+	"\ffailure_mode\x18\x05 \x01(\x0e2\x19.ringlimit.v1.FailureModeR\vfailureMode\"\x8e\x01\n" +
+	"\rPolicyRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x17\n" +
+	"\aapi_key\x18\x02 \x01(\tR\x06apiKey\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x0e\n" +
+	"\x02ip\x18\x04 \x01(\tR\x02ip\x12\x14\n" +
+	"\x05route\x18\x05 \x01(\tR\x05route\x12\x12\n" +
+	"\x04tier\x18\x06 \x01(\tR\x04tier\"\x9d\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12)\n" +
-	"\x05limit\x18\x03 \x01(\v2\x13.ringlimit.v1.LimitR\x05limitB\a\n" +
+	"\x05limit\x18\x03 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x125\n" +
+	"\arequest\x18\x04 \x01(\v2\x1b.ringlimit.v1.PolicyRequestR\arequestB\a\n" +
 	"\x05_cost\";\n" +
 	"\fCheckRequest\x12+\n" +
-	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\x87\x02\n" +
+	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\xd1\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -503,7 +626,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x06 \x01(\x03R\adelayMs\x12\x14\n" +
 	"\x05scope\x18\a \x01(\tR\x05scope\x12\x14\n" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12\x1a\n" +
-	"\bdegraded\x18\t \x01(\bR\bdegraded\"E\n" +
+	"\bdegraded\x18\t \x01(\bR\bdegraded\x12!\n" +
+	"\fwould_reject\x18\n" +
+	" \x03(\tR\vwouldReject\x12%\n" +
+	"\x0epolicy_version\x18\v \x01(\tR\rpolicyVersion\"E\n" +
 	"\rCheckResponse\x124\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x16.ringlimit.v1.DecisionR\tdecisions*u\n" +
 	"\tAlgorithm\x12\x10\n" +
@@ -532,29 +658,31 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),        // 0: ringlimit.v1.Algorithm
 	(FailureMode)(0),      // 1: ringlimit.v1.FailureMode
 	(*Limit)(nil),         // 2: ringlimit.v1.Limit
-	(*Check)(nil),         // 3: ringlimit.v1.Check
-	(*CheckRequest)(nil),  // 4: ringlimit.v1.CheckRequest
-	(*Decision)(nil),      // 5: ringlimit.v1.Decision
-	(*CheckResponse)(nil), // 6: ringlimit.v1.CheckResponse
+	(*PolicyRequest)(nil), // 3: ringlimit.v1.PolicyRequest
+	(*Check)(nil),         // 4: ringlimit.v1.Check
+	(*CheckRequest)(nil),  // 5: ringlimit.v1.CheckRequest
+	(*Decision)(nil),      // 6: ringlimit.v1.Decision
+	(*CheckResponse)(nil), // 7: ringlimit.v1.CheckResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0, // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
 	1, // 1: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
 	2, // 2: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
-	3, // 3: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
-	5, // 4: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
-	4, // 5: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	6, // 6: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	3, // 3: ringlimit.v1.Check.request:type_name -> ringlimit.v1.PolicyRequest
+	4, // 4: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
+	6, // 5: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
+	5, // 6: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	7, // 7: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -562,14 +690,14 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 	if File_ringlimit_v1_ringlimit_proto != nil {
 		return
 	}
-	file_ringlimit_v1_ringlimit_proto_msgTypes[1].OneofWrappers = []any{}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

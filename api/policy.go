@@ -1,0 +1,233 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/policy"
+)
+
+// PolicySource is the running policy. *policy.Manager implements it.
+type PolicySource interface {
+	Resolve(policy.Request) ([]policy.Check, error)
+	CountDryRun(scopes []string)
+	Current() *policy.Set
+	Overrides() []policy.Override
+}
+
+var _ PolicySource = (*policy.Manager)(nil)
+
+// OverrideFunc installs an incident override across the cluster and
+// returns it as installed.
+type OverrideFunc func(ctx context.Context, o policy.Override) (policy.Override, error)
+
+// unit is one public check: an inline limit (one forward check) or a policy
+// request (one forward check per layer), occupying checks[from:to] of the
+// flattened batch.
+type unit struct {
+	from, to int
+	per      time.Duration  // inline: the limit's period
+	layers   []policy.Check // policy: the layers, in order
+	version  string         // policy: the version that resolved it
+}
+
+// answer is one public check's combined decision.
+type answer struct {
+	bucket.Decision
+	Per         time.Duration
+	Scope       string
+	Owner       string
+	Degraded    bool
+	WouldReject []string
+	Version     string
+	layers      []policy.Check
+}
+
+// plan accumulates the forward checks of a batch of public checks.
+type plan struct {
+	units  []unit
+	checks []forward.Check
+}
+
+func (p *plan) addInline(c forward.Check) {
+	n := len(p.checks)
+	p.checks = append(p.checks, c)
+	p.units = append(p.units, unit{from: n, to: n + 1, per: c.Limit.Per()})
+}
+
+// addPolicy resolves req against the running policy.
+func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
+	if a.policy == nil {
+		return fmt.Errorf("%spolicy: this node runs no policy file (start it with --policy); give an inline limit", field)
+	}
+	version := a.policy.Current().Version
+	layers, err := a.policy.Resolve(req)
+	if err != nil {
+		return fmt.Errorf("%s%w", field, err)
+	}
+	n := len(p.checks)
+	for _, l := range layers {
+		mode, err := forward.ParseFailureMode(l.FailureMode)
+		if err != nil {
+			return fmt.Errorf("%s%s: %w", field, l.Scope, err)
+		}
+		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: mode, Prelimit: l.Prelimit})
+	}
+	p.units = append(p.units, unit{from: n, to: len(p.checks), layers: layers, version: version})
+	return nil
+}
+
+// decide runs a plan and combines each unit's decisions. Layers that
+// admitted a request another layer rejected are refunded.
+func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, error) {
+	out := make([]forward.Result, len(p.checks))
+	if err := a.check(ctx, surface, p.checks, out); err != nil {
+		return nil, err
+	}
+	answers := make([]answer, len(p.units))
+	var refunds []forward.Check
+	for i, u := range p.units {
+		if u.layers == nil {
+			r := &out[u.from]
+			answers[i] = answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, Degraded: r.Degraded}
+			continue
+		}
+		decisions := make([]bucket.Decision, len(u.layers))
+		for j := range decisions {
+			decisions[j] = out[u.from+j].Decision
+		}
+		o := policy.Combine(u.layers, decisions)
+		ans := answer{
+			Decision:    bucket.Decision{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, RetryAfter: o.RetryAfter, ResetAfter: o.ResetAfter, Delay: o.Delay},
+			Per:         o.Per,
+			Scope:       o.Scope,
+			WouldReject: o.WouldReject,
+			Version:     u.version,
+			layers:      u.layers,
+		}
+		for j, l := range u.layers {
+			r := &out[u.from+j]
+			if l.Scope == o.Scope {
+				ans.Owner = r.Owner
+			}
+			if !l.DryRun && r.Degraded {
+				ans.Degraded = true
+			}
+		}
+		for _, j := range o.Refund {
+			c := p.checks[u.from+j]
+			c.Refund = true
+			refunds = append(refunds, c)
+		}
+		if len(o.WouldReject) > 0 {
+			a.policy.CountDryRun(o.WouldReject)
+			a.log.Info("dry-run layer would have rejected", "scopes", o.WouldReject, "key", u.layers[0].Key)
+		}
+		answers[i] = ans
+	}
+	if len(refunds) > 0 {
+		rout := make([]forward.Result, len(refunds))
+		if err := a.checker.Check(ctx, refunds, rout); err != nil {
+			a.log.Warn("refund failed", "checks", len(refunds), "err", err)
+		}
+	}
+	return answers, nil
+}
+
+// policyHeaders writes the rate-limit headers of an answer: every enforced
+// layer in RateLimit-Policy, the one that decided in RateLimit.
+func setAnswerHeaders(h http.Header, ans *answer) {
+	if ans.layers == nil {
+		SetRateLimitHeaders(h, ans.Scope, ans.Limit, ans.Per, ans.Remaining, ans.ResetAfter)
+		return
+	}
+	SetRateLimitHeaders(h, ans.Scope, ans.Limit, ans.Per, ans.Remaining, ans.ResetAfter)
+	var b strings.Builder
+	for _, l := range ans.layers {
+		if l.DryRun {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(l.Scope) + ";q=" + strconv.FormatInt(l.Limit.Count(), 10) + ";w=" + strconv.FormatInt(ceilSeconds(l.Limit.Per()), 10))
+	}
+	if b.Len() > 0 {
+		h.Set("RateLimit-Policy", b.String())
+	}
+}
+
+// PolicyStatus is the body of GET /v1/policy.
+type PolicyStatus struct {
+	Version   string            `json:"version"`
+	Source    string            `json:"source"`
+	Default   string            `json:"default"`
+	Policies  []string          `json:"policies"`
+	Overrides []policy.Override `json:"overrides"`
+}
+
+// OverrideRequest is the body of POST /v1/overrides.
+type OverrideRequest struct {
+	Actor     string           `json:"actor"`
+	Reason    string           `json:"reason"`
+	Policy    string           `json:"policy,omitempty"`
+	APIKey    string           `json:"api_key,omitempty"`
+	User      string           `json:"user,omitempty"`
+	Tier      string           `json:"tier,omitempty"`
+	Limit     *policy.LimitArg `json:"limit,omitempty"`
+	ExpiresIn string           `json:"expires_in"`
+}
+
+// MaxOverride is the longest an incident override may last.
+const MaxOverride = 7 * 24 * time.Hour
+
+func (a *API) handlePolicy(w http.ResponseWriter, _ *http.Request) {
+	set := a.policy.Current()
+	st := PolicyStatus{Version: set.Version, Source: set.Source, Default: set.Default, Overrides: a.policy.Overrides()}
+	for name := range set.Policies {
+		st.Policies = append(st.Policies, name)
+	}
+	slices.Sort(st.Policies)
+	writeJSON(w, http.StatusOK, &st)
+}
+
+func (a *API) handleAddOverride(w http.ResponseWriter, r *http.Request) {
+	var req OverrideRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, jsonError(err).Error())
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, "body: more than one JSON value")
+		return
+	}
+	d, err := time.ParseDuration(req.ExpiresIn)
+	if err != nil || d <= 0 || d > MaxOverride {
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, fmt.Sprintf("expires_in: a Go duration between 1s and %v, got %q", MaxOverride, req.ExpiresIn))
+		return
+	}
+	o, err := a.addOverride(r.Context(), policy.Override{Actor: req.Actor, Reason: req.Reason, Policy: req.Policy,
+		APIKey: req.APIKey, User: req.User, Tier: req.Tier, Limit: req.Limit, Expires: time.Now().Add(d)})
+	if err != nil {
+		if errors.Is(err, policy.ErrRequest) {
+			writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+			return
+		}
+		// Installed here but not everywhere: say so, the caller may retry.
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, &o)
+}

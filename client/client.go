@@ -1,0 +1,279 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+// Config configures a Client. Zero values mean the defaults.
+type Config struct {
+	// Targets are the gRPC addresses of the nodes (host:port). Required.
+	Targets []string
+	// Timeout bounds each call to a node. Default 1s.
+	Timeout time.Duration
+	// MaxBatch is the most checks one call carries. Default 256 (the
+	// server takes up to 1,000).
+	MaxBatch int
+	// MaxInFlight is the most concurrent calls per node; checks that arrive
+	// while all are busy leave together in the next one. Default 4.
+	MaxInFlight int
+	// Unbatched sends every check in its own call, for comparison.
+	Unbatched bool
+	// DialOptions are added to every connection (insecure transport
+	// credentials are set unless these override them).
+	DialOptions []grpc.DialOption
+}
+
+// ErrNoNode is returned when no node could answer.
+var ErrNoNode = errors.New("client: no node answered")
+
+// Client checks keys against a ringlimit cluster. It is safe for
+// concurrent use; Close releases it.
+type Client struct {
+	cfg   Config
+	nodes []*node
+	next  atomic.Uint64
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+// node is one target: its connection and the batcher in front of it.
+type node struct {
+	c      *Client
+	addr   string
+	conn   *grpc.ClientConn
+	rpc    pb.RateLimiterClient
+	queue  chan *pending
+	slots  chan struct{}
+	failed atomic.Int64 // unix nanos of the last failure, 0 if none
+}
+
+// pending is one Check call's checks waiting for their decisions.
+type pending struct {
+	checks []*pb.Check
+	res    []*pb.Decision
+	err    error
+	done   chan struct{}
+}
+
+// New connects to the targets (lazily: no node needs to be up yet).
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Targets) == 0 {
+		return nil, errors.New("client: Targets is required")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = 256
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 4
+	}
+	if cfg.Timeout < 0 || cfg.MaxBatch < 1 || cfg.MaxBatch > 1000 || cfg.MaxInFlight < 1 {
+		return nil, errors.New("client: Timeout and MaxInFlight must be positive, MaxBatch between 1 and 1000")
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, ctx: ctx, stop: stop}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	for _, addr := range cfg.Targets {
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("client: %s: %w", addr, err)
+		}
+		n := &node{c: c, addr: addr, conn: conn, rpc: pb.NewRateLimiterClient(conn),
+			queue: make(chan *pending, 4096), slots: make(chan struct{}, cfg.MaxInFlight)}
+		c.nodes = append(c.nodes, n)
+		if !cfg.Unbatched {
+			c.wg.Go(n.loop)
+		}
+	}
+	return c, nil
+}
+
+// Close stops the batchers and closes the connections.
+func (c *Client) Close() error {
+	c.stop()
+	c.wg.Wait()
+	var errs []error
+	for _, n := range c.nodes {
+		if err := n.conn.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Check sends checks to the cluster and returns one decision per check, in
+// order. It tries each node at most once, starting with the next in turn,
+// and moves on when a node is unreachable; it returns ErrNoNode (wrapping
+// the last error) when none answered, and an InvalidArgument status error,
+// without trying another node, when the checks are invalid.
+func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision, error) {
+	start := int(c.next.Add(1))
+	var last error
+	for i := range c.nodes {
+		n := c.nodes[(start+i)%len(c.nodes)]
+		if i < len(c.nodes)-1 && n.recentlyFailed() {
+			continue
+		}
+		res, err := n.check(ctx, checks)
+		if err == nil {
+			n.failed.Store(0)
+			return res, nil
+		}
+		if code := status.Code(err); code == codes.InvalidArgument || ctx.Err() != nil {
+			return nil, err
+		}
+		n.failed.Store(time.Now().UnixNano())
+		last = err
+	}
+	return nil, fmt.Errorf("%w: %w", ErrNoNode, last)
+}
+
+// recentlyFailed reports whether the node failed in the last second; such a
+// node is tried last.
+func (n *node) recentlyFailed() bool {
+	f := n.failed.Load()
+	return f != 0 && time.Now().UnixNano()-f < int64(time.Second)
+}
+
+func (n *node) check(ctx context.Context, checks []*pb.Check) ([]*pb.Decision, error) {
+	if n.c.cfg.Unbatched || len(checks) > n.c.cfg.MaxBatch {
+		ctx, cancel := context.WithTimeout(ctx, n.c.cfg.Timeout)
+		defer cancel()
+		resp, err := n.rpc.Check(ctx, &pb.CheckRequest{Checks: checks})
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetDecisions(), nil
+	}
+	p := &pending{checks: checks, done: make(chan struct{})}
+	select {
+	case n.queue <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.c.ctx.Done():
+		return nil, ErrNoNode
+	}
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.c.ctx.Done(): // closed: the batcher may be gone
+		select {
+		case <-p.done:
+			return p.res, p.err
+		default:
+			return nil, ErrNoNode
+		}
+	}
+}
+
+// loop gathers waiting checks into calls: it takes a call slot, then every
+// check queued by then, up to MaxBatch.
+func (n *node) loop() {
+	var carry *pending
+	for {
+		select {
+		case n.slots <- struct{}{}:
+		case <-n.c.ctx.Done():
+			n.drain(carry)
+			return
+		}
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-n.queue:
+			case <-n.c.ctx.Done():
+				n.drain(nil)
+				return
+			}
+		}
+		batch := []*pending{first}
+		size := len(first.checks)
+	gather:
+		for size < n.c.cfg.MaxBatch {
+			select {
+			case p := <-n.queue:
+				if size+len(p.checks) > n.c.cfg.MaxBatch {
+					carry = p
+					break gather
+				}
+				batch = append(batch, p)
+				size += len(p.checks)
+			default:
+				break gather
+			}
+		}
+		n.c.wg.Go(func() { n.send(batch, size) })
+	}
+}
+
+func (n *node) drain(carry *pending) {
+	fail := func(p *pending) {
+		p.err = ErrNoNode
+		close(p.done)
+	}
+	if carry != nil {
+		fail(carry)
+	}
+	for {
+		select {
+		case p := <-n.queue:
+			fail(p)
+		default:
+			return
+		}
+	}
+}
+
+func (n *node) send(batch []*pending, size int) {
+	defer func() { <-n.slots }()
+	req := &pb.CheckRequest{Checks: make([]*pb.Check, 0, size)}
+	for _, p := range batch {
+		req.Checks = append(req.Checks, p.checks...)
+	}
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
+	resp, err := n.rpc.Check(ctx, req)
+	cancel()
+	if err == nil && len(resp.GetDecisions()) != size {
+		err = fmt.Errorf("client: %s answered %d decisions for %d checks", n.addr, len(resp.GetDecisions()), size)
+	}
+	if err != nil && status.Code(err) == codes.InvalidArgument && len(batch) > 1 {
+		// One caller's bad check must not fail the others: retry each alone.
+		for _, p := range batch {
+			ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
+			r, err := n.rpc.Check(ctx, &pb.CheckRequest{Checks: p.checks})
+			cancel()
+			p.res, p.err = r.GetDecisions(), err
+			close(p.done)
+		}
+		return
+	}
+	off := 0
+	for _, p := range batch {
+		if err != nil {
+			p.err = err
+		} else {
+			p.res = resp.Decisions[off : off+len(p.checks)]
+		}
+		off += len(p.checks)
+		close(p.done)
+	}
+}

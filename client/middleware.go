@@ -1,0 +1,141 @@
+package client
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+// FailureMode is what Middleware does when no node answers.
+type FailureMode int
+
+const (
+	// FailOpen serves the request (the default): the limiter must not
+	// become the outage.
+	FailOpen FailureMode = iota
+	// FailClosed answers 503.
+	FailClosed
+)
+
+// MiddlewareConfig configures Middleware. Only Client is required.
+type MiddlewareConfig struct {
+	Client *Client
+	// Policy names the policy; "" means the cluster's default.
+	Policy string
+	// Identity returns the caller's API key or user; both empty means the
+	// caller is known only by IP. Default: the X-API-Key header as API key.
+	Identity func(r *http.Request) (apiKey, user string)
+	// IP returns the client IP. Default: the host of r.RemoteAddr.
+	IP func(r *http.Request) string
+	// Route returns the route matched against the policy. Default: r.URL.Path.
+	Route func(r *http.Request) string
+	// Tier returns the caller's tier; "" means the policy's default.
+	// Default: none.
+	Tier func(r *http.Request) string
+	// Cost returns what the request spends; 0 means the route's cost, or 1.
+	// Default: 0.
+	Cost func(r *http.Request) int64
+	// FailureMode applies when no node answers. Default FailOpen.
+	FailureMode FailureMode
+	// OnError, if set, is told every error talking to the cluster.
+	OnError func(r *http.Request, err error)
+}
+
+// RejectBody is the JSON body of a 429 answer.
+type RejectBody struct {
+	Code         string `json:"code"`
+	Scope        string `json:"scope"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+}
+
+// Middleware returns a func(http.Handler) http.Handler that checks every
+// request against the cluster with one call, sets X-RateLimit-Limit,
+// X-RateLimit-Remaining and RateLimit on every response it lets through or
+// rejects, and answers 429 with a RejectBody (and Retry-After) on rejection.
+func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
+	if cfg.Identity == nil {
+		cfg.Identity = func(r *http.Request) (string, string) { return r.Header.Get("X-API-Key"), "" }
+	}
+	if cfg.IP == nil {
+		cfg.IP = func(r *http.Request) string {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				return r.RemoteAddr
+			}
+			return host
+		}
+	}
+	if cfg.Route == nil {
+		cfg.Route = func(r *http.Request) string { return r.URL.Path }
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			apiKey, user := cfg.Identity(r)
+			req := &pb.PolicyRequest{Policy: cfg.Policy, ApiKey: apiKey, User: user, Ip: cfg.IP(r), Route: cfg.Route(r)}
+			if cfg.Tier != nil {
+				req.Tier = cfg.Tier(r)
+			}
+			check := &pb.Check{Request: req}
+			if cfg.Cost != nil {
+				if c := cfg.Cost(r); c > 0 {
+					check.Cost = &c
+				}
+			}
+			ds, err := cfg.Client.Check(r.Context(), check)
+			if err != nil {
+				if cfg.OnError != nil {
+					cfg.OnError(r, err)
+				}
+				if cfg.FailureMode == FailClosed {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusServiceUnavailable)
+					json.NewEncoder(w).Encode(map[string]string{"code": "UNAVAILABLE", "message": "rate limiter unavailable"})
+					return
+				}
+				next.ServeHTTP(w, r)
+				return
+			}
+			d := ds[0]
+			h := w.Header()
+			h.Set("X-RateLimit-Limit", strconv.FormatInt(d.GetLimit(), 10))
+			h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.GetRemaining(), 10))
+			h.Set("RateLimit", strconv.Quote(d.GetScope())+";r="+strconv.FormatInt(d.GetRemaining(), 10)+
+				";t="+strconv.FormatInt(ceilSeconds(d.GetResetAfterMs()), 10))
+			if !d.GetAllowed() {
+				h.Set("Retry-After", strconv.FormatInt(ceilSeconds(d.GetRetryAfterMs()), 10))
+				h.Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				json.NewEncoder(w).Encode(&RejectBody{Code: "RATE_LIMITED", Scope: d.GetScope(),
+					RetryAfterMs: d.GetRetryAfterMs(), Limit: d.GetLimit(), Remaining: d.GetRemaining()})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func ceilSeconds(ms int64) int64 {
+	return (ms + int64(time.Second/time.Millisecond) - 1) / int64(time.Second/time.Millisecond)
+}
+
+// HeaderIdentity returns an Identity function that reads the API key from
+// the named header and the user from another ("" to skip either).
+func HeaderIdentity(apiKeyHeader, userHeader string) func(*http.Request) (string, string) {
+	return func(r *http.Request) (string, string) {
+		var k, u string
+		if apiKeyHeader != "" {
+			k = strings.TrimSpace(r.Header.Get(apiKeyHeader))
+		}
+		if userHeader != "" {
+			u = strings.TrimSpace(r.Header.Get(userHeader))
+		}
+		return k, u
+	}
+}

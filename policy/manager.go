@@ -1,0 +1,386 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// Override is an incident override: for a bounded time, one caller (by API
+// key or user) gets another tier, or an explicit limit, instead of its own.
+type Override struct {
+	ID      string    `json:"id"`
+	Actor   string    `json:"actor"`
+	Reason  string    `json:"reason"`
+	Policy  string    `json:"policy,omitempty"`
+	APIKey  string    `json:"api_key,omitempty"`
+	User    string    `json:"user,omitempty"`
+	Tier    string    `json:"tier,omitempty"`
+	Limit   *LimitArg `json:"limit,omitempty"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+
+	layer *Layer
+}
+
+// LimitArg is a limit given in an override.
+type LimitArg struct {
+	Algorithm string `json:"algorithm,omitempty"`
+	Limit     int64  `json:"limit"`
+	Per       string `json:"per"`
+	Burst     int64  `json:"burst,omitempty"`
+}
+
+func overrideKey(policy, apiKey, user string) string {
+	if apiKey != "" {
+		return policy + "|key:" + apiKey
+	}
+	return policy + "|user:" + user
+}
+
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
+	// Path is the policy file. Required.
+	Path string
+	// AuditLog receives one JSON line per accepted change. Nil discards.
+	AuditLog io.Writer
+	// Logger receives reload results. Nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the policy metrics. Nil means none.
+	Registerer prometheus.Registerer
+	// Now is the wall clock for override expiry and audit times. Nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Manager holds the running policy: it reloads the file (on Reload, or on
+// change with Watch), keeps incident overrides and writes the audit log. It
+// is safe for concurrent use.
+type Manager struct {
+	cfg ManagerConfig
+	log *slog.Logger
+	set atomic.Pointer[Set]
+
+	reloadMu  sync.Mutex // one reload at a time: the last read is the one swapped in
+	mu        sync.Mutex // guards overrides and audit writes
+	overrides map[string]*Override
+	nextID    int
+
+	reloads      *prometheus.CounterVec
+	dryRun       *prometheus.CounterVec
+	versionGauge *prometheus.GaugeVec
+}
+
+// NewManager loads the policy file; it fails if the file is missing or bad.
+func NewManager(cfg ManagerConfig) (*Manager, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("policy: Path is required")
+	}
+	if cfg.AuditLog == nil {
+		cfg.AuditLog = io.Discard
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := &Manager{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		overrides: map[string]*Override{},
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_policy_reloads_total",
+			Help: "Policy file loads, by result (ok, error: the old policy kept running).",
+		}, []string{"result"}),
+		dryRun: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_policy_dry_run_rejections_total",
+			Help: "Requests a dry-run layer would have rejected, by scope.",
+		}, []string{"scope"}),
+		versionGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringlimit_policy_info",
+			Help: "The running policy version (value 1).",
+		}, []string{"version"}),
+	}
+	set, err := m.read()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{m.reloads, m.dryRun, m.versionGauge} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m.swap(set, "startup")
+	return m, nil
+}
+
+func (m *Manager) read() (*Set, error) {
+	f, err := os.Open(m.cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", m.cfg.Path, err)
+	}
+	return Parse(data, m.cfg.Path)
+}
+
+func (m *Manager) swap(set *Set, actor string) {
+	old := m.set.Swap(set)
+	m.reloads.WithLabelValues("ok").Inc()
+	m.versionGauge.Reset()
+	m.versionGauge.WithLabelValues(set.Version).Set(1)
+	oldVersion := ""
+	if old != nil {
+		oldVersion = old.Version
+	}
+	m.log.Info("policy loaded", "version", set.Version, "source", set.Source, "previous", oldVersion)
+	m.audit(auditEntry{Actor: actor, Action: "policy_reload", What: set.Source, Old: oldVersion, New: set.Version})
+}
+
+// Current returns the running policy set.
+func (m *Manager) Current() *Set { return m.set.Load() }
+
+// Reload reads the file again. A file that fails validation is refused with
+// an error and a log line, and the running policy stays. A file whose
+// version did not change is not reloaded.
+func (m *Manager) Reload(actor string) error {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	set, err := m.read()
+	if err != nil {
+		m.reloads.WithLabelValues("error").Inc()
+		m.log.Error("policy reload refused; the running policy stays", "source", m.cfg.Path,
+			"running", m.Current().Version, "err", err)
+		return err
+	}
+	if cur := m.Current(); cur != nil && cur.Version == set.Version {
+		return nil
+	}
+	m.swap(set, actor)
+	return nil
+}
+
+// Watch reloads the file whenever it changes, until ctx ends. It watches
+// the file's directory, so that editors that replace the file by renaming
+// are seen too.
+func (m *Manager) Watch(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("policy: watch: %w", err)
+	}
+	defer w.Close()
+	dir := filepath.Dir(m.cfg.Path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("policy: watch %s: %w", dir, err)
+	}
+	base := filepath.Clean(m.cfg.Path)
+	var debounce <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if filepath.Clean(ev.Name) == base && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+				debounce = time.After(100 * time.Millisecond)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			m.log.Warn("policy watch error", "err", err)
+		case <-debounce:
+			debounce = nil
+			m.Reload("file-watch")
+		}
+	}
+}
+
+// Resolve picks the request's policy, applies an active override for its
+// caller, and lists the checks that apply (see Policy.Resolve).
+func (m *Manager) Resolve(req Request) ([]Check, error) {
+	set := m.Current()
+	name := req.Policy
+	if name == "" {
+		name = set.Default
+	}
+	p := set.Policies[name]
+	if p == nil {
+		if req.Policy == "" {
+			return nil, fmt.Errorf("%w: policy: the file has several policies and no \"default\"; name one", ErrRequest)
+		}
+		return nil, fmt.Errorf("%w: policy: no policy named %q", ErrRequest, req.Policy)
+	}
+	var layer *Layer
+	if req.APIKey != "" || req.User != "" {
+		m.mu.Lock()
+		if o := m.overrides[overrideKey(name, req.APIKey, req.User)]; o != nil && m.cfg.Now().Before(o.Expires) {
+			layer = o.layer
+		}
+		m.mu.Unlock()
+	}
+	return p.Resolve(req, layer)
+}
+
+// CountDryRun records the dry-run layers that would have rejected.
+func (m *Manager) CountDryRun(scopes []string) {
+	for _, s := range scopes {
+		m.dryRun.WithLabelValues(s).Inc()
+	}
+}
+
+// AddOverride validates o against the running policy, installs it
+// (replacing an earlier override for the same caller) and audits it. It
+// fills ID and Created when empty. Installing an override received from
+// another node keeps its ID, so every node holds the same one.
+func (m *Manager) AddOverride(o Override) (Override, error) {
+	now := m.cfg.Now()
+	if o.Actor == "" || o.Reason == "" {
+		return o, fmt.Errorf("%w: actor and reason are required", ErrRequest)
+	}
+	if (o.APIKey == "") == (o.User == "") {
+		return o, fmt.Errorf("%w: exactly one of api_key and user names the caller", ErrRequest)
+	}
+	if !o.Expires.After(now) {
+		return o, fmt.Errorf("%w: expires: must be in the future", ErrRequest)
+	}
+	set := m.Current()
+	if o.Policy == "" {
+		o.Policy = set.Default
+	}
+	p := set.Policies[o.Policy]
+	if p == nil {
+		return o, fmt.Errorf("%w: policy: no policy named %q", ErrRequest, o.Policy)
+	}
+	switch {
+	case (o.Tier == "") == (o.Limit == nil):
+		return o, fmt.Errorf("%w: give exactly one of tier and limit", ErrRequest)
+	case o.Tier != "":
+		t := p.Tiers[o.Tier]
+		if t == nil {
+			return o, fmt.Errorf("%w: tier: policy %s has no tier %q", ErrRequest, p.Name, o.Tier)
+		}
+		l := *t
+		l.Scope = "override:tier:" + o.Tier
+		o.layer = &l
+	default:
+		alg, err := bucket.ParseAlgorithm(o.Limit.Algorithm)
+		if err != nil {
+			return o, fmt.Errorf("%w: limit.algorithm: %v", ErrRequest, err)
+		}
+		per, err := time.ParseDuration(o.Limit.Per)
+		if err != nil || per <= 0 {
+			return o, fmt.Errorf("%w: limit.per: must be a positive Go duration, got %q", ErrRequest, o.Limit.Per)
+		}
+		if o.Limit.Burst < 0 {
+			return o, fmt.Errorf("%w: limit.burst: must not be negative, got %d", ErrRequest, o.Limit.Burst)
+		}
+		lim, err := bucket.NewLimit(alg, o.Limit.Limit, per, o.Limit.Burst)
+		if err != nil {
+			return o, fmt.Errorf("%w: limit: %v", ErrRequest, err)
+		}
+		o.layer = &Layer{Scope: "override", Limit: lim, KeyBy: ByIdentity}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o.ID == "" {
+		m.nextID++
+		o.ID = fmt.Sprintf("ovr-%d-%d", now.UnixMilli(), m.nextID)
+	}
+	if o.Created.IsZero() {
+		o.Created = now
+	}
+	k := overrideKey(o.Policy, o.APIKey, o.User)
+	old := m.overrides[k]
+	if old != nil && old.ID == o.ID {
+		return *old, nil // already installed (a broadcast seen twice)
+	}
+	m.overrides[k] = &o
+	entry := auditEntry{Actor: o.Actor, Action: "override", What: k, Reason: o.Reason, New: o.summary(), Expires: &o.Expires}
+	if old != nil {
+		entry.Old = old.summary()
+	}
+	m.auditLocked(entry)
+	return o, nil
+}
+
+func (o *Override) summary() string {
+	if o.Tier != "" {
+		return "tier " + o.Tier
+	}
+	return fmt.Sprintf("limit %d per %s burst %d", o.Limit.Limit, o.Limit.Per, o.Limit.Burst)
+}
+
+// Overrides returns the active overrides, dropping (and auditing) the ones
+// that expired.
+func (m *Manager) Overrides() []Override {
+	m.Expire()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Override, 0, len(m.overrides))
+	for _, o := range m.overrides {
+		out = append(out, *o)
+	}
+	slices.SortFunc(out, func(a, b Override) int { return a.Created.Compare(b.Created) })
+	return out
+}
+
+// Expire drops the overrides whose time is up and audits each.
+func (m *Manager) Expire() {
+	now := m.cfg.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, o := range m.overrides {
+		if !now.Before(o.Expires) {
+			delete(m.overrides, k)
+			m.auditLocked(auditEntry{Actor: "system", Action: "override_expired", What: k, Old: o.summary(), Reason: o.Reason})
+		}
+	}
+}
+
+type auditEntry struct {
+	Time    time.Time  `json:"time"`
+	Actor   string     `json:"actor"`
+	Action  string     `json:"action"`
+	What    string     `json:"what"`
+	Reason  string     `json:"reason,omitempty"`
+	Old     string     `json:"old,omitempty"`
+	New     string     `json:"new,omitempty"`
+	Expires *time.Time `json:"expires,omitempty"`
+}
+
+func (m *Manager) audit(e auditEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.auditLocked(e)
+}
+
+func (m *Manager) auditLocked(e auditEntry) {
+	e.Time = m.cfg.Now().UTC()
+	line, _ := json.Marshal(e)
+	if _, err := m.cfg.AuditLog.Write(append(line, '\n')); err != nil {
+		m.log.Error("audit log write failed", "err", err)
+	}
+}

@@ -1,0 +1,366 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// MaxFileBytes bounds a policy file.
+const MaxFileBytes = 1 << 20
+
+// KeyBy says what a layer's key is derived from.
+type KeyBy string
+
+const (
+	// ByIdentity keys by API key, else user, else client IP (the default).
+	ByIdentity KeyBy = "identity"
+	// ByIP keys by client IP: loose on purpose, many people share an address.
+	ByIP KeyBy = "ip"
+	// ByIPRoute keys by client IP and route: what protects a login endpoint.
+	ByIPRoute KeyBy = "ip+route"
+	// ByIdentityRoute keys by identity and route.
+	ByIdentityRoute KeyBy = "identity+route"
+)
+
+// Failure modes, as the forward package names them.
+var failureModes = []string{"", "local", "fail_open", "fail_closed"}
+
+// Layer is one limit that may apply to a request.
+type Layer struct {
+	// Scope names the layer to a rejected caller: tier:free, route:/reports,
+	// global.
+	Scope       string
+	Limit       bucket.Limit
+	FailureMode string // "" means local
+	KeyBy       KeyBy
+	DryRun      bool
+	// Prelimit, when > 0, enables a local pre-limiter on the entry node at
+	// Prelimit × the limit.
+	Prelimit float64
+
+	route string // a route layer's pattern, used in +route keys
+}
+
+// Route is a per-route override: a cost and/or a limit layer.
+type Route struct {
+	Match  string // "/reports" (exact) or "/export/*" (prefix)
+	prefix bool
+	Cost   int64 // 0: the request's cost
+	Layer  *Layer
+}
+
+func (r *Route) matches(route string) bool {
+	if r.prefix {
+		return strings.HasPrefix(route, r.Match[:len(r.Match)-1])
+	}
+	return route == r.Match
+}
+
+// Policy is one named policy of a file.
+type Policy struct {
+	Name          string
+	Tiers         map[string]*Layer
+	DefaultTier   string
+	AnonymousTier string
+	Routes        []Route // most specific first
+	Global        *Layer
+}
+
+// Set is a whole validated policy file.
+type Set struct {
+	// Version identifies the content: the file's version label, if any,
+	// followed by the first 12 hex digits of its SHA-256. Nodes that load
+	// the same file report the same version.
+	Version string
+	// Source is where the file was read from.
+	Source   string
+	Policies map[string]*Policy
+	// Default is the policy a request that names none uses: "default" if the
+	// file has one, else the only policy.
+	Default string
+}
+
+// The YAML shapes. Unknown fields are errors.
+type fileYAML struct {
+	Version  string                `yaml:"version"`
+	Policies map[string]policyYAML `yaml:"policies"`
+}
+
+type policyYAML struct {
+	DefaultTier   string               `yaml:"default_tier"`
+	AnonymousTier string               `yaml:"anonymous_tier"`
+	Tiers         map[string]limitYAML `yaml:"tiers"`
+	Routes        []routeYAML          `yaml:"routes"`
+	Global        *limitYAML           `yaml:"global"`
+	Prelimit      float64              `yaml:"prelimit"`
+	DryRun        bool                 `yaml:"dry_run"`
+}
+
+// count is an integer field that refuses decimals (2.5 would otherwise
+// become 2).
+type count int64
+
+func (c *count) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		return fmt.Errorf("line %d: want a whole number, got %q", n.Line, n.Value)
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	*c = count(v)
+	return nil
+}
+
+type limitYAML struct {
+	Algorithm   string   `yaml:"algorithm"`
+	Limit       count    `yaml:"limit"`
+	Per         string   `yaml:"per"`
+	Burst       count    `yaml:"burst"`
+	FailureMode string   `yaml:"failure_mode"`
+	Key         string   `yaml:"key"`
+	DryRun      *bool    `yaml:"dry_run"`
+	Prelimit    *float64 `yaml:"prelimit"`
+}
+
+type routeYAML struct {
+	Match  string     `yaml:"match"`
+	Cost   count      `yaml:"cost"`
+	Limit  *limitYAML `yaml:"limit"`
+	DryRun bool       `yaml:"dry_run"`
+}
+
+// Parse validates a policy file. Every error names the place at fault
+// (policies.api.tiers.free.per: ...).
+func Parse(data []byte, source string) (*Set, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("policy: %s: larger than %d bytes", source, MaxFileBytes)
+	}
+	var f fileYAML
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("policy: %s: empty file", source)
+		}
+		return nil, fmt.Errorf("policy: %s: %w", source, err)
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("policy: %s: one YAML document expected, found more", source)
+	}
+	if err := checkLabel(f.Version); err != nil {
+		return nil, fmt.Errorf("policy: %s: version: %w", source, err)
+	}
+	if len(f.Policies) == 0 {
+		return nil, fmt.Errorf("policy: %s: policies: at least one policy is required", source)
+	}
+	sum := sha256.Sum256(data)
+	version := hex.EncodeToString(sum[:6])
+	if f.Version != "" {
+		version = f.Version + "-" + version
+	}
+	set := &Set{Version: version, Source: source, Policies: map[string]*Policy{}}
+	names := make([]string, 0, len(f.Policies))
+	for name := range f.Policies {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p, err := parsePolicy(name, f.Policies[name])
+		if err != nil {
+			return nil, fmt.Errorf("policy: %s: policies.%s.%w", source, name, err)
+		}
+		set.Policies[name] = p
+	}
+	switch {
+	case set.Policies["default"] != nil:
+		set.Default = "default"
+	case len(names) == 1:
+		set.Default = names[0]
+	}
+	return set, nil
+}
+
+func parsePolicy(name string, y policyYAML) (*Policy, error) {
+	if err := checkName(name); err != nil {
+		return nil, fmt.Errorf("name: %w", err)
+	}
+	p := &Policy{Name: name, Tiers: map[string]*Layer{}, DefaultTier: y.DefaultTier, AnonymousTier: y.AnonymousTier}
+	if !(y.Prelimit == 0 || y.Prelimit >= 1 && y.Prelimit <= 1000) {
+		return nil, fmt.Errorf("prelimit: must be 0 (off) or between 1 and 1000, got %v", y.Prelimit)
+	}
+	for tier, ly := range y.Tiers {
+		if err := checkName(tier); err != nil {
+			return nil, fmt.Errorf("tiers.%s: %w", tier, err)
+		}
+		l, err := parseLayer("tier:"+tier, ly, y)
+		if err != nil {
+			return nil, fmt.Errorf("tiers.%s.%w", tier, err)
+		}
+		p.Tiers[tier] = l
+	}
+	for _, t := range []struct{ field, name string }{{"default_tier", y.DefaultTier}, {"anonymous_tier", y.AnonymousTier}} {
+		if t.name != "" && p.Tiers[t.name] == nil {
+			return nil, fmt.Errorf("%s: no tier named %q", t.field, t.name)
+		}
+	}
+	seen := map[string]bool{}
+	for i, ry := range y.Routes {
+		field := fmt.Sprintf("routes[%d]", i)
+		if !strings.HasPrefix(ry.Match, "/") || strings.Contains(strings.TrimSuffix(ry.Match, "*"), "*") {
+			return nil, fmt.Errorf("%s.match: want an exact path like /reports or a prefix like /export/*, got %q", field, ry.Match)
+		}
+		if seen[ry.Match] {
+			return nil, fmt.Errorf("%s.match: %q appears twice", field, ry.Match)
+		}
+		seen[ry.Match] = true
+		if ry.Cost < 0 {
+			return nil, fmt.Errorf("%s.cost: must be at least 1 (or absent), got %d", field, ry.Cost)
+		}
+		if ry.Cost == 0 && ry.Limit == nil {
+			return nil, fmt.Errorf("%s: needs a cost, a limit or both", field)
+		}
+		r := Route{Match: ry.Match, prefix: strings.HasSuffix(ry.Match, "*"), Cost: int64(ry.Cost)}
+		if ry.Limit != nil {
+			ly := *ry.Limit
+			if ry.DryRun && ly.DryRun == nil {
+				ly.DryRun = &ry.DryRun
+			}
+			l, err := parseLayer("route:"+ry.Match, ly, y)
+			if err != nil {
+				return nil, fmt.Errorf("%s.limit.%w", field, err)
+			}
+			l.route = ry.Match
+			r.Layer = l
+		}
+		p.Routes = append(p.Routes, r)
+	}
+	// Most specific first: exact before prefix, longer before shorter.
+	slices.SortStableFunc(p.Routes, func(a, b Route) int {
+		if a.prefix != b.prefix {
+			if a.prefix {
+				return 1
+			}
+			return -1
+		}
+		return len(b.Match) - len(a.Match)
+	})
+	if y.Global != nil {
+		l, err := parseLayer("global", *y.Global, y)
+		if err != nil {
+			return nil, fmt.Errorf("global.%w", err)
+		}
+		p.Global = l
+	}
+	if len(p.Tiers) == 0 && len(p.Routes) == 0 && p.Global == nil {
+		return nil, errors.New("tiers: a policy needs at least one tier, route limit or global ceiling")
+	}
+	// Costs must fit every layer they are charged to.
+	for _, r := range p.Routes {
+		if r.Cost == 0 {
+			continue
+		}
+		for _, l := range p.layers(&r) {
+			if r.Cost > l.Limit.Capacity() {
+				return nil, fmt.Errorf("routes[%s].cost: %d exceeds the capacity %d of %s", r.Match, r.Cost, l.Limit.Capacity(), l.Scope)
+			}
+		}
+	}
+	return p, nil
+}
+
+// layers lists the layers a request on route r (nil: no route matched)
+// could be charged to, for validation.
+func (p *Policy) layers(r *Route) []*Layer {
+	var out []*Layer
+	if r != nil && r.Layer != nil {
+		out = append(out, r.Layer)
+	}
+	for _, t := range p.Tiers {
+		out = append(out, t)
+	}
+	if p.Global != nil {
+		out = append(out, p.Global)
+	}
+	return out
+}
+
+func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
+	alg, err := bucket.ParseAlgorithm(y.Algorithm)
+	if err != nil {
+		return nil, fmt.Errorf("algorithm: %w", err)
+	}
+	if y.Limit <= 0 {
+		return nil, fmt.Errorf("limit: must be at least 1, got %d", y.Limit)
+	}
+	if y.Burst < 0 {
+		return nil, fmt.Errorf("burst: must not be negative, got %d", y.Burst)
+	}
+	per, err := time.ParseDuration(y.Per)
+	if err != nil || per <= 0 {
+		return nil, fmt.Errorf("per: must be a positive Go duration such as 1s or 1m, got %q", y.Per)
+	}
+	lim, err := bucket.NewLimit(alg, int64(y.Limit), per, int64(y.Burst))
+	if err != nil {
+		return nil, fmt.Errorf("limit: %w", err)
+	}
+	if !slices.Contains(failureModes, y.FailureMode) {
+		return nil, fmt.Errorf("failure_mode: want local, fail_open or fail_closed, got %q", y.FailureMode)
+	}
+	by := KeyBy(y.Key)
+	switch by {
+	case "":
+		by = ByIdentity
+	case ByIdentity, ByIP:
+	case ByIPRoute, ByIdentityRoute:
+		if !strings.HasPrefix(scope, "route:") {
+			return nil, fmt.Errorf("key: %s is for route limits, where it means one bucket per caller for the route's pattern", by)
+		}
+	default:
+		return nil, fmt.Errorf("key: want identity, ip, ip+route or identity+route, got %q", y.Key)
+	}
+	l := &Layer{Scope: scope, Limit: lim, FailureMode: y.FailureMode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit}
+	if y.DryRun != nil {
+		l.DryRun = *y.DryRun
+	}
+	if y.Prelimit != nil {
+		if !(*y.Prelimit == 0 || *y.Prelimit >= 1 && *y.Prelimit <= 1000) {
+			return nil, fmt.Errorf("prelimit: must be 0 (off) or between 1 and 1000, got %v", *y.Prelimit)
+		}
+		l.Prelimit = *y.Prelimit
+	}
+	return l, nil
+}
+
+// checkLabel accepts an empty version label or a short one of name
+// characters, so that it is safe in metric labels and logs.
+func checkLabel(s string) error {
+	if s == "" {
+		return nil
+	}
+	return checkName(s)
+}
+
+func checkName(s string) error {
+	if s == "" || len(s) > 64 {
+		return fmt.Errorf("names are 1 to 64 characters, got %q", s)
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%q: names use letters, digits, '-', '_' and '.'", s)
+		}
+	}
+	return nil
+}
