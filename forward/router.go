@@ -197,6 +197,9 @@ type Router struct {
 	pre   *bucket.Store // pre-limiter windows
 
 	view atomic.Pointer[view]
+	// viewChanged is closed (and replaced) whenever the view changes, so
+	// that waiters can block until the next one.
+	viewChanged atomic.Pointer[chan struct{}]
 	// lastPeerCheck is when the peer service last received a Check, as
 	// time since started; Quiesce waits for it to go quiet.
 	lastPeerCheck atomic.Int64
@@ -235,6 +238,8 @@ func New(cfg Config) (*Router, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, pre: pre, ctx: ctx, cancel: cancel, started: time.Now()}
 	r.view.Store(&view{peers: map[string]*peer{}, fetchDown: &sync.Map{}})
+	first := make(chan struct{})
+	r.viewChanged.Store(&first)
 	r.handoff = newHandoff(r)
 	r.wg.Add(1)
 	go func() {
@@ -322,6 +327,8 @@ func (r *Router) rebuildLocked() {
 	}
 	nv := &view{ring: rg, prev: old.ring, others: others, changed: now, peers: peers, fetchDown: &sync.Map{}}
 	r.view.Store(nv)
+	next := make(chan struct{})
+	close(*r.viewChanged.Swap(&next))
 	r.m.ringMembers.Set(float64(rg.Len()))
 	r.m.ringChanges.Inc()
 	r.log.Info("ring changed", "members", names, "version", rg.Version())

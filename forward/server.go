@@ -32,7 +32,7 @@ func (s *peerServer) Check(ctx context.Context, req *peerv1.CheckRequest) (*peer
 	checks := req.GetChecks()
 	resp := &peerv1.CheckResponse{Owner: r.cfg.Self, Decisions: make([]*peerv1.Decision, len(checks))}
 	decisions := make([]peerv1.Decision, len(checks))
-	v := r.view.Load()
+	v := r.awaitMember(ctx, req.GetFrom())
 	now := r.cfg.Clock.Now()
 	r.lastPeerCheck.Store(int64(time.Since(r.started)))
 	r.m.received.Add(float64(len(checks)))
@@ -170,4 +170,31 @@ func (r *Router) Notify(ctx context.Context, kind string, payload []byte, names 
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// awaitMember returns the current view. A node whose ring is still only
+// itself (it has just joined) first waits, at most half the peer deadline,
+// for its ring to include from: it hears from members that already see it
+// before its own ring knows them, and deciding then would start keys full
+// instead of fetching them from their previous owners.
+func (r *Router) awaitMember(ctx context.Context, from string) *view {
+	v := r.view.Load()
+	if from == "" || v.ring.Has(from) || v.ring.Len() > 1 {
+		return v
+	}
+	timer := time.NewTimer(r.cfg.PeerTimeout / 2)
+	defer timer.Stop()
+	for {
+		changed := *r.viewChanged.Load()
+		if v = r.view.Load(); v.ring.Has(from) {
+			return v
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return r.view.Load()
+		case <-ctx.Done():
+			return r.view.Load()
+		}
+	}
 }

@@ -57,6 +57,9 @@ type node struct {
 	bg         sync.WaitGroup
 	audit      io.Closer  // nil without --policy
 	served     chan error // one value per server when it stops
+
+	freshMu sync.Mutex
+	fresh   map[net.Conn]struct{} // HTTP connections that have not sent a request yet
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -160,6 +163,7 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
+		fresh: map[net.Conn]struct{}{},
 		grpcServer: grpc.NewServer(),
 		store:      store,
 		router:     router,
@@ -173,6 +177,7 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 	if pol != nil {
 		n.bg.Go(func() { runPolicy(bgCtx, log, pol) })
 	}
+	n.httpServer.ConnState = n.trackConn
 	a.RegisterGRPC(n.grpcServer)
 	router.RegisterPeer(n.grpcServer)
 	go func() { n.served <- n.httpServer.Serve(httpLn) }()
@@ -211,9 +216,21 @@ func (n *node) shutdown(ctx context.Context) error {
 		n.grpcServer.GracefulStop()
 		close(grpcDone)
 	}()
-	if err := n.httpServer.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- n.httpServer.Shutdown(ctx) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	for waiting := true; waiting; {
+		n.closeFresh()
+		select {
+		case err := <-httpDone:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			}
+			waiting = false
+		case <-tick.C:
+		}
 	}
+	tick.Stop()
 	select {
 	case <-grpcDone:
 	case <-ctx.Done():
@@ -279,4 +296,27 @@ func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
 			State: string(m.State), OnRing: onRing[m.Name], Keys: k})
 	}
 	return st
+}
+
+// trackConn remembers HTTP connections that have not sent a request yet.
+// http.Server.Shutdown waits up to 5 s for such a connection, which a
+// client's pool may hold open without using; shutdown closes them at once,
+// since no check is in flight on them.
+func (n *node) trackConn(c net.Conn, st http.ConnState) {
+	n.freshMu.Lock()
+	defer n.freshMu.Unlock()
+	if st == http.StateNew {
+		n.fresh[c] = struct{}{}
+	} else {
+		delete(n.fresh, c)
+	}
+}
+
+func (n *node) closeFresh() {
+	n.freshMu.Lock()
+	defer n.freshMu.Unlock()
+	for c := range n.fresh {
+		c.Close()
+		delete(n.fresh, c)
+	}
 }

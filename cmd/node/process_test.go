@@ -1,0 +1,416 @@
+package main
+
+// Multi-node tests with the real binary: every node is a child process
+// listening on 127.0.0.1:0, whose addresses are read from its "node
+// started" log line. Only a process can crash for real (SIGKILL): an
+// in-process node has no way to stop without leaving the cluster.
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/api"
+)
+
+// TestProcesses builds cmd/node once and runs the multi-process scenarios
+// on it.
+func TestProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	bin := filepath.Join(t.TempDir(), "ringlimit-node")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Run("CrashOfOwner", func(t *testing.T) { testCrashOfOwner(t, bin) })
+	t.Run("DeadSeed", func(t *testing.T) { testDeadSeed(t, bin) })
+}
+
+// proc is a node running as a child process.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	logs   *logSink
+	exited chan struct{}
+	err    error // cmd.Wait's result, set before exited is closed
+	http   string
+	grpc   string
+	gossip string
+}
+
+// startProc starts bin as node name on 127.0.0.1:0 joining join, waits for
+// its "node started" line, and kills it in t.Cleanup if it is still running.
+func startProc(t *testing.T, bin, name string, join ...string) *proc {
+	t.Helper()
+	args := []string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}
+	if len(join) > 0 {
+		args = append(args, "--join", strings.Join(join, ","))
+	}
+	p := &proc{name: name, cmd: exec.Command(bin, args...), logs: &logSink{}, exited: make(chan struct{})}
+	for _, kv := range os.Environ() { // only the flags configure the node
+		if !strings.HasPrefix(kv, "RINGLIMIT_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s (pid %d) still running 10s after SIGKILL", name, p.cmd.Process.Pid)
+		}
+		if t.Failed() {
+			t.Logf("last log lines of %s:\n%s", name, strings.Join(p.logs.tail(40), "\n"))
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if recs := p.logs.records("node started"); len(recs) > 0 {
+			p.http, _ = recs[0]["http"].(string)
+			p.grpc, _ = recs[0]["grpc"].(string)
+			p.gossip, _ = recs[0]["gossip"].(string)
+			if p.http == "" || p.grpc == "" || p.gossip == "" {
+				t.Fatalf("%s: node started without addresses: %v", name, recs[0])
+			}
+			return p
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.tail(20), "\n"))
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not start within 20s", name)
+		}
+	}
+}
+
+// stop sends sig and waits up to timeout for the process to exit,
+// returning cmd.Wait's error.
+func (p *proc) stop(t *testing.T, sig os.Signal, timeout time.Duration) error {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s: %v", p.name, err)
+	}
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %v of %v", p.name, timeout, sig)
+		return nil
+	}
+}
+
+// onRing returns the state of every member p's /v1/cluster shows on its
+// ring ("alive" or "suspect"), and its ring version.
+func (h *harness) onRing(p *proc) (map[string]string, uint64, error) {
+	var st api.ClusterStatus
+	if err := getJSON(h.client, "http://"+p.http+"/v1/cluster", &st); err != nil {
+		return nil, 0, err
+	}
+	if st.Self != p.name {
+		return nil, 0, fmt.Errorf("%s: /v1/cluster self = %q", p.name, st.Self)
+	}
+	on := map[string]string{}
+	for _, m := range st.Members {
+		if m.OnRing {
+			on[m.Name] = m.State
+		}
+	}
+	return on, st.RingVersion, nil
+}
+
+// waitMembers polls GET /v1/cluster on every proc until each shows exactly
+// names alive and on its ring, at one ring version; it returns how long
+// that took.
+func (h *harness) waitMembers(procs []*proc, names []string, timeout time.Duration) time.Duration {
+	h.t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok := true
+		var last string
+		var version uint64
+		for i, p := range procs {
+			on, v, err := h.onRing(p)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			if i == 0 {
+				version = v
+			}
+			match := len(on) == len(names) && v == version
+			for _, n := range names {
+				match = match && on[n] == "alive"
+			}
+			if !match {
+				ok = false
+				last = fmt.Sprintf("%s sees %v at version %d", p.name, on, v)
+				break
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no agreement on %v within %v: %s", names, timeout, last)
+		}
+		<-tick.C
+	}
+}
+
+// testCrashOfOwner: the owner of a key is killed with SIGKILL. The
+// survivors answer every check meanwhile, either through the dead owner's
+// failure mode (default local, flagged degraded) or, once their ring has
+// dropped it, from the new owner. State was not replicated, so the new
+// owner starts the key full: the tokens spent on the dead owner are
+// admitted again, which is the documented cost of a crash.
+func testCrashOfOwner(t *testing.T, bin string) {
+	h := newHarness(t)
+	p1 := startProc(t, bin, "node-1")
+	p2 := startProc(t, bin, "node-2", p1.gossip)
+	p3 := startProc(t, bin, "node-3", p1.gossip)
+	all := []*proc{p1, p2, p3}
+	t.Logf("3 processes: every /v1/cluster shows 3 alive members on the ring after %v",
+		h.waitMembers(all, []string{"node-1", "node-2", "node-3"}, 15*time.Second).Round(time.Millisecond))
+
+	var key string
+	for i := 0; key == ""; i++ {
+		if i == 1000 {
+			t.Fatal("no key owned by node-2 among 1000")
+		}
+		var o api.OwnerResponse
+		if err := getJSON(h.client, fmt.Sprintf("http://%s/v1/owner?key=crash:%d", p1.http, i), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Owner == "node-2" {
+			key = o.Key
+		}
+	}
+	const limit, per, spent = 100, "1h", 10
+	for i := range spent {
+		p := all[i%3]
+		a, err := doCheck(h.client, p.http, key, inlineLimit{count: limit, per: per}, 5*time.Second)
+		if err != nil || a.status != http.StatusOK || a.body.Owner != "node-2" || a.body.Remaining != limit-1-int64(i) || a.body.Degraded {
+			t.Fatalf("spend %d via %s: %d %+v %v, want 200 from node-2 with remaining %d", i, p.name, a.status, a.body, err, limit-1-i)
+		}
+	}
+
+	// kill -9 the owner.
+	if err := p2.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+
+	// Watch both survivors' rings drop node-2.
+	survivors := []*proc{p1, p3}
+	var mu sync.Mutex
+	dropped := map[string]time.Duration{}
+	watchDone, stopWatch := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stopWatch); <-watchDone }) // before the leak check
+	go func() {
+		defer close(watchDone)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for time.Since(killed) < 15*time.Second {
+			select {
+			case <-stopWatch:
+				return
+			default:
+			}
+			for _, p := range survivors {
+				mu.Lock()
+				_, seen := dropped[p.name]
+				mu.Unlock()
+				if seen {
+					continue
+				}
+				if on, _, err := h.onRing(p); err == nil && on["node-2"] == "" && on[p.name] != "" {
+					mu.Lock()
+					dropped[p.name] = time.Since(killed)
+					mu.Unlock()
+				}
+			}
+			mu.Lock()
+			n := len(dropped)
+			mu.Unlock()
+			if n == len(survivors) {
+				return
+			}
+			<-tick.C
+		}
+	}()
+
+	// Keep checking the key on both survivors, one check at a time, each
+	// within clientTimeout, until the new owner answers and both rings have
+	// dropped node-2 (and a few answers more).
+	const clientTimeout, slack = time.Second, 300 * time.Millisecond
+	var (
+		newOwner      string
+		firstNormal   time.Duration
+		normal        int // non-degraded answers: decided by the new owner
+		degraded      = map[string]int{}
+		degradedAdmit int
+		sent          int
+		maxLatency    time.Duration
+	)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for ; ; sent++ {
+		mu.Lock()
+		bothDropped := len(dropped) == len(survivors)
+		mu.Unlock()
+		if newOwner != "" && bothDropped && normal >= 10 {
+			break
+		}
+		if time.Since(killed) > 15*time.Second || sent == 5000 {
+			t.Fatalf("after %v and %d checks: new owner %q (%d answers), rings dropped node-2: %v", time.Since(killed), sent, newOwner, normal, dropped)
+		}
+		p := survivors[sent%2]
+		a, err := doCheck(h.client, p.http, key, inlineLimit{count: limit, per: per}, clientTimeout)
+		maxLatency = max(maxLatency, a.latency)
+		if a.latency > clientTimeout+slack {
+			t.Errorf("check %d via %s took %v, past its %v timeout", sent, p.name, a.latency, clientTimeout)
+		}
+		if err != nil {
+			t.Fatalf("check %d via %s at +%v: %v (after %v)", sent, p.name, time.Since(killed), err, a.latency)
+		}
+		switch {
+		case a.status != http.StatusOK && a.status != http.StatusTooManyRequests:
+			t.Fatalf("check %d via %s: status %d", sent, p.name, a.status)
+		case a.body.Degraded:
+			// Decided by the entry node's local fallback bucket (limit
+			// divided by the 3 ring members).
+			if a.body.Owner != p.name {
+				t.Fatalf("degraded check %d via %s decided by %q", sent, p.name, a.body.Owner)
+			}
+			degraded[p.name]++
+			if a.status == http.StatusOK {
+				degradedAdmit++
+			}
+		default:
+			if a.body.Owner != "node-1" && a.body.Owner != "node-3" {
+				t.Fatalf("check %d via %s at +%v: non-degraded answer from %q", sent, p.name, time.Since(killed), a.body.Owner)
+			}
+			if newOwner == "" {
+				newOwner, firstNormal = a.body.Owner, time.Since(killed)
+			} else if a.body.Owner != newOwner {
+				t.Fatalf("check %d via %s: decided by %s, earlier by %s", sent, p.name, a.body.Owner, newOwner)
+			}
+			normal++
+			// The new owner started the key full: the 10 tokens spent on
+			// node-2 are gone, only its own answers count.
+			if a.status != http.StatusOK || a.body.Remaining != limit-int64(normal) {
+				t.Fatalf("check %d via %s: %d remaining %d from the new owner %s, want 200 with remaining %d (limit %d − %d checks it decided)",
+					sent, p.name, a.status, a.body.Remaining, newOwner, limit-normal, limit, normal)
+			}
+		}
+		<-tick.C
+	}
+	<-watchDone
+	ringDrop := max(dropped["node-1"], dropped["node-3"])
+	t.Logf("SIGKILL of node-2: first non-degraded answer (from new owner %s) after %v; node-1's ring dropped node-2 after %v, node-3's after %v",
+		newOwner, firstNormal.Round(time.Millisecond), dropped["node-1"].Round(time.Millisecond), dropped["node-3"].Round(time.Millisecond))
+	t.Logf("meanwhile: %d checks, slowest %v (client timeout %v); %d degraded (%v), %d of them admitted; %d decided by %s",
+		sent, maxLatency.Round(time.Millisecond), clientTimeout, degraded["node-1"]+degraded["node-3"], degraded, degradedAdmit, normal, newOwner)
+	t.Logf("over-admission for the key: the %d tokens spent on node-2 are admitted again by %s (it started full at %d), plus %d degraded admissions",
+		spent, newOwner, limit, degradedAdmit)
+	const bound = 5 * time.Second
+	if firstNormal > bound || ringDrop > bound {
+		t.Errorf("recovery took %v (first normal answer) and %v (both rings), want ≤ %v on loopback", firstNormal, ringDrop, bound)
+	}
+
+	// Both survivors agree on the new owner, and it goes on from where its
+	// own answers left it.
+	for _, p := range survivors {
+		var o api.OwnerResponse
+		if err := getJSON(h.client, "http://"+p.http+"/v1/owner?key="+key, &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Owner != newOwner {
+			t.Errorf("%s: /v1/owner says %s, answers came from %s", p.name, o.Owner, newOwner)
+		}
+		a, err := doCheck(h.client, p.http, key, inlineLimit{count: limit, per: per}, clientTimeout)
+		normal++
+		if err != nil || a.status != http.StatusOK || a.body.Degraded || a.body.Owner != newOwner || a.body.Remaining != limit-int64(normal) {
+			t.Errorf("check via %s after recovery: %d %+v %v, want 200 from %s with remaining %d", p.name, a.status, a.body, err, newOwner, limit-normal)
+		}
+		// The degraded answers are counted, per entry node, in the metrics.
+		m, err := scrape(h.client, p.http, "ringlimit_degraded_checks_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m[`{mode="local"}`]; int(got) != degraded[p.name] {
+			t.Errorf("%s: ringlimit_degraded_checks_total{mode=\"local\"} = %v, want %d", p.name, got, degraded[p.name])
+		}
+	}
+
+	for _, p := range survivors {
+		if err := p.stop(t, syscall.SIGTERM, 15*time.Second); err != nil {
+			t.Errorf("%s after SIGTERM: %v, want exit status 0", p.name, err)
+		}
+	}
+	<-p2.exited
+	if ws, ok := p2.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("node-2: %v, want killed by SIGKILL", p2.err)
+	}
+}
+
+// testDeadSeed: a node whose only seed is a closed port starts, serves
+// /healthz and checks on its own, keeps retrying the join, and exits 0 on
+// SIGTERM.
+func testDeadSeed(t *testing.T, bin string) {
+	h := newHarness(t)
+	seed := closedPort(t)
+	p := startProc(t, bin, "lonely", seed)
+	resp, err := h.client.Get("http://" + p.http + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %d", resp.StatusCode)
+	}
+	for i, want := range []int{200, 200, 429} {
+		a, err := doCheck(h.client, p.http, "dead-seed", inlineLimit{count: 2, per: "1h"}, 5*time.Second)
+		if err != nil || a.status != want || a.body.Owner != "lonely" || a.body.Degraded {
+			t.Fatalf("check %d: %d %+v %v, want %d from lonely", i, a.status, a.body, err, want)
+		}
+	}
+	on, _, err := h.onRing(p)
+	if err != nil || len(on) != 1 || on["lonely"] != "alive" {
+		t.Fatalf("/v1/cluster: on ring %v, %v; want lonely alone", on, err)
+	}
+	attempts := waitJoinAttempts(t, p.logs, 2, 10*time.Second)
+	t.Logf("seed %s: %d failed join attempts logged", seed, attempts)
+	if err := p.stop(t, syscall.SIGTERM, 15*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
+	}
+	if len(p.logs.records("node stopped")) != 1 {
+		t.Errorf("no \"node stopped\" line after SIGTERM:\n%s", strings.Join(p.logs.tail(10), "\n"))
+	}
+}
