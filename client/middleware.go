@@ -37,7 +37,7 @@ type MiddlewareConfig struct {
 	// Tier returns the caller's tier; "" means the policy's default.
 	// Default: none.
 	Tier func(r *http.Request) string
-	// Cost returns what the request spends; 0 means the route's cost, or 1.
+	// Cost returns what the request spends on a route without a cost of its own (a route's cost wins); 0 means 1.
 	// Default: 0.
 	Cost func(r *http.Request) int64
 	// FailureMode applies when no node answers. Default FailOpen.

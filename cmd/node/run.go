@@ -58,10 +58,10 @@ type node struct {
 	audit      io.Closer  // nil without --policy
 	served     chan error // one value per server when it stops
 
-	freshMu sync.Mutex
-	fresh   map[net.Conn]struct{} // HTTP connections that have not sent a request yet
-	closeOnce  sync.Once
-	closeErr   error
+	freshMu   sync.Mutex
+	fresh     map[net.Conn]struct{} // HTTP connections that have not sent a request yet
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // startNode binds the listeners (so that a bad address fails at once) and
@@ -163,7 +163,7 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
-		fresh: map[net.Conn]struct{}{},
+		fresh:      map[net.Conn]struct{}{},
 		grpcServer: grpc.NewServer(),
 		store:      store,
 		router:     router,
