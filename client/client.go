@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,9 @@ type Client struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // node is one target: its connection and the batcher in front of it.
@@ -104,17 +108,21 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Close stops the batchers and closes the connections.
+// Close stops the batchers and closes the connections. Later calls return
+// the first call's result.
 func (c *Client) Close() error {
-	c.stop()
-	c.wg.Wait()
-	var errs []error
-	for _, n := range c.nodes {
-		if err := n.conn.Close(); err != nil {
-			errs = append(errs, err)
+	c.closeOnce.Do(func() {
+		c.stop()
+		c.wg.Wait()
+		var errs []error
+		for _, n := range c.nodes {
+			if err := n.conn.Close(); err != nil {
+				errs = append(errs, err)
+			}
 		}
-	}
-	return errors.Join(errs...)
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
 }
 
 // Check sends checks to the cluster and returns one decision per check, in
@@ -125,21 +133,32 @@ func (c *Client) Close() error {
 func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision, error) {
 	start := int(c.next.Add(1))
 	var last error
+	// First the nodes that did not fail lately, in turn, then those that
+	// did; each node at most once.
+	var skipped []*node
 	for i := range c.nodes {
 		n := c.nodes[(start+i)%len(c.nodes)]
-		if i < len(c.nodes)-1 && n.recentlyFailed() {
-			continue
+		if n.recentlyFailed() {
+			skipped = append(skipped, n)
 		}
-		res, err := n.check(ctx, checks)
-		if err == nil {
-			n.failed.Store(0)
-			return res, nil
+	}
+	for pass := range 2 {
+		for i := range c.nodes {
+			n := c.nodes[(start+i)%len(c.nodes)]
+			if slices.Contains(skipped, n) != (pass == 1) {
+				continue
+			}
+			res, err := n.check(ctx, checks)
+			if err == nil {
+				n.failed.Store(0)
+				return res, nil
+			}
+			if code := status.Code(err); code == codes.InvalidArgument || ctx.Err() != nil {
+				return nil, err
+			}
+			n.failed.Store(time.Now().UnixNano())
+			last = err
 		}
-		if code := status.Code(err); code == codes.InvalidArgument || ctx.Err() != nil {
-			return nil, err
-		}
-		n.failed.Store(time.Now().UnixNano())
-		last = err
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNoNode, last)
 }

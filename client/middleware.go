@@ -2,11 +2,15 @@ package client
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
@@ -59,6 +63,8 @@ type RejectBody struct {
 // request against the cluster with one call, sets X-RateLimit-Limit,
 // X-RateLimit-Remaining and RateLimit on every response it lets through or
 // rejects, and answers 429 with a RejectBody (and Retry-After) on rejection.
+// A request the cluster refuses as invalid (an identity or route the policy
+// does not accept) gets 400; FailureMode applies only when no node answers.
 func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
 	if cfg.Identity == nil {
 		cfg.Identity = func(r *http.Request) (string, string) { return r.Header.Get("X-API-Key"), "" }
@@ -89,9 +95,20 @@ func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
 				}
 			}
 			ds, err := cfg.Client.Check(r.Context(), check)
+			if err == nil && len(ds) != 1 {
+				err = fmt.Errorf("client: %d decisions for one check", len(ds))
+			}
 			if err != nil {
 				if cfg.OnError != nil {
 					cfg.OnError(r, err)
+				}
+				if status.Code(err) == codes.InvalidArgument {
+					// Bad input is not an outage: the failure mode must not
+					// turn it into an unlimited pass.
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusBadRequest)
+					json.NewEncoder(w).Encode(map[string]string{"code": "INVALID_ARGUMENT", "message": status.Convert(err).Message()})
+					return
 				}
 				if cfg.FailureMode == FailClosed {
 					w.Header().Set("Content-Type", "application/json")

@@ -190,11 +190,12 @@ type view struct {
 // Router decides checks: locally for the keys this node owns, through their
 // owners otherwise. It is safe for concurrent use.
 type Router struct {
-	cfg   Config
-	log   *slog.Logger
-	m     *routerMetrics
-	local *bucket.Store // degraded-mode buckets
-	pre   *bucket.Store // pre-limiter windows
+	cfg      Config
+	log      *slog.Logger
+	m        *routerMetrics
+	local    *bucket.Store // degraded-mode buckets
+	pre      *bucket.Store // pre-limiter windows
+	rejected rejectCache   // pre-limiter: owner rejections until their retry-after
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -481,6 +482,9 @@ func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []C
 		err = p.check(ctx, g, checks, out)
 	}
 	if err == nil {
+		for _, i := range g.idx {
+			r.afterOwner(&checks[i], &out[i], now)
+		}
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -496,24 +500,6 @@ func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []C
 		out[i] = r.degrade(&checks[i], live, now)
 	}
 	return nil
-}
-
-// prelimit runs c through the entry node's pre-limiter and reports whether
-// it shed the check.
-func (r *Router) prelimit(c *Check, now int64) (Result, bool) {
-	l := &c.Limit
-	count := min(int64(c.Prelimit*float64(max(l.Count(), l.Burst()))+0.999999), bucket.MaxCount)
-	lim, err := bucket.NewLimit(bucket.SlidingWindowCounter, count, l.Per(), 0)
-	if err != nil || c.Cost > lim.Capacity() {
-		return Result{}, false
-	}
-	d, err := r.pre.Take(c.Key, &lim, now, c.Cost)
-	if err != nil || d.Allowed {
-		return Result{}, false
-	}
-	r.m.shed.Inc()
-	return Result{Decision: bucket.Decision{Limit: l.Count(), RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter},
-		Owner: r.cfg.Self, Shed: true}, true
 }
 
 // decideLocal decides a check on this node's store. During the grace

@@ -1,0 +1,823 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/policy"
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// ---- harness ---------------------------------------------------------------
+
+// fakeClock is the bucket.Clock of every test node: it moves only when a
+// test says so, so that remaining, retry-after and reset are exact. It starts
+// on a whole hour so that windows line up.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(int64(1_700_000_000/3600*3600) * int64(time.Second))
+	return c
+}
+
+func (c *fakeClock) Now() int64              { return c.ns.Load() }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// testGrace is the routers' Grace; the harness moves the clock past it once
+// the members are set, so that the cluster starts in its steady state.
+const testGrace = 50 * time.Millisecond
+
+// defaultPolicy is the policy file of a cluster whose test gives none.
+const defaultPolicy = `
+version: test
+policies:
+  api:
+    default_tier: free
+    tiers:
+      free: { limit: 5, per: 1h, burst: 5 }
+    global: { limit: 1000, per: 1h }
+`
+
+// rpcCounter counts the public RateLimiter/Check RPCs the test servers
+// receive (not the peer RPCs between nodes), and can fail or hold them.
+type rpcCounter struct {
+	calls  atomic.Int64
+	checks atomic.Int64
+
+	mu     sync.Mutex
+	sizes  []int            // checks per RPC, in arrival order
+	byNode map[string]int64 // RPCs per node
+	hook   func(node string, req *pb.CheckRequest) error
+}
+
+func (c *rpcCounter) interceptor(node string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod != pb.RateLimiter_Check_FullMethodName {
+			return handler(ctx, req)
+		}
+		cr := req.(*pb.CheckRequest)
+		c.calls.Add(1)
+		c.checks.Add(int64(len(cr.GetChecks())))
+		c.mu.Lock()
+		c.sizes = append(c.sizes, len(cr.GetChecks()))
+		c.byNode[node]++
+		hook := c.hook
+		c.mu.Unlock()
+		if hook != nil {
+			if err := hook(node, cr); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// setHook installs (nil: removes) a function every public Check RPC runs
+// first; an error it returns is the RPC's answer.
+func (c *rpcCounter) setHook(h func(node string, req *pb.CheckRequest) error) {
+	c.mu.Lock()
+	c.hook = h
+	c.mu.Unlock()
+}
+
+// reset zeroes the counts.
+func (c *rpcCounter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls.Store(0)
+	c.checks.Store(0)
+	c.sizes = nil
+	clear(c.byNode)
+}
+
+func (c *rpcCounter) rpcSizes() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sizes)
+}
+
+// testNode is one in-process node: store, router, policy, API and the one
+// gRPC server that serves both the public API and the peer service.
+type testNode struct {
+	name   string
+	addr   string
+	store  *bucket.Store
+	router *forward.Router
+	policy *policy.Manager
+	reg    *prometheus.Registry // the router's metrics
+	srv    *grpc.Server
+	served chan struct{}
+}
+
+// testCluster is n nodes that know each other, on one fake clock.
+type testCluster struct {
+	nodes      []*testNode
+	clock      *fakeClock
+	rpc        *rpcCounter
+	policyPath string
+}
+
+// startCluster starts n nodes named node-1..node-n on 127.0.0.1:0 with the
+// policy file policyYAML, and sets the same member list on every router.
+// Stop undoes it.
+func startCluster(n int, policyYAML string) (*testCluster, error) {
+	dir, err := os.MkdirTemp("", "ringlimit-client-test")
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &testCluster{clock: newFakeClock(), rpc: &rpcCounter{byNode: map[string]int64{}}, policyPath: path}
+	fail := func(err error) (*testCluster, error) {
+		c.Stop()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	discard := slog.New(slog.DiscardHandler)
+	var members []forward.Member
+	for i := range n {
+		name := fmt.Sprintf("node-%d", i+1)
+		store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
+		if err != nil {
+			return fail(err)
+		}
+		reg := prometheus.NewRegistry()
+		router, err := forward.New(forward.Config{Self: name, Store: store, Clock: c.clock, Grace: testGrace,
+			PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
+			Logger:      discard, Registerer: reg})
+		if err != nil {
+			return fail(err)
+		}
+		mgr, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: discard})
+		if err != nil {
+			router.Close(context.Background())
+			return fail(err)
+		}
+		a, err := api.New(api.Config{Checker: router, Stats: store, Policy: mgr, Logger: discard,
+			AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) }})
+		if err != nil {
+			router.Close(context.Background())
+			return fail(err)
+		}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			router.Close(context.Background())
+			return fail(err)
+		}
+		srv := grpc.NewServer(grpc.UnaryInterceptor(c.rpc.interceptor(name)))
+		a.RegisterGRPC(srv)
+		router.RegisterPeer(srv)
+		nd := &testNode{name: name, addr: lis.Addr().String(), store: store, router: router, policy: mgr,
+			reg: reg, srv: srv, served: make(chan struct{})}
+		go func() {
+			defer close(nd.served)
+			_ = srv.Serve(lis)
+		}()
+		c.nodes = append(c.nodes, nd)
+		members = append(members, forward.Member{Name: name, Addr: nd.addr})
+	}
+	for _, nd := range c.nodes {
+		nd.router.SetMembers(members)
+	}
+	c.clock.Advance(testGrace)
+	return c, nil
+}
+
+// Stop stops the servers and closes the routers.
+func (c *testCluster) Stop() {
+	for _, nd := range c.nodes {
+		nd.srv.Stop()
+		<-nd.served
+	}
+	for _, nd := range c.nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		nd.router.Close(ctx)
+		cancel()
+	}
+	if c.policyPath != "" {
+		os.RemoveAll(filepath.Dir(c.policyPath))
+	}
+}
+
+// newCluster starts a cluster for t and stops it when t ends.
+func newCluster(t testing.TB, n int, policyYAML string) *testCluster {
+	t.Helper()
+	if policyYAML == "" {
+		policyYAML = defaultPolicy
+	}
+	c, err := startCluster(n, policyYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+func (c *testCluster) addrs() []string {
+	out := make([]string, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = nd.addr
+	}
+	return out
+}
+
+// owner returns the node the ring gives key to.
+func (c *testCluster) owner(key string) string {
+	o, _ := c.nodes[0].router.Owner(key)
+	return o
+}
+
+// used returns what key has spent on its owner's store (0 if it has no
+// state there).
+func (c *testCluster) used(t testing.TB, key string) int64 {
+	t.Helper()
+	for _, nd := range c.nodes {
+		if nd.name != c.owner(key) {
+			continue
+		}
+		_, used, _ := nd.store.Used(key, c.clock.Now())
+		return used
+	}
+	t.Fatalf("no node owns %s", key)
+	return 0
+}
+
+// newClient builds a Client for t and closes it when t ends (before the
+// cluster stops).
+func newClient(t testing.TB, cfg client.Config) *client.Client {
+	t.Helper()
+	cl, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// deadAddr returns a loopback address nothing listens on: connections to
+// it are refused at once.
+func deadAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+// blackhole returns a loopback address that accepts connections and never
+// says a word: only a deadline ends a call to it.
+func blackhole(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return lis.Addr().String()
+}
+
+// inline returns an inline check of key at limit per hour (burst = limit).
+func inline(key string, limit, cost int64) *pb.Check {
+	return &pb.Check{Key: key, Cost: &cost, Limit: &pb.Limit{Limit: limit, PerMs: time.Hour.Milliseconds()}}
+}
+
+// ---- 1. inline limits, exact and in order ---------------------------------------
+
+func TestClientExactAcrossNodes(t *testing.T) {
+	const goroutines, total, limit = 32, 1000, 100
+	c := newCluster(t, 3, "")
+	cl := newClient(t, client.Config{Targets: c.addrs(), Timeout: 10 * time.Second})
+	var allowed, rejected, next atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range goroutines {
+		wg.Go(func() {
+			<-start
+			for next.Add(1) <= total {
+				ds, err := cl.Check(context.Background(), inline("hot", limit, 1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				d := ds[0]
+				if len(ds) != 1 || d.GetDegraded() || d.GetLimit() != limit || d.GetScope() != api.ScopeInline || d.GetOwner() != c.owner("hot") {
+					t.Errorf("decision %+v, want limit %d, scope inline, owner %s, not degraded", d, limit, c.owner("hot"))
+					return
+				}
+				if d.GetAllowed() {
+					allowed.Add(1)
+				} else {
+					rejected.Add(1)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if allowed.Load() != limit || rejected.Load() != total-limit {
+		t.Fatalf("allowed %d rejected %d, want exactly %d and %d", allowed.Load(), rejected.Load(), limit, total-limit)
+	}
+	if got := c.used(t, "hot"); got != limit {
+		t.Fatalf("owner %s: used %d, want %d", c.owner("hot"), got, limit)
+	}
+	// Every node served some of the checks: the client spreads them.
+	c.rpc.mu.Lock()
+	defer c.rpc.mu.Unlock()
+	for _, nd := range c.nodes {
+		if c.rpc.byNode[nd.name] == 0 {
+			t.Errorf("%s received no RPC: %v", nd.name, c.rpc.byNode)
+		}
+	}
+	t.Logf("RPCs per node: %v (%d checks in %d RPCs)", c.rpc.byNode, c.rpc.checks.Load(), c.rpc.calls.Load())
+}
+
+func TestClientMultiCheckDecisionsInOrder(t *testing.T) {
+	c := newCluster(t, 3, "")
+	for _, unbatched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unbatched=%v", unbatched), func(t *testing.T) {
+			cl := newClient(t, client.Config{Targets: c.addrs(), Unbatched: unbatched})
+			a, b := fmt.Sprintf("order-a-%v", unbatched), fmt.Sprintf("order-b-%v", unbatched)
+			apiKey := fmt.Sprintf("k-%v", unbatched)
+			pol := &pb.Check{Request: &pb.PolicyRequest{ApiKey: apiKey}}
+			ds, err := cl.Check(context.Background(),
+				inline(a, 5, 1), // a: 4 left
+				inline(b, 7, 2), // b: 5 left
+				inline(a, 5, 3), // a: 1 left
+				pol,             // tier:free 5/h: 4 left
+				inline(a, 5, 2), // a: rejected, 1 token short at 5/h: 12 min
+				pol,             // 3 left
+			)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type want struct {
+				allowed          bool
+				limit, remaining int64
+				retryMs, resetMs int64
+				scope, owner     string
+			}
+			wants := []want{
+				{true, 5, 4, 0, 12 * 60_000, "inline", c.owner(a)},
+				{true, 7, 5, 0, (2*3_600_000 + 6) / 7, "inline", c.owner(b)}, // 2/7 h, rounded up to the ms
+				{true, 5, 1, 0, 4 * 12 * 60_000, "inline", c.owner(a)},
+				{true, 5, 4, 0, 12 * 60_000, "tier:free", c.owner("api|tier:free|key:" + apiKey)},
+				{false, 5, 1, 12 * 60_000, 4 * 12 * 60_000, "inline", c.owner(a)},
+				{true, 5, 3, 0, 2 * 12 * 60_000, "tier:free", c.owner("api|tier:free|key:" + apiKey)},
+			}
+			if len(ds) != len(wants) {
+				t.Fatalf("%d decisions for %d checks", len(ds), len(wants))
+			}
+			for i, w := range wants {
+				d := ds[i]
+				got := want{d.GetAllowed(), d.GetLimit(), d.GetRemaining(), d.GetRetryAfterMs(), d.GetResetAfterMs(), d.GetScope(), d.GetOwner()}
+				if got != w {
+					t.Errorf("decision %d: got %+v, want %+v", i, got, w)
+				}
+			}
+			if v := ds[3].GetPolicyVersion(); v == "" || v != c.nodes[0].policy.Current().Version {
+				t.Errorf("policy version %q, want %q", v, c.nodes[0].policy.Current().Version)
+			}
+		})
+	}
+}
+
+// ---- 2. coalescing ----------------------------------------------------------------
+
+func TestClientCoalescesConcurrentChecks(t *testing.T) {
+	const goroutines, perG, maxBatch = 64, 50, 64
+	const total = goroutines * perG
+	c := newCluster(t, 3, "")
+	hammer := func(t *testing.T, cl *client.Client) time.Duration {
+		t.Helper()
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		began := time.Now()
+		for g := range goroutines {
+			wg.Go(func() {
+				<-start
+				for i := range perG {
+					ds, err := cl.Check(context.Background(), inline(fmt.Sprintf("co-%d", (g+i)%16), 1_000_000, 1))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !ds[0].GetAllowed() || ds[0].GetDegraded() {
+						t.Errorf("%+v", ds[0])
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		return time.Since(began)
+	}
+
+	c.rpc.reset()
+	el := hammer(t, newClient(t, client.Config{Targets: c.addrs(), MaxBatch: maxBatch, Timeout: 10 * time.Second}))
+	rpcs, checks := c.rpc.calls.Load(), c.rpc.checks.Load()
+	ratio := float64(checks) / float64(rpcs)
+	t.Logf("coalesced: %d checks in %d RPCs = %.2f checks per RPC (MaxBatch %d, 64 goroutines, 3 nodes), %v", checks, rpcs, ratio, maxBatch, el)
+	if checks != total {
+		t.Fatalf("servers saw %d checks, want %d", checks, total)
+	}
+	if ratio < 2 {
+		t.Fatalf("%.2f checks per RPC, want at least 2", ratio)
+	}
+	if big := slices.Max(c.rpc.rpcSizes()); big > maxBatch {
+		t.Fatalf("an RPC carried %d checks, above MaxBatch %d", big, maxBatch)
+	}
+
+	c.rpc.reset()
+	el = hammer(t, newClient(t, client.Config{Targets: c.addrs(), MaxBatch: maxBatch, Unbatched: true, Timeout: 10 * time.Second}))
+	rpcs, checks = c.rpc.calls.Load(), c.rpc.checks.Load()
+	t.Logf("unbatched: %d checks in %d RPCs, %v", checks, rpcs, el)
+	if rpcs != total || checks != total {
+		t.Fatalf("unbatched: %d checks in %d RPCs, want %d in %d", checks, rpcs, total, total)
+	}
+}
+
+// A call of more checks than MaxBatch travels alone, in one RPC.
+func TestClientLargeCallOneRPC(t *testing.T) {
+	c := newCluster(t, 3, "")
+	cl := newClient(t, client.Config{Targets: c.addrs(), MaxBatch: 4})
+	checks := make([]*pb.Check, 10)
+	for i := range checks {
+		checks[i] = inline(fmt.Sprintf("large-%d", i), 10, int64(1+i%3))
+	}
+	ds, err := cl.Check(context.Background(), checks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		if !d.GetAllowed() || d.GetRemaining() != 10-int64(1+i%3) {
+			t.Errorf("decision %d: %+v", i, d)
+		}
+	}
+	if got := c.rpc.rpcSizes(); !slices.Equal(got, []int{10}) {
+		t.Fatalf("RPC sizes %v, want one RPC of 10", got)
+	}
+}
+
+// ---- 3. failover and errors ------------------------------------------------------
+
+func TestClientFailoverOneDeadTarget(t *testing.T) {
+	c := newCluster(t, 3, "")
+	dead := deadAddr(t)
+	for _, unbatched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unbatched=%v", unbatched), func(t *testing.T) {
+			key := fmt.Sprintf("failover-%v", unbatched)
+			targets := []string{c.nodes[0].addr, dead, c.nodes[1].addr, c.nodes[2].addr}
+			cl := newClient(t, client.Config{Targets: targets, Timeout: 5 * time.Second, Unbatched: unbatched})
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for range 25 {
+						ds, err := cl.Check(context.Background(), inline(key, 100, 1))
+						if err != nil {
+							t.Errorf("with one dead target: %v", err)
+							return
+						}
+						if ds[0].GetAllowed() {
+							allowed.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			// Nothing reached the dead node, so nothing was spent twice.
+			if allowed.Load() != 100 || c.used(t, key) != 100 {
+				t.Fatalf("allowed %d, used %d; want 100 and 100", allowed.Load(), c.used(t, key))
+			}
+		})
+	}
+}
+
+func TestClientAllDeadErrNoNode(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	for _, unbatched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refused/unbatched=%v", unbatched), func(t *testing.T) {
+			cl := newClient(t, client.Config{Targets: []string{deadAddr(t), deadAddr(t), deadAddr(t)}, Timeout: timeout, Unbatched: unbatched})
+			for i := range 5 {
+				start := time.Now()
+				_, err := cl.Check(context.Background(), inline("k", 10, 1))
+				el := time.Since(start)
+				if !errors.Is(err, client.ErrNoNode) {
+					t.Fatalf("check %d: %v, want ErrNoNode", i, err)
+				}
+				if el > timeout+500*time.Millisecond {
+					t.Fatalf("check %d: ErrNoNode after %v, want within Timeout %v + 500ms", i, el, timeout)
+				}
+			}
+		})
+	}
+	// Targets that accept and never answer: each is tried once, for at most
+	// Timeout.
+	t.Run("blackhole", func(t *testing.T) {
+		cl := newClient(t, client.Config{Targets: []string{blackhole(t), blackhole(t)}, Timeout: timeout})
+		start := time.Now()
+		_, err := cl.Check(context.Background(), inline("k", 10, 1))
+		el := time.Since(start)
+		t.Logf("two silent targets: %v after %v", err, el)
+		if !errors.Is(err, client.ErrNoNode) {
+			t.Fatalf("%v, want ErrNoNode", err)
+		}
+		if el < timeout || el > 2*timeout+500*time.Millisecond {
+			t.Fatalf("ErrNoNode after %v, want between Timeout and 2×Timeout (+500ms)", el)
+		}
+		// A caller's own deadline ends the call first, with its error.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		start = time.Now()
+		_, err = cl.Check(ctx, inline("k", 10, 1))
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrNoNode) || time.Since(start) > timeout {
+			t.Fatalf("caller deadline 50ms: %v after %v, want context.DeadlineExceeded promptly", err, time.Since(start))
+		}
+	})
+}
+
+func TestClientInvalidArgumentNotRetried(t *testing.T) {
+	c := newCluster(t, 3, "")
+	bad := []struct {
+		name  string
+		check *pb.Check
+	}{
+		{"empty key", inline("", 10, 1)},
+		{"cost above capacity", inline("k", 10, 11)},
+		{"no limit", &pb.Check{Key: "k"}},
+		{"unknown tier", &pb.Check{Request: &pb.PolicyRequest{ApiKey: "k", Tier: "gold"}}},
+	}
+	for _, unbatched := range []bool{false, true} {
+		cl := newClient(t, client.Config{Targets: c.addrs(), Unbatched: unbatched})
+		for _, b := range bad {
+			c.rpc.reset()
+			_, err := cl.Check(context.Background(), inline("fine", 10, 1), b.check)
+			if status.Code(err) != codes.InvalidArgument || errors.Is(err, client.ErrNoNode) {
+				t.Errorf("unbatched=%v, %s: %v, want the InvalidArgument status as is", unbatched, b.name, err)
+			}
+			if n := c.rpc.calls.Load(); n != 1 {
+				t.Errorf("unbatched=%v, %s: %d RPCs, want 1 (not retried on another node)", unbatched, b.name, n)
+			}
+		}
+	}
+	// Nothing of the rejected calls was applied.
+	for _, nd := range c.nodes {
+		if nd.store.Has("fine") {
+			t.Fatalf("%s holds the good check of a rejected call", nd.name)
+		}
+	}
+}
+
+// A bad check that travels in one RPC with other goroutines' good checks
+// fails only its own caller.
+func TestClientBadCheckCoalescedWithGoodOnes(t *testing.T) {
+	const good = 8
+	c := newCluster(t, 3, "")
+	// One target and one call slot: while the first RPC is held, every
+	// other check queues and leaves in the next RPC.
+	cl := newClient(t, client.Config{Targets: []string{c.nodes[0].addr}, MaxInFlight: 1, Timeout: 10 * time.Second})
+	held, release := make(chan struct{}), make(chan struct{})
+	c.rpc.setHook(func(_ string, req *pb.CheckRequest) error {
+		if req.GetChecks()[0].GetKey() == "blocker" {
+			close(held)
+			<-release
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := cl.Check(context.Background(), inline("blocker", 10, 1)); err != nil {
+			t.Errorf("blocker: %v", err)
+		}
+	})
+	<-held
+	var badErr error
+	results := make([]*pb.Decision, good)
+	errs := make([]error, good)
+	for i := range good {
+		wg.Go(func() {
+			ds, err := cl.Check(context.Background(), inline(fmt.Sprintf("good-%d", i), 10, int64(1+i%3)))
+			errs[i] = err
+			if err == nil {
+				results[i] = ds[0]
+			}
+		})
+	}
+	wg.Go(func() { _, badErr = cl.Check(context.Background(), inline("", 10, 1)) })
+	time.Sleep(200 * time.Millisecond) // let the 9 callers queue behind the held RPC
+	close(release)
+	wg.Wait()
+
+	if status.Code(badErr) != codes.InvalidArgument {
+		t.Errorf("bad check: %v, want InvalidArgument", badErr)
+	}
+	for i := range good {
+		if errs[i] != nil || !results[i].GetAllowed() || results[i].GetRemaining() != 10-int64(1+i%3) {
+			t.Errorf("good check %d: %+v, %v; want allowed with %d left", i, results[i], errs[i], 10-int64(1+i%3))
+		}
+		if used := c.used(t, fmt.Sprintf("good-%d", i)); used != int64(1+i%3) {
+			t.Errorf("good-%d: used %d, want %d (applied exactly once)", i, used, 1+i%3)
+		}
+	}
+	sizes := c.rpc.rpcSizes()
+	t.Logf("RPC sizes: %v", sizes)
+	if !slices.Contains(sizes, good+1) {
+		t.Fatalf("RPC sizes %v: the bad check never travelled with the %d good ones", sizes, good)
+	}
+	// The blocker, the mixed RPC, then each caller alone.
+	if len(sizes) != 1+1+good+1 {
+		t.Fatalf("%d RPCs, want %d", len(sizes), 1+1+good+1)
+	}
+}
+
+// The documentation says a node that failed in the last second "is tried
+// last"; Check skips it instead unless it happens to come last in turn, so
+// a node that failed once, and is fine again, is not tried while a dead one
+// is.
+func TestClientRecentlyFailedNodeIsTriedLast(t *testing.T) {
+	c := newCluster(t, 1, "")
+	cl := newClient(t, client.Config{Targets: []string{c.nodes[0].addr, deadAddr(t)}, Timeout: 2 * time.Second})
+	// Warm up both connections (the dead one is marked failed).
+	for range 2 {
+		if _, err := cl.Check(context.Background(), inline("warm", 100, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// node-1 fails one RPC, then is fine again.
+	var failed atomic.Bool
+	c.rpc.setHook(func(string, *pb.CheckRequest) error {
+		if failed.CompareAndSwap(false, true) {
+			return status.Error(codes.Unavailable, "injected")
+		}
+		return nil
+	})
+	var errs []error
+	for range 4 {
+		if _, err := cl.Check(context.Background(), inline("k", 100, 1)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The first check may legitimately fail (both nodes down as far as it
+	// can tell); the others must not: node-1 is up.
+	if len(errs) > 1 {
+		t.Fatalf("with targets [up-again, dead], %d of 4 checks after one injected failure got %v; want at most 1 error", len(errs), errs)
+	}
+}
+
+// ---- 4. Close ------------------------------------------------------------------
+
+func TestClientClose(t *testing.T) {
+	c := newCluster(t, 3, "")
+	for _, unbatched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unbatched=%v", unbatched), func(t *testing.T) {
+			cl, err := client.New(client.Config{Targets: c.addrs(), Unbatched: unbatched})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cl.Check(context.Background(), inline("close", 100, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			for i := range 20 {
+				start := time.Now()
+				_, err := cl.Check(context.Background(), inline("close", 100, 1))
+				if err == nil || time.Since(start) > 500*time.Millisecond {
+					t.Fatalf("Check %d after Close: %v after %v, want an error at once", i, err, time.Since(start))
+				}
+				if !errors.Is(err, client.ErrNoNode) {
+					t.Fatalf("Check %d after Close: %v, want ErrNoNode", i, err)
+				}
+			}
+			// A second Close returns the first one's result, at once.
+			done := make(chan error, 1)
+			go func() { done <- cl.Close() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("second Close: %v, want nil like the first", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("second Close hangs")
+			}
+		})
+	}
+}
+
+// Close while many goroutines check: every call returns (a decision or an
+// error), none hangs, and nothing is left running (goleak).
+func TestClientCloseWhileChecking(t *testing.T) {
+	c := newCluster(t, 3, "")
+	cl, err := client.New(client.Config{Targets: c.addrs(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok, failed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 200 {
+				if _, err := cl.Check(context.Background(), inline(fmt.Sprintf("cw-%d-%d", g, i%4), 1000, 1)); err != nil {
+					failed.Add(1)
+				} else {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ok.Load() < 500 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling, not synchronisation
+	}
+	closed := make(chan struct{})
+	go func() {
+		cl.Close()
+		close(closed)
+	}()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("checks hang after Close")
+	}
+	<-closed
+	t.Logf("around Close: %d checks answered, %d failed", ok.Load(), failed.Load())
+	if failed.Load() == 0 {
+		t.Fatalf("no check failed after Close (%d answered)", ok.Load())
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, cfg := range []client.Config{
+		{},
+		{Targets: []string{"127.0.0.1:1"}, MaxBatch: 1001},
+		{Targets: []string{"127.0.0.1:1"}, MaxBatch: -1},
+		{Targets: []string{"127.0.0.1:1"}, Timeout: -time.Second},
+		{Targets: []string{"127.0.0.1:1"}, MaxInFlight: -1},
+	} {
+		if cl, err := client.New(cfg); err == nil {
+			cl.Close()
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/policy"
+)
+
+// examplePolicy lets every caller make 2 requests per hour.
+const examplePolicy = `
+policies:
+  api:
+    default_tier: free
+    tiers:
+      free: { limit: 2, per: 1h }
+`
+
+// Example limits an HTTP handler with Middleware: a node (a cluster of one,
+// serving gRPC on a loopback port) runs the policy above; the third request
+// of the same caller within the hour is answered 429 by the middleware,
+// naming the layer that rejected it.
+func Example() {
+	addr, stop, err := startExampleNode(examplePolicy)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+
+	cl, err := client.New(client.Config{Targets: []string{addr}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	limit := client.Middleware(client.MiddlewareConfig{
+		Client:   cl,
+		Identity: client.HeaderIdentity("X-API-Key", ""),
+	})
+	hello := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello\n") })
+	srv := httptest.NewServer(limit(hello))
+	defer srv.Close()
+
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		req.Header.Set("X-API-Key", "alice")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var rejected client.RejectBody
+		if resp.StatusCode == http.StatusTooManyRequests {
+			json.NewDecoder(resp.Body).Decode(&rejected)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, "remaining", resp.Header.Get("X-RateLimit-Remaining"))
+		if rejected.Code != "" {
+			fmt.Println(rejected.Code, "by", rejected.Scope)
+		}
+	}
+	// Output:
+	// 200 remaining 1
+	// 200 remaining 0
+	// 429 remaining 0
+	// RATE_LIMITED by tier:free
+}
+
+// startExampleNode wires one node: a key store, a router that owns every
+// key, the policy, the API, and a gRPC server on a loopback port serving the
+// public API and the peer service. stop shuts it down.
+func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "ringlimit-example")
+	if err != nil {
+		return "", nil, err
+	}
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	router, err := forward.New(forward.Config{Self: "node-1", Store: store, Logger: quiet})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	cleanup := func() {
+		router.Close(context.Background())
+		os.RemoveAll(dir)
+	}
+	pol, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: quiet})
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	a, err := api.New(api.Config{Checker: router, Stats: store, Policy: pol, Logger: quiet,
+		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return pol.AddOverride(o) }})
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	srv := grpc.NewServer()
+	a.RegisterGRPC(srv)
+	router.RegisterPeer(srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(lis)
+	}()
+	addr = lis.Addr().String()
+	router.SetMembers([]forward.Member{{Name: "node-1", Addr: addr}})
+	return addr, func() {
+		srv.Stop()
+		<-served
+		cleanup()
+	}, nil
+}
