@@ -153,10 +153,8 @@ type entry struct {
 type shard struct {
 	mu sync.Mutex // guards every field below
 
-	// idx maps a key's hash to its slot. The rare key whose 64-bit hash is
-	// already taken by another key lives in over instead.
-	idx  map[uint64]uint32
-	over map[string]uint32
+	// idx maps a key's hash to its slot.
+	idx index
 
 	pages      [][]entry
 	free       []uint32 // slots released by Delete
@@ -174,7 +172,7 @@ type shard struct {
 
 func (sh *shard) init(capacity int) {
 	sh.capacity = capacity
-	sh.idx = make(map[uint64]uint32)
+	sh.idx.init(min(capacity, 1024))
 	sh.logs = make(map[uint32][]int64)
 	sh.limits = make(map[uint64]Limit)
 	sh.head, sh.tail = none, none
@@ -186,15 +184,20 @@ func (sh *shard) at(i uint32) *entry {
 
 // lookup returns the slot holding key, or none.
 func (sh *shard) lookup(h uint64, key string) uint32 {
-	if i, ok := sh.idx[h]; ok && sh.at(i).key == key {
-		return i
-	}
-	if len(sh.over) > 0 {
-		if i, ok := sh.over[key]; ok {
-			return i
+	cells := sh.idx.cells
+	mask := uint32(len(cells) - 1)
+	tag := uint32(h)
+	for p := tag & mask; ; p = (p + 1) & mask {
+		c := cells[p]
+		if c == 0 {
+			return none
+		}
+		if uint32(c>>32) == tag {
+			if i := uint32(c) - 1; sh.at(i).key == key {
+				return i
+			}
 		}
 	}
-	return none
 }
 
 func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) Decision {
@@ -282,14 +285,7 @@ func (sh *shard) insert(h uint64, key string) uint32 {
 	if sh.tail == none {
 		sh.tail = i
 	}
-	if _, taken := sh.idx[h]; taken {
-		if sh.over == nil {
-			sh.over = make(map[string]uint32)
-		}
-		sh.over[e.key] = i
-	} else {
-		sh.idx[h] = i
-	}
+	sh.idx.insert(uint32(h), i)
 	sh.n++
 	return i
 }
@@ -299,12 +295,7 @@ func (sh *shard) insert(h uint64, key string) uint32 {
 func (sh *shard) remove(i uint32) {
 	e := sh.at(i)
 	sh.unlink(i)
-	h := xxhash.Sum64String(e.key)
-	if j, ok := sh.idx[h]; ok && j == i {
-		delete(sh.idx, h)
-	} else {
-		delete(sh.over, e.key)
-	}
+	sh.idx.remove(uint32(xxhash.Sum64String(e.key)), i)
 	delete(sh.logs, i)
 	e.key = ""
 	sh.n--

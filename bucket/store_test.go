@@ -2,10 +2,13 @@ package bucket
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 func newStore(t testing.TB, maxKeys, shards int) *Store {
@@ -90,31 +93,50 @@ func TestStoreLRUEviction(t *testing.T) {
 	}
 }
 
+// collidingKeys finds two keys whose hashes share the low 32 bits, the tag
+// the index stores.
+func collidingKeys(t *testing.T) (string, string) {
+	t.Helper()
+	seen := map[uint32]string{}
+	for i := range 1 << 20 {
+		k := "k" + strconv.Itoa(i)
+		tag := uint32(xxhash.Sum64String(k))
+		if other, ok := seen[tag]; ok {
+			return other, k
+		}
+		seen[tag] = k
+	}
+	t.Fatal("no tag collision in 2^20 keys")
+	return "", ""
+}
+
 func TestStoreHashCollision(t *testing.T) {
-	// Two keys with the same 64-bit hash share nothing: the second lives in
-	// the overflow index, survives the first's eviction and is found again.
+	// Two keys with the same tag share nothing: both live in the index,
+	// told apart by their keys, and evicting one leaves the other found.
+	x, y := collidingKeys(t)
+	hx, hy := xxhash.Sum64String(x), xxhash.Sum64String(y)
 	var sh shard
 	sh.init(2)
 	lim := MustLimit(FixedWindow, 2, time.Hour, 0)
-	if d := sh.take(7, "x", &lim, 0, 2); !d.Allowed {
+	if d := sh.take(hx, x, &lim, 0, 2); !d.Allowed {
 		t.Fatal(d)
 	}
-	if d := sh.take(7, "y", &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
-		t.Fatalf("y shares x's state: %+v", d)
+	if d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("%s shares %s's state: %+v", y, x, d)
 	}
-	if len(sh.over) != 1 {
-		t.Fatalf("overflow holds %d keys, want 1", len(sh.over))
+	if sh.idx.n != 2 {
+		t.Fatalf("index holds %d keys, want 2", sh.idx.n)
 	}
-	if d := sh.take(7, "x", &lim, 0, 1); d.Allowed {
-		t.Fatalf("x lost its state: %+v", d)
+	if d := sh.take(hx, x, &lim, 0, 1); d.Allowed {
+		t.Fatalf("%s lost its state: %+v", x, d)
 	}
-	// x is most recent, y least: a third key evicts y from the overflow index.
-	sh.take(9, "z", &lim, 0, 1)
-	if len(sh.over) != 0 || sh.n != 2 {
-		t.Fatalf("after evicting y: over %d n %d", len(sh.over), sh.n)
+	// x is most recent, y least: a third key evicts y.
+	sh.take(xxhash.Sum64String("z"), "z", &lim, 0, 1)
+	if sh.idx.n != 2 || sh.n != 2 || sh.lookup(hy, y) != none || sh.lookup(hx, x) == none {
+		t.Fatalf("after evicting %s: index %d n %d", y, sh.idx.n, sh.n)
 	}
-	if d := sh.take(7, "y", &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
-		t.Fatalf("y after eviction = %+v, want fresh", d)
+	if d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("%s after eviction = %+v, want fresh", y, d)
 	}
 }
 
@@ -230,6 +252,62 @@ func TestStoreRefund(t *testing.T) {
 		}
 		if d := mustTake(t, s, "k", &lim, now, 1); d.Allowed {
 			t.Fatalf("%v: a refund under another limit gave tokens back: %+v", alg, d)
+		}
+	}
+}
+
+// TestIndexAgainstMap drives the index with random inserts and removes of
+// crowded tags (many share a probe run) and checks every slot is found
+// exactly where a map says it is.
+func TestIndexAgainstMap(t *testing.T) {
+	var x index
+	x.init(4)
+	model := map[uint32]uint32{} // slot -> tag
+	find := func(tag, slot uint32) bool {
+		mask := uint32(len(x.cells) - 1)
+		for p := tag & mask; x.cells[p] != 0; p = (p + 1) & mask {
+			if x.cells[p] == cell(tag, slot) {
+				return true
+			}
+		}
+		return false
+	}
+	seed := uint64(42)
+	next := func() uint64 {
+		seed ^= seed << 13
+		seed ^= seed >> 7
+		seed ^= seed << 17
+		return seed
+	}
+	var slot uint32
+	for step := range 3000 {
+		if r := next(); len(model) > 0 && r%3 == 0 {
+			// Remove a random present slot.
+			k := uint32(next() % uint64(slot))
+			tag, ok := model[k]
+			if !ok {
+				continue
+			}
+			x.remove(tag, k)
+			delete(model, k)
+		} else {
+			tag := uint32(next() % 64) // few tags: long shared runs
+			if r%7 == 0 {
+				tag |= uint32(next()) << 8
+			}
+			x.insert(tag, slot)
+			model[slot] = tag
+			slot++
+		}
+		if x.n != len(model) {
+			t.Fatalf("step %d: index holds %d, model %d", step, x.n, len(model))
+		}
+		if step%97 == 0 {
+			for k, tag := range model {
+				if !find(tag, k) {
+					t.Fatalf("step %d: slot %d (tag %d) not found", step, k, tag)
+				}
+			}
 		}
 	}
 }
