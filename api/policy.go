@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -76,12 +77,14 @@ func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
 		return fmt.Errorf("%s%w", field, err)
 	}
 	n := len(p.checks)
+	together := int32(len(p.units) + 1) // the request's layers stand or fall together at the pre-limiter
 	for _, l := range layers {
 		mode, err := forward.ParseFailureMode(l.FailureMode)
 		if err != nil {
 			return fmt.Errorf("%s%s: %w", field, l.Scope, err)
 		}
-		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: mode, Prelimit: l.Prelimit})
+		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: mode,
+			Prelimit: l.Prelimit, Together: together})
 	}
 	p.units = append(p.units, unit{from: n, to: len(p.checks), layers: layers, version: version})
 	return nil
@@ -105,6 +108,11 @@ func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, er
 		decisions := make([]bucket.Decision, len(u.layers))
 		for j := range decisions {
 			decisions[j] = out[u.from+j].Decision
+			if out[u.from+j].Skipped {
+				// Not decided (another layer was shed): it neither limits
+				// nor needs a refund.
+				decisions[j] = bucket.Decision{Allowed: true, Remaining: math.MaxInt64}
+			}
 		}
 		o := policy.Combine(u.layers, decisions)
 		ans := answer{
@@ -125,6 +133,9 @@ func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, er
 			}
 		}
 		for _, j := range o.Refund {
+			if out[u.from+j].Skipped {
+				continue
+			}
 			c := p.checks[u.from+j]
 			c.Refund = true
 			refunds = append(refunds, c)
@@ -214,7 +225,7 @@ func (a *API) handleAddOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := time.ParseDuration(req.ExpiresIn)
-	if err != nil || d <= 0 || d > MaxOverride {
+	if err != nil || d < time.Second || d > MaxOverride {
 		writeError(w, http.StatusBadRequest, CodeInvalidArgument, fmt.Sprintf("expires_in: a Go duration between 1s and %v, got %q", MaxOverride, req.ExpiresIn))
 		return
 	}

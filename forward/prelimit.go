@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -124,4 +125,44 @@ func (r *Router) afterOwner(c *Check, res *Result, now int64) {
 func msCeil(ns int64) time.Duration {
 	const ms = int64(time.Millisecond)
 	return time.Duration((ns + ms - 1) / ms * ms)
+}
+
+// prelimitAll runs the pre-limiter over every check it applies to (remote
+// owner, Prelimit set, not a refund) before any check is sent, writes the
+// shed ones into out, and returns the Together groups with a shed check.
+// A check of such a group that passed its own pre-limiter gives its slot
+// back, since it will not be sent.
+func (r *Router) prelimitAll(v *view, checks []Check, out []Result, now int64) []int32 {
+	clear(out[:len(checks)])
+	var shed []int32
+	var passed []int // checks of a group that took a window slot
+	for i := range checks {
+		c := &checks[i]
+		if c.Prelimit == 0 || c.Refund || r.ownerIn(v, c.Key) == r.cfg.Self {
+			continue
+		}
+		if c.Together != 0 && slices.Contains(shed, c.Together) {
+			continue
+		}
+		res, isShed := r.prelimit(c, now)
+		if !isShed {
+			if c.Together != 0 {
+				passed = append(passed, i)
+			}
+			continue
+		}
+		out[i] = res
+		if c.Together != 0 {
+			shed = append(shed, c.Together)
+		}
+	}
+	for _, i := range passed {
+		c := &checks[i]
+		if slices.Contains(shed, c.Together) {
+			if lim, ok := prelimitLimit(c); ok {
+				r.pre.Refund(c.Key, &lim, now, c.Cost)
+			}
+		}
+	}
+	return shed
 }

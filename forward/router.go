@@ -69,6 +69,10 @@ type Check struct {
 	// layers that admitted a request another layer rejected. Best effort:
 	// an unreachable owner is not retried, and the Result is empty.
 	Refund bool
+	// Together, when not 0, groups the checks of one request (its layers):
+	// when the pre-limiter sheds one of them, the others of the group are
+	// neither sent nor spent, and come back Skipped.
+	Together int32
 }
 
 // Result is the answer to one Check.
@@ -82,6 +86,9 @@ type Result struct {
 	// Shed is true when the entry node's pre-limiter rejected the check
 	// without asking the owner.
 	Shed bool
+	// Skipped is true when another check of the same Together group was
+	// shed, so this one was not decided at all.
+	Skipped bool
 }
 
 // Member is a node on the ring and the address of its peer gRPC service.
@@ -415,9 +422,17 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 	}
 	v := r.view.Load()
 	now := r.cfg.Clock.Now()
+	shedGroups := r.prelimitAll(v, checks, out, now)
 	var groups []*group // one per remote owner, in order of first appearance
 	for i := range checks {
 		c := &checks[i]
+		if out[i].Shed {
+			continue
+		}
+		if c.Together != 0 && slices.Contains(shedGroups, c.Together) {
+			out[i] = Result{Owner: r.cfg.Self, Skipped: true}
+			continue
+		}
 		owner := r.ownerIn(v, c.Key)
 		if owner == r.cfg.Self {
 			if c.Refund {
@@ -427,12 +442,6 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			}
 			out[i] = r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, now)
 			continue
-		}
-		if c.Prelimit > 0 && !c.Refund {
-			if res, shed := r.prelimit(c, now); shed {
-				out[i] = res
-				continue
-			}
 		}
 		g := findGroup(groups, owner)
 		if g == nil {

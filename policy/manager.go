@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,7 +204,11 @@ func (m *Manager) Watch(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if filepath.Clean(ev.Name) == base && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+			// The file itself, or anything beside it: a mounted ConfigMap
+			// changes by swapping a symlink (..data) in the directory.
+			// Reload compares versions, so an unrelated change is a no-op.
+			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 &&
+				(filepath.Clean(ev.Name) == base || strings.HasPrefix(filepath.Base(ev.Name), "..")) {
 				debounce = time.After(100 * time.Millisecond)
 			}
 		case err, ok := <-w.Errors:
