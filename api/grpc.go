@@ -123,7 +123,10 @@ func checkFromProto(field string, c *pb.Check) (forward.Check, error) {
 	if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
 		return forward.Check{}, fmt.Errorf("%s.limit.failure_mode: unknown value %d", field, pl.GetFailureMode())
 	}
-	return forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: forward.FailureMode(pl.GetFailureMode())}, nil
+	if pl.GetLease() && l.Algorithm() != bucket.TokenBucket {
+		return forward.Check{}, fmt.Errorf("%s.limit.lease: only a token_bucket can be leased, not %v", field, l.Algorithm())
+	}
+	return forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: forward.FailureMode(pl.GetFailureMode()), Lease: pl.GetLease()}, nil
 }
 
 // algorithmName maps the proto enum to the bucket package's wire names.

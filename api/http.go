@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/policy"
 )
@@ -59,6 +60,9 @@ type LimitJSON struct {
 	// FailureMode is what to answer when the key's owner cannot be reached:
 	// "local" (default), "fail_open" or "fail_closed".
 	FailureMode string `json:"failure_mode,omitempty"`
+	// Lease lets nodes that do not own the key admit from short leases of
+	// its tokens (token_bucket only).
+	Lease bool `json:"lease,omitempty"`
 }
 
 // CheckResponse is the body of an answer to POST /v1/check (200 or 429).
@@ -254,7 +258,10 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if err != nil {
 		return forward.Check{}, fmt.Errorf("limit.failure_mode: %w", err)
 	}
-	return forward.Check{Key: req.Key, Limit: l, Cost: cost, Mode: mode}, nil
+	if req.Limit.Lease && l.Algorithm() != bucket.TokenBucket {
+		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
+	}
+	return forward.Check{Key: req.Key, Limit: l, Cost: cost, Mode: mode, Lease: req.Limit.Lease}, nil
 }
 
 // jsonError turns a decoding error into a message naming the field.

@@ -84,7 +84,7 @@ func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
 			return fmt.Errorf("%s%s: %w", field, l.Scope, err)
 		}
 		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: mode,
-			Prelimit: l.Prelimit, Together: together})
+			Prelimit: l.Prelimit, Together: together, Lease: l.Lease})
 	}
 	p.units = append(p.units, unit{from: n, to: len(p.checks), layers: layers, version: version})
 	return nil

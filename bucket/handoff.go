@@ -165,3 +165,45 @@ func (s *Store) Refund(key string, l *Limit, now, cost int64) error {
 	l.refund(&e.st, now, cost)
 	return nil
 }
+
+// Grant takes up to max whole tokens of key's token bucket at time now and
+// returns how many it took (0 when the key is empty or not a token bucket
+// under l): the owner's side of a token lease. A key never seen starts full.
+func (s *Store) Grant(key string, l *Limit, now, max int64) int64 {
+	if l.alg != TokenBucket || max < 1 || CheckKey(key) != nil || !l.Valid() {
+		return 0
+	}
+	h := xxhash.Sum64String(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(h, key)
+	fresh := i == none
+	if fresh {
+		i = sh.insert(h, key)
+		e := sh.at(i)
+		e.fp = l.fp
+		sh.remember(l)
+	} else {
+		sh.touch(i)
+	}
+	e := sh.at(i)
+	if !fresh && e.fp != l.fp {
+		sh.convert(e, i, l, now)
+	}
+	level := l.capUnits
+	if !fresh {
+		level = e.st.a + l.elapsedUnits(e.st.b, now, l.capUnits-e.st.a)
+		now = maxInt(now, e.st.b)
+	}
+	n := min(level/l.den, max)
+	e.st.a, e.st.b = level-n*l.den, now
+	return n
+}
+
+func maxInt(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}

@@ -311,3 +311,33 @@ func TestIndexAgainstMap(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreGrant(t *testing.T) {
+	s := newStore(t, 16, 1)
+	lim := MustLimit(TokenBucket, 10, time.Second, 20)
+	// A key never seen is full: a grant of up to 8 takes 8, leaving 12.
+	if n := s.Grant("k", &lim, 0, 8); n != 8 {
+		t.Fatalf("grant = %d, want 8", n)
+	}
+	if n := s.Grant("k", &lim, 0, 100); n != 12 {
+		t.Fatalf("second grant = %d, want the 12 left", n)
+	}
+	if n := s.Grant("k", &lim, 0, 5); n != 0 {
+		t.Fatalf("grant of an empty bucket = %d, want 0", n)
+	}
+	// 250 ms refill 2.5 tokens: whole tokens only.
+	if n := s.Grant("k", &lim, int64(250*time.Millisecond), 5); n != 2 {
+		t.Fatalf("grant after 250ms = %d, want 2", n)
+	}
+	// 0.5 left, +0.4 by 290 ms: not a whole token; by 300 ms there is one.
+	if d := mustTake(t, s, "k", &lim, int64(290*time.Millisecond), 1); d.Allowed {
+		t.Fatalf("at 290ms the bucket holds 0.9 tokens, yet %+v", d)
+	}
+	if d := mustTake(t, s, "k", &lim, int64(300*time.Millisecond), 1); !d.Allowed {
+		t.Fatalf("at 300ms the bucket holds 1 token, yet %+v", d)
+	}
+	window := MustLimit(FixedWindow, 10, time.Second, 0)
+	if n := s.Grant("w", &window, 0, 5); n != 0 || s.Has("w") {
+		t.Fatalf("grant on a window limit = %d, want 0 and no state", n)
+	}
+}

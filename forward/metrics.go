@@ -21,6 +21,9 @@ type routerMetrics struct {
 	ringMembers     prometheus.Gauge
 	ringChanges     prometheus.Counter
 	shed            prometheus.Counter
+	leasesGranted   prometheus.Counter
+	leasesReturned  prometheus.Counter
+	leasedChecks    prometheus.Counter
 }
 
 func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
@@ -66,6 +69,18 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 			Name: "ringlimit_ring_changes_total",
 			Help: "Times this node's ring changed.",
 		}),
+		leasesGranted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_lease_tokens_granted_total",
+			Help: "Tokens other nodes' owners leased to this node.",
+		}),
+		leasesReturned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_lease_tokens_returned_total",
+			Help: "Unused leased tokens this node gave back to their owners.",
+		}),
+		leasedChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_leased_checks_total",
+			Help: "Checks this node admitted from a token lease without asking the owner.",
+		}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_prelimit_shed_total",
 			Help: "Checks rejected by the entry node's pre-limiter without asking the owner.",
@@ -79,7 +94,7 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.rpcs, m.forwarded, m.received, m.batchSize, degraded,
-			m.handoffSent, m.handoffReceived, fetches, m.ringMembers, m.ringChanges, m.shed} {
+			m.handoffSent, m.handoffReceived, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted, m.leasesReturned, m.leasedChecks} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

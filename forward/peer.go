@@ -90,12 +90,24 @@ func (p *peer) checkChunk(ctx context.Context, idx []int, checks []Check, out []
 	c := &call{checks: make([]*peerv1.Check, len(idx)), done: make(chan struct{})}
 	wire := make([]peerv1.Check, len(idx)) // one allocation for the chunk
 	limits := make([]peerv1.Limit, len(idx))
+	var asked []int // indexes (into idx) of the checks that ask for a lease
 	for j, i := range idx {
 		ch := &checks[i]
 		limits[j] = limitToWire(&ch.Limit)
 		wire[j] = peerv1.Check{Key: ch.Key, Limit: &limits[j], Cost: ch.Cost, Refund: ch.Refund}
+		if ch.Lease && !ch.Refund {
+			if _, busy := p.r.leases.pending.LoadOrStore(ch.Key, struct{}{}); !busy {
+				wire[j].Lease = p.r.leaseSize(ch, p.r.view.Load().ring.Len())
+				asked = append(asked, j)
+			}
+		}
 		c.checks[j] = &wire[j]
 	}
+	defer func() {
+		for _, j := range asked {
+			p.r.leases.pending.Delete(checks[idx[j]].Key)
+		}
+	}()
 	select {
 	case p.queue <- c:
 	case <-p.done:
@@ -116,6 +128,11 @@ func (p *peer) checkChunk(ctx context.Context, idx []int, checks []Check, out []
 	}
 	if c.err != nil {
 		return c.err
+	}
+	for _, j := range asked {
+		if d := c.res[j]; d.GetLeaseGranted() > 0 {
+			p.r.install(&checks[idx[j]], d.GetLeaseGranted(), time.Duration(d.GetLeaseTtlMs())*time.Millisecond, p.r.cfg.Clock.Now())
+		}
 	}
 	for j, i := range idx {
 		d := c.res[j]

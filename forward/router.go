@@ -69,6 +69,10 @@ type Check struct {
 	// layers that admitted a request another layer rejected. Best effort:
 	// an unreachable owner is not retried, and the Result is empty.
 	Refund bool
+	// Lease lets this node, when it does not own the key, admit from a
+	// short lease of the key's tokens granted by the owner (token bucket
+	// only; see lease.go).
+	Lease bool
 	// Together, when not 0, groups the checks of one request (its layers):
 	// when the pre-limiter sheds one of them, the others of the group are
 	// neither sent nor spent, and come back Skipped.
@@ -89,6 +93,9 @@ type Result struct {
 	// Skipped is true when another check of the same Together group was
 	// shed, so this one was not decided at all.
 	Skipped bool
+	// Leased is true when the check was admitted from a token lease held
+	// by this node; Remaining is then what the lease has left.
+	Leased bool
 }
 
 // Member is a node on the ring and the address of its peer gRPC service.
@@ -139,6 +146,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Nil means none registered.
 	Registerer prometheus.Registerer
+	// LeaseTTL is how long a token lease lasts. Default 100ms.
+	LeaseTTL time.Duration
+	// LeaseMax bounds the tokens of one lease. Default 1000.
+	LeaseMax int64
 	// OnNotify receives the messages other nodes send with Notify. Nil
 	// refuses them. It may be called concurrently.
 	OnNotify func(ctx context.Context, kind string, payload []byte) error
@@ -170,11 +181,17 @@ func (c *Config) Validate() error {
 	if c.LocalKeys == 0 {
 		c.LocalKeys = 1 << 16
 	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 100 * time.Millisecond
+	}
+	if c.LeaseMax == 0 {
+		c.LeaseMax = 1000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.PeerTimeout < 0 || c.MaxBatch < 1 || c.MaxInFlight < 1 || c.Grace < 0 || c.LocalKeys < 1 {
-		return fmt.Errorf("forward: PeerTimeout, MaxBatch, MaxInFlight, Grace and LocalKeys must be positive")
+	if c.PeerTimeout < 0 || c.MaxBatch < 1 || c.MaxInFlight < 1 || c.Grace < 0 || c.LocalKeys < 1 || c.LeaseTTL < 0 || c.LeaseMax < 1 {
+		return fmt.Errorf("forward: PeerTimeout, MaxBatch, MaxInFlight, Grace, LocalKeys, LeaseTTL and LeaseMax must be positive")
 	}
 	return c.Ring.Validate()
 }
@@ -203,6 +220,7 @@ type Router struct {
 	local    *bucket.Store // degraded-mode buckets
 	pre      *bucket.Store // pre-limiter windows
 	rejected rejectCache   // pre-limiter: owner rejections until their retry-after
+	leases   leases        // token leases held by this node
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -254,6 +272,7 @@ func New(cfg Config) (*Router, error) {
 		defer r.wg.Done()
 		r.handoff.loop(ctx)
 	}()
+	r.wg.Go(func() { r.expireLeases(ctx) })
 	return r, nil
 }
 
@@ -399,6 +418,9 @@ func ValidateChecks(checks []Check) error {
 		if c.Mode > FailClosed {
 			return fmt.Errorf("%w: checks[%d].failure_mode: %v", ErrInvalid, i, c.Mode)
 		}
+		if c.Lease && c.Limit.Algorithm() != bucket.TokenBucket {
+			return fmt.Errorf("%w: checks[%d].lease: only a token bucket can be leased, not %v", ErrInvalid, i, c.Limit.Algorithm())
+		}
 		if c.Prelimit != 0 && !(c.Prelimit >= 1 && c.Prelimit <= 1000) {
 			return fmt.Errorf("%w: checks[%d].prelimit: must be 0 or between 1 and 1000, got %v", ErrInvalid, i, c.Prelimit)
 		}
@@ -434,6 +456,14 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			continue
 		}
 		owner := r.ownerIn(v, c.Key)
+		if c.Lease && !c.Refund && owner != r.cfg.Self {
+			if res, ok := r.leases.take(c, now); ok {
+				res.Owner = r.cfg.Self
+				out[i] = res
+				r.m.leasedChecks.Inc()
+				continue
+			}
+		}
 		if owner == r.cfg.Self {
 			if c.Refund {
 				r.cfg.Store.Refund(c.Key, &c.Limit, now, c.Cost)

@@ -58,6 +58,12 @@ func (s *peerServer) Check(ctx context.Context, req *peerv1.CheckRequest) (*peer
 		}
 		res := r.decideLocal(ctx, v, c.GetKey(), &limits[i], c.GetCost(), now)
 		d := &decisions[i]
+		if n := c.GetLease(); n > 0 && res.Allowed && limits[i].Algorithm() == bucket.TokenBucket {
+			if d.LeaseGranted = r.cfg.Store.Grant(c.GetKey(), &limits[i], now, min(n, limits[i].Burst())); d.LeaseGranted > 0 {
+				d.LeaseTtlMs = r.cfg.LeaseTTL.Milliseconds()
+				res.Remaining = max(res.Remaining-d.LeaseGranted, 0)
+			}
+		}
 		d.Allowed = res.Allowed
 		d.Remaining = res.Remaining
 		d.RetryAfterMs = res.RetryAfter.Milliseconds()

@@ -48,6 +48,9 @@ type Layer struct {
 	// Prelimit, when > 0, enables a local pre-limiter on the entry node at
 	// Prelimit × the limit.
 	Prelimit float64
+	// Lease lets entry nodes admit from short leases of the key's tokens
+	// (token bucket only): for hot keys.
+	Lease bool
 
 	route string // a route layer's pattern, used in +route keys
 }
@@ -132,6 +135,7 @@ type limitYAML struct {
 	Key         string   `yaml:"key"`
 	DryRun      *bool    `yaml:"dry_run"`
 	Prelimit    *float64 `yaml:"prelimit"`
+	Lease       bool     `yaml:"lease"`
 }
 
 type routeYAML struct {
@@ -331,7 +335,10 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	default:
 		return nil, fmt.Errorf("key: want identity, ip, ip+route or identity+route, got %q", y.Key)
 	}
-	l := &Layer{Scope: scope, Limit: lim, FailureMode: y.FailureMode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit}
+	if y.Lease && alg != bucket.TokenBucket {
+		return nil, fmt.Errorf("lease: only a token_bucket can be leased, not %v", alg)
+	}
+	l := &Layer{Scope: scope, Limit: lim, FailureMode: y.FailureMode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit, Lease: y.Lease}
 	if y.DryRun != nil {
 		l.DryRun = *y.DryRun
 	}

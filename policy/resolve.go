@@ -36,6 +36,7 @@ type Check struct {
 	FailureMode string
 	DryRun      bool
 	Prelimit    float64
+	Lease       bool
 }
 
 // ErrRequest wraps every error caused by a bad request; callers map it to
@@ -124,7 +125,7 @@ func (p *Policy) Resolve(req Request, override *Layer) ([]Check, error) {
 			return nil, fmt.Errorf("%w: cost: %d exceeds the capacity %d of %s", ErrRequest, cost, l.Limit.Capacity(), l.Scope)
 		}
 		checks = append(checks, Check{Key: key, Limit: l.Limit, Cost: cost, Scope: l.Scope,
-			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit})
+			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease})
 	}
 	return checks, nil
 }

@@ -292,7 +292,10 @@ type Check struct {
 	Cost  int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
 	// Give cost back instead of spending it (a request another layer
 	// rejected); the decision is empty.
-	Refund        bool `protobuf:"varint,4,opt,name=refund,proto3" json:"refund,omitempty"`
+	Refund bool `protobuf:"varint,4,opt,name=refund,proto3" json:"refund,omitempty"`
+	// Ask for a lease of up to this many tokens of the key's token bucket,
+	// taken on top of the check when it is admitted.
+	Lease         int64 `protobuf:"varint,5,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -355,6 +358,13 @@ func (x *Check) GetRefund() bool {
 	return false
 }
 
+func (x *Check) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
 type CheckRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -408,12 +418,16 @@ func (x *CheckRequest) GetChecks() []*Check {
 }
 
 type Decision struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Allowed       bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	Remaining     int64                  `protobuf:"varint,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	RetryAfterMs  int64                  `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
-	ResetAfterMs  int64                  `protobuf:"varint,4,opt,name=reset_after_ms,json=resetAfterMs,proto3" json:"reset_after_ms,omitempty"`
-	DelayMs       int64                  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Allowed      bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Remaining    int64                  `protobuf:"varint,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	RetryAfterMs int64                  `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	ResetAfterMs int64                  `protobuf:"varint,4,opt,name=reset_after_ms,json=resetAfterMs,proto3" json:"reset_after_ms,omitempty"`
+	DelayMs      int64                  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// Tokens leased to the asking node (already spent here), to admit
+	// locally for lease_ttl_ms.
+	LeaseGranted  int64 `protobuf:"varint,6,opt,name=lease_granted,json=leaseGranted,proto3" json:"lease_granted,omitempty"`
+	LeaseTtlMs    int64 `protobuf:"varint,7,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,6 +493,20 @@ func (x *Decision) GetResetAfterMs() int64 {
 func (x *Decision) GetDelayMs() int64 {
 	if x != nil {
 		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *Decision) GetLeaseGranted() int64 {
+	if x != nil {
+		return x.LeaseGranted
+	}
+	return 0
+}
+
+func (x *Decision) GetLeaseTtlMs() int64 {
+	if x != nil {
+		return x.LeaseTtlMs
 	}
 	return 0
 }
@@ -824,21 +852,25 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"u\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\x8b\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x16\n" +
-	"\x06refund\x18\x04 \x01(\bR\x06refund\"T\n" +
+	"\x06refund\x18\x04 \x01(\bR\x06refund\x12\x14\n" +
+	"\x05lease\x18\x05 \x01(\x03R\x05lease\"T\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
-	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\"\xa9\x01\n" +
+	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\"\xf0\x01\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
 	"\x0eretry_after_ms\x18\x03 \x01(\x03R\fretryAfterMs\x12$\n" +
 	"\x0ereset_after_ms\x18\x04 \x01(\x03R\fresetAfterMs\x12\x19\n" +
-	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\"`\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x12#\n" +
+	"\rlease_granted\x18\x06 \x01(\x03R\fleaseGranted\x12 \n" +
+	"\flease_ttl_ms\x18\a \x01(\x03R\n" +
+	"leaseTtlMs\"`\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\"c\n" +

@@ -143,8 +143,11 @@ type Limit struct {
 	PerMs     int64                  `protobuf:"varint,3,opt,name=per_ms,json=perMs,proto3" json:"per_ms,omitempty"`
 	// Bucket capacity (token bucket) or queue size (leaky bucket); 0 means
 	// `limit`. Ignored by the window algorithms.
-	Burst         int64       `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
-	FailureMode   FailureMode `protobuf:"varint,5,opt,name=failure_mode,json=failureMode,proto3,enum=ringlimit.v1.FailureMode" json:"failure_mode,omitempty"`
+	Burst       int64       `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	FailureMode FailureMode `protobuf:"varint,5,opt,name=failure_mode,json=failureMode,proto3,enum=ringlimit.v1.FailureMode" json:"failure_mode,omitempty"`
+	// Token bucket only: let entry nodes that do not own the key take short
+	// leases of its tokens and admit locally (for hot keys).
+	Lease         bool `protobuf:"varint,6,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +215,13 @@ func (x *Limit) GetFailureMode() FailureMode {
 		return x.FailureMode
 	}
 	return FailureMode_LOCAL
+}
+
+func (x *Limit) GetLease() bool {
+	if x != nil {
+		return x.Lease
+	}
+	return false
 }
 
 // PolicyRequest names configured policy instead of an inline limit: the
@@ -595,13 +605,14 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xbf\x01\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xd5\x01\n" +
 	"\x05Limit\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ms\x18\x03 \x01(\x03R\x05perMs\x12\x14\n" +
 	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12<\n" +
-	"\ffailure_mode\x18\x05 \x01(\x0e2\x19.ringlimit.v1.FailureModeR\vfailureMode\"\x8e\x01\n" +
+	"\ffailure_mode\x18\x05 \x01(\x0e2\x19.ringlimit.v1.FailureModeR\vfailureMode\x12\x14\n" +
+	"\x05lease\x18\x06 \x01(\bR\x05lease\"\x8e\x01\n" +
 	"\rPolicyRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x17\n" +
 	"\aapi_key\x18\x02 \x01(\tR\x06apiKey\x12\x12\n" +
