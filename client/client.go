@@ -27,7 +27,10 @@ type Config struct {
 	// server takes up to 1,000).
 	MaxBatch int
 	// MaxInFlight is the most concurrent calls per node; checks that arrive
-	// while all are busy leave together in the next one. Default 4.
+	// while all are busy leave together in the next one. Default 1: on the
+	// 3-node loopback benchmark (64 goroutines, 10,000 keys) 1 gave 28,900
+	// checks/s with p99 5.9 ms, 2 gave 21,800 and 4 gave 19,400 with p99
+	// 8.5 ms: fewer, larger calls cost less than more, smaller ones.
 	MaxInFlight int
 	// Unbatched sends every check in its own call, for comparison.
 	Unbatched bool
@@ -84,7 +87,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.MaxBatch = 256
 	}
 	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = 4
+		cfg.MaxInFlight = 1
 	}
 	if cfg.Timeout < 0 || cfg.MaxBatch < 1 || cfg.MaxBatch > 1000 || cfg.MaxInFlight < 1 {
 		return nil, errors.New("client: Timeout and MaxInFlight must be positive, MaxBatch between 1 and 1000")

@@ -24,6 +24,7 @@ type config struct {
 	join            []string
 	policyPath      string
 	auditPath       string
+	pprofAddr       string
 }
 
 // parseConfig reads args, falling back to getenv("RINGLIMIT_<FLAG>") for
@@ -39,6 +40,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
 	join := fs.String("join", "", "comma-separated gossip addresses of nodes to join; a node keeps retrying until one answers")
+	fs.StringVar(&c.pprofAddr, "pprof", "", "address to serve Go's /debug/pprof profiles on (off when empty; keep it private)")
 	fs.StringVar(&c.policyPath, "policy", "", "policy file (YAML): tiers, routes, global ceiling; reloaded on change and on SIGHUP")
 	fs.StringVar(&c.auditPath, "audit-log", "", "file to append the audit log to (JSON lines); empty logs audit entries with the other logs")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"time"
@@ -34,6 +35,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	n, err := startNode(cfg, log)
 	if err != nil {
 		return err
+	}
+	if cfg.pprofAddr != "" {
+		stop, err := servePprof(cfg.pprofAddr, log)
+		if err != nil {
+			n.Close(context.Background())
+			return fmt.Errorf("--pprof: %w", err)
+		}
+		defer stop()
 	}
 	<-ctx.Done()
 	log.Info("shutting down", "reason", context.Cause(ctx))
@@ -319,4 +328,21 @@ func (n *node) closeFresh() {
 		c.Close()
 		delete(n.fresh, c)
 	}
+}
+
+// servePprof serves net/http/pprof's handlers on their own listener.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	log.Info("pprof listening", "addr", ln.Addr().String())
+	return func() { srv.Close() }, nil
 }
