@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+func TestHotGivesOneKey(t *testing.T) {
+	p := newKeyPicker(distHot, 10000, 1.1, 1)
+	for range 10000 {
+		if k := p.next(); k != 0 {
+			t.Fatalf("hot picked key %d, want only 0", k)
+		}
+	}
+}
+
+func TestUniformCoversRange(t *testing.T) {
+	const n, draws = 100, 100_000
+	var count [n]int
+	p := newKeyPicker(distUniform, n, 1.1, 7)
+	for range draws {
+		k := p.next()
+		if k < 0 || k >= n {
+			t.Fatalf("uniform picked %d, outside [0, %d)", k, n)
+		}
+		count[k]++
+	}
+	// Mean 1000 per key, standard deviation ≈ 31: ±20% is over 6 sigma.
+	for k, c := range count {
+		if c < 800 || c > 1200 {
+			t.Errorf("key %d picked %d times in %d draws over %d keys, want 800..1200", k, c, draws, n)
+		}
+	}
+}
+
+func TestZipfSkew(t *testing.T) {
+	const n, draws, s = 10000, 200_000, 1.1
+	count := make([]int, n)
+	p := newKeyPicker(distZipf, n, s, 3)
+	for range draws {
+		k := p.next()
+		if k < 0 || k >= n {
+			t.Fatalf("zipf picked %d, outside [0, %d)", k, n)
+		}
+		count[k]++
+	}
+	// P(k) = (1+k)^-s / H, H = Σ_{j=1..n} j^-s ≈ 6.7 for n=10000, s=1.1.
+	h := 0.0
+	for j := 1; j <= n; j++ {
+		h += math.Pow(float64(j), -s)
+	}
+	for _, k := range []int{0, 1, 9, 99} {
+		want := math.Pow(float64(k+1), -s) / h
+		got := float64(count[k]) / draws
+		sd := math.Sqrt(want * (1 - want) / draws)
+		if math.Abs(got-want) > 6*sd {
+			t.Errorf("key %d: share %.5f, want %.5f ± %.5f", k, got, want, 6*sd)
+		}
+	}
+	if !(count[0] > count[1] && count[1] > count[9] && count[9] > count[99]) {
+		t.Errorf("counts not decreasing with rank: key0 %d, key1 %d, key9 %d, key99 %d", count[0], count[1], count[9], count[99])
+	}
+	if top := float64(count[0]) / draws; top < 0.1 {
+		t.Errorf("hottest key has %.3f of draws, want a strong skew (≈0.15)", top)
+	}
+	if _, err := parseDist("zipf", 1); err == nil {
+		t.Error("zipf with s = 1 accepted; rand.NewZipf needs s > 1")
+	}
+}
+
+func TestMakeKeys(t *testing.T) {
+	got := makeKeys("b:", 3)
+	if strings.Join(got, ",") != "b:0,b:1,b:2" {
+		t.Errorf("makeKeys = %q", got)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	// A command name with spaces and parentheses; utime (field 14) = 250,
+	// stime (field 15) = 75.
+	const fixture = "4242 (my (odd) node) S 1 4242 4242 0 -1 4194560 1200 0 0 0 250 75 3 4 20 0 12 0 3456 1234567 890 " +
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+	u, s, err := parseProcStat(fixture)
+	if err != nil || u != 250 || s != 75 {
+		t.Fatalf("parseProcStat = %d, %d, %v; want 250, 75, nil", u, s, err)
+	}
+	for _, bad := range []string{"", "4242 (x) S 1 2 3", "4242 (x) S 1 4242 4242 0 -1 4194560 1200 0 0 0 u 75 0"} {
+		if _, _, err := parseProcStat(bad); err == nil {
+			t.Errorf("parseProcStat(%q) succeeded", bad)
+		}
+	}
+	// And on the real file of this process.
+	if v, err := cpuSeconds(os.Getpid()); err != nil || v < 0 {
+		t.Errorf("cpuSeconds(self) = %v, %v", v, err)
+	}
+}
+
+func TestParseMachineStat(t *testing.T) {
+	const fixture = "cpu  100 5 30 9000 7 2 3 11 0 0\ncpu0 50 2 15 4500 3 1 1 5 0 0\nintr 1\n"
+	busy, steal, err := parseMachineStat(fixture)
+	if err != nil || busy != 100+5+30+2+3 || steal != 11 {
+		t.Fatalf("parseMachineStat = %d, %d, %v; want 140, 11, nil", busy, steal, err)
+	}
+	if _, _, err := parseMachineStat("cpu0 1 2 3\n"); err == nil {
+		t.Error("a per-CPU line accepted as the total")
+	}
+}
+
+const metricsFixture = `# HELP ringlimit_forward_checks_total Checks sent to their owners.
+# TYPE ringlimit_forward_checks_total counter
+ringlimit_forward_checks_total 12345
+# HELP ringlimit_forward_rpcs_total Peer Check RPCs sent to owners.
+# TYPE ringlimit_forward_rpcs_total counter
+ringlimit_forward_rpcs_total 2.5e+03
+ringlimit_forward_batch_checks_bucket{le="1"} 99
+ringlimit_forward_batch_checks_sum 777
+ringlimit_forward_checks_total_extra 1
+# TYPE ringlimit_checks_total counter
+ringlimit_checks_total{algorithm="token_bucket",result="allowed"} 1000
+ringlimit_checks_total{algorithm="token_bucket",result="rejected"} 200 1700000000000
+ringlimit_checks_total{algorithm="odd } \"label\" value",result="degraded"} 3
+go_gc_duration_seconds{quantile="0.5"} 1.2e-05
+go_gc_duration_seconds_sum 0.5
+go_gc_duration_seconds_count 42
+`
+
+func TestParseMetrics(t *testing.T) {
+	got, err := parseMetrics(strings.NewReader(metricsFixture), scrapedMetrics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		metricForwardChecks: 12345,
+		metricForwardRPCs:   2500,
+		metricChecks:        1203,
+		metricGCs:           42,
+	}
+	if len(got) != len(want) {
+		t.Errorf("parseMetrics = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, err := parseMetrics(strings.NewReader("ringlimit_checks_total{a=\"b\" 3\n"), metricChecks); err == nil {
+		t.Error("unterminated labels accepted")
+	}
+	if _, err := parseMetrics(strings.NewReader("ringlimit_checks_total x\n"), metricChecks); err == nil {
+		t.Error("non-numeric value accepted")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	data := make([]time.Duration, 1000)
+	for i := range data {
+		data[i] = time.Duration(i+1) * time.Millisecond
+	}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 500}, {90, 900}, {99, 990}, {99.9, 999}, {100, 1000}, {0.1, 1}, {0.05, 1}} {
+		if got := percentile(data, c.p); got != c.want*time.Millisecond {
+			t.Errorf("percentile(1..1000 ms, %v) = %v, want %v", c.p, got, c.want*time.Millisecond)
+		}
+	}
+	four := []time.Duration{10, 20, 30, 40}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{25, 10}, {50, 20}, {50.1, 30}, {75, 30}, {99, 40}, {99.9, 40}} {
+		if got := percentile(four, c.p); got != c.want {
+			t.Errorf("percentile(10,20,30,40, %v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if got := percentile(nil, 50); got != 0 {
+		t.Errorf("percentile(nil) = %v, want 0", got)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	c, err := parseFlags([]string{"--reject-mode", "--burst", "5"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.limit != 1 || c.per != time.Hour || c.burst != 5 {
+		t.Errorf("reject mode: limit %d per %v burst %d, want 1 per 1h burst 5 (explicit)", c.limit, c.per, c.burst)
+	}
+	if len(c.targets) != 3 || c.concurrency != 64 || c.duration != 10*time.Second || c.warmup != 2*time.Second {
+		t.Errorf("defaults: %+v", c)
+	}
+	for _, bad := range [][]string{
+		{"--proto", "http", "--batch", "2"},
+		{"--dist", "pareto"},
+		{"--batch", "1001"},
+		{"--pids", "12,x"},
+		{"--algorithm", "gcra"},
+		{"--per", "1500us"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+// fakeMetrics serves counters that grow by a fixed step on every scrape:
+// 100 forwarded checks in 25 RPCs out of 150 checks per step.
+func fakeMetrics(t *testing.T) string {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := n.Add(1)
+		fmt.Fprintf(w, "%s %d\n%s %d\n%s{result=\"allowed\"} %d\n", metricForwardChecks, 100*i, metricForwardRPCs, 25*i, metricChecks, 150*i)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/metrics"
+}
+
+func shortConfig(t *testing.T, args ...string) config {
+	t.Helper()
+	base := []string{"--duration", "300ms", "--warmup", "100ms", "--concurrency", "4", "--keys", "50", "--timeout", "2s"}
+	c, err := parseFlags(append(base, args...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func checkCommon(t *testing.T, res *result) {
+	t.Helper()
+	if res.Requests == 0 || res.Errors != 0 {
+		t.Fatalf("requests %d errors %d (%s)", res.Requests, res.Errors, res.FirstError)
+	}
+	if !(res.P50Ms <= res.P90Ms && res.P90Ms <= res.P99Ms && res.P99Ms <= res.P999Ms && res.P999Ms <= res.MaxMs) || res.P50Ms <= 0 {
+		t.Errorf("percentiles out of order: %+v", res)
+	}
+	var sb strings.Builder
+	if err := res.writeSummary(&sb); err != nil || !strings.Contains(sb.String(), "checks/s") {
+		t.Errorf("summary: %v\n%s", err, sb.String())
+	}
+	sb.Reset()
+	if err := res.writeJSON(&sb); err != nil || !strings.HasPrefix(sb.String(), "{") || strings.Count(sb.String(), "\n") != 1 {
+		t.Errorf("json: %v\n%s", err, sb.String())
+	}
+}
+
+// TestRunHealth is the whole loop against an in-process bare health
+// server, with this process's pid and fake node metrics.
+func TestRunHealth(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveHealthOn(ctx, lis) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cfg := shortConfig(t, "--target-health", "--targets", lis.Addr().String(),
+		"--pids", fmt.Sprint(os.Getpid()), "--metrics-urls", fakeMetrics(t))
+	start := time.Now()
+	res, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("run of 400ms took %v", el)
+	}
+	checkCommon(t, res)
+	if res.Checks != res.Requests || res.Allowed != res.Checks {
+		t.Errorf("health: checks %d requests %d allowed %d", res.Checks, res.Requests, res.Allowed)
+	}
+	if res.ServerCPUS == nil || res.ChecksPerCPUS == nil || res.MachineCPUS == nil || res.OtherCPUS == nil {
+		t.Errorf("no server CPU figures with --pids")
+	}
+	if res.BatchingFactor == nil || *res.BatchingFactor != 4 || res.ForwardedFraction == nil || math.Abs(*res.ForwardedFraction-100.0/150) > 1e-9 {
+		t.Errorf("batching %v forwarded %v, want 4 and 2/3", res.BatchingFactor, res.ForwardedFraction)
+	}
+}
+
+// fakeLimiter admits keys ending in an even digit and marks keys ending
+// in 0 degraded.
+type fakeLimiter struct {
+	pb.UnimplementedRateLimiterServer
+}
+
+func (fakeLimiter) Check(_ context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	resp := &pb.CheckResponse{}
+	for _, c := range req.GetChecks() {
+		last := c.GetKey()[len(c.GetKey())-1]
+		if c.GetLimit().GetLimit() != 1_000_000_000 || c.GetLimit().GetPerMs() != 1000 {
+			return nil, fmt.Errorf("limit %v", c.GetLimit())
+		}
+		resp.Decisions = append(resp.Decisions, &pb.Decision{Allowed: (last-'0')%2 == 0, Degraded: last == '0'})
+	}
+	return resp, nil
+}
+
+func TestRunGRPCBatch(t *testing.T) {
+	var addrs []string
+	for range 2 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer()
+		pb.RegisterRateLimiterServer(s, fakeLimiter{})
+		go s.Serve(lis)
+		t.Cleanup(s.Stop)
+		addrs = append(addrs, lis.Addr().String())
+	}
+	res, err := run(context.Background(), shortConfig(t, "--targets", strings.Join(addrs, ","), "--batch", "4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommon(t, res)
+	if res.Checks != 4*res.Requests || res.Allowed+res.Rejected != res.Checks {
+		t.Errorf("checks %d requests %d allowed %d rejected %d", res.Checks, res.Requests, res.Allowed, res.Rejected)
+	}
+	// 50 uniform keys: half end in an even digit, a tenth in 0.
+	if f := float64(res.Allowed) / float64(res.Checks); f < 0.4 || f > 0.6 {
+		t.Errorf("allowed fraction %.2f, want ≈ 0.5", f)
+	}
+	if res.Degraded == 0 || res.Degraded > res.Allowed {
+		t.Errorf("degraded %d of allowed %d", res.Degraded, res.Allowed)
+	}
+	if res.ServerCPUS != nil || res.BatchingFactor != nil {
+		t.Errorf("figures reported without --pids / --metrics-urls")
+	}
+}
+
+func TestRunHTTP(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/check" {
+			http.Error(w, "wrong route", http.StatusNotFound)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		if !strings.Contains(string(body), `"key":"bench:`) || !strings.Contains(string(body), `"per":"1s"`) {
+			http.Error(w, string(body), http.StatusBadRequest)
+			return
+		}
+		if calls.Add(1)%2 == 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"allowed":false,"degraded":true}`)
+			return
+		}
+		io.WriteString(w, `{"allowed":true}`)
+	}))
+	t.Cleanup(srv.Close)
+	res, err := run(context.Background(), shortConfig(t, "--proto", "http", "--http-targets", strings.TrimPrefix(srv.URL, "http://")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommon(t, res)
+	if res.Allowed == 0 || res.Rejected == 0 || res.Degraded != res.Rejected {
+		t.Errorf("allowed %d rejected %d degraded %d", res.Allowed, res.Rejected, res.Degraded)
+	}
+}
+
+func TestRealMainExitsNonZeroOnErrors(t *testing.T) {
+	// Nothing listens on port 1: every request fails.
+	var out, errOut strings.Builder
+	code := realMain([]string{"--targets", "127.0.0.1:1", "--duration", "200ms", "--warmup", "0s", "--concurrency", "2", "--timeout", "100ms"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "failed") {
+		t.Errorf("exit %d, stderr %q", code, errOut.String())
+	}
+	if code := realMain([]string{"--proto", "ftp"}, &out, io.Discard); code != 2 {
+		t.Errorf("bad flag: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,250 @@
+// Command bench drives a running ringlimit cluster and reports checks/s,
+// client-side latency percentiles, decision counts, the CPU seconds the
+// server processes used in the measured window, and the batching factor of
+// the forwarding between nodes.
+//
+//	go run ./cmd/bench --name uniform --pids "$(cat /tmp/ringlimit-cluster/node-*.pid | paste -sd,)" \
+//	    --metrics-urls http://127.0.0.1:8081/metrics,http://127.0.0.1:8082/metrics,http://127.0.0.1:8083/metrics
+//
+// Each of --concurrency goroutines makes one request at a time, round robin
+// over the entry nodes, for --warmup (discarded) and then --duration
+// (measured). Latency is measured per request at the client; every latency
+// is kept and sorted at the end, so the percentiles are exact.
+//
+// Dev flags: --serve-health ADDR serves the standard gRPC health service
+// (a bare unary no-op) until SIGINT/SIGTERM, and --target-health hammers
+// --targets with health checks instead of ringlimit checks: the floor of a
+// unary gRPC call on this machine, to read ringlimit's figures against.
+//
+// The exit status is 1 when more than 1% of the requests in the window
+// failed, 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is everything bench reads from its flags.
+type config struct {
+	name        string
+	proto       string // grpc or http
+	targets     []string
+	httpTargets []string
+	concurrency int
+	duration    time.Duration
+	warmup      time.Duration
+	timeout     time.Duration
+	keys        int
+	dist        string
+	zipfS       float64
+	batch       int
+	limit       int64
+	per         time.Duration
+	burst       int64
+	algorithm   string
+	rejectMode  bool
+	keyPrefix   string
+	pids        []int
+	metricsURLs []string
+	json        bool
+	seed        uint64
+
+	// dev
+	targetHealth bool
+	redis        string // redis://host:port: the Redis baseline instead of ringlimit
+	unbatched    bool   // --proto client: one call per check
+	lease        bool   // token leases on the limit
+	inflight     int    // --proto client: concurrent calls per node
+	serveHealth  string
+	cpuProfile   string
+}
+
+// maxErrorRate is the failed fraction of requests above which bench exits 1.
+const maxErrorRate = 0.01
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.name, "name", "", "label of this run, repeated in the output")
+	fs.StringVar(&c.proto, "proto", "grpc", "grpc (one unary call per request), client (the project's Go client, coalescing concurrent checks) or http")
+	fs.StringVar(&c.redis, "target", "", "redis://HOST:PORT: drive Redis with go-redis + redis_rate (GCRA) instead of ringlimit, same workload")
+	fs.BoolVar(&c.unbatched, "unbatched", false, "--proto client: one call per check (no coalescing)")
+	fs.BoolVar(&c.lease, "lease", false, "ask for token leases on the limit (token_bucket)")
+	fs.IntVar(&c.inflight, "client-inflight", 0, "--proto client: concurrent calls per node (0: the client's default)")
+	targets := fs.String("targets", "127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093", "comma-separated gRPC addresses of the entry nodes, used round robin")
+	httpTargets := fs.String("http-targets", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "comma-separated HTTP addresses of the entry nodes (--proto http), used round robin")
+	fs.IntVar(&c.concurrency, "concurrency", 64, "goroutines, each making one request at a time")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window, discarded from every figure")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of each request")
+	fs.IntVar(&c.keys, "keys", 10000, "number of distinct keys")
+	fs.StringVar(&c.dist, "dist", "uniform", "key distribution: uniform, hot (one key) or zipf")
+	fs.Float64Var(&c.zipfS, "zipf-s", 1.1, "Zipf exponent s (> 1) for --dist zipf")
+	fs.IntVar(&c.batch, "batch", 1, "checks per request (gRPC only; HTTP carries one)")
+	fs.Int64Var(&c.limit, "limit", 1_000_000_000, "limit per --per; the default is so high that nothing is rejected")
+	fs.DurationVar(&c.per, "per", time.Second, "period of --limit")
+	fs.Int64Var(&c.burst, "burst", 0, "bucket capacity / queue size; 0 means --limit")
+	fs.StringVar(&c.algorithm, "algorithm", "token_bucket", "token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter")
+	fs.BoolVar(&c.rejectMode, "reject-mode", false, "use a limit so low that almost every check is rejected (1 per hour unless --limit/--per/--burst are given)")
+	fs.StringVar(&c.keyPrefix, "key-prefix", "bench:", "prefix of every key")
+	pids := fs.String("pids", "", "comma-separated pids of the server processes whose CPU time in the window is reported")
+	metrics := fs.String("metrics-urls", "", "comma-separated http://…/metrics of the nodes, read before and after the window for the batching factor")
+	fs.BoolVar(&c.json, "json", false, "print one JSON line with every figure instead of the summary")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the key choice (goroutine i uses seed+i)")
+	fs.BoolVar(&c.targetHealth, "target-health", false, "dev: call the gRPC health service of --targets instead of ringlimit (the bare unary floor)")
+	fs.StringVar(&c.serveHealth, "serve-health", "", "dev: serve the gRPC health service on this address until SIGINT/SIGTERM, and nothing else")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "dev: write a CPU profile of the bench client to this file")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if c.rejectMode {
+		if !given["limit"] {
+			c.limit = 1
+		}
+		if !given["per"] {
+			c.per = time.Hour
+		}
+		if !given["burst"] {
+			c.burst = 0
+		}
+	}
+	c.targets = splitList(*targets)
+	c.httpTargets = splitList(*httpTargets)
+	c.metricsURLs = splitList(*metrics)
+	for _, s := range splitList(*pids) {
+		p, err := strconv.Atoi(s)
+		if err != nil || p <= 0 {
+			return c, fmt.Errorf("--pids: %q is not a pid", s)
+		}
+		c.pids = append(c.pids, p)
+	}
+	if c.serveHealth != "" {
+		return c, nil
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.proto != "grpc" && c.proto != "http" && c.proto != "client":
+		return fmt.Errorf("--proto: grpc, client or http, got %q", c.proto)
+	case c.proto != "http" && c.redis == "" && len(c.targets) == 0:
+		return errors.New("--targets: at least one address")
+	case c.proto == "http" && len(c.httpTargets) == 0:
+		return errors.New("--http-targets: at least one address")
+	case c.proto == "http" && c.batch != 1:
+		return errors.New("--batch: the HTTP API carries one check per request; use --proto grpc")
+	case c.proto == "http" && c.targetHealth:
+		return errors.New("--target-health: gRPC only")
+	case c.concurrency < 1:
+		return fmt.Errorf("--concurrency: at least 1, got %d", c.concurrency)
+	case c.duration <= 0:
+		return fmt.Errorf("--duration: must be positive, got %v", c.duration)
+	case c.warmup < 0:
+		return fmt.Errorf("--warmup: must not be negative, got %v", c.warmup)
+	case c.timeout <= 0:
+		return fmt.Errorf("--timeout: must be positive, got %v", c.timeout)
+	case c.keys < 1:
+		return fmt.Errorf("--keys: at least 1, got %d", c.keys)
+	case c.batch < 1 || c.batch > 1000:
+		return fmt.Errorf("--batch: between 1 and 1000 (the API's MaxBatch), got %d", c.batch)
+	case c.limit < 1:
+		return fmt.Errorf("--limit: at least 1, got %d", c.limit)
+	case c.per <= 0 || c.per%time.Millisecond != 0:
+		return fmt.Errorf("--per: a positive whole number of milliseconds, got %v", c.per)
+	case c.burst < 0:
+		return fmt.Errorf("--burst: must not be negative, got %d", c.burst)
+	}
+	if _, err := parseDist(c.dist, c.zipfS); err != nil {
+		return err
+	}
+	if _, err := algorithmFromName(c.algorithm); err != nil {
+		return err
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "bench:", err)
+		}
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if cfg.serveHealth != "" {
+		if err := serveHealth(ctx, cfg.serveHealth, stderr); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	res, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	if cfg.json {
+		err = res.writeJSON(stdout)
+	} else {
+		err = res.writeSummary(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	if rate := res.ErrorRate; rate > maxErrorRate {
+		fmt.Fprintf(stderr, "bench: %.2f%% of requests failed (more than %.0f%%); first error: %s\n",
+			100*rate, 100*maxErrorRate, res.FirstError)
+		return 1
+	}
+	return 0
+}
