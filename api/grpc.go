@@ -52,6 +52,7 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 		d.Scope = a.Scope
 		d.WouldReject = a.WouldReject
 		d.PolicyVersion = a.Version
+		d.OwnerAddr = a.OwnerAddr
 		resp.Decisions[i] = d
 	}
 	return resp, nil

@@ -48,6 +48,7 @@ type answer struct {
 	Per         time.Duration
 	Scope       string
 	Owner       string
+	OwnerAddr   string
 	Degraded    bool
 	WouldReject []string
 	Version     string
@@ -102,7 +103,7 @@ func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, er
 	for i, u := range p.units {
 		if u.layers == nil {
 			r := &out[u.from]
-			answers[i] = answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, Degraded: r.Degraded}
+			answers[i] = answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded}
 			continue
 		}
 		decisions := make([]bucket.Decision, len(u.layers))

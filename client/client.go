@@ -54,6 +54,38 @@ type Client struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	byAddr map[string]int // target address → index in nodes
+	owners ownerCache     // key → index of the node that owns it
+}
+
+// maxOwners bounds the owner cache.
+const maxOwners = 1 << 17
+
+// ownerCache remembers which node decided each key's inline checks, so
+// that later checks on the key go straight to its owner and skip the
+// forwarding hop. A stale entry (the ring changed) costs one forwarding hop
+// until the next answer corrects it: the owner always decides. Safe for
+// concurrent use.
+type ownerCache struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (o *ownerCache) get(key string) (int, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i, ok := o.m[key]
+	return i, ok
+}
+
+func (o *ownerCache) put(key string, i int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil || len(o.m) >= maxOwners {
+		o.m = make(map[string]int)
+	}
+	o.m[key] = i
 }
 
 // node is one target: its connection and the batcher in front of it.
@@ -93,7 +125,10 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("client: Timeout and MaxInFlight must be positive, MaxBatch between 1 and 1000")
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c := &Client{cfg: cfg, ctx: ctx, stop: stop}
+	c := &Client{cfg: cfg, ctx: ctx, stop: stop, byAddr: map[string]int{}}
+	for i, addr := range cfg.Targets {
+		c.byAddr[addr] = i
+	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
 	for _, addr := range cfg.Targets {
 		conn, err := grpc.NewClient(addr, opts...)
@@ -135,6 +170,12 @@ func (c *Client) Close() error {
 // without trying another node, when the checks are invalid.
 func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision, error) {
 	start := int(c.next.Add(1))
+	if len(checks) == 1 && checks[0].GetKey() != "" {
+		// A key whose owner answered before: start there.
+		if i, ok := c.owners.get(checks[0].GetKey()); ok {
+			start = i
+		}
+	}
 	var last error
 	// First the nodes that did not fail lately, in turn, then those that
 	// did; each node at most once.
@@ -154,6 +195,7 @@ func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision
 			res, err := n.check(ctx, checks)
 			if err == nil {
 				n.failed.Store(0)
+				c.learnOwners(checks, res)
 				return res, nil
 			}
 			if code := status.Code(err); code == codes.InvalidArgument || ctx.Err() != nil {
@@ -164,6 +206,18 @@ func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision
 		}
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNoNode, last)
+}
+
+// learnOwners records which target owns each inline check's key.
+func (c *Client) learnOwners(checks []*pb.Check, res []*pb.Decision) {
+	for i, d := range res {
+		if i >= len(checks) || checks[i].GetKey() == "" || d.GetOwnerAddr() == "" {
+			continue
+		}
+		if j, ok := c.byAddr[d.GetOwnerAddr()]; ok {
+			c.owners.put(checks[i].GetKey(), j)
+		}
+	}
 }
 
 // recentlyFailed reports whether the node failed in the last second; such a

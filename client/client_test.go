@@ -821,3 +821,51 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// forwardedTotal sums ringlimit_forward_checks_total over the nodes.
+func forwardedTotal(t *testing.T, c *testCluster) float64 {
+	t.Helper()
+	var sum float64
+	for _, nd := range c.nodes {
+		mfs, err := nd.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "ringlimit_forward_checks_total" {
+				sum += mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// Once a key's owner has answered (through a forwarding node), the client
+// sends that key's checks straight to the owner: no forwarding hop.
+func TestClientLearnsOwners(t *testing.T) {
+	c := newCluster(t, 3, "")
+	cl := newClient(t, client.Config{Targets: c.addrs()})
+	keys := make([]string, 300)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("owner-%d", i)
+	}
+	pass := func() float64 {
+		before := forwardedTotal(t, c)
+		for _, k := range keys {
+			if _, err := cl.Check(context.Background(), inline(k, 1000, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return forwardedTotal(t, c) - before
+	}
+	first := pass()
+	pass() // keys first decided on their owner by chance are learned now
+	third := pass()
+	t.Logf("checks forwarded: %v in the first pass of 300, %v in the third", first, third)
+	if first < 100 {
+		t.Fatalf("first pass forwarded %v of 300 checks; round robin over 3 nodes should forward about 200", first)
+	}
+	if third != 0 {
+		t.Fatalf("third pass forwarded %v checks, want 0: every owner is known", third)
+	}
+}

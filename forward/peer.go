@@ -145,7 +145,8 @@ func (p *peer) checkChunk(ctx context.Context, idx []int, checks []Check, out []
 				ResetAfter: time.Duration(d.GetResetAfterMs()) * time.Millisecond,
 				Delay:      time.Duration(d.GetDelayMs()) * time.Millisecond,
 			},
-			Owner: c.owner,
+			Owner:     c.owner,
+			OwnerAddr: p.addr,
 		}
 	}
 	return nil

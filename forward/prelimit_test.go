@@ -117,7 +117,7 @@ func TestPrelimitShedsFloodOnEntryNode(t *testing.T) {
 	t.Logf("%v checks in %v RPCs from A to B", sent, rpcs)
 
 	// The owner's rejection: one token of 10/h is 6 minutes away.
-	want := Result{Decision: bucket.Decision{Limit: 10, RetryAfter: 6 * time.Minute, ResetAfter: time.Hour}, Owner: "B"}
+	want := Result{Decision: bucket.Decision{Limit: 10, RetryAfter: 6 * time.Minute, ResetAfter: time.Hour}, Owner: "B", OwnerAddr: b.addr}
 	if got.rejectRes != want {
 		t.Errorf("owner rejection: %+v, want %+v", got.rejectRes, want)
 	}

@@ -84,6 +84,8 @@ type Result struct {
 	bucket.Decision
 	// Owner is the name of the node that decided.
 	Owner string
+	// OwnerAddr is the decider's peer gRPC address when known.
+	OwnerAddr string
 	// Degraded is true when the owner could not be reached and the check's
 	// failure mode decided instead.
 	Degraded bool
@@ -117,6 +119,9 @@ var ErrUnavailable = errors.New("owner unavailable")
 type Config struct {
 	// Self is this node's name on the ring. Required.
 	Self string
+	// SelfAddr is this node's gRPC address, reported with its decisions so
+	// that clients can send a key's checks straight to its owner. Optional.
+	SelfAddr string
 	// Store holds the buckets of the keys this node owns. Required.
 	Store *bucket.Store
 	// Clock gives the time of each check. Nil means bucket.NewMonotonic().
@@ -552,7 +557,7 @@ func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
-	return Result{Decision: d, Owner: r.cfg.Self}
+	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
 }
 
 // degrade answers a check whose owner could not be reached.

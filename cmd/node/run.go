@@ -100,21 +100,24 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
 	}
-	router, err := forward.New(forward.Config{Self: cfg.name, Store: store, Logger: log, Registerer: reg,
-		OnNotify: func(_ context.Context, kind string, payload []byte) error { return receiveNotify(pol, kind, payload) }})
-	if err != nil {
-		return nil, err
-	}
 	httpLn, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
-		router.Close(context.Background())
+		closeAudit(audit)
 		return nil, fmt.Errorf("--http: %w", err)
 	}
 	grpcLn, err := net.Listen("tcp", cfg.grpcAddr)
 	if err != nil {
 		httpLn.Close()
-		router.Close(context.Background())
+		closeAudit(audit)
 		return nil, fmt.Errorf("--grpc: %w", err)
+	}
+	router, err := forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcLn.Addr().String(), Store: store, Logger: log, Registerer: reg,
+		OnNotify: func(_ context.Context, kind string, payload []byte) error { return receiveNotify(pol, kind, payload) }})
+	if err != nil {
+		httpLn.Close()
+		grpcLn.Close()
+		closeAudit(audit)
+		return nil, err
 	}
 	ccfg := cluster.DefaultLANConfig()
 	if ip := net.ParseIP(hostOf(cfg.gossipAddr)); ip != nil && ip.IsLoopback() {
@@ -345,4 +348,10 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	go srv.Serve(ln)
 	log.Info("pprof listening", "addr", ln.Addr().String())
 	return func() { srv.Close() }, nil
+}
+
+func closeAudit(c io.Closer) {
+	if c != nil {
+		c.Close()
+	}
 }

@@ -446,6 +446,9 @@ type Decision struct {
 	WouldReject []string `protobuf:"bytes,10,rep,name=would_reject,json=wouldReject,proto3" json:"would_reject,omitempty"`
 	// The policy version that decided a policy request.
 	PolicyVersion string `protobuf:"bytes,11,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// The gRPC address of the node that decided an inline check: a client
+	// may send later checks on the same key straight there.
+	OwnerAddr     string `protobuf:"bytes,12,opt,name=owner_addr,json=ownerAddr,proto3" json:"owner_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +560,13 @@ func (x *Decision) GetPolicyVersion() string {
 	return ""
 }
 
+func (x *Decision) GetOwnerAddr() string {
+	if x != nil {
+		return x.OwnerAddr
+	}
+	return ""
+}
+
 type CheckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decisions     []*Decision            `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
@@ -627,7 +637,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\arequest\x18\x04 \x01(\v2\x1b.ringlimit.v1.PolicyRequestR\arequestB\a\n" +
 	"\x05_cost\";\n" +
 	"\fCheckRequest\x12+\n" +
-	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\xd1\x02\n" +
+	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\xf0\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -640,7 +650,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\bdegraded\x18\t \x01(\bR\bdegraded\x12!\n" +
 	"\fwould_reject\x18\n" +
 	" \x03(\tR\vwouldReject\x12%\n" +
-	"\x0epolicy_version\x18\v \x01(\tR\rpolicyVersion\"E\n" +
+	"\x0epolicy_version\x18\v \x01(\tR\rpolicyVersion\x12\x1d\n" +
+	"\n" +
+	"owner_addr\x18\f \x01(\tR\townerAddr\"E\n" +
 	"\rCheckResponse\x124\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x16.ringlimit.v1.DecisionR\tdecisions*u\n" +
 	"\tAlgorithm\x12\x10\n" +
