@@ -50,26 +50,9 @@ func (s *Store) Merge(key string, l *Limit, now, used int64) error {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.lookup(h, key)
-	if i == none {
-		i = sh.insert(h, key)
-		e := sh.at(i)
-		e.fp = l.fp
-		sh.remember(l)
-		var log []int64
-		l.setUsed(&e.st, &log, now, used)
-		if l.alg == SlidingWindowLog {
-			sh.logs[i] = log
-		}
-		return nil
-	}
-	sh.touch(i)
-	e := sh.at(i)
-	if e.fp != l.fp {
-		sh.convert(e, i, l, now)
-	}
+	i, e, fresh := sh.entry(h, key, l, now)
 	log := sh.logs[i]
-	if used > l.used(&e.st, log, now) {
+	if fresh || used > l.used(&e.st, log, now) {
 		l.setUsed(&e.st, &log, now, used)
 		if l.alg == SlidingWindowLog {
 			sh.logs[i] = log
@@ -177,20 +160,7 @@ func (s *Store) Grant(key string, l *Limit, now, max int64) int64 {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.lookup(h, key)
-	fresh := i == none
-	if fresh {
-		i = sh.insert(h, key)
-		e := sh.at(i)
-		e.fp = l.fp
-		sh.remember(l)
-	} else {
-		sh.touch(i)
-	}
-	e := sh.at(i)
-	if !fresh && e.fp != l.fp {
-		sh.convert(e, i, l, now)
-	}
+	_, e, fresh := sh.entry(h, key, l, now)
 	level := l.capUnits
 	if !fresh {
 		level = e.st.a + l.elapsedUnits(e.st.b, now, l.capUnits-e.st.a)

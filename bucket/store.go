@@ -200,21 +200,29 @@ func (sh *shard) lookup(h uint64, key string) uint32 {
 	}
 }
 
-func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) Decision {
-	i := sh.lookup(h, key)
-	fresh := i == none
+// entry returns key's slot, made most recent, with its state under l at
+// time now: inserted (fresh, meaning full) if the key is new, converted if
+// its state belongs to another limit.
+func (sh *shard) entry(h uint64, key string, l *Limit, now int64) (i uint32, e *entry, fresh bool) {
+	i = sh.lookup(h, key)
+	fresh = i == none
 	if fresh {
 		i = sh.insert(h, key)
-		e := sh.at(i)
+		e = sh.at(i)
 		e.fp = l.fp
 		sh.remember(l)
-	} else {
-		sh.touch(i)
+		return i, e, true
 	}
-	e := sh.at(i)
-	if !fresh && e.fp != l.fp {
+	sh.touch(i)
+	e = sh.at(i)
+	if e.fp != l.fp {
 		sh.convert(e, i, l, now)
 	}
+	return i, e, false
+}
+
+func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) Decision {
+	i, e, fresh := sh.entry(h, key, l, now)
 	if l.alg == SlidingWindowLog {
 		log := sh.logs[i]
 		d := l.takeLog(&log, now, cost)
