@@ -10,8 +10,9 @@
 # and prints the ratio ringlimit/Redis per workload. Also measured in the
 # same run: one plain unary gRPC call per check, and the floor of a bare
 # grpc-go unary call (the standard health service). Results go to
-# $OUT (default ${TMPDIR:-/tmp}/ringlimit-bench) as JSON lines; the last
-# lines printed are one JSON object per workload. Nothing is left running.
+# $OUT (default ${TMPDIR:-/tmp}/ringlimit-bench) as JSON lines, with a PNG
+# chart of checks/s and p99 per run (bench-compare.png); the last lines
+# printed are one JSON object per workload. Nothing is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,6 +84,7 @@ for round in $(seq 1 "$rounds"); do
 	run "grpc-floor" --target-health --targets "$health_addr" --pids "${pids[1]}"
 done
 
+"$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
 python3 - "$results" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"image/png"
 	"io"
 	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -381,5 +383,55 @@ func TestRealMainExitsNonZeroOnErrors(t *testing.T) {
 	}
 	if code := realMain([]string{"--proto", "ftp"}, &out, io.Discard); code != 2 {
 		t.Errorf("bad flag: exit %d, want 2", code)
+	}
+}
+
+func TestPlotResults(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "r.jsonl")
+	lines := `{"name":"ringlimit-uniform","checks_per_s":50000,"p99_ms":4}
+{"name":"ringlimit-uniform","checks_per_s":60000,"p99_ms":6}
+{"name":"redis-uniform","checks_per_s":40000,"p99_ms":5}
+not json
+`
+	if err := os.WriteFile(in, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "p.png")
+	if err := plotResults(in, out); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 520 {
+		t.Fatalf("image %v, want 1200x520", b)
+	}
+	// The ringlimit bar of the checks/s chart is the longest: the median of
+	// 50,000 and 60,000 (55,000) against 40,000, so it reaches further right
+	// than any grey bar.
+	blue, grey := 0, 0
+	for x := 0; x < 600; x++ {
+		for y := 40; y < 500; y++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			switch {
+			case r>>8 == 40 && g>>8 == 100 && b>>8 == 200:
+				blue = max(blue, x)
+			case r>>8 == 150 && g>>8 == 150 && b>>8 == 150:
+				grey = max(grey, x)
+			}
+		}
+	}
+	if blue <= grey || grey == 0 {
+		t.Fatalf("rightmost blue pixel %d, grey %d: want a longer blue bar", blue, grey)
+	}
+	if err := plotResults(filepath.Join(dir, "missing"), out); err == nil {
+		t.Fatal("plotting a missing file succeeded")
 	}
 }

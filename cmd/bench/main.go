@@ -66,6 +66,8 @@ type config struct {
 	unbatched    bool   // --proto client: one call per check
 	lease        bool   // token leases on the limit
 	inflight     int    // --proto client: concurrent calls per node
+	plotIn       string // --plot: JSON lines to draw
+	plotOut      string // --plot-out: the PNG
 	serveHealth  string
 	cpuProfile   string
 }
@@ -82,6 +84,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.redis, "target", "", "redis://HOST:PORT: drive Redis with go-redis + redis_rate (GCRA) instead of ringlimit, same workload")
 	fs.BoolVar(&c.unbatched, "unbatched", false, "--proto client: one call per check (no coalescing)")
 	fs.BoolVar(&c.lease, "lease", false, "ask for token leases on the limit (token_bucket)")
+	fs.StringVar(&c.plotIn, "plot", "", "draw the JSON lines in this file (from --json runs) as a PNG bar chart of checks/s and p99, and exit")
+	fs.StringVar(&c.plotOut, "plot-out", "bench.png", "--plot: the PNG to write")
 	fs.IntVar(&c.inflight, "client-inflight", 0, "--proto client: concurrent calls per node (0: the client's default)")
 	targets := fs.String("targets", "127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093", "comma-separated gRPC addresses of the entry nodes, used round robin")
 	httpTargets := fs.String("http-targets", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "comma-separated HTTP addresses of the entry nodes (--proto http), used round robin")
@@ -206,6 +210,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if cfg.plotIn != "" {
+		if err := plotResults(cfg.plotIn, cfg.plotOut); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "wrote", cfg.plotOut)
+		return 0
+	}
 	if cfg.serveHealth != "" {
 		if err := serveHealth(ctx, cfg.serveHealth, stderr); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
