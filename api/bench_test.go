@@ -118,3 +118,24 @@ func BenchmarkGRPCBaselineHealth(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHTTPHandler is the server's share of one POST /v1/check: the
+// handler alone, without a network or an HTTP client (decode, check on the
+// local store, headers, encode).
+func BenchmarkHTTPHandler(b *testing.B) {
+	e := newTestEnv(b, nil)
+	h := e.api.Handler(nil)
+	bodies := make([][]byte, benchKeys)
+	for i := range bodies {
+		bodies[i] = []byte(chk(fmt.Sprintf("bench:%d", i), "1", `{"limit":1000000000,"per":"1s"}`))
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		req := httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(bodies[i%benchKeys]))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("check %d: status %d", i, rec.Code)
+		}
+	}
+}

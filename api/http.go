@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -172,7 +171,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(ans.RetryAfter), 10))
 		status = http.StatusTooManyRequests
 	}
-	writeJSON(w, status, &resp)
+	writeCheckResponse(w, status, &resp)
 }
 
 // SetRateLimitHeaders writes the rate-limit headers every answer carries:
@@ -194,21 +193,24 @@ func ceilSeconds(d time.Duration) int64 {
 // decodeCheck reads and validates one check from the request body into p.
 // Every error names the field at fault.
 func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+	// Decode straight from the (bounded) body: no copy of it first.
+	var req CheckRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	tooBig := func(err error) bool {
+		var e *http.MaxBytesError
+		return errors.As(err, &e)
+	}
+	if err := dec.Decode(&req); err != nil {
+		if tooBig(err) {
 			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
 		}
-		return fmt.Errorf("body: %w", err)
-	}
-	var req CheckRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
+		if tooBig(err) {
+			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
+		}
 		return errors.New("body: more than one JSON value")
 	}
 	if req.isPolicy() {
