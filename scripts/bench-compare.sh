@@ -8,8 +8,10 @@
 # project's Go client, 64 goroutines, round robin over the nodes) and Redis
 # (go-redis + redis_rate, the same 64 goroutines) back to back, A B A B,
 # and prints the ratio ringlimit/Redis per workload. Also measured in the
-# same run: one plain unary gRPC call per check, and the floor of a bare
-# grpc-go unary call (the standard health service). Results go to
+# same run: one plain unary gRPC call per check, round robin over the nodes
+# (as a gateway that cannot route would send it) and through the Go client
+# with coalescing off (one call per check, sent to the key's owner), and the
+# floor of a bare grpc-go unary call (the standard health service). Results go to
 # $OUT (default ${TMPDIR:-/tmp}/ringlimit-bench) as JSON lines, with a PNG
 # chart of checks/s and p99 per run (bench-compare.png); the last lines
 # printed are one JSON object per workload. Nothing is left running.
@@ -81,6 +83,7 @@ for round in $(seq 1 "$rounds"); do
 	done
 	run "ringlimit-hot-nolease" --proto client --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist hot
 	run "ringlimit-unary-uniform" --proto grpc --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist uniform --keys 10000
+	run "ringlimit-unary-routed" --proto client --unbatched --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist uniform --keys 10000
 	run "grpc-floor" --target-health --targets "$health_addr" --pids "${pids[1]}"
 done
 
@@ -105,6 +108,10 @@ rows.append({"workload": "hot-nolease", "ringlimit_checks_per_s": med("ringlimit
     "ratio_checks": round(med("ringlimit-hot-nolease", "checks_per_s") / med("redis-hot", "checks_per_s"), 3),
     "ringlimit_p99_ms": med("ringlimit-hot-nolease", "p99_ms"), "redis_p99_ms": med("redis-hot", "p99_ms"),
     "ratio_p99": round(med("ringlimit-hot-nolease", "p99_ms") / med("redis-hot", "p99_ms"), 3)})
+rows.append({"workload": "unary-routed-vs-grpc-floor", "ringlimit_checks_per_s": med("ringlimit-unary-routed", "checks_per_s"),
+    "grpc_floor_calls_per_s": floor,
+    "ratio_checks": round(med("ringlimit-unary-routed", "checks_per_s") / floor, 3),
+    "ringlimit_p99_ms": med("ringlimit-unary-routed", "p99_ms"), "grpc_floor_p99_ms": med("grpc-floor", "p99_ms")})
 rows.append({"workload": "unary-vs-grpc-floor", "ringlimit_checks_per_s": med("ringlimit-unary-uniform", "checks_per_s"),
     "grpc_floor_calls_per_s": floor,
     "ratio_checks": round(med("ringlimit-unary-uniform", "checks_per_s") / floor, 3),
