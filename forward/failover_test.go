@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
 // blackhole is a TCP listener that accepts connections and never says a
@@ -215,9 +216,23 @@ func TestOwnerWithoutConnection(t *testing.T) {
 
 // ---- 6. context ----------------------------------------------------------------------
 
-// slowServer is a gRPC interceptor that holds every call until its context
-// ends, counting the calls it holds.
+// slowServer is a pair of gRPC interceptors that hold every call until its
+// context ends, counting the calls they hold: a unary call at once, a Check
+// stream once its first batch has arrived.
 type slowServer struct{ held chan struct{} }
+
+func (s *slowServer) interceptStream(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+	var req peerv1.CheckRequest
+	if err := ss.RecvMsg(&req); err != nil {
+		return err
+	}
+	select {
+	case s.held <- struct{}{}:
+	default:
+	}
+	<-ss.Context().Done()
+	return ss.Context().Err()
+}
 
 func (s *slowServer) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
 	select {
@@ -232,8 +247,9 @@ func TestCancelledCallerReturnsPromptly(t *testing.T) {
 	clock := newFakeClock()
 	a := startNode(t, "A", clock, func(c *Config) { c.PeerTimeout = 5 * time.Second })
 	slow := &slowServer{held: make(chan struct{}, 16)}
-	b := startNode(t, "B", clock, nil, grpc.UnaryInterceptor(slow.intercept))
-	c := startNode(t, "C", clock, nil, grpc.UnaryInterceptor(slow.intercept))
+	held := []grpc.ServerOption{grpc.UnaryInterceptor(slow.intercept), grpc.StreamInterceptor(slow.interceptStream)}
+	b := startNode(t, "B", clock, nil, held...)
+	c := startNode(t, "C", clock, nil, held...)
 	formCluster(clock, a, b, c)
 	kb := keysOwnedBy(t, a.r, "B", "slow", 1)[0]
 	kc := keysOwnedBy(t, a.r, "C", "slow", 1)[0]

@@ -38,7 +38,7 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 	m := &routerMetrics{
 		rpcs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_forward_rpcs_total",
-			Help: "Peer Check RPCs sent to owners.",
+			Help: "Batches of checks sent to their owners (one message each on the peer's Check stream).",
 		}),
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_forward_checks_total",
@@ -50,7 +50,7 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ringlimit_forward_batch_checks",
-			Help:    "Checks per peer Check RPC.",
+			Help:    "Checks per batch sent to an owner.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		}),
 		handoffSent: prometheus.NewCounter(prometheus.CounterOpts{

@@ -128,13 +128,14 @@ type Config struct {
 	Clock bucket.Clock
 	// Ring configures the hash ring built from the members.
 	Ring ring.Config
-	// PeerTimeout is the deadline of every peer call. Default 500ms.
+	// PeerTimeout is the deadline of every peer call, and how long a batch
+	// sent to its owner may wait for the answer. Default 500ms.
 	PeerTimeout time.Duration
-	// MaxBatch is the most checks one peer RPC carries. Default 512.
+	// MaxBatch is the most checks one batch to an owner carries. Default 512.
 	MaxBatch int
-	// MaxInFlight is the most concurrent Check RPCs to one peer; checks that
-	// arrive while all are busy wait and leave together in the next one.
-	// Default 2.
+	// MaxInFlight is the most batches in flight to one peer; checks that
+	// arrive while all are unanswered wait and leave together in the next
+	// one. Default 2.
 	MaxInFlight int
 	// Grace is how long after a ring change an owner that has no state for a
 	// key asks the key's previous owner first, and how long a node keeps the
@@ -246,6 +247,9 @@ type Router struct {
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+
+	draining  chan struct{} // closed by DrainPeers
+	drainOnce sync.Once
 }
 
 // New validates cfg and returns a Router that owns every key until
@@ -267,7 +271,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, pre: pre, ctx: ctx, cancel: cancel, started: time.Now()}
+	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, pre: pre, ctx: ctx, cancel: cancel, started: time.Now(), draining: make(chan struct{})}
 	r.view.Store(&view{peers: map[string]*peer{}, fetchDown: &sync.Map{}})
 	first := make(chan struct{})
 	r.viewChanged.Store(&first)
@@ -597,6 +601,7 @@ func (r *Router) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	r.DrainPeers()
 	v := r.view.Load()
 	retired := r.retired
 	r.retired = nil

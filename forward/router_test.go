@@ -15,9 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -724,12 +722,25 @@ func TestPeerBatchValidatedWhole(t *testing.T) {
 	client := peerClient(t, b.addr)
 	lim := hourly(10)
 	w := limitToWire(&lim)
-	_, err := client.Check(context.Background(), &peerv1.CheckRequest{From: "A", Checks: []*peerv1.Check{
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := client.Check(ctx, grpc.CallContentSubtype(peerCodecName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&peerv1.CheckRequest{From: "A", Id: 7, Checks: []*peerv1.Check{
 		{Key: "first", Limit: &w, Cost: 1},
 		{Key: "second", Limit: &w, Cost: 11}, // above capacity
 	}})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("err = %v, want InvalidArgument", err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetId() != 7 || resp.GetError() != "checks[1]: bucket: invalid cost: cost 11 exceeds the capacity 10 of token_bucket 10/1h0m0s burst 10" || len(resp.GetDecisions()) != 0 {
+		t.Fatalf("response %v, want batch 7 refused for checks[1] with no decisions", resp)
 	}
 	if b.store.Has("first") {
 		t.Fatal("the check before the bad one was applied")

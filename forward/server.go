@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -26,52 +27,136 @@ type peerServer struct {
 	r *Router
 }
 
-// Check decides forwarded checks on this node's store (hop limit 1).
-func (s *peerServer) Check(ctx context.Context, req *peerv1.CheckRequest) (*peerv1.CheckResponse, error) {
-	r := s.r
-	checks := req.GetChecks()
-	resp := &peerv1.CheckResponse{Owner: r.cfg.Self, Decisions: make([]*peerv1.Decision, len(checks))}
-	decisions := make([]peerv1.Decision, len(checks))
-	v := r.awaitMember(ctx, req.GetFrom())
-	now := r.cfg.Clock.Now()
-	r.lastPeerCheck.Store(int64(time.Since(r.started)))
-	r.m.received.Add(float64(len(checks)))
-	limits := make([]bucket.Limit, len(checks))
-	for i, c := range checks {
-		l, err := limitFromWire(c.GetLimit())
-		if err == nil {
-			err = bucket.CheckKey(c.GetKey())
-		}
-		if err == nil {
-			err = l.CheckCost(c.GetCost())
-		}
-		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("checks[%d]: %v", i, err))
-		}
-		limits[i] = l
+// Check decides the batches of checks a peer forwards (hop limit 1), one
+// after the other as they arrive on the stream. A batch that may have to
+// wait (for its sender to join this node's ring, or for a previous owner's
+// state after a ring change) is decided on its own goroutine instead, so
+// that it does not hold up the batches behind it. Batches and answers are
+// pooled: deciding a batch allocates nothing per check.
+func (s *peerServer) Check(st peerv1.Peer_CheckServer) error {
+	ctx := st.Context()
+	var mu sync.Mutex // st.SendMsg is not safe for concurrent use
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	send := func(pb *peerBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return st.SendMsg(&pb.out) // encodes before it returns
 	}
-	for i, c := range checks {
-		if c.GetRefund() {
-			r.cfg.Store.Refund(c.GetKey(), &limits[i], now, c.GetCost())
-			resp.Decisions[i] = &decisions[i]
+	wg.Go(func() {
+		select {
+		case <-s.r.draining:
+			mu.Lock()
+			_ = st.SendMsg(&checkAnswer{owner: s.r.cfg.Self, drain: true})
+			mu.Unlock()
+		case <-stop:
+		}
+	})
+	for {
+		pb := batchPool.Get().(*peerBatch)
+		if err := st.RecvMsg(&pb.in); err != nil {
+			batchPool.Put(pb)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if s.r.mayWait(pb.in.from) {
+			wg.Go(func() {
+				s.r.decide(ctx, pb)
+				_ = send(pb) // a broken stream ends RecvMsg too
+				batchPool.Put(pb)
+			})
 			continue
 		}
-		res := r.decideLocal(ctx, v, c.GetKey(), &limits[i], c.GetCost(), now)
-		d := &decisions[i]
-		if n := c.GetLease(); n > 0 && res.Allowed && limits[i].Algorithm() == bucket.TokenBucket {
-			if d.LeaseGranted = r.cfg.Store.Grant(c.GetKey(), &limits[i], now, min(n, limits[i].Burst())); d.LeaseGranted > 0 {
-				d.LeaseTtlMs = r.cfg.LeaseTTL.Milliseconds()
-				res.Remaining = max(res.Remaining-d.LeaseGranted, 0)
+		s.r.decide(ctx, pb)
+		err := send(pb)
+		batchPool.Put(pb)
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// DrainPeers asks every peer with a Check stream open to this node to end
+// it: the peer sends nothing more on it, the batches in flight are answered,
+// and the peer closes it, so that a graceful stop of the gRPC server need
+// not wait for streams that would otherwise stay open. A node calls it when
+// it stops serving; Close calls it too.
+func (r *Router) DrainPeers() {
+	r.drainOnce.Do(func() { close(r.draining) })
+}
+
+// peerBatch is a received batch with its answer, reused through batchPool.
+type peerBatch struct {
+	in     checkBatch
+	out    checkAnswer
+	limits []bucket.Limit
+}
+
+var batchPool = sync.Pool{New: func() any { return new(peerBatch) }}
+
+// mayWait reports whether deciding a batch from the named peer may block:
+// the sender is not on this node's ring yet, or a ring change is recent
+// enough that keys may be fetched from their previous owner.
+func (r *Router) mayWait(from string) bool {
+	v := r.view.Load()
+	if from != "" && !v.ring.Has(from) && v.ring.Len() <= 1 {
+		return true
+	}
+	return (v.prev != nil || v.others != nil) && r.cfg.Clock.Now()-v.changed < int64(r.cfg.Grace)
+}
+
+// decide decides one forwarded batch on this node's store into pb.out. The
+// batch is applied only if every check in it is valid.
+func (r *Router) decide(ctx context.Context, pb *peerBatch) {
+	in, out := &pb.in, &pb.out
+	out.owner, out.id, out.err, out.decisions = r.cfg.Self, in.id, "", out.decisions[:0]
+	v := r.awaitMember(ctx, in.from)
+	now := r.cfg.Clock.Now()
+	r.lastPeerCheck.Store(int64(time.Since(r.started)))
+	r.m.received.Add(float64(len(in.checks)))
+	pb.limits = pb.limits[:0]
+	for i := range in.checks {
+		c := &in.checks[i]
+		l, err := c.limit.toLimit()
+		pb.limits = append(pb.limits, l)
+		if err == nil {
+			err = bucket.CheckKey(c.key)
+		}
+		if err == nil {
+			err = pb.limits[i].CheckCost(c.cost)
+		}
+		if err != nil {
+			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
+			return
+		}
+	}
+	for i := range in.checks {
+		c, l := &in.checks[i], &pb.limits[i]
+		out.decisions = append(out.decisions, wireDecision{})
+		d := &out.decisions[i]
+		if c.refund {
+			r.cfg.Store.Refund(c.key, l, now, c.cost)
+			continue
+		}
+		res := r.decideLocal(ctx, v, c.key, l, c.cost, now)
+		if c.lease > 0 && res.Allowed && l.Algorithm() == bucket.TokenBucket {
+			if d.leaseGranted = r.cfg.Store.Grant(c.key, l, now, min(c.lease, l.Burst())); d.leaseGranted > 0 {
+				d.leaseTTLMs = r.cfg.LeaseTTL.Milliseconds()
+				res.Remaining = max(res.Remaining-d.leaseGranted, 0)
 			}
 		}
-		d.Allowed = res.Allowed
-		d.Remaining = res.Remaining
-		d.RetryAfterMs = res.RetryAfter.Milliseconds()
-		d.ResetAfterMs = res.ResetAfter.Milliseconds()
-		d.DelayMs = res.Delay.Milliseconds()
-		resp.Decisions[i] = d
+		d.allowed = res.Allowed
+		d.remaining = res.Remaining
+		d.retryAfterMs = res.RetryAfter.Milliseconds()
+		d.resetAfterMs = res.ResetAfter.Milliseconds()
+		d.delayMs = res.Delay.Milliseconds()
 	}
-	return resp, nil
 }
 
 // Handoff merges pushed bucket state: the more spent side wins.

@@ -223,6 +223,7 @@ func (n *node) shutdown(ctx context.Context) error {
 	n.router.Quiesce(qctx, 150*time.Millisecond)
 	cancel()
 	n.log.Info("handed off", "keys", n.store.Len())
+	n.router.DrainPeers() // peers end their Check streams, or GracefulStop would wait for them
 	grpcDone := make(chan struct{})
 	go func() {
 		n.grpcServer.GracefulStop()

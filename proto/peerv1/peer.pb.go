@@ -366,9 +366,11 @@ func (x *Check) GetLease() int64 {
 }
 
 type CheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	Checks        []*Check               `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	From   string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Checks []*Check               `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	// Chosen by the sender, unique among its batches in flight on the stream.
+	Id            uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +417,13 @@ func (x *CheckRequest) GetChecks() []*Check {
 		return x.Checks
 	}
 	return nil
+}
+
+func (x *CheckRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 type Decision struct {
@@ -512,9 +521,18 @@ func (x *Decision) GetLeaseTtlMs() int64 {
 }
 
 type CheckResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	Decisions     []*Decision            `protobuf:"bytes,2,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// One per check of the batch, in its order; none when error is set.
+	Decisions []*Decision `protobuf:"bytes,2,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	Id        uint64      `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	// Set when the batch was refused whole (a check in it is invalid);
+	// nothing in it was applied.
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// Set, alone, when the receiver is stopping: the sender sends nothing
+	// more on this stream and closes it once its batches in flight are
+	// answered (a new stream goes wherever the ring says).
+	Drain         bool `protobuf:"varint,5,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +579,27 @@ func (x *CheckResponse) GetDecisions() []*Decision {
 		return x.Decisions
 	}
 	return nil
+}
+
+func (x *CheckResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
 }
 
 // BucketState is one key's state as the cost spent under its limit, which
@@ -858,10 +897,11 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x16\n" +
 	"\x06refund\x18\x04 \x01(\bR\x06refund\x12\x14\n" +
-	"\x05lease\x18\x05 \x01(\x03R\x05lease\"T\n" +
+	"\x05lease\x18\x05 \x01(\x03R\x05lease\"d\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
-	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\"\xf0\x01\n" +
+	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\"\xf0\x01\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -870,10 +910,13 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x12#\n" +
 	"\rlease_granted\x18\x06 \x01(\x03R\fleaseGranted\x12 \n" +
 	"\flease_ttl_ms\x18\a \x01(\x03R\n" +
-	"leaseTtlMs\"`\n" +
+	"leaseTtlMs\"\x9c\x01\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
-	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\"c\n" +
+	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"c\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -889,9 +932,9 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\"[\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x124\n" +
-	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state2\x8b\x03\n" +
-	"\x04Peer\x12J\n" +
-	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse\x12P\n" +
+	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state2\x8f\x03\n" +
+	"\x04Peer\x12N\n" +
+	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
 	"\x05Fetch\x12\x1f.ringlimit.peer.v1.FetchRequest\x1a .ringlimit.peer.v1.FetchResponse\x12J\n" +
 	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponse\x12M\n" +

@@ -33,9 +33,13 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type PeerClient interface {
-	// Check decides a batch of checks on the receiver's own store, in order,
-	// whatever the receiver's ring says (hop limit 1: never forwarded again).
-	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Check decides batches of checks on the receiver's own store, each batch
+	// in order, whatever the receiver's ring says (hop limit 1: never
+	// forwarded again). One stream per pair of nodes carries every batch;
+	// each response names the batch it answers by id, and responses may
+	// come out of order (a batch that must wait for a previous owner's state
+	// does not hold up the others).
+	Check(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckRequest, CheckResponse], error)
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
 	Handoff(ctx context.Context, in *HandoffRequest, opts ...grpc.CallOption) (*HandoffResponse, error)
@@ -57,15 +61,18 @@ func NewPeerClient(cc grpc.ClientConnInterface) PeerClient {
 	return &peerClient{cc}
 }
 
-func (c *peerClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+func (c *peerClient) Check(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckRequest, CheckResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CheckResponse)
-	err := c.cc.Invoke(ctx, Peer_Check_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Check_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[CheckRequest, CheckResponse]{ClientStream: stream}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_CheckClient = grpc.BidiStreamingClient[CheckRequest, CheckResponse]
 
 func (c *peerClient) Handoff(ctx context.Context, in *HandoffRequest, opts ...grpc.CallOption) (*HandoffResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -111,9 +118,13 @@ func (c *peerClient) Notify(ctx context.Context, in *NotifyRequest, opts ...grpc
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
 type PeerServer interface {
-	// Check decides a batch of checks on the receiver's own store, in order,
-	// whatever the receiver's ring says (hop limit 1: never forwarded again).
-	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Check decides batches of checks on the receiver's own store, each batch
+	// in order, whatever the receiver's ring says (hop limit 1: never
+	// forwarded again). One stream per pair of nodes carries every batch;
+	// each response names the batch it answers by id, and responses may
+	// come out of order (a batch that must wait for a previous owner's state
+	// does not hold up the others).
+	Check(grpc.BidiStreamingServer[CheckRequest, CheckResponse]) error
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
 	Handoff(context.Context, *HandoffRequest) (*HandoffResponse, error)
@@ -135,8 +146,8 @@ type PeerServer interface {
 // pointer dereference when methods are called.
 type UnimplementedPeerServer struct{}
 
-func (UnimplementedPeerServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+func (UnimplementedPeerServer) Check(grpc.BidiStreamingServer[CheckRequest, CheckResponse]) error {
+	return status.Error(codes.Unimplemented, "method Check not implemented")
 }
 func (UnimplementedPeerServer) Handoff(context.Context, *HandoffRequest) (*HandoffResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Handoff not implemented")
@@ -171,23 +182,12 @@ func RegisterPeerServer(s grpc.ServiceRegistrar, srv PeerServer) {
 	s.RegisterService(&Peer_ServiceDesc, srv)
 }
 
-func _Peer_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CheckRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(PeerServer).Check(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Peer_Check_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(PeerServer).Check(ctx, req.(*CheckRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+func _Peer_Check_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).Check(&grpc.GenericServerStream[CheckRequest, CheckResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_CheckServer = grpc.BidiStreamingServer[CheckRequest, CheckResponse]
 
 func _Peer_Handoff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HandoffRequest)
@@ -269,10 +269,6 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*PeerServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "Check",
-			Handler:    _Peer_Check_Handler,
-		},
-		{
 			MethodName: "Handoff",
 			Handler:    _Peer_Handoff_Handler,
 		},
@@ -289,6 +285,13 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Notify_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Check",
+			Handler:       _Peer_Check_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "peer/v1/peer.proto",
 }

@@ -1,0 +1,451 @@
+package forward
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// The Check stream between nodes is encoded by hand: it carries every
+// forwarded check, and the generated protobuf code allocates three objects
+// per check to decode one (the Check, its Limit and its key) and one per
+// decision to encode the answer. The bytes are exactly those of the
+// messages CheckRequest and CheckResponse in proto/peer/v1/peer.proto
+// (fields in number order, zero values left out, as proto.Marshal writes
+// them); wire_test.go checks both directions against the generated code.
+//
+// The codec is chosen per call by content-subtype: a node opens its Check
+// streams with grpc.CallContentSubtype(peerCodecName). For any other value
+// than the types below it falls back to protobuf, so a generated client on
+// the same content-subtype interoperates.
+
+const peerCodecName = "ringlimit-peer"
+
+func init() { encoding.RegisterCodecV2(peerCodec{}) }
+
+type peerCodec struct{}
+
+func (peerCodec) Name() string { return peerCodecName }
+
+// appender is a message that can write itself.
+type appender interface {
+	size() int
+	appendTo(b []byte) []byte
+}
+
+func (peerCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(appender)
+	if !ok {
+		return encoding.GetCodecV2("proto").Marshal(v)
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(m.size())
+	*buf = m.appendTo((*buf)[:0])
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// parser is a message that can read itself from b. It may keep b.
+type parser interface {
+	buffer(n int) []byte
+	parse(b []byte) error
+}
+
+func (peerCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(parser)
+	if !ok {
+		return encoding.GetCodecV2("proto").Unmarshal(data, v)
+	}
+	b := m.buffer(data.Len())
+	data.CopyTo(b)
+	return m.parse(b)
+}
+
+// wireLimit is a Limit as the wire carries it.
+type wireLimit struct {
+	alg          uint32
+	limit, perNs int64
+	burst        int64
+}
+
+func toWireLimit(l *bucket.Limit) wireLimit {
+	return wireLimit{alg: uint32(l.Algorithm()), limit: l.Count(), perNs: int64(l.Per()), burst: l.Burst()}
+}
+
+// wireCheck is one check of a batch (message Check).
+type wireCheck struct {
+	key    string
+	limit  wireLimit
+	cost   int64
+	refund bool
+	lease  int64
+}
+
+// checkBatch is one batch on the Check stream (message CheckRequest). A
+// received batch's keys point into buf: they are valid until the batch is
+// reused.
+type checkBatch struct {
+	from   string
+	id     uint64
+	checks []wireCheck
+	buf    []byte
+}
+
+// wireDecision is one decision (message Decision).
+type wireDecision struct {
+	allowed      bool
+	remaining    int64
+	retryAfterMs int64
+	resetAfterMs int64
+	delayMs      int64
+	leaseGranted int64
+	leaseTTLMs   int64
+}
+
+// checkAnswer answers one batch (message CheckResponse). A received answer's
+// owner and error point into buf.
+type checkAnswer struct {
+	owner     string
+	id        uint64
+	decisions []wireDecision
+	err       string
+	drain     bool
+	buf       []byte
+}
+
+// Field numbers, from peer.proto.
+const (
+	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst        = 1, 2, 3, 4
+	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease = 1, 2, 3, 4, 5
+	fReqFrom, fReqChecks, fReqID                                  = 1, 2, 3
+	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay   = 1, 2, 3, 4, 5
+	fDecLeaseGranted, fDecLeaseTTL                                = 6, 7
+	fRespOwner, fRespDecisions, fRespID, fRespError, fRespDrain   = 1, 2, 3, 4, 5
+)
+
+func varintSize(f protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(f) + protowire.SizeVarint(v)
+}
+
+func appendVarint(b []byte, f protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, f, protowire.VarintType), v)
+}
+
+func bytesSize(f protowire.Number, n int) int {
+	return protowire.SizeTag(f) + protowire.SizeBytes(n)
+}
+
+func appendString(b []byte, f protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, f, protowire.BytesType), s)
+}
+
+func stringSize(f protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return bytesSize(f, len(s))
+}
+
+func boolVal(v bool) uint64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func (l *wireLimit) size() int {
+	return varintSize(fLimitAlgorithm, uint64(l.alg)) + varintSize(fLimitLimit, uint64(l.limit)) +
+		varintSize(fLimitPerNs, uint64(l.perNs)) + varintSize(fLimitBurst, uint64(l.burst))
+}
+
+func (l *wireLimit) appendTo(b []byte) []byte {
+	b = appendVarint(b, fLimitAlgorithm, uint64(l.alg))
+	b = appendVarint(b, fLimitLimit, uint64(l.limit))
+	b = appendVarint(b, fLimitPerNs, uint64(l.perNs))
+	return appendVarint(b, fLimitBurst, uint64(l.burst))
+}
+
+func (c *wireCheck) size() int {
+	// The limit is always present (proto.Marshal writes a set message
+	// field even when it is empty).
+	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
+		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
+		varintSize(fCheckLease, uint64(c.lease))
+}
+
+func (c *wireCheck) appendTo(b []byte) []byte {
+	b = appendString(b, fCheckKey, c.key)
+	b = protowire.AppendTag(b, fCheckLimit, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(c.limit.size()))
+	b = c.limit.appendTo(b)
+	b = appendVarint(b, fCheckCost, uint64(c.cost))
+	b = appendVarint(b, fCheckRefund, boolVal(c.refund))
+	return appendVarint(b, fCheckLease, uint64(c.lease))
+}
+
+func (m *checkBatch) size() int {
+	n := stringSize(fReqFrom, m.from) + varintSize(fReqID, m.id)
+	for i := range m.checks {
+		n += bytesSize(fReqChecks, m.checks[i].size())
+	}
+	return n
+}
+
+func (m *checkBatch) appendTo(b []byte) []byte {
+	b = appendString(b, fReqFrom, m.from)
+	for i := range m.checks {
+		c := &m.checks[i]
+		b = protowire.AppendTag(b, fReqChecks, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(c.size()))
+		b = c.appendTo(b)
+	}
+	return appendVarint(b, fReqID, m.id)
+}
+
+func (d *wireDecision) size() int {
+	return varintSize(fDecAllowed, boolVal(d.allowed)) + varintSize(fDecRemaining, uint64(d.remaining)) +
+		varintSize(fDecRetry, uint64(d.retryAfterMs)) + varintSize(fDecReset, uint64(d.resetAfterMs)) +
+		varintSize(fDecDelay, uint64(d.delayMs)) + varintSize(fDecLeaseGranted, uint64(d.leaseGranted)) +
+		varintSize(fDecLeaseTTL, uint64(d.leaseTTLMs))
+}
+
+func (d *wireDecision) appendTo(b []byte) []byte {
+	b = appendVarint(b, fDecAllowed, boolVal(d.allowed))
+	b = appendVarint(b, fDecRemaining, uint64(d.remaining))
+	b = appendVarint(b, fDecRetry, uint64(d.retryAfterMs))
+	b = appendVarint(b, fDecReset, uint64(d.resetAfterMs))
+	b = appendVarint(b, fDecDelay, uint64(d.delayMs))
+	b = appendVarint(b, fDecLeaseGranted, uint64(d.leaseGranted))
+	return appendVarint(b, fDecLeaseTTL, uint64(d.leaseTTLMs))
+}
+
+func (m *checkAnswer) size() int {
+	n := stringSize(fRespOwner, m.owner) + varintSize(fRespID, m.id) + stringSize(fRespError, m.err) +
+		varintSize(fRespDrain, boolVal(m.drain))
+	for i := range m.decisions {
+		n += bytesSize(fRespDecisions, m.decisions[i].size())
+	}
+	return n
+}
+
+func (m *checkAnswer) appendTo(b []byte) []byte {
+	b = appendString(b, fRespOwner, m.owner)
+	for i := range m.decisions {
+		d := &m.decisions[i]
+		b = protowire.AppendTag(b, fRespDecisions, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(d.size()))
+		b = d.appendTo(b)
+	}
+	b = appendVarint(b, fRespID, m.id)
+	b = appendString(b, fRespError, m.err)
+	return appendVarint(b, fRespDrain, boolVal(m.drain))
+}
+
+// ---- decoding ----
+
+var errWire = errors.New("forward: malformed peer message")
+
+// field reads one field of b: its tag (number<<3 | wire type: 0 for a
+// varint, 2 for bytes), and either its varint value or its bytes. A field whose
+// number is known but whose wire type is not the expected one matches none
+// of the tags below and is skipped, as protobuf skips unknown fields. Groups
+// are refused (the peer protocol has none).
+func field(b []byte) (tag uint64, v uint64, val []byte, rest []byte, err error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, nil, errWire
+	}
+	b = b[n:]
+	switch typ {
+	case protowire.VarintType:
+		v, n = protowire.ConsumeVarint(b)
+	case protowire.BytesType:
+		val, n = protowire.ConsumeBytes(b)
+	case protowire.Fixed32Type:
+		_, n = protowire.ConsumeFixed32(b)
+	case protowire.Fixed64Type:
+		_, n = protowire.ConsumeFixed64(b)
+	default:
+		n = -1
+	}
+	if n < 0 {
+		return 0, 0, nil, nil, fmt.Errorf("%w: field %d", errWire, num)
+	}
+	return uint64(num)<<3 | uint64(typ), v, val, b[n:], nil
+}
+
+// str views b as a string without copying: it lives as long as b's array.
+func str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n, n+n/4)
+	}
+	return b[:n]
+}
+
+// parse merges b into l, as protobuf merges a message field that appears
+// twice.
+func (l *wireLimit) parse(b []byte) error {
+	for len(b) > 0 {
+		tag, v, _, rest, err := field(b)
+		if err != nil {
+			return err
+		}
+		switch tag {
+		case fLimitAlgorithm << 3:
+			l.alg = uint32(v)
+		case fLimitLimit << 3:
+			l.limit = int64(v)
+		case fLimitPerNs << 3:
+			l.perNs = int64(v)
+		case fLimitBurst << 3:
+			l.burst = int64(v)
+		}
+		b = rest
+	}
+	return nil
+}
+
+func (c *wireCheck) parse(b []byte) error {
+	*c = wireCheck{}
+	for len(b) > 0 {
+		tag, v, val, rest, err := field(b)
+		if err != nil {
+			return err
+		}
+		switch tag {
+		case fCheckKey<<3 | 2:
+			c.key = str(val)
+		case fCheckLimit<<3 | 2:
+			if err := c.limit.parse(val); err != nil {
+				return err
+			}
+		case fCheckCost << 3:
+			c.cost = int64(v)
+		case fCheckRefund << 3:
+			c.refund = v != 0
+		case fCheckLease << 3:
+			c.lease = int64(v)
+		}
+		b = rest
+	}
+	return nil
+}
+
+func (m *checkBatch) buffer(n int) []byte {
+	m.buf = grow(m.buf, n)
+	return m.buf
+}
+
+func (m *checkBatch) parse(b []byte) error {
+	m.from, m.id, m.checks = "", 0, m.checks[:0]
+	for len(b) > 0 {
+		tag, v, val, rest, err := field(b)
+		if err != nil {
+			return err
+		}
+		switch tag {
+		case fReqFrom<<3 | 2:
+			m.from = str(val)
+		case fReqID << 3:
+			m.id = v
+		case fReqChecks<<3 | 2:
+			m.checks = append(m.checks, wireCheck{})
+			if err := m.checks[len(m.checks)-1].parse(val); err != nil {
+				return err
+			}
+		}
+		b = rest
+	}
+	return nil
+}
+
+func (d *wireDecision) parse(b []byte) error {
+	*d = wireDecision{}
+	for len(b) > 0 {
+		tag, v, _, rest, err := field(b)
+		if err != nil {
+			return err
+		}
+		switch tag {
+		case fDecAllowed << 3:
+			d.allowed = v != 0
+		case fDecRemaining << 3:
+			d.remaining = int64(v)
+		case fDecRetry << 3:
+			d.retryAfterMs = int64(v)
+		case fDecReset << 3:
+			d.resetAfterMs = int64(v)
+		case fDecDelay << 3:
+			d.delayMs = int64(v)
+		case fDecLeaseGranted << 3:
+			d.leaseGranted = int64(v)
+		case fDecLeaseTTL << 3:
+			d.leaseTTLMs = int64(v)
+		}
+		b = rest
+	}
+	return nil
+}
+
+func (m *checkAnswer) buffer(n int) []byte {
+	m.buf = grow(m.buf, n)
+	return m.buf
+}
+
+func (m *checkAnswer) parse(b []byte) error {
+	m.owner, m.id, m.err, m.drain, m.decisions = "", 0, "", false, m.decisions[:0]
+	for len(b) > 0 {
+		tag, v, val, rest, err := field(b)
+		if err != nil {
+			return err
+		}
+		switch tag {
+		case fRespOwner<<3 | 2:
+			m.owner = str(val)
+		case fRespID << 3:
+			m.id = v
+		case fRespError<<3 | 2:
+			m.err = str(val)
+		case fRespDrain << 3:
+			m.drain = v != 0
+		case fRespDecisions<<3 | 2:
+			m.decisions = append(m.decisions, wireDecision{})
+			if err := m.decisions[len(m.decisions)-1].parse(val); err != nil {
+				return err
+			}
+		}
+		b = rest
+	}
+	return nil
+}
+
+// intern returns s, or name when they are equal, so that a string viewed
+// in a reused buffer is copied only when it is not the expected one.
+func intern(s, name string) string {
+	if s == name {
+		return name
+	}
+	return strings.Clone(s)
+}

@@ -1,0 +1,258 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"pgregory.net/rapid"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+)
+
+func genWireCheck(t *rapid.T, label string) wireCheck {
+	return wireCheck{
+		key: rapid.StringN(0, 40, -1).Draw(t, label+".key"),
+		limit: wireLimit{
+			alg:   rapid.Uint32Range(0, 300).Draw(t, label+".alg"),
+			limit: rapid.Int64().Draw(t, label+".limit"),
+			perNs: rapid.Int64().Draw(t, label+".per"),
+			burst: rapid.Int64().Draw(t, label+".burst"),
+		},
+		cost:   rapid.Int64().Draw(t, label+".cost"),
+		refund: rapid.Bool().Draw(t, label+".refund"),
+		lease:  rapid.Int64().Draw(t, label+".lease"),
+	}
+}
+
+func batchToProto(m *checkBatch) *peerv1.CheckRequest {
+	req := &peerv1.CheckRequest{From: m.from, Id: m.id}
+	for _, c := range m.checks {
+		req.Checks = append(req.Checks, &peerv1.Check{
+			Key:    c.key,
+			Limit:  &peerv1.Limit{Algorithm: c.limit.alg, Limit: c.limit.limit, PerNs: c.limit.perNs, Burst: c.limit.burst},
+			Cost:   c.cost,
+			Refund: c.refund,
+			Lease:  c.lease,
+		})
+	}
+	return req
+}
+
+func answerToProto(m *checkAnswer) *peerv1.CheckResponse {
+	resp := &peerv1.CheckResponse{Owner: m.owner, Id: m.id, Error: m.err, Drain: m.drain}
+	for _, d := range m.decisions {
+		resp.Decisions = append(resp.Decisions, &peerv1.Decision{
+			Allowed: d.allowed, Remaining: d.remaining, RetryAfterMs: d.retryAfterMs, ResetAfterMs: d.resetAfterMs,
+			DelayMs: d.delayMs, LeaseGranted: d.leaseGranted, LeaseTtlMs: d.leaseTTLMs,
+		})
+	}
+	return resp
+}
+
+// The hand-written encoding writes exactly the bytes proto.Marshal writes
+// for the same CheckRequest and CheckResponse, and reads them back, for
+// any values (negative numbers, empty and non-ASCII keys, empty batches).
+func TestWireMatchesProto(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := checkBatch{from: rapid.StringN(0, 12, -1).Draw(t, "from"), id: rapid.Uint64().Draw(t, "id")}
+		for i := range rapid.IntRange(0, 6).Draw(t, "checks") {
+			m.checks = append(m.checks, genWireCheck(t, fmt.Sprint("c", i)))
+		}
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(batchToProto(&m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := m.appendTo(nil)
+		if !bytes.Equal(got, want) || m.size() != len(want) {
+			t.Fatalf("request encodes as %x (size %d), proto.Marshal as %x", got, m.size(), want)
+		}
+		var back checkBatch
+		if err := back.parse(bytes.Clone(want)); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(batchToProto(&back), batchToProto(&m)) {
+			t.Fatalf("request read back as %+v, want %+v", back, m)
+		}
+
+		a := checkAnswer{
+			owner: rapid.StringN(0, 12, -1).Draw(t, "owner"),
+			id:    rapid.Uint64().Draw(t, "aid"),
+			err:   rapid.StringN(0, 20, -1).Draw(t, "err"),
+			drain: rapid.Bool().Draw(t, "drain"),
+		}
+		for i := range rapid.IntRange(0, 6).Draw(t, "decisions") {
+			l := fmt.Sprint("d", i)
+			a.decisions = append(a.decisions, wireDecision{
+				allowed: rapid.Bool().Draw(t, l+".allowed"), remaining: rapid.Int64().Draw(t, l+".remaining"),
+				retryAfterMs: rapid.Int64().Draw(t, l+".retry"), resetAfterMs: rapid.Int64().Draw(t, l+".reset"),
+				delayMs: rapid.Int64().Draw(t, l+".delay"), leaseGranted: rapid.Int64().Draw(t, l+".lease"),
+				leaseTTLMs: rapid.Int64().Draw(t, l+".ttl"),
+			})
+		}
+		want, err = proto.MarshalOptions{Deterministic: true}.Marshal(answerToProto(&a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.appendTo(nil); !bytes.Equal(got, want) || a.size() != len(want) {
+			t.Fatalf("answer encodes as %x (size %d), proto.Marshal as %x", got, a.size(), want)
+		}
+		var aback checkAnswer
+		if err := aback.parse(bytes.Clone(want)); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(answerToProto(&aback), answerToProto(&a)) {
+			t.Fatalf("answer read back as %+v, want %+v", aback, a)
+		}
+	})
+}
+
+// Truncated or corrupt messages are refused with an error, never a panic,
+// and the codec hands anything that is not a peer message to protobuf.
+func TestWireRefusesMalformed(t *testing.T) {
+	m := checkBatch{from: "node-1", id: 9, checks: []wireCheck{{key: "k", limit: toWireLimit(new(hourly(10))), cost: 1}}}
+	full := m.appendTo(nil)
+	for n := 1; n < len(full); n++ {
+		var back checkBatch
+		_ = back.parse(bytes.Clone(full[:n])) // a cut between fields is a shorter valid message
+	}
+	for _, bad := range [][]byte{
+		{0x12, 0x05, 0x0a},       // checks: length 5, 1 byte present
+		{0x18},                   // id: tag with no varint
+		{0x0b},                   // wire type 3 (start group): refused
+		{0x12, 0x02, 0x12, 0x7f}, // a check whose limit overruns it
+	} {
+		var back checkBatch
+		if err := back.parse(bytes.Clone(bad)); err == nil {
+			t.Errorf("%x parsed", bad)
+		}
+	}
+	var codec peerCodec
+	out, err := codec.Marshal(&peerv1.StatsRequest{})
+	if err != nil || out.Len() != 0 {
+		t.Fatalf("a protobuf message through the codec: %v, %d bytes", err, out.Len())
+	}
+	var resp peerv1.CheckResponse
+	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer((&checkAnswer{owner: "B", id: 3}).appendTo(nil))}, &resp); err != nil || resp.GetOwner() != "B" || resp.GetId() != 3 {
+		t.Fatalf("protobuf read of a hand-written answer: %v, %v", err, &resp)
+	}
+}
+
+func FuzzWireParse(f *testing.F) {
+	f.Add((&checkBatch{from: "a", id: 1, checks: []wireCheck{{key: "k", cost: 1}}}).appendTo(nil))
+	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{allowed: true, remaining: -1}}}).appendTo(nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m checkBatch
+		if m.parse(bytes.Clone(b)) == nil {
+			var p peerv1.CheckRequest
+			if err := proto.Unmarshal(b, &p); err == nil && !proto.Equal(batchToProto(&m), withLimits(dropUnknown(&p))) {
+				t.Fatalf("hand-written read %+v, protobuf %v", m, &p)
+			}
+		}
+		var a checkAnswer
+		_ = a.parse(bytes.Clone(b))
+	})
+}
+
+// dropUnknown clears the unknown fields of m and of the messages in it,
+// which the hand-written reader skips.
+func dropUnknown(m proto.Message) proto.Message {
+	var drop func(protoreflect.Message)
+	drop = func(m protoreflect.Message) {
+		m.SetUnknown(nil)
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.Message() == nil:
+			case fd.IsList():
+				for i := range v.List().Len() {
+					drop(v.List().Get(i).Message())
+				}
+			default:
+				drop(v.Message())
+			}
+			return true
+		})
+	}
+	drop(m.ProtoReflect())
+	return m
+}
+
+// withLimits gives every check of req without a limit an empty one, as the
+// hand-written reader does (a missing limit reads as zeros, and is refused
+// by validation, not by the reader).
+func withLimits(m proto.Message) proto.Message {
+	for _, c := range m.(*peerv1.CheckRequest).GetChecks() {
+		if c.Limit == nil {
+			c.Limit = &peerv1.Limit{}
+		}
+	}
+	return m
+}
+
+// The owner's side of a forwarded batch (decode, decide on the store,
+// encode the answer) allocates nothing per check: a batch of 64 checks on
+// keys the store holds costs exactly what a batch of 1 does, and deciding
+// costs nothing at all.
+func TestOwnerPathAllocations(t *testing.T) {
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 12, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock()
+	r, err := New(Config{Self: "A", Store: store, Clock: clock, Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	r.SetMembers([]Member{{Name: "A", Addr: "127.0.0.1:1"}, {Name: "B", Addr: "127.0.0.1:2"}})
+	clock.Advance(time.Minute) // past the grace period: nothing to fetch
+	limit := toWireLimit(new(bucket.MustLimit(bucket.TokenBucket, 1_000_000_000, 1e9, 0)))
+	encoded := func(n int) []byte {
+		m := checkBatch{from: "B", id: 1}
+		for i := range n {
+			m.checks = append(m.checks, wireCheck{key: fmt.Sprint("key-", i), limit: limit, cost: 1})
+		}
+		return m.appendTo(nil)
+	}
+	ctx := context.Background()
+	var codec peerCodec
+	pb := new(peerBatch)
+	roundTrip := func(msg []byte) func() {
+		in := mem.BufferSlice{mem.SliceBuffer(msg)}
+		return func() {
+			if err := codec.Unmarshal(in, &pb.in); err != nil {
+				t.Fatal(err)
+			}
+			r.decide(ctx, pb)
+			out, err := codec.Marshal(&pb.out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.Free()
+		}
+	}
+	one, many := roundTrip(encoded(1)), roundTrip(encoded(64))
+	many() // the keys now exist; the pooled slices have grown
+	if len(pb.out.decisions) != 64 || !pb.out.decisions[63].allowed || pb.out.err != "" {
+		t.Fatalf("answer %+v", pb.out)
+	}
+	// Below gRPC's pooling threshold (small batches) the codec's buffer is
+	// allocated; above it, it comes from gRPC's pool. Either way the cost is
+	// per message, not per check.
+	a1, a64 := testing.AllocsPerRun(200, one), testing.AllocsPerRun(200, many)
+	if a64 > a1 || a1 > 4 {
+		t.Fatalf("a batch of 64 checks: %v allocations, a batch of 1: %v; want at most 4, and no more for 64", a64, a1)
+	}
+	if a := testing.AllocsPerRun(200, func() { r.decide(ctx, pb) }); a != 0 {
+		t.Fatalf("deciding a batch of 64: %v allocations, want 0", a)
+	}
+	t.Logf("allocations per batch (codec in and out, decide): %v for 1 check, %v for 64", a1, a64)
+}
