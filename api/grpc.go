@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -27,12 +28,13 @@ type grpcServer struct {
 }
 
 func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	var p plan
-	if err := g.api.planFromProto(req, &p); err != nil {
+	p := getPlan()
+	defer p.release()
+	if err := g.api.planFromProto(req, p); err != nil {
 		g.api.m.invalid.WithLabelValues("grpc").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	answers, err := g.api.decide(ctx, "grpc", &p)
+	answers, err := g.api.decide(ctx, "grpc", p)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -66,51 +68,54 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
 	if n > MaxBatch {
 		return fmt.Errorf("checks: at most %d per call, got %d", MaxBatch, n)
 	}
-	p.checks = make([]forward.Check, 0, n)
-	p.units = make([]unit, 0, n)
+	p.checks = slices.Grow(p.checks, n)
+	p.units = slices.Grow(p.units, n)
 	for i, c := range req.GetChecks() {
-		field := fmt.Sprintf("checks[%d]", i)
+		// Field names are built only for an error: the path of a valid
+		// check costs no formatting.
 		if pr := c.GetRequest(); pr != nil {
 			if c.GetKey() != "" || c.GetLimit() != nil {
-				return fmt.Errorf("%s: give either key and limit, or request, not both", field)
+				return fmt.Errorf("checks[%d]: give either key and limit, or request, not both", i)
 			}
 			var cost int64
 			if c.Cost != nil {
 				if cost = *c.Cost; cost < 1 {
-					return fmt.Errorf("%s.cost: must be at least 1, got %d", field, cost)
+					return fmt.Errorf("checks[%d].cost: must be at least 1, got %d", i, cost)
 				}
 			}
-			if err := a.addPolicy(p, field+".request.", policy.Request{Policy: pr.GetPolicy(), APIKey: pr.GetApiKey(),
+			if err := a.addPolicy(p, "request.", policy.Request{Policy: pr.GetPolicy(), APIKey: pr.GetApiKey(),
 				User: pr.GetUser(), IP: pr.GetIp(), Route: pr.GetRoute(), Tier: pr.GetTier(), Cost: cost}); err != nil {
-				return err
+				return fmt.Errorf("checks[%d].%w", i, err)
 			}
 			continue
 		}
-		fc, err := checkFromProto(field, c)
+		fc, err := checkFromProto(c)
 		if err != nil {
-			return err
+			return fmt.Errorf("checks[%d].%w", i, err)
 		}
 		p.addInline(fc)
 	}
 	return nil
 }
 
-func checkFromProto(field string, c *pb.Check) (forward.Check, error) {
-	if err := validateKey(field+".key", c.GetKey()); err != nil {
+// checkFromProto validates an inline check; its errors name fields from
+// within the check ("key: …").
+func checkFromProto(c *pb.Check) (forward.Check, error) {
+	if err := validateKey("key", c.GetKey()); err != nil {
 		return forward.Check{}, err
 	}
 	pl := c.GetLimit()
 	if pl == nil {
-		return forward.Check{}, fmt.Errorf("%s.limit: required (or a policy request)", field)
+		return forward.Check{}, errors.New("limit: required (or a policy request)")
 	}
 	if maxMs := int64(bucket.MaxPer / time.Millisecond); pl.GetPerMs() <= 0 || pl.GetPerMs() > maxMs {
-		return forward.Check{}, fmt.Errorf("%s.limit.per_ms: must be between 1 and %d, got %d", field, maxMs, pl.GetPerMs())
+		return forward.Check{}, fmt.Errorf("limit.per_ms: must be between 1 and %d, got %d", maxMs, pl.GetPerMs())
 	}
 	alg := pl.GetAlgorithm()
 	if _, ok := pb.Algorithm_name[int32(alg)]; !ok {
-		return forward.Check{}, fmt.Errorf("%s.limit.algorithm: unknown value %d", field, alg)
+		return forward.Check{}, fmt.Errorf("limit.algorithm: unknown value %d", alg)
 	}
-	l, err := limitFromParts(field+".limit", algorithmName(alg), pl.GetLimit(), time.Duration(pl.GetPerMs())*time.Millisecond, pl.GetBurst())
+	l, err := limitFromParts("limit", algorithmName(alg), pl.GetLimit(), time.Duration(pl.GetPerMs())*time.Millisecond, pl.GetBurst())
 	if err != nil {
 		return forward.Check{}, err
 	}
@@ -118,14 +123,14 @@ func checkFromProto(field string, c *pb.Check) (forward.Check, error) {
 	if c.Cost != nil {
 		cost = *c.Cost
 	}
-	if err := validateCost(field+".cost", &l, cost); err != nil {
+	if err := validateCost("cost", &l, cost); err != nil {
 		return forward.Check{}, err
 	}
 	if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
-		return forward.Check{}, fmt.Errorf("%s.limit.failure_mode: unknown value %d", field, pl.GetFailureMode())
+		return forward.Check{}, fmt.Errorf("limit.failure_mode: unknown value %d", pl.GetFailureMode())
 	}
 	if pl.GetLease() && l.Algorithm() != bucket.TokenBucket {
-		return forward.Check{}, fmt.Errorf("%s.limit.lease: only a token_bucket can be leased, not %v", field, l.Algorithm())
+		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
 	}
 	return forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: forward.FailureMode(pl.GetFailureMode()), Lease: pl.GetLease()}, nil
 }

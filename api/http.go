@@ -137,14 +137,15 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 }
 
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
-	var p plan
-	err := a.decodeCheck(w, r, &p)
+	p := getPlan()
+	defer p.release()
+	err := a.decodeCheck(w, r, p)
 	if err != nil {
 		a.m.invalid.WithLabelValues("http").Inc()
 		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
 		return
 	}
-	answers, err := a.decide(r.Context(), "http", &p)
+	answers, err := a.decide(r.Context(), "http", p)
 	if err != nil {
 		a.writeCheckError(w, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -55,10 +56,28 @@ type answer struct {
 	layers      []policy.Check
 }
 
-// plan accumulates the forward checks of a batch of public checks.
+// plan accumulates the forward checks of a batch of public checks, and
+// holds their results. Plans are pooled: a handler takes one with getPlan
+// and gives it back with release once it has written its answer.
 type plan struct {
-	units  []unit
-	checks []forward.Check
+	units   []unit
+	checks  []forward.Check
+	out     []forward.Result
+	answers []answer
+}
+
+var planPool = sync.Pool{New: func() any { return new(plan) }}
+
+func getPlan() *plan { return planPool.Get().(*plan) }
+
+// release empties p (dropping what it refers to) and returns it to the pool.
+func (p *plan) release() {
+	clear(p.units)
+	clear(p.checks)
+	clear(p.out)
+	clear(p.answers)
+	p.units, p.checks, p.out, p.answers = p.units[:0], p.checks[:0], p.out[:0], p.answers[:0]
+	planPool.Put(p)
 }
 
 func (p *plan) addInline(c forward.Check) {
@@ -94,11 +113,13 @@ func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
 // decide runs a plan and combines each unit's decisions. Layers that
 // admitted a request another layer rejected are refunded.
 func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, error) {
-	out := make([]forward.Result, len(p.checks))
+	p.out = slices.Grow(p.out[:0], len(p.checks))[:len(p.checks)]
+	out := p.out
 	if err := a.check(ctx, surface, p.checks, out); err != nil {
 		return nil, err
 	}
-	answers := make([]answer, len(p.units))
+	p.answers = slices.Grow(p.answers[:0], len(p.units))[:len(p.units)]
+	answers := p.answers
 	var refunds []forward.Check
 	for i, u := range p.units {
 		if u.layers == nil {
