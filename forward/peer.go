@@ -18,6 +18,18 @@ import (
 
 var errPeerClosed = errors.New("peer connection closed")
 
+// StreamWindow and ConnWindow are the HTTP/2 flow-control windows of the
+// connections between nodes, per stream and per connection, in bytes. Fixed
+// windows turn off grpc-go's bandwidth-delay estimation, which sends a ping
+// (and gets an ack) on every round trip of a busy connection: frames that
+// cost about 6% of the machine's CPU per check with one unary call per check
+// on 3 nodes. A node serves its public gRPC API with the same windows. They
+// are far above the largest batch (512 checks, about 40 KB).
+const (
+	StreamWindow = 1 << 20
+	ConnWindow   = 2 << 20
+)
+
 // peer is the connection to one other node and the batcher in front of it.
 // A single loop goroutine takes a slot (MaxInFlight), then gathers every
 // call waiting in the queue, up to MaxBatch checks, into one batch, which it
@@ -51,7 +63,10 @@ type call struct {
 }
 
 func newPeer(r *Router, name, addr string) (*peer, error) {
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, r.cfg.DialOptions...)
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow),
+	}, r.cfg.DialOptions...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

@@ -175,14 +175,16 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
-		fresh:      map[net.Conn]struct{}{},
-		grpcServer: grpc.NewServer(grpc.NumStreamWorkers(streamWorkers)),
-		store:      store,
-		router:     router,
-		cluster:    cl,
-		policy:     pol,
-		audit:      audit,
-		served:     make(chan error, 2),
+		fresh: map[net.Conn]struct{}{},
+		grpcServer: grpc.NewServer(grpc.NumStreamWorkers(streamWorkers),
+			// Fixed flow-control windows: no BDP pings on every connection.
+			grpc.StaticStreamWindowSize(forward.StreamWindow), grpc.StaticConnWindowSize(forward.ConnWindow)),
+		store:   store,
+		router:  router,
+		cluster: cl,
+		policy:  pol,
+		audit:   audit,
+		served:  make(chan error, 2),
 	}
 	bgCtx, stopBg := context.WithCancel(context.Background())
 	n.stopBg = stopBg
