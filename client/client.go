@@ -129,7 +129,12 @@ func New(cfg Config) (*Client, error) {
 	for i, addr := range cfg.Targets {
 		c.byAddr[addr] = i
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Fixed flow-control windows, as between nodes: grpc-go's
+		// bandwidth-delay estimation would ping on every round trip.
+		grpc.WithStaticStreamWindowSize(1 << 20), grpc.WithStaticConnWindowSize(2 << 20),
+	}, cfg.DialOptions...)
 	for _, addr := range cfg.Targets {
 		conn, err := grpc.NewClient(addr, opts...)
 		if err != nil {
