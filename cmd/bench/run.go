@@ -71,7 +71,7 @@ type result struct {
 	ServerChecks      *float64 `json:"server_checks"`      // ringlimit_checks_total
 	ForwardChecks     *float64 `json:"forward_checks"`     // ringlimit_forward_checks_total
 	ForwardRPCs       *float64 `json:"forward_rpcs"`       // ringlimit_forward_rpcs_total
-	BatchingFactor    *float64 `json:"batching_factor"`    // forward checks per peer RPC
+	BatchingFactor    *float64 `json:"batching_factor"`    // forwarded checks per batch sent to an owner
 	ForwardedFraction *float64 `json:"forwarded_fraction"` // forward checks / checks
 	ServerGCs         *float64 `json:"server_gcs"`         // go_gc_duration_seconds_count
 
@@ -388,7 +388,7 @@ func (r *result) writeSummary(w io.Writer) error {
 		if r.ForwardedFraction != nil {
 			ff = fmt.Sprintf("%.1f%%", 100**r.ForwardedFraction)
 		}
-		fmt.Fprintf(&b, "  forwarding   %s checks forwarded in %s peer RPCs: batching factor %s checks/RPC, forwarded %s of %s checks the nodes counted\n",
+		fmt.Fprintf(&b, "  forwarding   %s checks forwarded in %s batches: batching factor %s checks/batch, forwarded %s of %s checks the nodes counted\n",
 			commas(int64(*r.ForwardChecks)), commas(int64(*r.ForwardRPCs)), bf, ff, commas(int64(*r.ServerChecks)))
 		if r.ServerGCs != nil {
 			fmt.Fprintf(&b, "  server GC    %s collections in the window, all nodes\n", commas(int64(*r.ServerGCs)))
