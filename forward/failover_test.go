@@ -308,3 +308,64 @@ func TestCancelledCallerReturnsPromptly(t *testing.T) {
 		}
 	}
 }
+
+// A stopping node asks its peers to end their Check streams to it
+// (DrainPeers), so that a graceful stop of its gRPC server returns instead
+// of waiting for streams that would otherwise stay open for good. After it,
+// the peer's checks on the node's keys go to their failure mode.
+func TestDrainEndsPeerStreams(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B")
+	formCluster(clock, nodes...)
+	a, b := nodes[0], nodes[1]
+	key := keysOwnedBy(t, a.r, "B", "drain", 1)[0]
+	if r := check1(t, a.r, key, hourly(10), 1); !r.Allowed || r.Owner != "B" || r.Remaining != 9 {
+		t.Fatalf("first check through A: %+v, want allowed by B with 9 left", r)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		b.srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("GracefulStop returned while A's Check stream to B was open and not drained")
+	case <-time.After(300 * time.Millisecond):
+	}
+	start := time.Now()
+	b.r.DrainPeers()
+	select {
+	case <-stopped:
+		t.Logf("GracefulStop returned %v after DrainPeers", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("GracefulStop still waiting 5s after DrainPeers")
+	}
+	out, el := timedCheck(t, a.r, Check{Key: key, Limit: hourly(10), Cost: 1, Mode: FailClosed})
+	if r := out[0]; r.Allowed || !r.Degraded || el > time.Second {
+		t.Fatalf("check through A after B stopped: %+v after %v, want a prompt fail-closed rejection", r, el)
+	}
+}
+
+// An owner that takes batches on its Check stream and never answers them:
+// each batch fails to its failure mode once it has waited PeerTimeout (the
+// stream breaks, and the next batch opens a new one, held again).
+func TestOwnerHoldsBatches(t *testing.T) {
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, func(c *Config) { c.PeerTimeout = failTimeout })
+	slow := &slowServer{held: make(chan struct{}, 16)}
+	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(slow.interceptStream))
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "held", 2)
+	for i, key := range keys {
+		out, el := timedCheck(t, a.r, Check{Key: key, Limit: hourly(10), Cost: 1, Mode: FailClosed})
+		if r := out[0]; r.Allowed || !r.Degraded || r.Owner != "A" {
+			t.Fatalf("check %d on a held batch: %+v, want a fail-closed rejection by A", i, r)
+		}
+		if el < failTimeout || el > failTimeout+time.Second {
+			t.Fatalf("check %d degraded after %v, want PeerTimeout (%v) and not much more", i, el, failTimeout)
+		}
+	}
+	if n := len(slow.held); n != 2 {
+		t.Fatalf("B held %d streams, want 2 (one per check: the first broke at its deadline)", n)
+	}
+}
