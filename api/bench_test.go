@@ -139,3 +139,46 @@ func BenchmarkHTTPHandler(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGRPCHandler is the server's share of one gRPC check without the
+// network: the handler alone, on a request already decoded, as
+// BenchmarkHTTPHandler is for HTTP (plan, check on the local store, answer).
+func BenchmarkGRPCHandler(b *testing.B) {
+	e := newTestEnv(b, nil)
+	g := &grpcServer{api: e.api}
+	reqs := make([]*pb.CheckRequest, benchKeys)
+	for i := range reqs {
+		reqs[i] = batch(pbCheck(fmt.Sprintf("bench:%d", i), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0))
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		resp, err := g.Check(ctx, reqs[i%benchKeys])
+		if err != nil || !resp.GetDecisions()[0].GetAllowed() {
+			b.Fatalf("check %d: %v, %v", i, resp, err)
+		}
+	}
+}
+
+// BenchmarkGRPCHandlerBatch is BenchmarkGRPCHandler with 16 checks per
+// request: the handler's allocations are per request, not per check.
+func BenchmarkGRPCHandlerBatch(b *testing.B) {
+	e := newTestEnv(b, nil)
+	g := &grpcServer{api: e.api}
+	reqs := make([]*pb.CheckRequest, benchKeys/16)
+	for i := range reqs {
+		var checks []*pb.Check
+		for j := range 16 {
+			checks = append(checks, pbCheck(fmt.Sprintf("bench:%d", i*16+j), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0))
+		}
+		reqs[i] = batch(checks...)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		resp, err := g.Check(ctx, reqs[i%len(reqs)])
+		if err != nil || len(resp.GetDecisions()) != 16 || !resp.GetDecisions()[15].GetAllowed() {
+			b.Fatalf("check %d: %v, %v", i, resp, err)
+		}
+	}
+}

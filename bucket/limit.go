@@ -191,7 +191,7 @@ func (l *Limit) CheckCost(cost int64) error {
 		return fmt.Errorf("%w: cost must be at least 1, got %d", ErrCost, cost)
 	}
 	if cost > l.burst {
-		return fmt.Errorf("%w: cost %d exceeds the capacity %d of %v", ErrCost, cost, l.burst, l)
+		return fmt.Errorf("%w: cost %d exceeds the capacity %d of %s", ErrCost, cost, l.burst, l.String())
 	}
 	return nil
 }
