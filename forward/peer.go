@@ -232,7 +232,7 @@ func (p *peer) drain() {
 	}
 }
 
-// batch is the calls one request on the stream carries. It holds a slot
+// batch is the calls one message on the stream carries. It holds a slot
 // until it is answered or fails.
 type batch struct {
 	calls []*call
@@ -287,7 +287,9 @@ func (p *peer) send(b *batch) {
 	err := s.cs.SendMsg(m)
 	s.sendMu.Unlock()
 	if err != nil {
-		s.cancel(err) // the receiver fails b with the stream's status
+		// The stream is done: its status comes out of RecvMsg, which the
+		// cancel makes sure returns; the receiver fails b with it.
+		s.cancel(nil)
 	}
 }
 
