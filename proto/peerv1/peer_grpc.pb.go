@@ -35,10 +35,12 @@ const (
 type PeerClient interface {
 	// Check decides batches of checks on the receiver's own store, each batch
 	// in order, whatever the receiver's ring says (hop limit 1: never
-	// forwarded again). One stream per pair of nodes carries every batch;
-	// each response names the batch it answers by id, and responses may
-	// come out of order (a batch that must wait for a previous owner's state
-	// does not hold up the others).
+	// forwarded again). A node keeps one stream open to each other node and
+	// sends it every batch for that node; each response names the batch it
+	// answers by id, and responses may come out of order (a batch that must
+	// wait for a previous owner's state does not hold up the others). Nodes
+	// open it with content-subtype "ringlimit-peer", whose codec writes the
+	// same bytes as protobuf (forward/wire.go).
 	Check(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckRequest, CheckResponse], error)
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
@@ -120,10 +122,12 @@ func (c *peerClient) Notify(ctx context.Context, in *NotifyRequest, opts ...grpc
 type PeerServer interface {
 	// Check decides batches of checks on the receiver's own store, each batch
 	// in order, whatever the receiver's ring says (hop limit 1: never
-	// forwarded again). One stream per pair of nodes carries every batch;
-	// each response names the batch it answers by id, and responses may
-	// come out of order (a batch that must wait for a previous owner's state
-	// does not hold up the others).
+	// forwarded again). A node keeps one stream open to each other node and
+	// sends it every batch for that node; each response names the batch it
+	// answers by id, and responses may come out of order (a batch that must
+	// wait for a previous owner's state does not hold up the others). Nodes
+	// open it with content-subtype "ringlimit-peer", whose codec writes the
+	// same bytes as protobuf (forward/wire.go).
 	Check(grpc.BidiStreamingServer[CheckRequest, CheckResponse]) error
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
