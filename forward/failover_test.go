@@ -369,3 +369,76 @@ func TestOwnerHoldsBatches(t *testing.T) {
 		t.Fatalf("B held %d streams, want 2 (one per check: the first broke at its deadline)", n)
 	}
 }
+
+// Checks through a node whose owner is draining (stopping, still serving)
+// never wait past their deadline: each batch is either answered by the
+// owner or, when the owner ends the new stream before the batch is on it,
+// fails to its failure mode at once. Before the fix, a batch that lost that
+// race was on no stream at all, and its checks (and every later check to
+// that owner) waited for their callers' deadlines. The race is lost on
+// purpose in the second half: the batch waits 50 ms after the stream opens.
+func TestChecksWhileOwnerDrains(t *testing.T) {
+	clock := newFakeClock()
+	nodes := startNodes(t, clock, nil, "A", "B")
+	formCluster(clock, nodes...)
+	a, b := nodes[0], nodes[1]
+	keys := keysOwnedBy(t, a.r, "B", "draining", 20)
+	b.r.DrainPeers() // B keeps serving, and drains every stream opened to it
+	t.Cleanup(func() { testHookOpened = nil })
+	answered, failed := 0, 0
+	for i, key := range keys {
+		if i == len(keys)/2 {
+			testHookOpened = func() { time.Sleep(50 * time.Millisecond) }
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var out [1]Result
+		err := a.r.Check(ctx, []Check{{Key: key, Limit: hourly(10), Cost: 1, Mode: FailClosed}}, out[:])
+		cancel()
+		switch r := out[0]; {
+		case err != nil:
+			t.Fatalf("check %d: %v (it waited for its deadline)", i, err)
+		case r.Owner == "B" && r.Allowed && r.Remaining == 9:
+			answered++
+		case r.Degraded && !r.Allowed:
+			failed++
+		default:
+			t.Fatalf("check %d: %+v", i, r)
+		}
+	}
+	if failed < len(keys)/2 {
+		t.Fatalf("%d checks failed closed, want at least the %d whose stream drained first", failed, len(keys)/2)
+	}
+	t.Logf("%d checks answered by the draining owner, %d failed closed", answered, failed)
+}
+
+// An owner that drains a stream and then never answers the batch in flight
+// on it: the batch keeps its deadline, and fails once it has waited
+// PeerTimeout.
+func TestDrainedStreamKeepsDeadline(t *testing.T) {
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, func(c *Config) { c.PeerTimeout = failTimeout })
+	hold := func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+		var req peerv1.CheckRequest
+		if err := ss.RecvMsg(&req); err != nil {
+			return err
+		}
+		if err := ss.SendMsg(&checkAnswer{owner: "B", drain: true}); err != nil {
+			return err
+		}
+		<-ss.Context().Done()
+		return ss.Context().Err()
+	}
+	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(hold))
+	formCluster(clock, a, b)
+	for i, key := range keysOwnedBy(t, a.r, "B", "drained", 2) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var out [1]Result
+		start := time.Now()
+		err := a.r.Check(ctx, []Check{{Key: key, Limit: hourly(10), Cost: 1, Mode: FailClosed}}, out[:])
+		el := time.Since(start)
+		cancel()
+		if r := out[0]; err != nil || r.Allowed || !r.Degraded || el < failTimeout || el > failTimeout+time.Second {
+			t.Fatalf("check %d: %+v, err %v after %v, want a fail-closed rejection after PeerTimeout (%v)", i, r, err, el, failTimeout)
+		}
+	}
+}

@@ -280,7 +280,15 @@ func (p *peer) send(b *batch) {
 			return
 		}
 		p.st = s
-		s.add(m.id, b)
+		if testHookOpened != nil {
+			testHookOpened()
+		}
+		if !s.add(m.id, b) {
+			// Broken already: the peer drained it at once (it is
+			// stopping) or it failed. b was not sent; it fails now.
+			p.finish(b, nil, fmt.Errorf("peer %s ended a new stream before its first batch", p.name))
+			return
+		}
 	}
 	// SendMsg encodes m before it returns: the next batch may reuse it.
 	s.sendMu.Lock()
@@ -292,6 +300,10 @@ func (p *peer) send(b *batch) {
 		s.cancel(nil)
 	}
 }
+
+// testHookOpened, when set by a test, runs after a new stream is open and
+// before the first batch is added to it.
+var testHookOpened func()
 
 // open starts a Check stream and its receiver. Opening waits for a
 // connection at most PeerTimeout.
@@ -342,7 +354,9 @@ func (s *stream) add(id uint64, b *batch) bool {
 // its answer; otherwise it sets the watch for when that batch would be.
 func (s *stream) overdue() {
 	s.mu.Lock()
-	if s.broken || len(s.inflight) == 0 {
+	// A draining stream is broken but still has batches to answer: they
+	// keep their deadline. A failed one has none left (inflight is nil).
+	if len(s.inflight) == 0 {
 		s.armed = false
 		s.mu.Unlock()
 		return
