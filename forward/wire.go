@@ -260,33 +260,42 @@ func (m *checkAnswer) appendTo(b []byte) []byte {
 
 var errWire = errors.New("forward: malformed peer message")
 
-// field reads one field of b: its tag (number<<3 | wire type: 0 for a
-// varint, 2 for bytes), and either its varint value or its bytes. A field whose
-// number is known but whose wire type is not the expected one matches none
-// of the tags below and is skipped, as protobuf skips unknown fields. Groups
-// are refused (the peer protocol has none).
-func field(b []byte) (tag uint64, v uint64, val []byte, rest []byte, err error) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 {
-		return 0, 0, nil, nil, errWire
+// fields calls fn with each field of b in turn: its tag (number<<3 | wire
+// type: 0 for a varint, 2 for bytes), and either its varint value or its
+// bytes. A field whose number is known but whose wire type is not the
+// expected one matches none of the tags the parsers below switch on and is
+// skipped, as protobuf skips unknown fields. Groups are refused (the peer
+// protocol has none).
+func fields(b []byte, fn func(tag, v uint64, val []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return errWire
+		}
+		b = b[n:]
+		var v uint64
+		var val []byte
+		switch typ {
+		case protowire.VarintType:
+			v, n = protowire.ConsumeVarint(b)
+		case protowire.BytesType:
+			val, n = protowire.ConsumeBytes(b)
+		case protowire.Fixed32Type:
+			_, n = protowire.ConsumeFixed32(b)
+		case protowire.Fixed64Type:
+			_, n = protowire.ConsumeFixed64(b)
+		default:
+			n = -1
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: field %d", errWire, num)
+		}
+		b = b[n:]
+		if err := fn(uint64(num)<<3|uint64(typ), v, val); err != nil {
+			return err
+		}
 	}
-	b = b[n:]
-	switch typ {
-	case protowire.VarintType:
-		v, n = protowire.ConsumeVarint(b)
-	case protowire.BytesType:
-		val, n = protowire.ConsumeBytes(b)
-	case protowire.Fixed32Type:
-		_, n = protowire.ConsumeFixed32(b)
-	case protowire.Fixed64Type:
-		_, n = protowire.ConsumeFixed64(b)
-	default:
-		n = -1
-	}
-	if n < 0 {
-		return 0, 0, nil, nil, fmt.Errorf("%w: field %d", errWire, num)
-	}
-	return uint64(num)<<3 | uint64(typ), v, val, b[n:], nil
+	return nil
 }
 
 // str views b as a string without copying: it lives as long as b's array.
@@ -307,11 +316,7 @@ func grow(b []byte, n int) []byte {
 // parse merges b into l, as protobuf merges a message field that appears
 // twice.
 func (l *wireLimit) parse(b []byte) error {
-	for len(b) > 0 {
-		tag, v, _, rest, err := field(b)
-		if err != nil {
-			return err
-		}
+	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
 		case fLimitAlgorithm << 3:
 			l.alg = uint32(v)
@@ -322,18 +327,13 @@ func (l *wireLimit) parse(b []byte) error {
 		case fLimitBurst << 3:
 			l.burst = int64(v)
 		}
-		b = rest
-	}
-	return nil
+		return nil
+	})
 }
 
 func (c *wireCheck) parse(b []byte) error {
 	*c = wireCheck{}
-	for len(b) > 0 {
-		tag, v, val, rest, err := field(b)
-		if err != nil {
-			return err
-		}
+	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
 		case fCheckKey<<3 | 2:
 			c.key = str(val)
@@ -348,9 +348,8 @@ func (c *wireCheck) parse(b []byte) error {
 		case fCheckLease << 3:
 			c.lease = int64(v)
 		}
-		b = rest
-	}
-	return nil
+		return nil
+	})
 }
 
 func (m *checkBatch) buffer(n int) []byte {
@@ -360,11 +359,7 @@ func (m *checkBatch) buffer(n int) []byte {
 
 func (m *checkBatch) parse(b []byte) error {
 	m.from, m.id, m.checks = "", 0, m.checks[:0]
-	for len(b) > 0 {
-		tag, v, val, rest, err := field(b)
-		if err != nil {
-			return err
-		}
+	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
 		case fReqFrom<<3 | 2:
 			m.from = str(val)
@@ -376,18 +371,13 @@ func (m *checkBatch) parse(b []byte) error {
 				return err
 			}
 		}
-		b = rest
-	}
-	return nil
+		return nil
+	})
 }
 
 func (d *wireDecision) parse(b []byte) error {
 	*d = wireDecision{}
-	for len(b) > 0 {
-		tag, v, _, rest, err := field(b)
-		if err != nil {
-			return err
-		}
+	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
 		case fDecAllowed << 3:
 			d.allowed = v != 0
@@ -404,9 +394,8 @@ func (d *wireDecision) parse(b []byte) error {
 		case fDecLeaseTTL << 3:
 			d.leaseTTLMs = int64(v)
 		}
-		b = rest
-	}
-	return nil
+		return nil
+	})
 }
 
 func (m *checkAnswer) buffer(n int) []byte {
@@ -416,11 +405,7 @@ func (m *checkAnswer) buffer(n int) []byte {
 
 func (m *checkAnswer) parse(b []byte) error {
 	m.owner, m.id, m.err, m.drain, m.decisions = "", 0, "", false, m.decisions[:0]
-	for len(b) > 0 {
-		tag, v, val, rest, err := field(b)
-		if err != nil {
-			return err
-		}
+	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
 		case fRespOwner<<3 | 2:
 			m.owner = str(val)
@@ -436,9 +421,8 @@ func (m *checkAnswer) parse(b []byte) error {
 				return err
 			}
 		}
-		b = rest
-	}
-	return nil
+		return nil
+	})
 }
 
 // intern returns s, or name when they are equal, so that a string viewed

@@ -256,3 +256,20 @@ func TestOwnerPathAllocations(t *testing.T) {
 	}
 	t.Logf("allocations per batch (codec in and out, decide): %v for 1 check, %v for 64", a1, a64)
 }
+
+// BenchmarkWireParse reads a batch of 64 checks, as an owner does for each
+// batch it receives.
+func BenchmarkWireParse(b *testing.B) {
+	m := checkBatch{from: "node-2", id: 1}
+	for i := range 64 {
+		m.checks = append(m.checks, wireCheck{key: fmt.Sprint("bench:", i), limit: toWireLimit(new(hourly(1000))), cost: 1})
+	}
+	msg := m.appendTo(nil)
+	var back checkBatch
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := back.parse(msg); err != nil || len(back.checks) != 64 {
+			b.Fatal(err)
+		}
+	}
+}
