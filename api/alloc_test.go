@@ -7,7 +7,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
@@ -20,13 +19,6 @@ import (
 func TestGRPCHandlerAllocations(t *testing.T) {
 	e := newTestEnv(t, nil)
 	g := &grpcServer{api: e.api}
-	request := func(n int) *pb.CheckRequest {
-		var checks []*pb.Check
-		for i := range n {
-			checks = append(checks, pbCheck(fmt.Sprint("alloc:", i), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0))
-		}
-		return batch(checks...)
-	}
 	ctx := context.Background()
 	run := func(req *pb.CheckRequest) func() {
 		return func() {
@@ -36,7 +28,7 @@ func TestGRPCHandlerAllocations(t *testing.T) {
 			}
 		}
 	}
-	one, sixteen := run(request(1)), run(request(16))
+	one, sixteen := run(benchRequests(1, 1)[0]), run(benchRequests(1, 16)[0])
 	sixteen() // the keys exist, the pooled plan has grown
 	a1, a16 := testing.AllocsPerRun(500, one), testing.AllocsPerRun(500, sixteen)
 	if a1 != 3 || a16 != 3 {

@@ -79,13 +79,24 @@ func BenchmarkHTTPCheck(b *testing.B) {
 	}
 }
 
+// benchRequests returns n gRPC requests of per inline checks each, on keys
+// "bench:0", "bench:1", … in order, under a limit that admits them all.
+func benchRequests(n, per int) []*pb.CheckRequest {
+	reqs := make([]*pb.CheckRequest, n)
+	for i := range reqs {
+		checks := make([]*pb.Check, per)
+		for j := range checks {
+			checks[j] = pbCheck(fmt.Sprintf("bench:%d", i*per+j), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0)
+		}
+		reqs[i] = batch(checks...)
+	}
+	return reqs
+}
+
 func BenchmarkGRPCCheck(b *testing.B) {
 	e := newTestEnv(b, nil)
 	client := pb.NewRateLimiterClient(benchGRPCServer(b, func(s *grpc.Server) { e.api.RegisterGRPC(s) }))
-	reqs := make([]*pb.CheckRequest, benchKeys)
-	for i := range reqs {
-		reqs[i] = batch(pbCheck(fmt.Sprintf("bench:%d", i), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0))
-	}
+	reqs := benchRequests(benchKeys, 1)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -146,10 +157,7 @@ func BenchmarkHTTPHandler(b *testing.B) {
 func BenchmarkGRPCHandler(b *testing.B) {
 	e := newTestEnv(b, nil)
 	g := &grpcServer{api: e.api}
-	reqs := make([]*pb.CheckRequest, benchKeys)
-	for i := range reqs {
-		reqs[i] = batch(pbCheck(fmt.Sprintf("bench:%d", i), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0))
-	}
+	reqs := benchRequests(benchKeys, 1)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -165,14 +173,7 @@ func BenchmarkGRPCHandler(b *testing.B) {
 func BenchmarkGRPCHandlerBatch(b *testing.B) {
 	e := newTestEnv(b, nil)
 	g := &grpcServer{api: e.api}
-	reqs := make([]*pb.CheckRequest, benchKeys/16)
-	for i := range reqs {
-		var checks []*pb.Check
-		for j := range 16 {
-			checks = append(checks, pbCheck(fmt.Sprintf("bench:%d", i*16+j), nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0))
-		}
-		reqs[i] = batch(checks...)
-	}
+	reqs := benchRequests(benchKeys/16, 16)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
