@@ -282,7 +282,7 @@ func (p *peer) send(b *batch) {
 		}
 		p.st = s
 		if testHookOpened != nil {
-			testHookOpened()
+			testHookOpened(s)
 		}
 		if !s.add(m.id, b) {
 			// Broken already: the peer drained it at once (it is
@@ -304,7 +304,7 @@ func (p *peer) send(b *batch) {
 
 // testHookOpened, when set by a test, runs after a new stream is open and
 // before the first batch is added to it.
-var testHookOpened func()
+var testHookOpened func(*stream)
 
 // open starts a Check stream and its receiver. Opening waits for a
 // connection at most PeerTimeout.
