@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"sync"
@@ -51,6 +52,20 @@ func benchTake(b *testing.B, keys []string, take func(key string, now int64)) {
 	})
 }
 
+// filledStore returns a store with one admitted check of each key under lim.
+func filledStore(b *testing.B, keys []string, lim *Limit) *Store {
+	s, err := NewStore(DefaultStoreConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range keys {
+		if _, err := s.Take(k, lim, 1e15, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}
+
 // BenchmarkStoreTake is one check on an existing key, for each algorithm
 // and key-set size. Time advances by 1µs a check without reading a clock
 // (BenchmarkClock measures that on its own). The limit is high enough that
@@ -64,20 +79,26 @@ func BenchmarkStoreTake(b *testing.B) {
 				count, per = 100, time.Millisecond // keep the log short
 			}
 			lim := MustLimit(alg, count, per, 0)
-			s, err := NewStore(DefaultStoreConfig())
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, k := range keys {
-				if _, err := s.Take(k, &lim, 1e15, 1); err != nil {
-					b.Fatal(err)
-				}
-			}
+			s := filledStore(b, keys, &lim)
 			b.Run(fmt.Sprintf("keys=%d/%v", n, alg), func(b *testing.B) {
 				benchTake(b, keys, func(k string, now int64) { s.Take(k, &lim, now, 1) })
 			})
 		}
 	}
+}
+
+// BenchmarkStoreTakeShuffled is BenchmarkStoreTake's token bucket over
+// 65,536 keys visited in a random order instead of the order they were
+// inserted in: the hardware cannot prefetch the next key's memory, as it can
+// when keys are cycled in the order they were allocated. Real traffic looks
+// more like this.
+func BenchmarkStoreTakeShuffled(b *testing.B) {
+	keys := benchKeyNames(1 << 16)
+	lim := MustLimit(TokenBucket, 1_000_000, time.Second, 0)
+	s := filledStore(b, keys, &lim)
+	r := rand.New(rand.NewPCG(1, 2))
+	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	benchTake(b, keys, func(k string, now int64) { s.Take(k, &lim, now, 1) })
 }
 
 // BenchmarkBaselineXRate is the baseline in the same run: one
@@ -144,6 +165,26 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGCFullStore is one full garbage collection while a store holds
+// 1M token-bucket keys: the collector's cost of the store itself, which a
+// node pays on every GC cycle.
+func BenchmarkGCFullStore(b *testing.B) {
+	const n = 1 << 20
+	lim := MustLimit(TokenBucket, 10, time.Hour, 0)
+	s, err := NewStore(StoreConfig{MaxKeys: n, Shards: DefaultShards})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		s.Take(fmt.Sprintf("user:%d", i), &lim, 1e15, 1)
+	}
+	runtime.GC()
+	for b.Loop() {
+		runtime.GC()
+	}
+	runtime.KeepAlive(s)
 }
 
 // heapGrowth returns how many heap bytes the value built by fill keeps alive.

@@ -99,7 +99,7 @@ func (s *Store) Range(now int64, fn func(batch []Snapshot) bool) {
 			if !ok {
 				continue
 			}
-			batch = append(batch, Snapshot{Key: e.key, Limit: l, Used: l.used(&e.st, sh.logs[j], now)})
+			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: l.used(&e.st, sh.logs[j], now)})
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 && !fn(batch) {

@@ -138,14 +138,62 @@ const (
 	maxLimitsPerShard = 1024
 )
 
-// entry is one key's slot. Entries live in fixed pages and link into the
-// shard's LRU list by index, so that moving a key to the front allocates
-// nothing and the garbage collector has one pointer (the key) to scan.
+// entry is one key's slot: one 64-byte cache line. Entries live in fixed
+// pages and link into the shard's LRU list by index, so that moving a key to
+// the front allocates nothing. A key of up to inlineKey bytes is held in the
+// entry itself, so that finding it reads one line, not two, and the pages
+// hold no pointers for the garbage collector to scan; a longer key is held
+// in the shard's long map and its klen is longKey.
 type entry struct {
-	key        string
 	st         state
 	fp         uint64 // fingerprint of the limit st belongs to
 	prev, next uint32 // LRU neighbours; none at the ends
+	klen       uint8  // 0 for a free slot, longKey for a key in shard.long
+	kb         [inlineKey]byte
+}
+
+const (
+	inlineKey = 31
+	longKey   = math.MaxUint8
+)
+
+// is reports whether slot i, whose entry is e, holds key.
+func (sh *shard) is(e *entry, i uint32, key string) bool {
+	if len(key) <= inlineKey {
+		return int(e.klen) == len(key) && string(e.kb[:len(key)]) == key
+	}
+	return e.klen == longKey && sh.long[i] == key
+}
+
+// key returns the key slot i holds; "" for a free slot.
+func (sh *shard) key(i uint32) string {
+	e := sh.at(i)
+	if e.klen == longKey {
+		return sh.long[i]
+	}
+	return string(e.kb[:e.klen])
+}
+
+// hash returns the xxhash of the key slot i holds.
+func (sh *shard) hash(i uint32) uint64 {
+	e := sh.at(i)
+	if e.klen == longKey {
+		return xxhash.Sum64String(sh.long[i])
+	}
+	return xxhash.Sum64(e.kb[:e.klen])
+}
+
+// setKey stores key in the free slot i, whose entry is e.
+func (sh *shard) setKey(e *entry, i uint32, key string) {
+	if len(key) <= inlineKey {
+		e.klen = uint8(copy(e.kb[:], key))
+		return
+	}
+	e.klen = longKey
+	if sh.long == nil {
+		sh.long = make(map[uint32]string)
+	}
+	sh.long[i] = strings.Clone(key)
 }
 
 // shard is one lock's worth of keys: an index by key hash, entries in pages,
@@ -165,6 +213,7 @@ type shard struct {
 	evictions  uint64
 
 	logs   map[uint32][]int64 // sliding window log timestamps by slot
+	long   map[uint32]string  // keys longer than inlineKey, by slot
 	limits map[uint64]Limit   // limits seen, by fingerprint, for conversion
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
@@ -193,7 +242,7 @@ func (sh *shard) lookup(h uint64, key string) uint32 {
 			return none
 		}
 		if uint32(c>>32) == tag {
-			if i := uint32(c) - 1; sh.at(i).key == key {
+			if i := uint32(c) - 1; sh.is(sh.at(i), i, key) {
 				return i
 			}
 		}
@@ -285,7 +334,8 @@ func (sh *shard) insert(h uint64, key string) uint32 {
 		}
 	}
 	e := sh.at(i)
-	*e = entry{key: strings.Clone(key), prev: none, next: sh.head}
+	*e = entry{prev: none, next: sh.head}
+	sh.setKey(e, i, key)
 	if sh.head != none {
 		sh.at(sh.head).prev = i
 	}
@@ -301,11 +351,13 @@ func (sh *shard) insert(h uint64, key string) uint32 {
 // remove unlinks slot i and drops it from the indexes; the slot's contents
 // stay until it is reused.
 func (sh *shard) remove(i uint32) {
-	e := sh.at(i)
 	sh.unlink(i)
-	sh.idx.remove(uint32(xxhash.Sum64String(e.key)), i)
+	sh.idx.remove(uint32(sh.hash(i)), i)
 	delete(sh.logs, i)
-	e.key = ""
+	if e := sh.at(i); e.klen == longKey {
+		delete(sh.long, i)
+	}
+	sh.at(i).klen = 0
 	sh.n--
 }
 

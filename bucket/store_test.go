@@ -3,10 +3,12 @@ package bucket
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -93,13 +95,13 @@ func TestStoreLRUEviction(t *testing.T) {
 	}
 }
 
-// collidingKeys finds two keys whose hashes share the low 32 bits, the tag
-// the index stores.
-func collidingKeys(t *testing.T) (string, string) {
+// collidingKeys finds two keys starting with prefix whose hashes share the
+// low 32 bits, the tag the index stores.
+func collidingKeys(t *testing.T, prefix string) (string, string) {
 	t.Helper()
 	seen := map[uint32]string{}
 	for i := range 1 << 20 {
-		k := "k" + strconv.Itoa(i)
+		k := prefix + strconv.Itoa(i)
 		tag := uint32(xxhash.Sum64String(k))
 		if other, ok := seen[tag]; ok {
 			return other, k
@@ -113,7 +115,14 @@ func collidingKeys(t *testing.T) (string, string) {
 func TestStoreHashCollision(t *testing.T) {
 	// Two keys with the same tag share nothing: both live in the index,
 	// told apart by their keys, and evicting one leaves the other found.
-	x, y := collidingKeys(t)
+	// Short keys are compared in the entry, long ones in the long map.
+	for _, prefix := range []string{"k", strings.Repeat("k", inlineKey)} {
+		t.Run(fmt.Sprintf("len%d", len(prefix)), func(t *testing.T) { testHashCollision(t, prefix) })
+	}
+}
+
+func testHashCollision(t *testing.T, prefix string) {
+	x, y := collidingKeys(t, prefix)
 	hx, hy := xxhash.Sum64String(x), xxhash.Sum64String(y)
 	var sh shard
 	sh.init(2)
@@ -339,5 +348,69 @@ func TestStoreGrant(t *testing.T) {
 	window := MustLimit(FixedWindow, 10, time.Second, 0)
 	if n := s.Grant("w", &window, 0, 5); n != 0 || s.Has("w") {
 		t.Fatalf("grant on a window limit = %d, want 0 and no state", n)
+	}
+}
+
+func TestEntryIsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 64 {
+		t.Fatalf("entry is %d bytes, want 64", n)
+	}
+}
+
+func TestStoreKeyLengths(t *testing.T) {
+	// Keys up to inlineKey bytes live in the entry, longer ones in the
+	// shard's long map; they must never be confused, and an evicted or
+	// deleted long key must leave nothing behind.
+	lengths := []int{1, inlineKey - 1, inlineKey, inlineKey + 1, MaxKeyLen}
+	var keys []string
+	for _, n := range lengths {
+		keys = append(keys, strings.Repeat("a", n), strings.Repeat("a", n-1)+"b")
+	}
+	s := newStore(t, len(keys), 1)
+	lim := MustLimit(FixedWindow, 10, time.Hour, 0)
+	for i, k := range keys {
+		mustTake(t, s, k, &lim, 0, int64(i+1))
+	}
+	for i, k := range keys {
+		if _, used, ok := s.Used(k, 0); !ok || used != int64(i+1) {
+			t.Fatalf("key of %d bytes: used %d, %v; want %d", len(k), used, ok, i+1)
+		}
+	}
+	got := map[string]int64{}
+	s.Range(0, func(batch []Snapshot) bool {
+		for _, sn := range batch {
+			got[sn.Key] = sn.Used
+		}
+		return true
+	})
+	if len(got) != len(keys) {
+		t.Fatalf("Range reported %d keys, want %d", len(got), len(keys))
+	}
+	for i, k := range keys {
+		if got[k] != int64(i+1) {
+			t.Fatalf("Range: key of %d bytes used %d, want %d", len(k), got[k], i+1)
+		}
+	}
+	sh := &s.shards[0]
+	if n := len(sh.long); n != 4 {
+		t.Fatalf("long map holds %d keys, want 4", n)
+	}
+	long := keys[len(keys)-1]
+	if !s.Delete(long) || s.Has(long) {
+		t.Fatal("long key not deleted")
+	}
+	// The full store now evicts its least recent key, keys[0], then reuses
+	// the slot the long key freed.
+	mustTake(t, s, "x", &lim, 0, 1)
+	mustTake(t, s, "y", &lim, 0, 1)
+	if s.Has(keys[0]) || !s.Has("x") || !s.Has("y") {
+		t.Fatal("eviction took the wrong key")
+	}
+	// Evict the other long keys by filling the store with short ones.
+	for i := range len(keys) {
+		mustTake(t, s, "s"+strconv.Itoa(i), &lim, 0, 1)
+	}
+	if n := len(sh.long); n != 0 || s.Len() != len(keys) {
+		t.Fatalf("after evicting every long key: long map %d, store %d keys", n, s.Len())
 	}
 }
