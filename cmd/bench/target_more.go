@@ -17,9 +17,10 @@ import (
 // what a Go service would use. Concurrent checks from the goroutines are
 // coalesced into batched calls per node.
 type clientTarget struct {
-	addrs []string
-	c     *client.Client
-	limit *pb.Limit
+	addrs     []string
+	c         *client.Client
+	limit     *pb.Limit
+	unbatched bool
 }
 
 func newClientTarget(cfg *config) (*clientTarget, error) {
@@ -31,7 +32,7 @@ func newClientTarget(cfg *config) (*clientTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clientTarget{addrs: cfg.targets, c: c,
+	return &clientTarget{addrs: cfg.targets, c: c, unbatched: cfg.unbatched,
 		limit: &pb.Limit{Algorithm: alg, Limit: cfg.limit, PerMs: cfg.per.Milliseconds(), Burst: cfg.burst, Lease: cfg.lease}}, nil
 }
 
@@ -59,6 +60,9 @@ func (t *clientTarget) Check(ctx context.Context, keys []string) (allowed, rejec
 
 func (t *clientTarget) Describe() string {
 	mode := "coalescing"
+	if t.unbatched {
+		mode = "one call per check, routed to owners"
+	}
 	if t.limit.GetLease() {
 		mode += ", leases"
 	}
