@@ -140,30 +140,36 @@ func BenchmarkClock(b *testing.B) {
 // window log is measured at a limit of 10 with every key holding 10
 // timestamps; its memory grows by 8 bytes per admitted unit of cost.
 func BenchmarkMemoryPerKey(b *testing.B) {
-	const n = 1 << 20
 	for alg := range numAlgorithms {
-		b.Run(alg.String(), func(b *testing.B) {
-			lim := MustLimit(alg, 10, time.Hour, 0)
-			cost := int64(1)
-			if alg == SlidingWindowLog {
-				cost = 10
+		b.Run(alg.String(), func(b *testing.B) { benchMemory(b, alg, "user:%d") })
+	}
+	// A key too long to be held in its entry: "user:" and 35 digits.
+	b.Run("token_bucket/40-byte-keys", func(b *testing.B) { benchMemory(b, TokenBucket, "user:%035d") })
+}
+
+// benchMemory reports the heap bytes per key of a store holding 1M keys of
+// the form format (with the key's number), under alg.
+func benchMemory(b *testing.B, alg Algorithm, format string) {
+	const n = 1 << 20
+	lim := MustLimit(alg, 10, time.Hour, 0)
+	cost := int64(1)
+	if alg == SlidingWindowLog {
+		cost = 10
+	}
+	for b.Loop() {
+		b.StopTimer()
+		bytes := heapGrowth(b, func() any {
+			s, err := NewStore(StoreConfig{MaxKeys: n, Shards: DefaultShards})
+			if err != nil {
+				b.Fatal(err)
 			}
-			for b.Loop() {
-				b.StopTimer()
-				bytes := heapGrowth(b, func() any {
-					s, err := NewStore(StoreConfig{MaxKeys: n, Shards: DefaultShards})
-					if err != nil {
-						b.Fatal(err)
-					}
-					for i := range n {
-						s.Take(fmt.Sprintf("user:%d", i), &lim, 1e15, cost)
-					}
-					return s
-				})
-				b.ReportMetric(float64(bytes)/n, "B/key")
-				b.StartTimer()
+			for i := range n {
+				s.Take(fmt.Sprintf(format, i), &lim, 1e15, cost)
 			}
+			return s
 		})
+		b.ReportMetric(float64(bytes)/n, "B/key")
+		b.StartTimer()
 	}
 }
 

@@ -143,7 +143,7 @@ const (
 // the front allocates nothing. A key of up to inlineKey bytes is held in the
 // entry itself, so that finding it reads one line, not two, and the pages
 // hold no pointers for the garbage collector to scan; a longer key is held
-// in the shard's long map and its klen is longKey.
+// beside the entries, in the shard's long pages, and its klen is longKey.
 type entry struct {
 	st         state
 	fp         uint64 // fingerprint of the limit st belongs to
@@ -162,14 +162,19 @@ func (sh *shard) is(e *entry, i uint32, key string) bool {
 	if len(key) <= inlineKey {
 		return int(e.klen) == len(key) && string(e.kb[:len(key)]) == key
 	}
-	return e.klen == longKey && sh.long[i] == key
+	return e.klen == longKey && sh.longKey(i) == key
+}
+
+// longKey returns the long key of slot i.
+func (sh *shard) longKey(i uint32) string {
+	return sh.long[i>>pageBits][i&(pageSize-1)]
 }
 
 // key returns the key slot i holds; "" for a free slot.
 func (sh *shard) key(i uint32) string {
 	e := sh.at(i)
 	if e.klen == longKey {
-		return sh.long[i]
+		return sh.longKey(i)
 	}
 	return string(e.kb[:e.klen])
 }
@@ -178,7 +183,7 @@ func (sh *shard) key(i uint32) string {
 func (sh *shard) hash(i uint32) uint64 {
 	e := sh.at(i)
 	if e.klen == longKey {
-		return xxhash.Sum64String(sh.long[i])
+		return xxhash.Sum64String(sh.longKey(i))
 	}
 	return xxhash.Sum64(e.kb[:e.klen])
 }
@@ -190,10 +195,14 @@ func (sh *shard) setKey(e *entry, i uint32, key string) {
 		return
 	}
 	e.klen = longKey
-	if sh.long == nil {
-		sh.long = make(map[uint32]string)
+	for int(i>>pageBits) >= len(sh.long) {
+		sh.long = append(sh.long, nil)
 	}
-	sh.long[i] = strings.Clone(key)
+	p := &sh.long[i>>pageBits]
+	if *p == nil {
+		*p = make([]string, pageSize)
+	}
+	(*p)[i&(pageSize-1)] = strings.Clone(key)
 }
 
 // shard is one lock's worth of keys: an index by key hash, entries in pages,
@@ -213,7 +222,7 @@ type shard struct {
 	evictions  uint64
 
 	logs   map[uint32][]int64 // sliding window log timestamps by slot
-	long   map[uint32]string  // keys longer than inlineKey, by slot
+	long   [][]string         // keys longer than inlineKey, by page and slot; nil for a page without any
 	limits map[uint64]Limit   // limits seen, by fingerprint, for conversion
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
@@ -354,10 +363,11 @@ func (sh *shard) remove(i uint32) {
 	sh.unlink(i)
 	sh.idx.remove(uint32(sh.hash(i)), i)
 	delete(sh.logs, i)
-	if e := sh.at(i); e.klen == longKey {
-		delete(sh.long, i)
+	e := sh.at(i)
+	if e.klen == longKey {
+		sh.long[i>>pageBits][i&(pageSize-1)] = ""
 	}
-	sh.at(i).klen = 0
+	e.klen = 0
 	sh.n--
 }
 

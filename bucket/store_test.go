@@ -115,7 +115,7 @@ func collidingKeys(t *testing.T, prefix string) (string, string) {
 func TestStoreHashCollision(t *testing.T) {
 	// Two keys with the same tag share nothing: both live in the index,
 	// told apart by their keys, and evicting one leaves the other found.
-	// Short keys are compared in the entry, long ones in the long map.
+	// Short keys are compared in the entry, long ones in the long pages.
 	for _, prefix := range []string{"k", strings.Repeat("k", inlineKey)} {
 		t.Run(fmt.Sprintf("len%d", len(prefix)), func(t *testing.T) { testHashCollision(t, prefix) })
 	}
@@ -359,7 +359,7 @@ func TestEntryIsOneCacheLine(t *testing.T) {
 
 func TestStoreKeyLengths(t *testing.T) {
 	// Keys up to inlineKey bytes live in the entry, longer ones in the
-	// shard's long map; they must never be confused, and an evicted or
+	// shard's long pages; they must never be confused, and an evicted or
 	// deleted long key must leave nothing behind.
 	lengths := []int{1, inlineKey - 1, inlineKey, inlineKey + 1, MaxKeyLen}
 	var keys []string
@@ -392,8 +392,19 @@ func TestStoreKeyLengths(t *testing.T) {
 		}
 	}
 	sh := &s.shards[0]
-	if n := len(sh.long); n != 4 {
-		t.Fatalf("long map holds %d keys, want 4", n)
+	longKeys := func() int {
+		n := 0
+		for _, page := range sh.long {
+			for _, k := range page {
+				if k != "" {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := longKeys(); n != 4 {
+		t.Fatalf("long pages hold %d keys, want 4", n)
 	}
 	long := keys[len(keys)-1]
 	if !s.Delete(long) || s.Has(long) {
@@ -410,7 +421,7 @@ func TestStoreKeyLengths(t *testing.T) {
 	for i := range len(keys) {
 		mustTake(t, s, "s"+strconv.Itoa(i), &lim, 0, 1)
 	}
-	if n := len(sh.long); n != 0 || s.Len() != len(keys) {
-		t.Fatalf("after evicting every long key: long map %d, store %d keys", n, s.Len())
+	if n := longKeys(); n != 0 || s.Len() != len(keys) {
+		t.Fatalf("after evicting every long key: long pages hold %d, store %d keys", n, s.Len())
 	}
 }
