@@ -14,7 +14,9 @@
 # floor of a bare grpc-go unary call (the standard health service). Results go to
 # $OUT (default ${TMPDIR:-/tmp}/ringlimit-bench) as JSON lines, with a PNG
 # chart of checks/s and p99 per run (bench-compare.png); the last lines
-# printed are one JSON object per workload. Nothing is left running.
+# printed are one JSON object per workload: the medians over the rounds,
+# their ratio, and the ratio round by round (ratio_checks_by_round), since
+# this machine's speed moves between rounds. Nothing is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -91,31 +93,29 @@ done
 python3 - "$results" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def vals(name, field):
+    return [r[field] for r in runs if r["name"] == name]
 def med(name, field):
-    vals = [r[field] for r in runs if r["name"] == name]
-    return statistics.median(vals) if vals else None
-rows = []
-for w in ("uniform", "hot"):
-    a, b = f"ringlimit-{w}", f"redis-{w}"
-    rows.append({"workload": w,
-        "ringlimit_checks_per_s": med(a, "checks_per_s"), "redis_checks_per_s": med(b, "checks_per_s"),
-        "ratio_checks": round(med(a, "checks_per_s") / med(b, "checks_per_s"), 3),
-        "ringlimit_p99_ms": med(a, "p99_ms"), "redis_p99_ms": med(b, "p99_ms"),
-        "ratio_p99": round(med(a, "p99_ms") / med(b, "p99_ms"), 3)})
-floor = med("grpc-floor", "checks_per_s")
-rows.append({"workload": "hot-nolease", "ringlimit_checks_per_s": med("ringlimit-hot-nolease", "checks_per_s"),
-    "redis_checks_per_s": med("redis-hot", "checks_per_s"),
-    "ratio_checks": round(med("ringlimit-hot-nolease", "checks_per_s") / med("redis-hot", "checks_per_s"), 3),
-    "ringlimit_p99_ms": med("ringlimit-hot-nolease", "p99_ms"), "redis_p99_ms": med("redis-hot", "p99_ms"),
-    "ratio_p99": round(med("ringlimit-hot-nolease", "p99_ms") / med("redis-hot", "p99_ms"), 3)})
-rows.append({"workload": "unary-routed-vs-grpc-floor", "ringlimit_checks_per_s": med("ringlimit-unary-routed", "checks_per_s"),
-    "grpc_floor_calls_per_s": floor,
-    "ratio_checks": round(med("ringlimit-unary-routed", "checks_per_s") / floor, 3),
-    "ringlimit_p99_ms": med("ringlimit-unary-routed", "p99_ms"), "grpc_floor_p99_ms": med("grpc-floor", "p99_ms")})
-rows.append({"workload": "unary-vs-grpc-floor", "ringlimit_checks_per_s": med("ringlimit-unary-uniform", "checks_per_s"),
-    "grpc_floor_calls_per_s": floor,
-    "ratio_checks": round(med("ringlimit-unary-uniform", "checks_per_s") / floor, 3),
-    "ringlimit_p99_ms": med("ringlimit-unary-uniform", "p99_ms"), "grpc_floor_p99_ms": med("grpc-floor", "p99_ms")})
+    v = vals(name, field)
+    return statistics.median(v) if v else None
+def row(workload, a, b, base):
+    # Medians of each side, their ratio, and the ratio round by round (the
+    # i-th run of a over the i-th run of b, measured back to back).
+    # base is "redis" (checks/s and p99 compared) or "grpc_floor" (calls/s).
+    per_s = "redis_checks_per_s" if base == "redis" else "grpc_floor_calls_per_s"
+    r = {"workload": workload,
+         "ringlimit_checks_per_s": med(a, "checks_per_s"), per_s: med(b, "checks_per_s"),
+         "ratio_checks": round(med(a, "checks_per_s") / med(b, "checks_per_s"), 3),
+         "ratio_checks_by_round": [round(x / y, 3) for x, y in zip(vals(a, "checks_per_s"), vals(b, "checks_per_s"))],
+         "ringlimit_p99_ms": med(a, "p99_ms"), f"{base}_p99_ms": med(b, "p99_ms")}
+    if base == "redis":
+        r["ratio_p99"] = round(med(a, "p99_ms") / med(b, "p99_ms"), 3)
+    return r
+rows = [row("uniform", "ringlimit-uniform", "redis-uniform", "redis"),
+        row("hot", "ringlimit-hot", "redis-hot", "redis"),
+        row("hot-nolease", "ringlimit-hot-nolease", "redis-hot", "redis"),
+        row("unary-routed-vs-grpc-floor", "ringlimit-unary-routed", "grpc-floor", "grpc_floor"),
+        row("unary-vs-grpc-floor", "ringlimit-unary-uniform", "grpc-floor", "grpc_floor")]
 for r in rows:
     print(json.dumps(r))
 PY
