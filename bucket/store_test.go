@@ -410,8 +410,8 @@ func TestStoreKeyLengths(t *testing.T) {
 	if !s.Delete(long) || s.Has(long) {
 		t.Fatal("long key not deleted")
 	}
-	// The full store now evicts its least recent key, keys[0], then reuses
-	// the slot the long key freed.
+	// x takes the slot the long key freed; y, with the store full again,
+	// evicts the least recently used key, keys[0].
 	mustTake(t, s, "x", &lim, 0, 1)
 	mustTake(t, s, "y", &lim, 0, 1)
 	if s.Has(keys[0]) || !s.Has("x") || !s.Has("y") {

@@ -435,3 +435,20 @@ not json
 		t.Fatal("plotting a missing file succeeded")
 	}
 }
+
+func TestClientTargetDescribe(t *testing.T) {
+	addrs := []string{"127.0.0.1:1"}
+	for _, c := range []struct {
+		unbatched, lease bool
+		want             string
+	}{
+		{false, false, "go client (coalescing) [127.0.0.1:1]"},
+		{false, true, "go client (coalescing, leases) [127.0.0.1:1]"},
+		{true, false, "go client (one call per check, routed to owners) [127.0.0.1:1]"},
+	} {
+		tgt := &clientTarget{addrs: addrs, limit: &pb.Limit{Lease: c.lease}, unbatched: c.unbatched}
+		if got := tgt.Describe(); got != c.want {
+			t.Errorf("unbatched=%v lease=%v: %q, want %q", c.unbatched, c.lease, got, c.want)
+		}
+	}
+}
