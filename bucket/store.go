@@ -222,8 +222,12 @@ type shard struct {
 	evictions  uint64
 
 	logs   map[uint32][]int64 // sliding window log timestamps by slot
-	long   [][]string         // keys longer than inlineKey, by page and slot; nil for a page without any
 	limits map[uint64]Limit   // limits seen, by fingerprint, for conversion
+
+	// long holds the keys longer than inlineKey, by page and slot. A page's
+	// strings are allocated when it first holds a long key and kept after
+	// (16 bytes a slot); pages that never held one stay nil.
+	long [][]string
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -357,8 +361,8 @@ func (sh *shard) insert(h uint64, key string) uint32 {
 	return i
 }
 
-// remove unlinks slot i and drops it from the indexes; the slot's contents
-// stay until it is reused.
+// remove unlinks slot i, drops it from the index and frees its key; its
+// state stays until the slot is reused.
 func (sh *shard) remove(i uint32) {
 	sh.unlink(i)
 	sh.idx.remove(uint32(sh.hash(i)), i)

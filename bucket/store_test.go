@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,34 +96,46 @@ func TestStoreLRUEviction(t *testing.T) {
 	}
 }
 
-// collidingKeys finds two keys starting with prefix whose hashes share the
-// low 32 bits, the tag the index stores.
-func collidingKeys(t *testing.T, prefix string) (string, string) {
+// collidingKeys finds a key starting with px and another starting with py
+// whose hashes share the low 32 bits, the tag the index stores.
+func collidingKeys(t *testing.T, px, py string) (string, string) {
 	t.Helper()
 	seen := map[uint32]string{}
 	for i := range 1 << 20 {
-		k := prefix + strconv.Itoa(i)
+		k := px + strconv.Itoa(i)
 		tag := uint32(xxhash.Sum64String(k))
-		if other, ok := seen[tag]; ok {
+		if other, ok := seen[tag]; ok && px == py {
 			return other, k
 		}
 		seen[tag] = k
 	}
-	t.Fatal("no tag collision in 2^20 keys")
+	for i := range 1 << 22 {
+		k := py + strconv.Itoa(i)
+		if other, ok := seen[uint32(xxhash.Sum64String(k))]; ok && other != k {
+			return other, k
+		}
+	}
+	t.Fatalf("no tag collision between keys starting with %q and %q", px, py)
 	return "", ""
 }
 
 func TestStoreHashCollision(t *testing.T) {
 	// Two keys with the same tag share nothing: both live in the index,
 	// told apart by their keys, and evicting one leaves the other found.
-	// Short keys are compared in the entry, long ones in the long pages.
-	for _, prefix := range []string{"k", strings.Repeat("k", inlineKey)} {
-		t.Run(fmt.Sprintf("len%d", len(prefix)), func(t *testing.T) { testHashCollision(t, prefix) })
+	// Short keys are compared in the entry, long ones in the long pages,
+	// and a short key never matches a long one.
+	short, long := "k", strings.Repeat("k", inlineKey)
+	for _, c := range []struct{ name, px, py string }{
+		{"short", short, short},
+		{"long", long, long},
+		{"short-long", short, long},
+	} {
+		t.Run(c.name, func(t *testing.T) { testHashCollision(t, c.px, c.py) })
 	}
 }
 
-func testHashCollision(t *testing.T, prefix string) {
-	x, y := collidingKeys(t, prefix)
+func testHashCollision(t *testing.T, px, py string) {
+	x, y := collidingKeys(t, px, py)
 	hx, hy := xxhash.Sum64String(x), xxhash.Sum64String(y)
 	var sh shard
 	sh.init(2)
@@ -355,6 +368,29 @@ func TestEntryIsOneCacheLine(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 64 {
 		t.Fatalf("entry is %d bytes, want 64", n)
 	}
+	// No pointers, so that the collector does not scan the pages.
+	var scan func(reflect.Type) bool
+	scan = func(ty reflect.Type) bool {
+		switch ty.Kind() {
+		case reflect.Struct:
+			for i := range ty.NumField() {
+				if scan(ty.Field(i).Type) {
+					return true
+				}
+			}
+			return false
+		case reflect.Array:
+			return scan(ty.Elem())
+		case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+			return false
+		default:
+			return true
+		}
+	}
+	if scan(reflect.TypeFor[entry]()) {
+		t.Fatal("entry holds a pointer")
+	}
 }
 
 func TestStoreKeyLengths(t *testing.T) {
@@ -423,5 +459,55 @@ func TestStoreKeyLengths(t *testing.T) {
 	}
 	if n := longKeys(); n != 0 || s.Len() != len(keys) {
 		t.Fatalf("after evicting every long key: long pages hold %d, store %d keys", n, s.Len())
+	}
+}
+
+func TestStoreLongKeyOperations(t *testing.T) {
+	// A slot that held a short key takes a long one, and every operation
+	// that finds a key by name works on it.
+	s := newStore(t, 2, 1)
+	tb := MustLimit(TokenBucket, 10, time.Hour, 0)
+	long := strings.Repeat("L", inlineKey+9)
+	mustTake(t, s, "short", &tb, 0, 1)
+	if !s.Delete("short") {
+		t.Fatal("short key not held")
+	}
+	mustTake(t, s, long, &tb, 0, 4) // takes the freed slot
+	if s.Has("short") || !s.Has(long) {
+		t.Fatal("the reused slot answers for the wrong key")
+	}
+	used := func() int64 {
+		t.Helper()
+		_, u, ok := s.Used(long, 0)
+		if !ok {
+			t.Fatal("long key lost")
+		}
+		return u
+	}
+	if u := used(); u != 4 {
+		t.Fatalf("used %d, want 4", u)
+	}
+	if n := s.Grant(long, &tb, 0, 3); n != 3 || used() != 7 {
+		t.Fatalf("grant took %d (used %d), want 3 (used 7)", n, used())
+	}
+	if err := s.Refund(long, &tb, 0, 2); err != nil || used() != 5 {
+		t.Fatalf("refund: %v, used %d, want 5", err, used())
+	}
+	if err := s.Merge(long, &tb, 0, 9); err != nil || used() != 9 {
+		t.Fatalf("merge: %v, used %d, want 9", err, used())
+	}
+	// A second long key fills the store; a short one then evicts the least
+	// recently used, the first long key, and its page entry is cleared.
+	mustTake(t, s, long+"2", &tb, 0, 1)
+	mustTake(t, s, "short", &tb, 0, 1)
+	if s.Has(long) || !s.Has(long+"2") || !s.Has("short") {
+		t.Fatal("eviction took the wrong key")
+	}
+	for _, page := range s.shards[0].long {
+		for _, k := range page {
+			if k == long {
+				t.Fatal("the evicted long key is still in its page")
+			}
+		}
 	}
 }
