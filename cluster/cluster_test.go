@@ -272,8 +272,17 @@ func deadAddr(t *testing.T) string {
 func TestThreeNodesConverge(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, "a", "b", "c")
+	names := func(ms []Member) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Name)
+		}
+		return out
+	}
 	for _, n := range nodes {
-		if got, want := n.Members(), n.Alive(); !slices.Equal(got, want) {
+		// Compared by name: on a loaded machine a member may turn suspect
+		// between the two calls, and suspect members are on the ring too.
+		if got, want := names(n.Members()), names(n.Alive()); !slices.Equal(got, want) {
 			t.Errorf("%s: Members() = %v, want the alive list %v", n.name, got, want)
 		}
 		if n.rec.maxIn.Load() > 1 {
