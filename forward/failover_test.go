@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -458,5 +459,78 @@ func TestDrainedStreamKeepsDeadline(t *testing.T) {
 		if r := out[0]; err != nil || r.Allowed || !r.Degraded || el < failTimeout || el > failTimeout+time.Second {
 			t.Fatalf("check %d: %+v, err %v after %v, want a fail-closed rejection after PeerTimeout (%v)", i, r, err, el, failTimeout)
 		}
+	}
+}
+
+// gatedStream holds the first message of every Check stream until open is
+// closed, then serves the stream as usual.
+type gatedStream struct {
+	grpc.ServerStream
+	open  chan struct{}
+	first bool
+}
+
+func (g *gatedStream) RecvMsg(m any) error {
+	if !g.first {
+		g.first = true
+		<-g.open
+	}
+	return g.ServerStream.RecvMsg(m)
+}
+
+// A check whose caller gives up while it waits for the batch in flight is
+// not sent: the owner spends nothing for a request that already failed.
+// Before, it went out with the next batch and was charged at the owner.
+func TestAbandonedCheckIsNotSent(t *testing.T) {
+	clock := newFakeClock()
+	a := startNode(t, "A", clock, nil)
+	open := make(chan struct{})
+	gate := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &gatedStream{ServerStream: ss, open: open})
+	}
+	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(gate))
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "abandoned", 3)
+	check := func(ctx context.Context, key string) (Result, error) {
+		var out [1]Result
+		err := a.r.Check(ctx, []Check{{Key: key, Limit: hourly(10), Cost: 1, Mode: FailClosed}}, out[:])
+		return out[0], err
+	}
+
+	// The first check's batch is held by B, so it keeps A's only slot.
+	first := make(chan error, 1)
+	go func() {
+		r, err := check(context.Background(), keys[0])
+		if err == nil && (!r.Allowed || r.Owner != "B") {
+			err = fmt.Errorf("first check: %+v, want admitted by B", r)
+		}
+		first <- err
+	}()
+	waitFor(t, 5*time.Second, "the first batch is sent", func() bool {
+		return metricValue(t, a.reg, "ringlimit_forward_checks_total") == 1
+	})
+	// The second waits in the queue and its caller gives up.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := check(ctx, keys[1])
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("abandoned check: %v, want its deadline", err)
+	}
+	close(open)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if r, err := check(context.Background(), keys[2]); err != nil || !r.Allowed || r.Owner != "B" {
+		t.Fatalf("third check: %+v %v, want admitted by B", r, err)
+	}
+	if got := metricValue(t, a.reg, "ringlimit_forward_abandoned_checks_total"); got != 1 {
+		t.Fatalf("abandoned checks %v, want 1", got)
+	}
+	if got := metricValue(t, a.reg, "ringlimit_forward_checks_total"); got != 2 {
+		t.Fatalf("checks sent %v, want 2", got)
+	}
+	if !b.store.Has(keys[0]) || b.store.Has(keys[1]) || !b.store.Has(keys[2]) {
+		t.Fatalf("B holds %s %v, %s %v, %s %v; want the abandoned one alone missing",
+			keys[0], b.store.Has(keys[0]), keys[1], b.store.Has(keys[1]), keys[2], b.store.Has(keys[2]))
 	}
 }

@@ -12,6 +12,7 @@ const (
 type routerMetrics struct {
 	rpcs            prometheus.Counter
 	forwarded       prometheus.Counter
+	abandoned       prometheus.Counter
 	received        prometheus.Counter
 	batchSize       prometheus.Histogram
 	degraded        [3]prometheus.Counter // by FailureMode
@@ -43,6 +44,10 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_forward_checks_total",
 			Help: "Checks sent to their owners; divided by ringlimit_forward_rpcs_total it is the batching factor.",
+		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_forward_abandoned_checks_total",
+			Help: "Checks not sent to their owners because their caller gave up (deadline or cancel) while they waited for a batch.",
 		}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_peer_checks_total",
@@ -93,7 +98,7 @@ func newRouterMetrics(reg prometheus.Registerer) (*routerMetrics, error) {
 		m.fetches[i] = fetches.WithLabelValues(name)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.rpcs, m.forwarded, m.received, m.batchSize, degraded,
+		for _, c := range []prometheus.Collector{m.rpcs, m.forwarded, m.abandoned, m.received, m.batchSize, degraded,
 			m.handoffSent, m.handoffReceived, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted, m.leasesReturned, m.leasedChecks} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

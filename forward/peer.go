@@ -56,6 +56,7 @@ type peer struct {
 
 // call is one request's checks for this peer, waiting for their decisions.
 type call struct {
+	ctx    context.Context // the caller's: once it ends, the call is not sent
 	checks []wireCheck
 	res    []wireDecision
 	owner  string
@@ -113,7 +114,7 @@ func (p *peer) check(ctx context.Context, g *group, checks []Check, out []Result
 }
 
 func (p *peer) checkChunk(ctx context.Context, idx []int, checks []Check, out []Result) error {
-	c := &call{checks: make([]wireCheck, len(idx)), res: make([]wireDecision, len(idx)), done: make(chan struct{})}
+	c := &call{ctx: ctx, checks: make([]wireCheck, len(idx)), res: make([]wireDecision, len(idx)), done: make(chan struct{})}
 	var asked []int // indexes (into idx) of the checks that ask for a lease
 	for j, i := range idx {
 		ch := &checks[i]
@@ -188,7 +189,7 @@ func (p *peer) loop() {
 		}
 		first := carry
 		carry = nil
-		if first == nil {
+		for first == nil || p.abandoned(first) {
 			select {
 			case first = <-p.queue:
 			case <-p.done:
@@ -202,6 +203,9 @@ func (p *peer) loop() {
 		for b.n < p.r.cfg.MaxBatch {
 			select {
 			case c := <-p.queue:
+				if p.abandoned(c) {
+					continue
+				}
 				if b.n+len(c.checks) > p.r.cfg.MaxBatch {
 					carry = c
 					break gather
@@ -214,6 +218,19 @@ func (p *peer) loop() {
 		}
 		p.send(b)
 	}
+}
+
+// abandoned reports whether c's caller gave up while c waited in the
+// queue, and if so fails c: its checks are not sent, so the owner spends
+// nothing for a request that has already failed.
+func (p *peer) abandoned(c *call) bool {
+	err := c.ctx.Err()
+	if err == nil {
+		return false
+	}
+	p.r.m.abandoned.Add(float64(len(c.checks)))
+	c.fail(err)
+	return true
 }
 
 func (c *call) fail(err error) {
