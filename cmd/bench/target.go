@@ -155,6 +155,12 @@ func (t *grpcTarget) Check(ctx context.Context, keys []string) (allowed, rejecte
 	if len(ds) != len(keys) {
 		return 0, 0, 0, fmt.Errorf("%d decisions for %d checks", len(ds), len(keys))
 	}
+	allowed, rejected, degraded = countDecisions(ds)
+	return allowed, rejected, degraded, nil
+}
+
+// countDecisions counts the admitted, rejected and degraded decisions.
+func countDecisions(ds []*pb.Decision) (allowed, rejected, degraded int) {
 	for _, d := range ds {
 		if d.GetAllowed() {
 			allowed++
@@ -165,7 +171,7 @@ func (t *grpcTarget) Check(ctx context.Context, keys []string) (allowed, rejecte
 			degraded++
 		}
 	}
-	return allowed, rejected, degraded, nil
+	return allowed, rejected, degraded
 }
 
 func (t *grpcTarget) Describe() string { return fmt.Sprintf("grpc %v", t.addrs) }

@@ -45,16 +45,7 @@ func (t *clientTarget) Check(ctx context.Context, keys []string) (allowed, rejec
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	for _, d := range ds {
-		if d.GetAllowed() {
-			allowed++
-		} else {
-			rejected++
-		}
-		if d.GetDegraded() {
-			degraded++
-		}
-	}
+	allowed, rejected, degraded = countDecisions(ds)
 	return allowed, rejected, degraded, nil
 }
 
