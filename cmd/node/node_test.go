@@ -20,10 +20,11 @@ import (
 
 func TestParseConfig(t *testing.T) {
 	env := map[string]string{
-		"RINGLIMIT_NAME":      "from-env",
-		"RINGLIMIT_HTTP":      "127.0.0.1:1111",
-		"RINGLIMIT_MAX_KEYS":  "500",
-		"RINGLIMIT_LOG_LEVEL": "debug",
+		"RINGLIMIT_NAME":        "from-env",
+		"RINGLIMIT_HTTP":        "127.0.0.1:1111",
+		"RINGLIMIT_MAX_KEYS":    "500",
+		"RINGLIMIT_LOG_LEVEL":   "debug",
+		"RINGLIMIT_GC_HEADROOM": "0",
 	}
 	c, err := parseConfig([]string{"--http", "127.0.0.1:2222"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
@@ -32,7 +33,7 @@ func TestParseConfig(t *testing.T) {
 	// A flag on the command line wins over the environment, which wins over
 	// the default.
 	if c.name != "from-env" || c.httpAddr != "127.0.0.1:2222" || c.grpcAddr != "127.0.0.1:9090" ||
-		c.maxKeys != 500 || c.logLevel != slog.LevelDebug {
+		c.maxKeys != 500 || c.logLevel != slog.LevelDebug || c.gcHeadroomMiB != 0 {
 		t.Fatalf("config = %+v", c)
 	}
 	for _, bad := range []struct {
@@ -42,6 +43,7 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{[]string{"--max-keys", "0"}, nil, "--max-keys"},
 		{[]string{"--log-level", "loud"}, nil, "--log-level"},
+		{[]string{"--gc-headroom", "-1"}, nil, "--gc-headroom"},
 		{[]string{"--name", ""}, nil, "--name"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{nil, map[string]string{"RINGLIMIT_MAX_KEYS": "many"}, "RINGLIMIT_MAX_KEYS"},

@@ -32,6 +32,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	defer tuneGC(uint64(cfg.gcHeadroomMiB) << 20)()
 	n, err := startNode(cfg, log)
 	if err != nil {
 		return err
