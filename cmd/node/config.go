@@ -44,7 +44,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.pprofAddr, "pprof", "", "address to serve Go's /debug/pprof profiles on (off when empty; keep it private)")
 	fs.StringVar(&c.policyPath, "policy", "", "policy file (YAML): tiers, routes, global ceiling; reloaded on change and on SIGHUP")
 	fs.StringVar(&c.auditPath, "audit-log", "", "file to append the audit log to (JSON lines); empty logs audit entries with the other logs")
-	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by, at least, between two garbage collections (0: GOGC alone decides)")
+	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
 	if err := fs.Parse(args); err != nil {

@@ -11,19 +11,14 @@ import (
 // allocates in grpc-go. With Go's default (GOGC=100) a node with a few MiB
 // live collects every few MiB allocated: ten times a second under load, each
 // cycle also shrinking the stacks of idle gRPC workers that the next call
-// grows again. The GC tuner keeps at least a fixed headroom of allocation
+// grows again. The GC tuner keeps about a fixed headroom of allocation
 // between collections: after each collection it sets the GC percent so that
-// the next one comes after max(GOGC% of the live heap, headroom) more bytes.
-// A node with a large live heap behaves as with GOGC alone; a small one
-// grows to about live + headroom before it collects.
+// the next one comes after max(GOGC% of the heap, headroom) more bytes. A
+// node with a large live heap behaves as with GOGC alone.
 
-// gcTuning is the process's tuner: the GC setting is per process, so with
-// several nodes in one process the first one's --gc-headroom applies.
-var gcTuning struct {
-	sync.Mutex
-	t *gcTuner
-}
-
+// gcTuner sets the GC percent after each collection. tune runs on the
+// runtime's cleanup goroutine, one call at a time (one sentinel is armed at
+// a time); mu orders it against stop.
 type gcTuner struct {
 	mu       sync.Mutex
 	headroom uint64
@@ -32,28 +27,27 @@ type gcTuner struct {
 	sample   []metrics.Sample
 }
 
-// tuneGC starts the process's GC tuner for headroom bytes and returns the
-// function that stops it and restores the GC percent. It does nothing when
-// headroom is 0, when the collector is off (GOGC=off), or when a tuner is
-// already running in this process.
+// tuneGC starts tuning the garbage collector for headroom bytes and returns
+// the function that stops it and restores the GC percent (safe to call more
+// than once). The GC percent belongs to the process, so only main calls it,
+// once. It does nothing when headroom is 0 or the percent is 0 or off
+// (GOGC=0, GOGC=off).
 func tuneGC(headroom uint64) (stop func()) {
-	gcTuning.Lock()
-	defer gcTuning.Unlock()
 	base := currentGCPercent()
-	if headroom == 0 || base < 0 || gcTuning.t != nil {
+	if headroom == 0 || base <= 0 {
 		return func() {}
 	}
-	t := &gcTuner{headroom: headroom, base: base, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
-	gcTuning.t = t
+	t := &gcTuner{headroom: headroom, base: base, sample: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
 	t.arm()
+	var once sync.Once
 	return func() {
-		t.mu.Lock()
-		t.stopped = true
-		debug.SetGCPercent(t.base)
-		t.mu.Unlock()
-		gcTuning.Lock()
-		gcTuning.t = nil
-		gcTuning.Unlock()
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.stopped = true
+			debug.SetGCPercent(t.base)
+		})
 	}
 }
 
@@ -68,7 +62,7 @@ func (t *gcTuner) arm() {
 }
 
 // tune runs after a collection: it sets the percent for the next one from
-// the heap that collection found live, and arms itself for the one after.
+// what that collection found, and arms itself for the one after.
 func (t *gcTuner) tune() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -76,22 +70,26 @@ func (t *gcTuner) tune() {
 		return
 	}
 	metrics.Read(t.sample)
-	debug.SetGCPercent(gcPercentFor(t.sample[0].Value.Uint64(), t.headroom, t.base))
+	scanned := t.sample[0].Value.Uint64() + t.sample[1].Value.Uint64() + t.sample[2].Value.Uint64()
+	debug.SetGCPercent(gcPercentFor(scanned, t.headroom, t.base))
 	t.arm()
 }
 
-// maxGCPercent bounds the percent for a nearly empty heap.
-const maxGCPercent = 1_000_000
+// runtimeHeapMinimum is the Go runtime's smallest heap goal at GOGC=100.
+// The runtime scales it with the percent (4 MiB × percent / 100), so a
+// percent computed over less than this would set a minimum above live +
+// headroom.
+const runtimeHeapMinimum = 4 << 20
 
-// gcPercentFor is the GC percent that lets the heap grow by at least
-// headroom bytes, and by at least base percent, over a live heap of live
-// bytes before the next collection.
-func gcPercentFor(live, headroom uint64, base int) int {
-	if live == 0 {
-		live = 1
-	}
-	p := min((headroom*100+live-1)/live, maxGCPercent)
-	return max(base, int(p))
+// gcPercentFor is the GC percent that makes the next collection come after
+// about headroom more bytes of heap, and after at least base percent.
+// scanned is what the runtime applies the percent to: the live heap plus
+// the stacks and globals it scans. The runtime's goal is then live +
+// scanned × percent / 100 = live + headroom, or, for less than 4 MiB
+// scanned, between headroom and live + headroom.
+func gcPercentFor(scanned, headroom uint64, base int) int {
+	scanned = max(scanned, runtimeHeapMinimum)
+	return max(base, int((headroom*100+scanned-1)/scanned))
 }
 
 // currentGCPercent is the collector's percent now (GOGC, or as last set);

@@ -20,7 +20,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, tuneGC); err != nil {
 		fmt.Fprintln(os.Stderr, "ringlimit:", err)
 		os.Exit(1)
 	}

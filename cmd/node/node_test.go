@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -107,11 +108,18 @@ func postCheck(t *testing.T, addr, body string) (int, map[string]any) {
 }
 
 func TestRunServesAndStopsOnCancel(t *testing.T) {
+	var tunedFor atomic.Uint64
+	var tuneStopped atomic.Bool
+	tune := func(headroom uint64) func() {
+		tunedFor.Store(headroom)
+		return func() { tuneStopped.Store(true) }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, pw)
+		done <- run(ctx, []string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0", "--gc-headroom", "16"},
+			func(string) string { return "" }, pw, tune)
 		pw.Close()
 	}()
 	addr := waitStarted(t, pr)
@@ -134,6 +142,9 @@ func TestRunServesAndStopsOnCancel(t *testing.T) {
 	if _, err := http.Get("http://" + addr.HTTP + "/healthz"); err == nil {
 		t.Fatal("still serving after shutdown")
 	}
+	if got := tunedFor.Load(); got != 16<<20 || !tuneStopped.Load() {
+		t.Fatalf("GC tuned for %d bytes, stopped %v; want %d bytes, stopped", got, tuneStopped.Load(), 16<<20)
+	}
 }
 
 func TestRunRefusesTakenAddress(t *testing.T) {
@@ -142,11 +153,11 @@ func TestRunRefusesTakenAddress(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--name", "a", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, pw)
+		done <- run(ctx, []string{"--name", "a", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, pw, nil)
 		pw.Close()
 	}()
 	addr := waitStarted(t, pr)
-	err := run(ctx, []string{"--name", "b", "--http", addr.HTTP, "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard)
+	err := run(ctx, []string{"--name", "b", "--http", addr.HTTP, "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "--http") {
 		t.Fatalf("second node on a taken address: %v, want an error naming --http", err)
 	}

@@ -25,14 +25,19 @@ import (
 )
 
 // run starts a node and serves until ctx is cancelled, then shuts down
-// gracefully. It returns nil after a clean shutdown.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+// gracefully. It returns nil after a clean shutdown. tune, when not nil,
+// tunes the process's garbage collector for --gc-headroom while the node
+// runs and returns the function that stops it: main passes tuneGC; tests,
+// which run several nodes in one process, pass nil.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, tune func(headroom uint64) (stop func())) error {
 	cfg, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
-	defer tuneGC(uint64(cfg.gcHeadroomMiB) << 20)()
+	if tune != nil {
+		defer tune(uint64(cfg.gcHeadroomMiB) << 20)()
+	}
 	n, err := startNode(cfg, log)
 	if err != nil {
 		return err
