@@ -84,9 +84,10 @@ for round in $(seq 1 "$rounds"); do
 		run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"
 	done
 	run "ringlimit-hot-nolease" --proto client --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist hot
+	# The floor runs between the two runs compared with it, next to each.
 	run "ringlimit-unary-uniform" --proto grpc --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist uniform --keys 10000
-	run "ringlimit-unary-routed" --proto client --unbatched --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist uniform --keys 10000
 	run "grpc-floor" --target-health --targets "$health_addr" --pids "${pids[1]}"
+	run "ringlimit-unary-routed" --proto client --unbatched --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist uniform --keys 10000
 done
 
 "$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
