@@ -46,14 +46,18 @@ func (l *Limit) elapsedUnits(last, now, limit int64) int64 {
 	return min(e*l.num, limit)
 }
 
-func (l *Limit) takeToken(st *state, fresh bool, now, cost int64) Decision {
-	level := l.capUnits
-	if !fresh {
-		level = st.a + l.elapsedUnits(st.b, now, l.capUnits-st.a)
-		if now < st.b {
-			now = st.b
-		}
+// refill returns a token bucket's level at now (a key never seen is full)
+// and the time to record it at: now, or the last check's time if the clock
+// is behind it.
+func (l *Limit) refill(st *state, fresh bool, now int64) (level, at int64) {
+	if fresh {
+		return l.capUnits, now
 	}
+	return st.a + l.elapsedUnits(st.b, now, l.capUnits-st.a), max(now, st.b)
+}
+
+func (l *Limit) takeToken(st *state, fresh bool, now, cost int64) Decision {
+	level, now := l.refill(st, fresh, now)
 	need := cost * l.den
 	d := Decision{Limit: l.limit}
 	if level < need {

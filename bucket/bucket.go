@@ -1,13 +1,15 @@
 package bucket
 
+import "github.com/ringlimit/ringlimit/clock"
+
 // Bucket is the state of one key under one limit. Each algorithm implements
 // it; New picks the implementation from the limit. A Bucket starts full (a
 // key never seen) and is not safe for concurrent use: the Store is.
 type Bucket interface {
-	// TakeAt spends cost at time now (nanoseconds on a monotonic timeline)
-	// if the limit allows it, and returns the decision. It returns an error,
-	// and changes nothing, when cost is not between 1 and Limit().Capacity().
-	TakeAt(now, cost int64) (Decision, error)
+	// TakeAt spends cost at time now if the limit allows it, and returns
+	// the decision. It returns an error, and changes nothing, when cost is
+	// not between 1 and Limit().Capacity().
+	TakeAt(now clock.Instant, cost int64) (Decision, error)
 	// Limit returns the limit the bucket enforces.
 	Limit() Limit
 }
@@ -38,7 +40,8 @@ type Token struct {
 }
 
 // TakeAt implements Bucket.
-func (b *Token) TakeAt(now, cost int64) (Decision, error) {
+func (b *Token) TakeAt(at clock.Instant, cost int64) (Decision, error) {
+	now := int64(at)
 	if err := b.lim.CheckCost(cost); err != nil {
 		return Decision{}, err
 	}
@@ -60,7 +63,8 @@ type Leaky struct {
 }
 
 // TakeAt implements Bucket.
-func (b *Leaky) TakeAt(now, cost int64) (Decision, error) {
+func (b *Leaky) TakeAt(at clock.Instant, cost int64) (Decision, error) {
+	now := int64(at)
 	if err := b.lim.CheckCost(cost); err != nil {
 		return Decision{}, err
 	}
@@ -80,7 +84,8 @@ type Fixed struct {
 }
 
 // TakeAt implements Bucket.
-func (b *Fixed) TakeAt(now, cost int64) (Decision, error) {
+func (b *Fixed) TakeAt(at clock.Instant, cost int64) (Decision, error) {
+	now := int64(at)
 	if err := b.lim.CheckCost(cost); err != nil {
 		return Decision{}, err
 	}
@@ -98,7 +103,8 @@ type SlidingCounter struct {
 }
 
 // TakeAt implements Bucket.
-func (b *SlidingCounter) TakeAt(now, cost int64) (Decision, error) {
+func (b *SlidingCounter) TakeAt(at clock.Instant, cost int64) (Decision, error) {
+	now := int64(at)
 	if err := b.lim.CheckCost(cost); err != nil {
 		return Decision{}, err
 	}
@@ -116,7 +122,8 @@ type SlidingLog struct {
 }
 
 // TakeAt implements Bucket.
-func (b *SlidingLog) TakeAt(now, cost int64) (Decision, error) {
+func (b *SlidingLog) TakeAt(at clock.Instant, cost int64) (Decision, error) {
+	now := int64(at)
 	if err := b.lim.CheckCost(cost); err != nil {
 		return Decision{}, err
 	}

@@ -1,6 +1,10 @@
 package bucket
 
-import "github.com/cespare/xxhash/v2"
+import (
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/clock"
+)
 
 // State moves between nodes as the cost spent under a limit ("used"): any
 // node can rebuild it on its own clock with setUsed, and merging two states
@@ -18,7 +22,7 @@ func (s *Store) Has(key string) bool {
 
 // Used returns the limit key's state was built under and the cost spent at
 // time now (rounded up), or ok == false if the store has no state for key.
-func (s *Store) Used(key string, now int64) (l Limit, used int64, ok bool) {
+func (s *Store) Used(key string, now clock.Instant) (l Limit, used int64, ok bool) {
 	h := xxhash.Sum64String(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
@@ -32,14 +36,15 @@ func (s *Store) Used(key string, now int64) (l Limit, used int64, ok bool) {
 	if !ok {
 		return Limit{}, 0, false
 	}
-	return l, l.used(&e.st, sh.logs[i], now), true
+	return l, l.used(&e.st, sh.logs[i], int64(now)), true
 }
 
 // Merge folds a state received from another node into key: afterwards the
 // key has spent at least used under l at time now, and no less than it had
 // spent before. It returns an error, changing nothing, for a bad key or
 // limit.
-func (s *Store) Merge(key string, l *Limit, now, used int64) error {
+func (s *Store) Merge(key string, l *Limit, at clock.Instant, used int64) error {
+	now := int64(at)
 	if err := CheckKey(key); err != nil {
 		return err
 	}
@@ -87,7 +92,8 @@ type Snapshot struct {
 // shard is copied under its lock and fn runs outside it, so fn may call the
 // store or block. Keys added or removed during Range may or may not be seen.
 // Range stops early when fn returns false.
-func (s *Store) Range(now int64, fn func(batch []Snapshot) bool) {
+func (s *Store) Range(at clock.Instant, fn func(batch []Snapshot) bool) {
+	now := int64(at)
 	var batch []Snapshot
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -117,7 +123,8 @@ func (s *Store) shard(h uint64) *shard {
 // tokens it took here. A refund never makes a key more than full, does
 // nothing for a key the store no longer holds (an evicted key is full), and
 // does nothing when the key's state belongs to another limit.
-func (s *Store) Refund(key string, l *Limit, now, cost int64) error {
+func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error {
+	now := int64(at)
 	if err := CheckKey(key); err != nil {
 		return err
 	}
@@ -149,31 +156,20 @@ func (s *Store) Refund(key string, l *Limit, now, cost int64) error {
 	return nil
 }
 
-// Grant takes up to max whole tokens of key's token bucket at time now and
+// Grant takes up to most whole tokens of key's token bucket at time now and
 // returns how many it took (0 when the key is empty or not a token bucket
 // under l): the owner's side of a token lease. A key never seen starts full.
-func (s *Store) Grant(key string, l *Limit, now, max int64) int64 {
-	if l.alg != TokenBucket || max < 1 || CheckKey(key) != nil || !l.Valid() {
+func (s *Store) Grant(key string, l *Limit, now clock.Instant, most int64) int64 {
+	if l.alg != TokenBucket || most < 1 || CheckKey(key) != nil || !l.Valid() {
 		return 0
 	}
 	h := xxhash.Sum64String(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	_, e, fresh := sh.entry(h, key, l, now)
-	level := l.capUnits
-	if !fresh {
-		level = e.st.a + l.elapsedUnits(e.st.b, now, l.capUnits-e.st.a)
-		now = maxInt(now, e.st.b)
-	}
-	n := min(level/l.den, max)
-	e.st.a, e.st.b = level-n*l.den, now
+	_, e, fresh := sh.entry(h, key, l, int64(now))
+	level, at := l.refill(&e.st, fresh, int64(now))
+	n := min(level/l.den, most)
+	e.st.a, e.st.b = level-n*l.den, at
 	return n
-}
-
-func maxInt(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }

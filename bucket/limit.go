@@ -3,11 +3,12 @@ package bucket
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // Algorithm names one of the five rate-limiting algorithms.
@@ -227,13 +228,4 @@ func ceilDiv(a, b int64) int64 {
 
 // roundUpMs rounds a non-negative duration in nanoseconds up to a whole
 // millisecond.
-func roundUpMs(ns int64) time.Duration {
-	if ns <= 0 {
-		return 0
-	}
-	const ms = int64(time.Millisecond)
-	if ns > math.MaxInt64-ms {
-		return time.Duration(math.MaxInt64 / ms * ms)
-	}
-	return time.Duration(ceilDiv(ns, ms) * ms)
-}
+func roundUpMs(ns int64) time.Duration { return clock.CeilMillis(time.Duration(ns)) }

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // StoreConfig configures a Store.
@@ -81,7 +83,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 // returns the decision. It returns an error, and changes no state, when the
 // key is empty or longer than MaxKeyLen, l was not built by NewLimit, or cost
 // is not between 1 and l.Capacity().
-func (s *Store) Take(key string, l *Limit, now, cost int64) (Decision, error) {
+func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decision, error) {
 	if err := CheckKey(key); err != nil {
 		return Decision{}, err
 	}
@@ -94,7 +96,7 @@ func (s *Store) Take(key string, l *Limit, now, cost int64) (Decision, error) {
 	h := xxhash.Sum64String(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
-	d := sh.take(h, key, l, now, cost)
+	d := sh.take(h, key, l, int64(now), cost)
 	sh.mu.Unlock()
 	return d, nil
 }

@@ -1,9 +1,19 @@
 // Package forward routes checks to the node that owns their key. A check
 // whose key this node owns goes straight to the local bucket.Store; the
-// others travel to their owners over the internal Peer gRPC service, batched:
-// every check bound for one owner that is waiting when a connection slot
-// frees up travels in the same RPC (up to MaxBatch), so concurrent checks on
-// a hot key are coalesced and the per-RPC cost is shared.
+// others go to their owners through Peers (the peer transport, which
+// batches them). It is written against two interfaces it owns: Owners (the
+// hash ring) and Peers (the transport); the Router is in turn the peer
+// service's Handler for the batches other nodes send here.
+//
+// Its parts, each a small type with its own configuration:
+//   - Router (router.go): routing, local decisions, failure modes
+//     (degrade.go), the peer Handler (serve.go).
+//   - handoff (handoff.go): pushes the state of keys this node no longer
+//     owns to their new owners after a ring change, and fetches a key's
+//     state from its previous owner during the grace period.
+//   - leases (lease.go): token leases a hot key's owner grants to entry
+//     nodes.
+//   - prelimiter (prelimit.go): the entry node's generous local stage.
 //
 // Invariants:
 //   - A batch is validated whole before any of it is applied: one bad check
@@ -13,12 +23,18 @@
 //   - Hop limit 1: a check received from a peer is decided on this node's
 //     store whatever this node's ring says, so ring views that are still
 //     converging cannot make a check loop.
-//   - Every peer call has a deadline (Config.PeerTimeout). When the owner
-//     cannot be reached, the check's FailureMode decides, and the Result says
-//     Degraded.
+//   - Every peer call has a deadline. When the owner cannot be reached, the
+//     check's FailureMode decides, and the Result says Degraded.
 //   - Ownership moves without refilling buckets: after every ring change the
 //     node pushes the state of keys it no longer owns to their new owners
 //     (who keep the more spent of the two), and for Config.Grace after a
 //     change an owner with no state for a key asks the key's previous owner
 //     before it decides.
+//   - One clock: every decision and every wait reads Config.Clock.
+//
+// Shutdown, in order: Leave (after the cluster announced the leave) hands
+// every key to its new owner; Quiesce waits for peers to stop sending
+// checks here; the node then drains and stops its peer server; Close stops
+// the Router's background work; finally the node closes Peers. Close is
+// safe to call more than once.
 package forward

@@ -2,31 +2,47 @@ package forward
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/peer"
 )
 
-// handoffChunk is the most bucket states one Handoff RPC carries.
+// handoffChunk is the most bucket states one Handoff call carries.
 const handoffChunk = 512
 
-// handoff moves the state of keys this node no longer owns to their owners.
-// A pass runs after every ring change; while it leaves work behind (keys
-// pushed but not yet deleted, pushes that failed) another pass follows after
-// Grace. Passes are serialised by mu.
-type handoff struct {
-	r    *Router
-	wake chan struct{}
-
-	mu     sync.Mutex       // one pass at a time
-	pushed map[string]int64 // key → Clock time it was pushed; guarded by mu
+// handoffConfig is what a handoff needs; the Router fills it from its own
+// Config.
+type handoffConfig struct {
+	Self        string
+	Grace       time.Duration // how long a pushed key is kept, answering stale peers
+	PeerTimeout time.Duration // a fetch waits a quarter of it
+	Store       *bucket.Store
+	Peers       Peers
+	Clock       clock.Clock
+	Logger      *slog.Logger
 }
 
-func newHandoff(r *Router) *handoff {
-	return &handoff{r: r, wake: make(chan struct{}, 1), pushed: map[string]int64{}}
+// handoff moves the state of keys this node no longer owns to their owners,
+// and fetches state from a key's previous owner for a new owner that has
+// none. A pass runs after every ring change; while it leaves work behind
+// (keys pushed but not yet deleted, pushes that failed) another pass
+// follows after Grace. Passes are serialised by mu.
+type handoff struct {
+	cfg  handoffConfig
+	ring func() Owners // the current ring
+	m    *metrics
+	wake chan struct{}
+
+	mu     sync.Mutex               // one pass at a time
+	pushed map[string]clock.Instant // key → when it was pushed; guarded by mu
+}
+
+func newHandoff(cfg handoffConfig, ring func() Owners, m *metrics) *handoff {
+	return &handoff{cfg: cfg, ring: ring, m: m, wake: make(chan struct{}, 1), pushed: map[string]clock.Instant{}}
 }
 
 func (h *handoff) trigger() {
@@ -37,17 +53,19 @@ func (h *handoff) trigger() {
 }
 
 func (h *handoff) loop(ctx context.Context) {
-	var again <-chan time.Time
+	again := h.cfg.Clock.NewTimer(h.cfg.Grace)
+	again.Stop()
+	defer again.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.wake:
-		case <-again:
+		case <-again.C():
 		}
-		again = nil
+		again.Stop()
 		if pending, _ := h.pass(ctx); pending {
-			again = time.After(h.r.cfg.Grace)
+			again.Reset(h.cfg.Grace)
 		}
 	}
 }
@@ -58,19 +76,19 @@ func (h *handoff) loop(ctx context.Context) {
 func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r := h.r
-	v := r.view.Load()
-	if v.ring == nil {
+	self := h.cfg.Self
+	rg := h.ring()
+	if rg == nil {
 		return false, 0
 	}
-	now := r.cfg.Clock.Now()
-	out := map[string][]*peerv1.BucketState{}
+	now := h.cfg.Clock.Now()
+	out := map[string][]peer.State{}
 	var stale []string // pushed at least Grace ago and pushed again now: delete after
 	flush := func(owner string) {
 		states := out[owner]
 		delete(out, owner)
-		if err := h.push(ctx, v, owner, states); err != nil {
-			r.log.Warn("handoff failed", "to", owner, "keys", len(states), "err", err)
+		if err := h.cfg.Peers.Handoff(ctx, owner, states); err != nil {
+			h.cfg.Logger.Warn("handoff failed", "to", owner, "keys", len(states), "err", err)
 			pending = true
 			failed += len(states)
 			return
@@ -80,25 +98,24 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			switch {
 			case !ok:
 				h.pushed[s.Key] = now
-			case now-at >= int64(r.cfg.Grace):
+			case now.Sub(at) >= h.cfg.Grace:
 				stale = append(stale, s.Key)
 			}
 		}
 		pending = true // pushed keys are deleted by a later pass
 	}
-	r.cfg.Store.Range(now, func(batch []bucket.Snapshot) bool {
+	h.cfg.Store.Range(now, func(batch []bucket.Snapshot) bool {
 		for i := range batch {
 			s := &batch[i]
-			owner := r.ownerIn(v, s.Key)
-			if owner == r.cfg.Self {
+			owner := ownerIn(rg, self, s.Key)
+			if owner == self {
 				delete(h.pushed, s.Key)
 				continue
 			}
 			// Push every key we hold but do not own; one that was pushed at
 			// least Grace ago is pushed a last time (what stale peers spent
 			// on our copy meanwhile) and then deleted.
-			w := limitToWire(&s.Limit)
-			out[owner] = append(out[owner], &peerv1.BucketState{Key: s.Key, Limit: &w, Used: s.Used})
+			out[owner] = append(out[owner], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)
 			}
@@ -110,91 +127,54 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	}
 	// Delete what was handed off for good, unless the ring gave it back to
 	// us meanwhile.
-	cur := r.view.Load()
+	cur := h.ring()
 	for _, k := range stale {
-		if r.ownerIn(cur, k) != r.cfg.Self {
-			r.cfg.Store.Delete(k)
+		if ownerIn(cur, self, k) != self {
+			h.cfg.Store.Delete(k)
 		}
 		delete(h.pushed, k)
 	}
 	for k := range h.pushed {
-		if !r.cfg.Store.Has(k) {
+		if !h.cfg.Store.Has(k) {
 			delete(h.pushed, k)
 		}
 	}
 	return pending || len(h.pushed) > 0, failed
 }
 
-// push sends states to owner in one Handoff RPC.
-func (h *handoff) push(ctx context.Context, v *view, owner string, states []*peerv1.BucketState) error {
-	p := v.peers[owner]
-	if p == nil {
-		return errors.New("no connection")
-	}
-	ctx, cancel := context.WithTimeout(ctx, h.r.cfg.PeerTimeout*4)
-	defer cancel()
-	_, err := p.client.Handoff(ctx, &peerv1.HandoffRequest{From: h.r.cfg.Self, Buckets: states})
-	if err == nil {
-		h.r.m.handoffSent.Add(float64(len(states)))
-	}
-	return err
-}
-
-// fetchPrevious asks key's previous owner for its state and merges it, so
-// that a key whose handoff has not arrived yet does not start full.
-func (r *Router) fetchPrevious(ctx context.Context, v *view, key string, l *bucket.Limit, now int64) {
+// fetch asks key's previous owner for its state and merges it, so that a
+// key whose handoff has not arrived yet does not start full.
+func (h *handoff) fetch(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant) {
 	// The previous ring says who owned the key; if that was this node (or
 	// there was none: it just joined), the key came from wherever the ring
 	// without this node puts it.
-	prev, err := v.prev.Owner(key)
-	if err != nil || prev == r.cfg.Self {
-		if prev, err = v.others.Owner(key); err != nil || prev == r.cfg.Self {
+	prev := ownerIn(v.prev, h.cfg.Self, key)
+	if v.prev == nil || prev == h.cfg.Self {
+		if prev = ownerIn(v.others, h.cfg.Self, key); v.others == nil || prev == h.cfg.Self {
 			return
 		}
 	}
-	p := v.peers[prev]
-	if p == nil {
-		p = r.retiredPeer(prev)
-	}
-	if _, down := v.fetchDown.Load(prev); p == nil || down {
-		r.m.fetches[fetchUnreachable].Inc()
+	if _, down := v.fetchDown.Load(prev); down {
+		h.m.fetches[fetchUnreachable].Inc()
 		return
 	}
 	// A quarter of the peer deadline: the check that waits on this fetch
-	// may itself be a forwarded one, under the entry node's PeerTimeout.
-	w := limitToWire(l)
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.PeerTimeout/4)
+	// may itself be a forwarded one, under the entry node's deadline.
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.PeerTimeout/4)
 	defer cancel()
-	resp, err := p.client.Fetch(ctx, &peerv1.FetchRequest{From: r.cfg.Self, Key: key, Limit: &w})
+	st, found, err := h.cfg.Peers.Fetch(ctx, prev, key, l)
 	switch {
 	case err != nil:
 		// Do not wait on it again for this view: it crashed or is gone.
 		v.fetchDown.Store(prev, true)
-		r.m.fetches[fetchUnreachable].Inc()
+		h.m.fetches[fetchUnreachable].Inc()
 		return
-	case !resp.GetFound():
-		r.m.fetches[fetchMissing].Inc()
-		return
-	}
-	r.m.fetches[fetchFound].Inc()
-	st := resp.GetState()
-	sl, err := limitFromWire(st.GetLimit())
-	if err != nil {
+	case !found:
+		h.m.fetches[fetchMissing].Inc()
 		return
 	}
-	r.cfg.Store.Merge(key, &sl, now, st.GetUsed())
-}
-
-// retiredPeer finds a peer that left the ring less than Grace ago.
-func (r *Router) retiredPeer(name string) *peer {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range r.retired {
-		if p.name == name {
-			return p
-		}
-	}
-	return nil
+	h.m.fetches[fetchFound].Inc()
+	h.cfg.Store.Merge(key, &st.Limit, now, st.Used)
 }
 
 // Leave takes this node off its own ring and hands every key it holds to
@@ -210,18 +190,15 @@ func (r *Router) Leave(ctx context.Context) error {
 	r.leaving = true
 	r.rebuildLocked()
 	r.mu.Unlock()
-	v := r.view.Load()
-	if v.ring == nil || v.ring.Len() == 0 {
+	if r.view.Load().len() == 0 {
 		return nil // nobody to hand off to
 	}
 	for {
 		if _, failed := r.handoff.pass(ctx); failed == 0 || ctx.Err() != nil {
 			return ctx.Err()
 		}
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(r.cfg.Clock, 100*time.Millisecond, ctx.Done()) {
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -231,16 +208,16 @@ func (r *Router) Leave(ctx context.Context) error {
 // peers whose view still names it as an owner are answered rather than
 // failing over while the leave spreads.
 func (r *Router) Quiesce(ctx context.Context, idle time.Duration) error {
-	tick := time.NewTicker(idle / 4)
+	tick := r.cfg.Clock.NewTicker(max(idle/4, time.Millisecond))
 	defer tick.Stop()
 	for {
-		if int64(time.Since(r.started))-r.lastPeerCheck.Load() >= int64(idle) {
+		if r.cfg.Clock.Now().Sub(clock.Instant(r.lastPeerCheck.Load())) >= idle {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // The entry-node pre-limiter has two parts, both consulted only for checks
@@ -27,8 +30,8 @@ import (
 const maxRejected = 1 << 16
 
 type rejection struct {
-	until int64 // Clock time the owner said to retry at
-	cost  int64 // the smallest cost it rejected until then
+	until clock.Instant // when the owner said to retry
+	cost  int64         // the smallest cost it rejected until then
 }
 
 // rejectCache remembers owner rejections by key. Safe for concurrent use.
@@ -37,7 +40,7 @@ type rejectCache struct {
 	m  map[string]rejection
 }
 
-func (c *rejectCache) shed(key string, cost, now int64) (retry int64, ok bool) {
+func (c *rejectCache) shed(key string, cost int64, now clock.Instant) (retry time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, found := c.m[key]
@@ -51,10 +54,10 @@ func (c *rejectCache) shed(key string, cost, now int64) (retry int64, ok bool) {
 	if cost < r.cost {
 		return 0, false
 	}
-	return r.until - now, true
+	return r.until.Sub(now), true
 }
 
-func (c *rejectCache) add(key string, cost, until, now int64) {
+func (c *rejectCache) add(key string, cost int64, until, now clock.Instant) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -76,8 +79,24 @@ func (c *rejectCache) add(key string, cost, until, now int64) {
 	c.m[key] = rejection{until: until, cost: cost}
 }
 
-// prelimitLimit is the pre-limiter window for c's limit.
-func prelimitLimit(c *Check) (bucket.Limit, bool) {
+// prelimiter is the entry node's pre-limiter: its windows and its
+// rejection cache. Safe for concurrent use.
+type prelimiter struct {
+	windows  *bucket.Store
+	rejected rejectCache
+	shedded  prometheus.Counter
+}
+
+func newPrelimiter(keys int, shed prometheus.Counter) (*prelimiter, error) {
+	w, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: keys, Shards: 16})
+	if err != nil {
+		return nil, err
+	}
+	return &prelimiter{windows: w, shedded: shed}, nil
+}
+
+// window is the pre-limiter window for c's limit.
+func window(c *Check) (bucket.Limit, bool) {
 	l := &c.Limit
 	count := min(int64(c.Prelimit*float64(max(l.Count(), l.Burst()))+0.999999), bucket.MaxCount)
 	lim, err := bucket.NewLimit(bucket.SlidingWindowCounter, count, l.Per(), 0)
@@ -87,64 +106,64 @@ func prelimitLimit(c *Check) (bucket.Limit, bool) {
 	return lim, true
 }
 
-// prelimit runs c through the entry node's pre-limiter and reports whether
-// it shed the check.
-func (r *Router) prelimit(c *Check, now int64) (Result, bool) {
-	shed := func(retry, reset int64) (Result, bool) {
-		r.m.shed.Inc()
-		return Result{Decision: bucket.Decision{Limit: c.Limit.Count(), RetryAfter: msCeil(retry), ResetAfter: msCeil(reset)},
-			Owner: r.cfg.Self, Shed: true}, true
+// shed runs c through the pre-limiter and reports whether it shed it.
+func (p *prelimiter) shed(self string, c *Check, now clock.Instant) (Result, bool) {
+	shed := func(retry, reset time.Duration) (Result, bool) {
+		p.shedded.Inc()
+		return Result{Decision: bucket.Decision{Limit: c.Limit.Count(), RetryAfter: clock.CeilMillis(retry), ResetAfter: clock.CeilMillis(reset)},
+			Owner: self, Shed: true}, true
 	}
-	if retry, ok := r.rejected.shed(c.Key, c.Cost, now); ok {
+	if retry, ok := p.rejected.shed(c.Key, c.Cost, now); ok {
 		return shed(retry, retry)
 	}
-	lim, ok := prelimitLimit(c)
+	lim, ok := window(c)
 	if !ok {
 		return Result{}, false
 	}
-	d, err := r.pre.Take(c.Key, &lim, now, c.Cost)
+	d, err := p.windows.Take(c.Key, &lim, now, c.Cost)
 	if err != nil || d.Allowed {
 		return Result{}, false
 	}
-	return shed(int64(d.RetryAfter), int64(d.ResetAfter))
+	return shed(d.RetryAfter, d.ResetAfter)
 }
 
-// afterOwner updates the pre-limiter with the owner's answer to a forwarded
+// giveBack returns c's window slot: c was not sent after all, or its owner
+// rejected it.
+func (p *prelimiter) giveBack(c *Check, now clock.Instant) {
+	if lim, ok := window(c); ok {
+		p.windows.Refund(c.Key, &lim, now, c.Cost)
+	}
+}
+
+// after updates the pre-limiter with the owner's answer to a forwarded
 // check: a rejection gives its window slot back and is remembered until its
 // retry-after.
-func (r *Router) afterOwner(c *Check, res *Result, now int64) {
+func (p *prelimiter) after(c *Check, res *Result, now clock.Instant) {
 	if c.Prelimit == 0 || c.Refund || res.Allowed || res.Degraded {
 		return
 	}
-	r.rejected.add(c.Key, c.Cost, now+int64(res.RetryAfter), now)
-	if lim, ok := prelimitLimit(c); ok {
-		r.pre.Refund(c.Key, &lim, now, c.Cost)
-	}
+	p.rejected.add(c.Key, c.Cost, now.Add(res.RetryAfter), now)
+	p.giveBack(c, now)
 }
 
-func msCeil(ns int64) time.Duration {
-	const ms = int64(time.Millisecond)
-	return time.Duration((ns + ms - 1) / ms * ms)
-}
-
-// prelimitAll runs the pre-limiter over every check it applies to (remote
-// owner, Prelimit set, not a refund) before any check is sent, writes the
-// shed ones into out, and returns the Together groups with a shed check.
-// A check of such a group that passed its own pre-limiter gives its slot
+// all runs the pre-limiter over every check it applies to (remote owner,
+// Prelimit set, not a refund) before any check is sent, writes the shed
+// ones into out, and returns the Together groups with a shed check. A
+// check of such a group that passed its own pre-limiter gives its slot
 // back, since it will not be sent.
-func (r *Router) prelimitAll(v *view, checks []Check, out []Result, now int64) []int32 {
+func (p *prelimiter) all(self string, checks []Check, out []Result, remote func(*Check) bool, now clock.Instant) []int32 {
 	clear(out[:len(checks)])
 	var shed []int32
 	var passed []int // checks of a group that took a window slot
 	for i := range checks {
 		c := &checks[i]
-		if c.Prelimit == 0 || c.Refund || r.ownerIn(v, c.Key) == r.cfg.Self {
+		if c.Prelimit == 0 || c.Refund || !remote(c) {
 			continue
 		}
 		if c.Together != 0 && slices.Contains(shed, c.Together) {
 			continue
 		}
-		res, isShed := r.prelimit(c, now)
+		res, isShed := p.shed(self, c, now)
 		if !isShed {
 			if c.Together != 0 {
 				passed = append(passed, i)
@@ -157,11 +176,8 @@ func (r *Router) prelimitAll(v *view, checks []Check, out []Result, now int64) [
 		}
 	}
 	for _, i := range passed {
-		c := &checks[i]
-		if slices.Contains(shed, c.Together) {
-			if lim, ok := prelimitLimit(c); ok {
-				r.pre.Refund(c.Key, &lim, now, c.Cost)
-			}
+		if c := &checks[i]; slices.Contains(shed, c.Together) {
+			p.giveBack(c, now)
 		}
 	}
 	return shed

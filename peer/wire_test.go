@@ -1,4 +1,4 @@
-package forward
+package peer
 
 import (
 	"bytes"

@@ -1,0 +1,124 @@
+package forward
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
+)
+
+// Config configures a Router. Zero durations and counts mean the defaults
+// of DefaultConfig.
+type Config struct {
+	// Self is this node's name on the ring. Required.
+	Self string
+	// SelfAddr is this node's address for clients, reported with its
+	// decisions so that clients can send a key's checks straight to its
+	// owner. Optional.
+	SelfAddr string
+	// Store holds the buckets of the keys this node owns. Required.
+	Store *bucket.Store
+	// NewRing builds the ring over a member list. Required (cmd/node
+	// passes the ring package's constructor).
+	NewRing func(members []string) (Owners, error)
+	// Peers reaches the other members. Required. The Router does not close
+	// it: its owner does, after the Router.
+	Peers Peers
+	// Clock gives the time of each check and drives every wait. Nil means
+	// clock.System().
+	Clock clock.Clock
+	// PeerTimeout bounds how long a check waits for its owner's state or
+	// a new member, in the handoff's fetch (a quarter of it) and while a
+	// node that just joined waits for its ring (half of it). Default 500ms.
+	PeerTimeout time.Duration
+	// Grace is how long after a ring change an owner that has no state for a
+	// key asks the key's previous owner first, and how long a node keeps the
+	// state of a key it has handed off (answering stale peers from it)
+	// before deleting it. Default 3s.
+	Grace time.Duration
+	// LocalKeys bounds the store of degraded-mode (Local) buckets and of the
+	// pre-limiter's windows. Default 65536.
+	LocalKeys int
+	// Lease configures token leases.
+	Lease LeaseConfig
+	// Logger receives membership and handoff events. Nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the router's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// LeaseConfig configures token leases (see lease.go).
+type LeaseConfig struct {
+	// TTL is how long a lease lasts. Default 100ms.
+	TTL time.Duration
+	// Max bounds the tokens of one lease. Default 1000.
+	Max int64
+}
+
+// DefaultConfig returns the defaults; Self, Store, NewRing and Peers are
+// left for the caller.
+func DefaultConfig() Config {
+	return Config{PeerTimeout: 500 * time.Millisecond, Grace: 3 * time.Second, LocalKeys: 1 << 16,
+		Lease: LeaseConfig{TTL: 100 * time.Millisecond, Max: 1000}}
+}
+
+// Validate reports the first missing or invalid field by name. It changes
+// nothing: New fills the defaults in a copy.
+func (c *Config) Validate() error {
+	switch {
+	case c.Self == "":
+		return errors.New("forward: Self must name this node")
+	case c.Store == nil:
+		return errors.New("forward: Store is required")
+	case c.NewRing == nil:
+		return errors.New("forward: NewRing is required")
+	case c.Peers == nil:
+		return errors.New("forward: Peers is required")
+	}
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{
+		{"PeerTimeout", c.PeerTimeout < 0},
+		{"Grace", c.Grace < 0},
+		{"LocalKeys", c.LocalKeys < 0},
+		{"Lease.TTL", c.Lease.TTL < 0},
+		{"Lease.Max", c.Lease.Max < 0},
+	} {
+		if f.bad {
+			return fmt.Errorf("forward: %s must not be negative", f.name)
+		}
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = d.PeerTimeout
+	}
+	if c.Grace == 0 {
+		c.Grace = d.Grace
+	}
+	if c.LocalKeys == 0 {
+		c.LocalKeys = d.LocalKeys
+	}
+	if c.Lease.TTL == 0 {
+		c.Lease.TTL = d.Lease.TTL
+	}
+	if c.Lease.Max == 0 {
+		c.Lease.Max = d.Lease.Max
+	}
+	if c.Clock == nil {
+		c.Clock = clock.System()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

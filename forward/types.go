@@ -1,0 +1,130 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/peer"
+)
+
+// Owners is the hash ring as the router needs it: who owns a key, who is
+// on it, and a version that changes with membership. Implementations are
+// immutable and safe for concurrent use (ring.Ring).
+type Owners interface {
+	// Owner returns the member that owns key; an error on an empty ring.
+	Owner(key string) (string, error)
+	Has(name string) bool
+	Len() int
+	Members() []string
+	Version() uint64
+}
+
+// Peers reaches the other members (peer.Pool). Its methods are safe for
+// concurrent use.
+type Peers interface {
+	// SetMembers tells it the members and their peer addresses.
+	SetMembers(addrs map[string]string)
+	// Check sends checks to their owner name and returns who decided.
+	Check(ctx context.Context, name string, reqs []peer.Request, out []peer.Answer) (string, error)
+	// Fetch asks name (a member or one that just left) for key's state.
+	Fetch(ctx context.Context, name, key string, l *bucket.Limit) (peer.State, bool, error)
+	// Handoff pushes states to the member name.
+	Handoff(ctx context.Context, name string, states []peer.State) error
+	// Keys asks every member how many keys it holds.
+	Keys(ctx context.Context) map[string]int64
+	// Addr returns a member's peer address.
+	Addr(name string) string
+}
+
+var _ Peers = (*peer.Pool)(nil)
+
+// Check is one limit check: spend Cost of Key under Limit; Mode says what
+// to do when the owner cannot be reached.
+type Check struct {
+	Key   string
+	Limit bucket.Limit
+	Cost  int64
+	Mode  bucket.FailureMode
+	// Prelimit, when ≥ 1, lets the entry node shed a flood on a key it does
+	// not own without a network hop: a local sliding window counter at
+	// Prelimit × the limit's capacity per Per rejects first. The owner stays
+	// the authority for everything the pre-limiter lets through.
+	Prelimit float64
+	// Refund gives Cost back to the key instead of spending it: for the
+	// layers that admitted a request another layer rejected. Best effort:
+	// an unreachable owner is not retried, and the Result is empty.
+	Refund bool
+	// Lease lets this node, when it does not own the key, admit from a
+	// short lease of the key's tokens granted by the owner (token bucket
+	// only; see lease.go).
+	Lease bool
+	// Together, when not 0, groups the checks of one request (its layers):
+	// when the pre-limiter sheds one of them, the others of the group are
+	// neither sent nor spent, and come back Skipped.
+	Together int32
+}
+
+// Result is the answer to one Check.
+type Result struct {
+	bucket.Decision
+	// Owner is the name of the node that decided.
+	Owner string
+	// OwnerAddr is the decider's address when known.
+	OwnerAddr string
+	// Degraded is true when the owner could not be reached and the check's
+	// failure mode decided instead.
+	Degraded bool
+	// Shed is true when the entry node's pre-limiter rejected the check
+	// without asking the owner.
+	Shed bool
+	// Skipped is true when another check of the same Together group was
+	// shed, so this one was not decided at all.
+	Skipped bool
+	// Leased is true when the check was admitted from a token lease held
+	// by this node; Remaining is then what the lease has left.
+	Leased bool
+}
+
+// Member is a node on the ring and the address of its peer service.
+type Member struct {
+	Name string
+	Addr string
+}
+
+// ErrInvalid wraps every error caused by a bad check; callers map it to
+// INVALID_ARGUMENT / 400.
+var ErrInvalid = errors.New("invalid check")
+
+// ErrUnavailable wraps errors where no node could decide a check and its
+// failure mode does not say what to answer; callers map it to 503 /
+// UNAVAILABLE.
+var ErrUnavailable = errors.New("owner unavailable")
+
+// ValidateChecks returns an error wrapping ErrInvalid that names the first
+// bad check (by index), or nil.
+func ValidateChecks(checks []Check) error {
+	for i := range checks {
+		c := &checks[i]
+		if err := bucket.CheckKey(c.Key); err != nil {
+			return fmt.Errorf("%w: checks[%d].key: %w", ErrInvalid, i, err)
+		}
+		if !c.Limit.Valid() {
+			return fmt.Errorf("%w: checks[%d].limit: missing", ErrInvalid, i)
+		}
+		if err := c.Limit.CheckCost(c.Cost); err != nil {
+			return fmt.Errorf("%w: checks[%d].cost: %w", ErrInvalid, i, err)
+		}
+		if !c.Mode.Valid() {
+			return fmt.Errorf("%w: checks[%d].failure_mode: %v", ErrInvalid, i, c.Mode)
+		}
+		if c.Lease && c.Limit.Algorithm() != bucket.TokenBucket {
+			return fmt.Errorf("%w: checks[%d].lease: only a token bucket can be leased, not %v", ErrInvalid, i, c.Limit.Algorithm())
+		}
+		if err := bucket.CheckPrelimit(c.Prelimit); err != nil {
+			return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)
+		}
+	}
+	return nil
+}

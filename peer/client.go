@@ -1,0 +1,220 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/batcher"
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+)
+
+// errClosed fails the calls of a connection that closed.
+var errClosed = errors.New("peer connection closed")
+
+// conn is the connection to one other node and the batcher in front of it.
+// The batcher's loop takes a slot (MaxInFlight), gathers every waiting call
+// (up to MaxBatch checks) into one batch and writes it to the peer's Check
+// stream: a batch costs one message each way on a stream that stays open,
+// not an RPC of its own.
+type conn struct {
+	cfg  *Config
+	name string
+	addr string
+	cc   *grpc.ClientConn
+	rpc  peerv1.PeerClient
+	b    *batcher.Batcher[wireCheck, wireDecision]
+	ctx  context.Context // ends the streams when the conn closes
+	stop context.CancelFunc
+	wg   sync.WaitGroup // stream receivers
+
+	retireAt  clock.Instant // set under Pool.mu when the peer leaves the member list
+	closeOnce sync.Once
+
+	// Owned by the batcher's loop goroutine (flush).
+	st     *stream    // the open Check stream; nil before the first batch
+	nextID uint64     // id of the last batch sent
+	out    checkBatch // the batch being sent, reused
+}
+
+func dial(cfg *Config, name, addr string) (*conn, error) {
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow),
+	}, cfg.DialOptions...)
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	c := &conn{cfg: cfg, name: name, addr: addr, cc: cc, rpc: peerv1.NewPeerClient(cc), ctx: ctx, stop: stop}
+	c.b, err = batcher.New(cfg.Batch, c.flush, func(n int) { cfg.Metrics.abandoned.Add(float64(n)) })
+	if err != nil {
+		stop()
+		cc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// close fails the calls still waiting, ends the streams and the
+// connection, and waits for the stream receivers. Safe to call twice.
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.b.Close()
+		c.stop()
+		c.cc.Close()
+		c.wg.Wait()
+	})
+}
+
+// check sends reqs to the peer, in batches of at most MaxBatch, writes the
+// answers into out and returns the name of the node that decided.
+func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string, error) {
+	var owner string
+	for off := 0; off < len(reqs); {
+		n := min(len(reqs)-off, c.b.MaxBatch())
+		in := make([]wireCheck, n)
+		for j := range in {
+			r := &reqs[off+j]
+			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease}
+		}
+		call := batcher.NewCall(ctx, in, make([]wireDecision, n))
+		if err := c.b.Do(call); err != nil {
+			if errors.Is(err, batcher.ErrClosed) {
+				err = errClosed
+			}
+			return "", err
+		}
+		for j := range call.Out {
+			out[off+j] = call.Out[j].toAnswer()
+		}
+		owner = call.From
+		off += n
+	}
+	return owner, nil
+}
+
+type call = batcher.Call[wireCheck, wireDecision]
+
+// batch is the calls one message on the stream carries. It holds a slot
+// until it is answered or fails.
+type batch struct {
+	calls   []*call
+	n       int           // checks in calls
+	sent    clock.Instant // when it was added to the stream
+	release func()
+}
+
+// flush writes one batch to the peer's stream, opening one if there is
+// none. It runs on the batcher's loop goroutine.
+func (c *conn) flush(calls []*call, n int, release func()) {
+	b := &batch{calls: calls, n: n, release: release}
+	c.nextID++
+	m := &c.out
+	m.from, m.id, m.checks = c.cfg.Self, c.nextID, m.checks[:0]
+	for _, cl := range calls {
+		m.checks = append(m.checks, cl.In...)
+	}
+	c.cfg.Metrics.batches.Inc()
+	c.cfg.Metrics.forwarded.Add(float64(n))
+	c.cfg.Metrics.batchSize.Observe(float64(n))
+	s := c.st
+	if s == nil || !s.add(m.id, b) {
+		var err error
+		if s, err = c.open(); err != nil {
+			c.finish(b, nil, err)
+			return
+		}
+		c.st = s
+		if testHookOpened != nil {
+			testHookOpened(s)
+		}
+		if !s.add(m.id, b) {
+			// Broken already: the peer drained it at once (it is
+			// stopping) or it failed. b was not sent; it fails now.
+			c.finish(b, nil, fmt.Errorf("peer %s ended a new stream before its first batch", c.name))
+			return
+		}
+	}
+	// SendMsg encodes m before it returns: the next batch may reuse it.
+	s.sendMu.Lock()
+	err := s.cs.SendMsg(m)
+	s.sendMu.Unlock()
+	if err != nil {
+		// The stream is done: its status comes out of RecvMsg, which the
+		// cancel makes sure returns; the receiver fails b with it.
+		s.cancel(nil)
+	}
+}
+
+// testHookOpened, when set by a test, runs after a new stream is open and
+// before the first batch is added to it.
+var testHookOpened func(*stream)
+
+// finish answers b's calls from ans, or fails them with err, and frees
+// b's slot.
+func (c *conn) finish(b *batch, ans *checkAnswer, err error) {
+	defer b.release()
+	if err == nil && ans.err != "" {
+		err = status.Error(codes.InvalidArgument, fmt.Sprintf("peer %s refused the batch: %s", c.name, ans.err))
+	}
+	if err == nil && len(ans.decisions) != b.n {
+		err = fmt.Errorf("peer %s answered %d decisions for %d checks", c.name, len(ans.decisions), b.n)
+	}
+	var owner string
+	if err == nil {
+		owner = intern(ans.owner, c.name)
+	}
+	off := 0
+	for _, cl := range b.calls {
+		if err == nil {
+			copy(cl.Out, ans.decisions[off:off+len(cl.In)])
+			cl.From = owner
+		}
+		off += len(cl.In)
+		cl.Finish(err)
+	}
+}
+
+// fetch asks the peer for key's state.
+func (c *conn) fetch(ctx context.Context, key string, l *bucket.Limit) (State, bool, error) {
+	resp, err := c.rpc.Fetch(ctx, &peerv1.FetchRequest{From: c.cfg.Self, Key: key, Limit: limitToProto(l)})
+	if err != nil || !resp.GetFound() {
+		return State{}, false, err
+	}
+	st := resp.GetState()
+	sl, err := limitFromProto(st.GetLimit())
+	if err != nil {
+		return State{}, false, fmt.Errorf("peer %s: fetch %q: %w", c.name, key, err)
+	}
+	return State{Key: key, Limit: sl, Used: st.GetUsed()}, true, nil
+}
+
+// handoff pushes states to the peer in one call.
+func (c *conn) handoff(ctx context.Context, states []State) error {
+	req := &peerv1.HandoffRequest{From: c.cfg.Self, Buckets: make([]*peerv1.BucketState, len(states))}
+	for i := range states {
+		s := &states[i]
+		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used}
+	}
+	if _, err := c.rpc.Handoff(ctx, req); err != nil {
+		return err
+	}
+	c.cfg.Metrics.handoffSent.Add(float64(len(states)))
+	return nil
+}
+
+// keys asks the peer how many keys it holds.
+func (c *conn) keys(ctx context.Context) (int64, error) {
+	resp, err := c.rpc.Stats(ctx, &peerv1.StatsRequest{})
+	return resp.GetKeys(), err
+}

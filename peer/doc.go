@@ -1,0 +1,25 @@
+// Package peer is the transport between ringlimit nodes, both sides of the
+// internal Peer gRPC service (proto/peer/v1): a Pool that keeps one
+// connection per member and sends it batches of checks, handoffs and
+// fetches; and a Server that decides the batches other nodes send, through
+// a Handler the node provides.
+//
+// Checks travel batched: every check bound for one member that is waiting
+// when a slot frees up leaves in the same message (internal/batcher), on one
+// Check stream per member that stays open, encoded by hand (wire.go; the
+// bytes are those of the generated messages, and wire_test.go checks both
+// directions against the generated code).
+//
+// Invariants:
+//   - Every call has a deadline (Config.Timeout): a stream whose oldest
+//     batch waited that long breaks, and its batches fail.
+//   - A check whose caller gave up while it waited for a batch is never
+//     sent.
+//   - A received batch is validated whole before any of it is decided: one
+//     bad check refuses the batch and changes no state.
+//   - Answers come back in the order of the checks.
+//
+// Shutdown: Server.Drain asks peers to end their streams to this node (so
+// a graceful gRPC stop need not wait for them); Pool.Close fails the calls
+// still waiting and closes every connection. Both are safe to call twice.
+package peer

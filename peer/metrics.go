@@ -1,0 +1,64 @@
+package peer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the peer transport's Prometheus collectors, prefixed
+// ringlimit_. One set serves a node's Pool and Server.
+type Metrics struct {
+	batches         prometheus.Counter
+	forwarded       prometheus.Counter
+	abandoned       prometheus.Counter
+	batchSize       prometheus.Histogram
+	received        prometheus.Counter
+	handoffSent     prometheus.Counter
+	handoffReceived prometheus.Counter
+}
+
+func newMetrics() *Metrics {
+	return &Metrics{
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_forward_rpcs_total",
+			Help: "Batches of checks sent to their owners (one message each on the peer's Check stream).",
+		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_forward_checks_total",
+			Help: "Checks sent to their owners; divided by ringlimit_forward_rpcs_total it is the batching factor.",
+		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_forward_abandoned_checks_total",
+			Help: "Checks not sent to their owners because their caller gave up (deadline or cancel) while they waited for a batch.",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringlimit_forward_batch_checks",
+			Help:    "Checks per batch sent to an owner.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_checks_total",
+			Help: "Checks received from other nodes and decided here as owner.",
+		}),
+		handoffSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_handoff_keys_sent_total",
+			Help: "Bucket states pushed to their new owners after ring changes.",
+		}),
+		handoffReceived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_handoff_keys_received_total",
+			Help: "Bucket states received from previous owners and merged.",
+		}),
+	}
+}
+
+// NewMetrics returns the transport's metrics, registered with reg unless
+// reg is nil.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := newMetrics()
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.batchSize, m.received, m.handoffSent, m.handoffReceived} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

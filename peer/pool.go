@@ -1,0 +1,189 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// Pool keeps a connection to every other member and sends each its
+// batches, handoffs and fetches. A member that leaves the list stays
+// dialable for Grace, so that a new owner can still fetch from it. It is
+// safe for concurrent use.
+type Pool struct {
+	cfg Config
+
+	mu      sync.Mutex
+	conns   map[string]*conn // by member name
+	retired []*conn
+	closed  bool
+}
+
+// NewPool validates cfg and returns a Pool with no members.
+func NewPool(cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Pool{cfg: cfg, conns: map[string]*conn{}}, nil
+}
+
+// SetMembers dials the members (name → peer address) it has no
+// connection to, and retires the connections of members no longer listed
+// or whose address changed. Self is skipped. Retired connections are
+// closed by the first SetMembers at least Grace after they retired.
+func (p *Pool) SetMembers(addrs map[string]string) {
+	var stale []*conn
+	defer func() { // close waits for the stream receivers: not under mu
+		for _, c := range stale {
+			c.close()
+		}
+	}()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	now := p.cfg.Clock.Now()
+	for name, c := range p.conns {
+		if addr, ok := addrs[name]; !ok || addr != c.addr {
+			delete(p.conns, name)
+			c.retireAt = now.Add(p.cfg.Grace)
+			p.retired = append(p.retired, c)
+		}
+	}
+	for name, addr := range addrs {
+		if name == p.cfg.Self || p.conns[name] != nil {
+			continue
+		}
+		c, err := dial(&p.cfg, name, addr)
+		if err != nil {
+			p.cfg.Logger.Error("peer not reachable", "peer", name, "addr", addr, "err", err)
+			continue
+		}
+		p.conns[name] = c
+	}
+	kept := p.retired[:0]
+	for _, c := range p.retired {
+		if c.retireAt <= now {
+			stale = append(stale, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	p.retired = kept
+}
+
+// conn returns the connection to name: a member's, or with retired set, a
+// connection retired less than Grace ago.
+func (p *Pool) conn(name string, retired bool) (*conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conns[name]; c != nil {
+		return c, nil
+	}
+	if retired {
+		for _, c := range p.retired {
+			if c.name == name {
+				return c, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("peer: no connection to %s", name)
+}
+
+// Addr returns the address of the member's connection, or "".
+func (p *Pool) Addr(name string) string {
+	if c, err := p.conn(name, false); err == nil {
+		return c.addr
+	}
+	return ""
+}
+
+// Check sends reqs to the member name, batched with other callers' checks
+// for it, writes one Answer per request into out (len(out) ≥ len(reqs))
+// and returns the name of the node that decided. It fails when the member
+// cannot be reached within Timeout or ctx ends first.
+func (p *Pool) Check(ctx context.Context, name string, reqs []Request, out []Answer) (string, error) {
+	c, err := p.conn(name, false)
+	if err != nil {
+		return "", err
+	}
+	return c.check(ctx, reqs, out)
+}
+
+// Fetch asks name (a member, or one that left less than Grace ago) for
+// key's state; found is false when it holds none.
+func (p *Pool) Fetch(ctx context.Context, name, key string, l *bucket.Limit) (st State, found bool, err error) {
+	c, err := p.conn(name, true)
+	if err != nil {
+		return State{}, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	return c.fetch(ctx, key, l)
+}
+
+// Handoff pushes states to the member name, within four times Timeout.
+func (p *Pool) Handoff(ctx context.Context, name string, states []State) error {
+	c, err := p.conn(name, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*p.cfg.Timeout)
+	defer cancel()
+	return c.handoff(ctx, states)
+}
+
+// Keys asks every member how many keys it holds, in parallel, each within
+// Timeout. Members that do not answer are missing from the map.
+func (p *Pool) Keys(ctx context.Context) map[string]int64 {
+	p.mu.Lock()
+	conns := make([]*conn, 0, len(p.conns))
+	for _, c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	out := map[string]int64{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+			defer cancel()
+			n, err := c.keys(ctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out[c.name] = n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// Close closes every connection, failing the calls still waiting. Safe to
+// call more than once.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	conns := p.retired
+	for _, c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.conns, p.retired = nil, nil
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(c.close)
+	}
+	wg.Wait()
+}

@@ -1,0 +1,196 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+)
+
+// Handler is what the peer service asks of the node it serves. Its methods
+// may be called concurrently.
+type Handler interface {
+	// Decide applies one batch of checks a peer sent, in order, on this
+	// node's store, and writes one Answer per request into out. Every
+	// request is valid (key, limit and cost were checked). Keys point into
+	// a buffer that is reused after Decide returns.
+	Decide(ctx context.Context, from string, reqs []Request, out []Answer)
+	// MayWait reports whether deciding a batch from the named peer may
+	// block (for state from a previous owner, or for the sender to join
+	// this node's ring): such a batch is decided on its own goroutine so
+	// that it does not hold up the batches behind it on the stream.
+	MayWait(from string) bool
+	// Merge folds pushed bucket states into the store and returns how many
+	// it took.
+	Merge(from string, states []State) int
+	// Lookup returns key's state, for a new owner that asks.
+	Lookup(key string) (State, bool)
+	// Keys returns how many keys this node holds.
+	Keys() int64
+	// RingVersion returns the version of this node's ring.
+	RingVersion() uint64
+}
+
+// Server is the peer service: it decides the batches other nodes forward
+// and takes their handoffs. It is safe for concurrent use.
+type Server struct {
+	peerv1.UnimplementedPeerServer
+	self      string
+	h         Handler
+	m         *Metrics
+	draining  chan struct{} // closed by Drain
+	drainOnce sync.Once
+}
+
+// NewServer returns the peer service of the node self, deciding with h;
+// m may be nil.
+func NewServer(self string, h Handler, m *Metrics) *Server {
+	if m == nil {
+		m = newMetrics()
+	}
+	return &Server{self: self, h: h, m: m, draining: make(chan struct{})}
+}
+
+// Register registers the service on s. Serve it on a listener only other
+// nodes reach.
+func (s *Server) Register(r grpc.ServiceRegistrar) { peerv1.RegisterPeerServer(r, s) }
+
+// Drain asks every peer with a Check stream open to this node to end it:
+// the peer sends nothing more on it, the batches in flight are answered,
+// and the peer closes it, so that a graceful stop of the gRPC server need
+// not wait for streams that would otherwise stay open. Safe to call more
+// than once.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+// Check decides the batches of checks a peer forwards (hop limit 1), one
+// after the other as they arrive on the stream; a batch that may wait is
+// decided on its own goroutine. Batches and answers are pooled: deciding a
+// batch allocates nothing per check.
+func (s *Server) Check(st peerv1.Peer_CheckServer) error {
+	ctx := st.Context()
+	var mu sync.Mutex // st.SendMsg is not safe for concurrent use
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	send := func(pb *received) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return st.SendMsg(&pb.out) // encodes before it returns
+	}
+	wg.Go(func() {
+		select {
+		case <-s.draining:
+			mu.Lock()
+			_ = st.SendMsg(&checkAnswer{owner: s.self, drain: true})
+			mu.Unlock()
+		case <-stop:
+		}
+	})
+	for {
+		pb := receivedPool.Get().(*received)
+		if err := st.RecvMsg(&pb.in); err != nil {
+			receivedPool.Put(pb)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if s.h.MayWait(pb.in.from) {
+			wg.Go(func() {
+				s.decide(ctx, pb)
+				_ = send(pb) // a broken stream ends RecvMsg too
+				receivedPool.Put(pb)
+			})
+			continue
+		}
+		s.decide(ctx, pb)
+		err := send(pb)
+		receivedPool.Put(pb)
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// received is a received batch with its answer, reused through
+// receivedPool.
+type received struct {
+	in      checkBatch
+	out     checkAnswer
+	reqs    []Request
+	answers []Answer
+}
+
+var receivedPool = sync.Pool{New: func() any { return new(received) }}
+
+// decide validates one batch whole and, if every check in it is valid,
+// has the handler decide it into pb.out.
+func (s *Server) decide(ctx context.Context, pb *received) {
+	in, out := &pb.in, &pb.out
+	out.owner, out.id, out.err, out.decisions = s.self, in.id, "", out.decisions[:0]
+	s.m.received.Add(float64(len(in.checks)))
+	pb.reqs = pb.reqs[:0]
+	for i := range in.checks {
+		c := &in.checks[i]
+		l, err := c.limit.toLimit()
+		if err == nil {
+			err = bucket.CheckKey(c.key)
+		}
+		if err == nil {
+			err = l.CheckCost(c.cost)
+		}
+		if err != nil {
+			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
+			return
+		}
+		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease})
+	}
+	if cap(pb.answers) < len(pb.reqs) {
+		pb.answers = make([]Answer, len(pb.reqs))
+	}
+	pb.answers = pb.answers[:len(pb.reqs)]
+	clear(pb.answers)
+	s.h.Decide(ctx, in.from, pb.reqs, pb.answers)
+	for i := range pb.answers {
+		out.decisions = append(out.decisions, wireDecision{})
+		out.decisions[i].fromAnswer(&pb.answers[i])
+	}
+}
+
+// Handoff merges pushed bucket state.
+func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peerv1.HandoffResponse, error) {
+	states := make([]State, 0, len(req.GetBuckets()))
+	for _, b := range req.GetBuckets() {
+		l, err := limitFromProto(b.GetLimit())
+		if err != nil || bucket.CheckKey(b.GetKey()) != nil {
+			continue
+		}
+		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed()})
+	}
+	merged := s.h.Merge(req.GetFrom(), states)
+	s.m.handoffReceived.Add(float64(merged))
+	return &peerv1.HandoffResponse{Merged: int64(merged)}, nil
+}
+
+// Fetch answers a new owner asking for a key's state.
+func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.FetchResponse, error) {
+	st, ok := s.h.Lookup(req.GetKey())
+	if !ok {
+		return &peerv1.FetchResponse{}, nil
+	}
+	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used}}, nil
+}
+
+// Stats reports this node's key count and ring version.
+func (s *Server) Stats(ctx context.Context, _ *peerv1.StatsRequest) (*peerv1.StatsResponse, error) {
+	return &peerv1.StatsResponse{Name: s.self, Keys: s.h.Keys(), RingVersion: s.h.RingVersion()}, nil
+}

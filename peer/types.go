@@ -1,0 +1,64 @@
+package peer
+
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// Request is one check a node sends to the key's owner.
+type Request struct {
+	Key   string
+	Limit bucket.Limit
+	Cost  int64
+	// Refund gives Cost back instead of spending it.
+	Refund bool
+	// Lease, when > 0, asks the owner for a lease of up to this many
+	// tokens with the check (token bucket only).
+	Lease int64
+}
+
+// Answer is the owner's decision on one Request.
+type Answer struct {
+	Allowed    bool
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+	Delay      time.Duration
+	// LeaseGranted tokens are leased to the asking node for LeaseTTL.
+	LeaseGranted int64
+	LeaseTTL     time.Duration
+}
+
+// Decision returns a as a bucket.Decision under a limit of count.
+func (a *Answer) Decision(count int64) bucket.Decision {
+	return bucket.Decision{Allowed: a.Allowed, Limit: count, Remaining: a.Remaining,
+		RetryAfter: a.RetryAfter, ResetAfter: a.ResetAfter, Delay: a.Delay}
+}
+
+// SetDecision fills a's decision fields from d.
+func (a *Answer) SetDecision(d *bucket.Decision) {
+	a.Allowed, a.Remaining, a.RetryAfter, a.ResetAfter, a.Delay = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay
+}
+
+// State is one key's bucket state as it moves between nodes: the cost spent
+// under Limit at the time it was read.
+type State struct {
+	Key   string
+	Limit bucket.Limit
+	Used  int64
+}
+
+func (d *wireDecision) toAnswer() Answer {
+	return Answer{Allowed: d.allowed, Remaining: d.remaining,
+		RetryAfter:   time.Duration(d.retryAfterMs) * time.Millisecond,
+		ResetAfter:   time.Duration(d.resetAfterMs) * time.Millisecond,
+		Delay:        time.Duration(d.delayMs) * time.Millisecond,
+		LeaseGranted: d.leaseGranted, LeaseTTL: time.Duration(d.leaseTTLMs) * time.Millisecond}
+}
+
+func (d *wireDecision) fromAnswer(a *Answer) {
+	*d = wireDecision{allowed: a.Allowed, remaining: a.Remaining, retryAfterMs: a.RetryAfter.Milliseconds(),
+		resetAfterMs: a.ResetAfter.Milliseconds(), delayMs: a.Delay.Milliseconds(),
+		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds()}
+}
