@@ -12,19 +12,38 @@ import (
 
 const module = "github.com/ringlimit/ringlimit/"
 
-// allowed lists, for each package (by its top-level directory), the
-// project packages its non-test code may import. Imports go one way: the
-// lower packages (bucket, ring, cluster, proto) import no project package.
+// allowed lists, for each package (by its top-level directory, or its
+// first two for internal/...), the project packages its non-test code may
+// import. Imports go one way: the leaves (clock, ring, proto, the internal
+// helpers) import no project package; bucket only the clock.
 var allowed = map[string][]string{
-	"bucket":  {},
-	"ring":    {},
-	"cluster": {},
-	"proto":   {},
-	"forward": {"bucket", "ring", "proto"},
-	"policy":  {"bucket"},
-	"api":     {"policy", "forward", "proto", "bucket"},
-	"client":  {"proto"},
-	"cmd":     nil, // wires everything
+	"clock":            {},
+	"bucket":           {"clock"},
+	"ring":             {},
+	"cluster":          {"clock"},
+	"proto":            {},
+	"internal/batcher": {},
+	"peer":             {"bucket", "clock", "proto", "internal/batcher"},
+	"forward":          {"bucket", "clock", "peer"},
+	"policy":           {"bucket", "clock"},
+	"api":              {"policy", "forward", "proto", "bucket", "clock"},
+	"client":           {"proto", "bucket", "clock", "internal/batcher"},
+	"cmd":              nil, // wires everything
+	// Test infrastructure: imported by tests only (see testOnly).
+	"internal/testkit":  nil,
+	"internal/faultnet": {},
+}
+
+// testOnly are packages no non-test file outside them may import.
+var testOnly = []string{"internal/testkit", "internal/faultnet"}
+
+// unit is the key of allowed for a path relative to the module root.
+func unit(rel string) string {
+	parts := strings.SplitN(rel, "/", 3)
+	if parts[0] == "internal" && len(parts) > 1 {
+		return parts[0] + "/" + parts[1]
+	}
+	return parts[0]
 }
 
 func TestImportsGoOneWay(t *testing.T) {
@@ -43,7 +62,7 @@ func TestImportsGoOneWay(t *testing.T) {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || !strings.Contains(path, "/") {
 			return nil
 		}
-		top := strings.SplitN(filepath.ToSlash(path), "/", 2)[0]
+		top := unit(filepath.ToSlash(filepath.Dir(path)))
 		rules, known := allowed[top]
 		if !known {
 			t.Errorf("%s: package directory %q has no import rule; add one to allowed", path, top)
@@ -56,10 +75,19 @@ func TestImportsGoOneWay(t *testing.T) {
 		seen++
 		for _, imp := range f.Imports {
 			p := strings.Trim(imp.Path.Value, `"`)
-			if !strings.HasPrefix(p, module) || rules == nil {
+			if !strings.HasPrefix(p, module) {
 				continue
 			}
-			dep := strings.SplitN(strings.TrimPrefix(p, module), "/", 2)[0]
+			if rules == nil {
+				if d := unit(strings.TrimPrefix(p, module)); slices.Contains(testOnly, d) && top != "internal/testkit" {
+					t.Errorf("%s imports %s, which is for tests only", path, p)
+				}
+				continue
+			}
+			dep := unit(strings.TrimPrefix(p, module))
+			if slices.Contains(testOnly, dep) && dep != top && !strings.HasPrefix(top, "internal/testkit") {
+				t.Errorf("%s imports %s, which is for tests only", path, p)
+			}
 			if dep != top && !slices.Contains(rules, dep) {
 				t.Errorf("%s imports %s: %s may import only %v", path, p, top, rules)
 			}
