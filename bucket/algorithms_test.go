@@ -3,6 +3,8 @@ package bucket
 import (
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // step is one check in a table: at is the time since the table's base, and
@@ -19,10 +21,10 @@ type step struct {
 
 // runSteps applies steps to b, starting at base, and fails on the first
 // field that differs.
-func runSteps(t *testing.T, b Bucket, base int64, steps []step) {
+func runSteps(t *testing.T, b Bucket, base clock.Instant, steps []step) {
 	t.Helper()
 	for i, s := range steps {
-		d, err := b.TakeAt(base+int64(s.at), s.cost)
+		d, err := b.TakeAt(base.Add(s.at), s.cost)
 		if err != nil {
 			t.Fatalf("step %d: TakeAt(%v, %d): %v", i, s.at, s.cost, err)
 		}
@@ -55,7 +57,7 @@ func join(parts ...[]step) []step {
 }
 
 // t1004 is 10:04:00 UTC on a day; windows of a minute start on it.
-var t1004 = time.Date(2026, 11, 29, 10, 4, 0, 0, time.UTC).UnixNano()
+var t1004 = clock.FromTime(time.Date(2026, 11, 29, 10, 4, 0, 0, time.UTC))
 
 func TestTokenWorkedMinute(t *testing.T) {
 	// Capacity 20, rate 10/s: a batch of 20 goes through, the next one 50 ms
@@ -106,7 +108,7 @@ func TestTokenRetryAfterIsExact(t *testing.T) {
 
 func TestTokenCostAndBackwardsTime(t *testing.T) {
 	b := New(MustLimit(TokenBucket, 10, time.Second, 50))
-	runSteps(t, b, int64(time.Hour), []step{
+	runSteps(t, b, clock.Instant(0).Add(time.Hour), []step{
 		{at: 0, cost: 10, allowed: true, remaining: 40, reset: time.Second},
 		{at: 0, cost: 50, remaining: 40, retry: time.Second, reset: time.Second},
 		// Time going backwards is no time at all: nothing removed, nothing granted.
@@ -169,13 +171,13 @@ func TestSlidingCounterEstimate(t *testing.T) {
 	lim := MustLimit(SlidingWindowCounter, 100, time.Minute, 0)
 	b := New(lim)
 	for i := range 90 {
-		if d, _ := b.TakeAt(t1004+int64(10*time.Second), 1); !d.Allowed {
+		if d, _ := b.TakeAt(t1004.Add(10*time.Second), 1); !d.Allowed {
 			t.Fatalf("check %d in the 10:04 window rejected", i)
 		}
 	}
 	at := time.Minute + 15*time.Second
 	for i := range 20 {
-		if d, _ := b.TakeAt(t1004+int64(at), 1); !d.Allowed {
+		if d, _ := b.TakeAt(t1004.Add(at), 1); !d.Allowed {
 			t.Fatalf("check %d in the 10:05 window rejected: %+v", i, d)
 		}
 	}
@@ -198,11 +200,11 @@ func TestSlidingCounterUndercountsEndOfWindowBurst(t *testing.T) {
 	counter := New(MustLimit(SlidingWindowCounter, 100, time.Minute, 0))
 	log := New(MustLimit(SlidingWindowLog, 100, time.Minute, 0))
 	for _, b := range []Bucket{counter, log} {
-		if d, _ := b.TakeAt(t1004+int64(59*time.Second), 90); !d.Allowed {
+		if d, _ := b.TakeAt(t1004.Add(59*time.Second), 90); !d.Allowed {
 			t.Fatalf("%T: 90 at 10:04:59 rejected", b)
 		}
 	}
-	at := t1004 + int64(time.Minute+15*time.Second)
+	at := t1004.Add(time.Minute + 15*time.Second)
 	d, _ := counter.TakeAt(at, 20)
 	if want := (Decision{Allowed: true, Limit: 100, Remaining: 12, ResetAfter: 105 * time.Second}); d != want {
 		t.Fatalf("counter: 20 at 10:05:15 = %+v, want %+v (estimate 87.5)", d, want)
@@ -227,7 +229,7 @@ func TestSeamBurst(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			b := New(MustLimit(alg, 100, time.Minute, 0))
 			var admitted int64
-			for _, at := range []int64{t1004 + int64(59*time.Second), t1004 + int64(61*time.Second)} {
+			for _, at := range []clock.Instant{t1004.Add(59 * time.Second), t1004.Add(61 * time.Second)} {
 				for range 100 {
 					if d, _ := b.TakeAt(at, 1); d.Allowed {
 						admitted++

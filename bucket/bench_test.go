@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // benchSizes are the numbers of distinct existing keys a benchmark cycles
@@ -28,14 +30,14 @@ func benchKeyNames(n int) []string {
 // benchTake runs take over keys, from one goroutine and from all. Each
 // goroutine keeps its own time, advancing 1µs a check from a common base, so
 // that the benchmark itself shares no memory between cores.
-func benchTake(b *testing.B, keys []string, take func(key string, now int64)) {
+func benchTake(b *testing.B, keys []string, take func(key string, now clock.Instant)) {
 	mask := len(keys) - 1
-	const base = int64(1e15)
+	const base = clock.Instant(1e15)
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			take(keys[i&mask], base+int64(i)*1000)
+			take(keys[i&mask], base.Add(time.Duration(i)*time.Microsecond))
 			i++
 		}
 	})
@@ -45,7 +47,7 @@ func benchTake(b *testing.B, keys []string, take func(key string, now int64)) {
 		b.RunParallel(func(pb *testing.PB) {
 			i, off := 0, int(seed.Add(7919))
 			for pb.Next() {
-				take(keys[(i+off)&mask], base+int64(i)*1000)
+				take(keys[(i+off)&mask], base.Add(time.Duration(i)*time.Microsecond))
 				i++
 			}
 		})
@@ -81,7 +83,7 @@ func BenchmarkStoreTake(b *testing.B) {
 			lim := MustLimit(alg, count, per, 0)
 			s := filledStore(b, keys, &lim)
 			b.Run(fmt.Sprintf("keys=%d/%v", n, alg), func(b *testing.B) {
-				benchTake(b, keys, func(k string, now int64) { s.Take(k, &lim, now, 1) })
+				benchTake(b, keys, func(k string, now clock.Instant) { s.Take(k, &lim, now, 1) })
 			})
 		}
 	}
@@ -98,7 +100,7 @@ func BenchmarkStoreTakeShuffled(b *testing.B) {
 	s := filledStore(b, keys, &lim)
 	r := rand.New(rand.NewPCG(1, 2))
 	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
-	benchTake(b, keys, func(k string, now int64) { s.Take(k, &lim, now, 1) })
+	benchTake(b, keys, func(k string, now clock.Instant) { s.Take(k, &lim, now, 1) })
 }
 
 // BenchmarkBaselineXRate is the baseline in the same run: one
@@ -112,10 +114,10 @@ func BenchmarkBaselineXRate(b *testing.B) {
 		for _, k := range keys {
 			m[k] = rate.NewLimiter(1_000_000, 1_000_000)
 		}
-		base := time.Unix(0, 0)
+		epoch := time.Unix(0, 0)
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			benchTake(b, keys, func(k string, now int64) {
-				t := base.Add(time.Duration(now))
+			benchTake(b, keys, func(k string, now clock.Instant) {
+				t := epoch.Add(now.Sub(0))
 				mu.Lock()
 				m[k].AllowN(t, 1)
 				mu.Unlock()
@@ -127,10 +129,10 @@ func BenchmarkBaselineXRate(b *testing.B) {
 // BenchmarkClock is the cost of one reading of the production clock, which
 // a node pays once per check on top of BenchmarkStoreTake.
 func BenchmarkClock(b *testing.B) {
-	c := NewMonotonic()
+	c := clock.System()
 	var sink int64
 	for b.Loop() {
-		sink += c.Now()
+		sink += c.Now().UnixNano()
 	}
 	_ = sink
 }

@@ -6,11 +6,13 @@
 //   - Algorithms are pure: each one is a function of its state, a Limit, the
 //     current time and a cost. Nothing in this package reads a clock, logs,
 //     starts a goroutine or touches the network.
-//   - Time is a parameter: every check takes now as int64 nanoseconds on one
-//     monotonic timeline (see Clock). For the buckets, time that goes
-//     backwards counts as no time passing: it never removes tokens. The window
-//     algorithms never move a key back into an earlier window than the one
-//     they hold; within a window, a check is placed at the time it carries.
+//   - Time is a parameter: every check takes now as a clock.Instant on one
+//     node's timeline (clock.System in production, a fake in tests), never
+//     as a bare int64, so an instant cannot be passed where a cost is. For
+//     the buckets, time that goes backwards counts as no time passing: it
+//     never removes tokens. The window algorithms never move a key back into
+//     an earlier window than the one they hold; within a window, a check is
+//     placed at the time it carries.
 //   - A key never seen starts full. Refill is computed lazily from elapsed time
 //     at check time and capped at capacity.
 //   - A rejection spends nothing and still records the refill it computed.
@@ -26,8 +28,8 @@
 //	if err != nil { ... }
 //	store, err := bucket.NewStore(bucket.DefaultStoreConfig())
 //	if err != nil { ... }
-//	clock := bucket.NewMonotonic()
-//	d, err := store.Take("user:42", &lim, clock.Now(), 1)
+//	clk := clock.System() // one per node, shared by every check
+//	d, err := store.Take("user:42", &lim, clk.Now(), 1)
 //
 // For a single key without a store, New(lim) returns a Bucket.
 package bucket

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // A token bucket of capacity 20 refilled at 10 per second: a batch of 20 goes
@@ -15,10 +16,10 @@ func Example() {
 		panic(err)
 	}
 	b := bucket.New(lim)
-	var now int64 // nanoseconds; production code reads bucket.NewMonotonic().Now()
+	var now clock.Instant // production code reads clock.System().Now()
 	d, _ := b.TakeAt(now, 20)
 	fmt.Println(d.Allowed, d.Remaining)
-	d, _ = b.TakeAt(now+int64(50*time.Millisecond), 1)
+	d, _ = b.TakeAt(now.Add(50*time.Millisecond), 1)
 	fmt.Println(d.Allowed, d.RetryAfter)
 	// Output:
 	// true 0
@@ -32,7 +33,7 @@ func ExampleStore_Take() {
 		panic(err)
 	}
 	lim := bucket.MustLimit(bucket.FixedWindow, 2, time.Minute, 0)
-	now := time.Date(2026, 1, 1, 10, 4, 59, 0, time.UTC).UnixNano()
+	now := clock.FromTime(time.Date(2026, 1, 1, 10, 4, 59, 0, time.UTC))
 	for _, key := range []string{"user:1", "user:1", "user:1", "user:2"} {
 		d, _ := store.Take(key, &lim, now, 1)
 		fmt.Println(key, d.Allowed, d.Remaining, d.RetryAfter)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // fzMaxNow bounds the fuzzed clock: nanoseconds since 1970 up to the year
@@ -21,23 +23,23 @@ const (
 // fzStep decodes how far time moves from now: zero, up to 65535ns, up to
 // 65535ms, a fraction of per, a few periods, onto the next window boundary
 // ±127ns, backwards, or a jump of up to about 3 days.
-func fzStep(kind, x, y byte, per, now int64) int64 {
-	v := int64(x)<<8 | int64(y)
+func fzStep(kind, x, y byte, per time.Duration, now clock.Instant) time.Duration {
+	v := time.Duration(x)<<8 | time.Duration(y)
 	switch kind % 8 {
 	case 0:
 		return 0
 	case 1:
 		return v
 	case 2:
-		return v * int64(time.Millisecond)
+		return v * time.Millisecond
 	case 3:
-		return int64(float64(per) * float64(v) / 65536)
+		return time.Duration(float64(per) * float64(v) / 65536)
 	case 4:
-		return per*int64(x%8+1) + int64(y)*int64(time.Millisecond)
+		return per*time.Duration(x%8+1) + time.Duration(y)*time.Millisecond
 	case 5:
-		return per - now%per + int64(int8(x))
+		return per - now.Sub(0)%per + time.Duration(int8(x))
 	case 6:
-		return -v * int64(time.Microsecond)
+		return -v * time.Microsecond
 	default:
 		return v << 32
 	}
@@ -115,13 +117,13 @@ func FuzzTakeAt(f *testing.F) {
 		if len(data) > fzMaxSteps*fzStepLen {
 			data = data[:fzMaxSteps*fzStepLen] // keep every input fast
 		}
-		now := start & (fzMaxNow - 1)
+		now := clock.Instant(start & (fzMaxNow - 1))
 		latest := now
 		for i := 0; len(data) > 0; i++ {
 			var c [fzStepLen]byte
 			data = data[copy(c[:], data):]
 			if i > 0 {
-				now = min(max(now+fzStep(c[0], c[1], c[2], per, now), 0), fzMaxNow)
+				now = min(max(now.Add(fzStep(c[0], c[1], c[2], time.Duration(per), now)), 0), fzMaxNow)
 			}
 			cost := fzCost(c[3], c[4], capacity)
 

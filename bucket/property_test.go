@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // ---------------------------------------------------------------------------
@@ -26,6 +28,9 @@ import (
 // arguments, so models can share *big.Rat values between clones.
 
 func propRat(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
+
+// propNs returns d in nanoseconds.
+func propNs(d time.Duration) *big.Rat { return propRat(int64(d)) }
 
 func propAdd(a, b *big.Rat) *big.Rat { return new(big.Rat).Add(a, b) }
 func propSub(a, b *big.Rat) *big.Rat { return new(big.Rat).Sub(a, b) }
@@ -82,7 +87,7 @@ func propCeilMs(x *big.Rat) time.Duration {
 // window's weight crossing a whole unit). The generator steps onto them, ±1ns
 // and modulo 1ms, to hit the rounding edges.
 type propModel interface {
-	take(now, cost int64) (d Decision, retryKnown bool)
+	take(now clock.Instant, cost int64) (d Decision, retryKnown bool)
 	clone() propModel
 	horizons() []*big.Rat
 }
@@ -116,12 +121,12 @@ func (p propParams) String() string {
 }
 
 func newPropModel(p propParams) propModel {
-	per := int64(p.per)
+	per := p.per
 	switch p.alg {
 	case TokenBucket:
-		return &propToken{limit: p.limit, capacity: propRat(p.bucketCap()), rate: big.NewRat(p.limit, per)}
+		return &propToken{limit: p.limit, capacity: propRat(p.bucketCap()), rate: big.NewRat(p.limit, int64(per))}
 	case LeakyBucket:
-		return &propLeaky{limit: p.limit, capacity: propRat(p.bucketCap()), rate: big.NewRat(p.limit, per)}
+		return &propLeaky{limit: p.limit, capacity: propRat(p.bucketCap()), rate: big.NewRat(p.limit, int64(per))}
 	case FixedWindow:
 		return &propFixed{limit: p.limit, per: per}
 	case SlidingWindowLog:
@@ -137,9 +142,9 @@ func newPropModel(p propParams) propModel {
 type propToken struct {
 	limit    int64
 	capacity *big.Rat
-	rate     *big.Rat // tokens per nanosecond
-	tokens   *big.Rat // nil until the first check
-	last     int64    // latest time seen
+	rate     *big.Rat      // tokens per nanosecond
+	tokens   *big.Rat      // nil until the first check
+	last     clock.Instant // latest time seen
 }
 
 func (m *propToken) clone() propModel { c := *m; return &c }
@@ -158,12 +163,12 @@ func (m *propToken) horizons() []*big.Rat {
 	return hs
 }
 
-func (m *propToken) take(now, cost int64) (Decision, bool) {
+func (m *propToken) take(now clock.Instant, cost int64) (Decision, bool) {
 	if m.tokens == nil {
 		m.tokens, m.last = m.capacity, now
 	}
 	if now > m.last {
-		m.tokens = propMin(propAdd(m.tokens, propMul(propRat(now-m.last), m.rate)), m.capacity)
+		m.tokens = propMin(propAdd(m.tokens, propMul(propNs(now.Sub(m.last)), m.rate)), m.capacity)
 		m.last = now
 	}
 	d := Decision{Limit: m.limit}
@@ -186,7 +191,7 @@ type propLeaky struct {
 	capacity *big.Rat
 	rate     *big.Rat
 	level    *big.Rat // nil until the first check
-	last     int64
+	last     clock.Instant
 }
 
 func (m *propLeaky) clone() propModel { c := *m; return &c }
@@ -202,12 +207,12 @@ func (m *propLeaky) horizons() []*big.Rat {
 	}
 }
 
-func (m *propLeaky) take(now, cost int64) (Decision, bool) {
+func (m *propLeaky) take(now clock.Instant, cost int64) (Decision, bool) {
 	if m.level == nil {
 		m.level, m.last = new(big.Rat), now
 	}
 	if now > m.last {
-		m.level = propMax(propSub(m.level, propMul(propRat(now-m.last), m.rate)), new(big.Rat))
+		m.level = propMax(propSub(m.level, propMul(propNs(now.Sub(m.last)), m.rate)), new(big.Rat))
 		m.last = now
 	}
 	d := Decision{Limit: m.limit}
@@ -224,12 +229,19 @@ func (m *propLeaky) take(now, cost int64) (Decision, bool) {
 	return d, true
 }
 
+// propWindow returns the start of the window of length per that holds
+// now: windows are [k·per, (k+1)·per) on the Instant timeline.
+func propWindow(now clock.Instant, per time.Duration) clock.Instant {
+	return now.Add(-(now.Sub(0) % per))
+}
+
 // propFixed is a fixed window counter; windows are [k·per, (k+1)·per).
 type propFixed struct {
-	limit, per   int64
-	start, count int64
-	last         int64
-	seen         bool
+	limit       int64
+	per         time.Duration
+	start, last clock.Instant
+	count       int64
+	seen        bool
 }
 
 func (m *propFixed) clone() propModel { c := *m; return &c }
@@ -238,15 +250,15 @@ func (m *propFixed) horizons() []*big.Rat {
 	if !m.seen {
 		return nil
 	}
-	return []*big.Rat{propRat(m.start + m.per - m.last)}
+	return []*big.Rat{propNs(m.start.Add(m.per).Sub(m.last))}
 }
 
-func (m *propFixed) take(now, cost int64) (Decision, bool) {
-	if ws := now - now%m.per; !m.seen || ws != m.start {
+func (m *propFixed) take(now clock.Instant, cost int64) (Decision, bool) {
+	if ws := propWindow(now, m.per); !m.seen || ws != m.start {
 		m.start, m.count, m.seen = ws, 0, true
 	}
 	m.last = now
-	toEnd := propRat(m.start + m.per - now)
+	toEnd := propNs(m.start.Add(m.per).Sub(now))
 	d := Decision{Limit: m.limit}
 	if m.count+cost <= m.limit {
 		d.Allowed = true
@@ -263,21 +275,25 @@ func (m *propFixed) take(now, cost int64) (Decision, bool) {
 
 // propLogRun stands for n admitted units of cost all stamped t: the log keeps
 // one timestamp per unit, and a run is just n equal timestamps written once.
-type propLogRun struct{ t, n int64 }
+type propLogRun struct {
+	t clock.Instant
+	n int64
+}
 
 // propLog is a sliding window log: a unit admitted at t counts at now while
 // t > now − per.
 type propLog struct {
-	limit, per int64
-	runs       []propLogRun // every admission ever, oldest first
-	last       int64
+	limit int64
+	per   time.Duration
+	runs  []propLogRun // every admission ever, oldest first
+	last  clock.Instant
 }
 
 func (m *propLog) horizons() []*big.Rat {
 	var hs []*big.Rat
 	for _, r := range m.runs {
-		if r.t > m.last-m.per {
-			hs = append(hs, propRat(r.t+m.per-m.last)) // the run expires
+		if r.t > m.last.Add(-m.per) {
+			hs = append(hs, propNs(r.t.Add(m.per).Sub(m.last))) // the run expires
 		}
 	}
 	return hs
@@ -289,12 +305,12 @@ func (m *propLog) clone() propModel {
 	return &c
 }
 
-func (m *propLog) take(now, cost int64) (Decision, bool) {
+func (m *propLog) take(now clock.Instant, cost int64) (Decision, bool) {
 	m.last = now
 	var live []propLogRun // runs still in the window, oldest first
 	var count int64
 	for _, r := range m.runs {
-		if r.t > now-m.per {
+		if r.t > now.Add(-m.per) {
 			live = append(live, r)
 			count += r.n
 		}
@@ -310,7 +326,7 @@ func (m *propLog) take(now, cost int64) (Decision, bool) {
 		k := count + cost - m.limit
 		for _, r := range live {
 			if k <= r.n {
-				d.RetryAfter = propCeilMs(propRat(r.t + m.per - now))
+				d.RetryAfter = propCeilMs(propNs(r.t.Add(m.per).Sub(now)))
 				break
 			}
 			k -= r.n
@@ -318,7 +334,7 @@ func (m *propLog) take(now, cost int64) (Decision, bool) {
 	}
 	d.Remaining = m.limit - count
 	if count > 0 {
-		d.ResetAfter = propCeilMs(propRat(live[len(live)-1].t + m.per - now))
+		d.ResetAfter = propCeilMs(propNs(live[len(live)-1].t.Add(m.per).Sub(now)))
 	}
 	return d, true
 }
@@ -326,10 +342,11 @@ func (m *propLog) take(now, cost int64) (Decision, bool) {
 // propCounter is a sliding window counter: the estimate of the last per is
 // curr + prev × (per − e)/per, e the time elapsed in the current window.
 type propCounter struct {
-	limit, per int64
-	start      int64 // current window start
+	limit      int64
+	per        time.Duration
+	start      clock.Instant // current window start
 	curr, prev int64
-	last       int64
+	last       clock.Instant
 	seen       bool
 }
 
@@ -339,26 +356,26 @@ func (m *propCounter) horizons() []*big.Rat {
 	if !m.seen {
 		return nil
 	}
-	e := m.last - m.start
-	hs := []*big.Rat{propRat(m.per - e), propRat(2*m.per - e)} // next two window ends
+	e := m.last.Sub(m.start)
+	hs := []*big.Rat{propNs(m.per - e), propNs(2*m.per - e)} // next two window ends
 	if m.prev > 0 {
 		// prev×(per−e')/per falls to the whole number k below its value now
 		// at e' = per − k×per/prev.
-		part := propQuo(propMul(propRat(m.prev), propRat(m.per-e)), propRat(m.per))
+		part := propQuo(propMul(propRat(m.prev), propNs(m.per-e)), propNs(m.per))
 		k := propRat(propCeil(part) - 1)
-		at := propSub(propRat(m.per), propQuo(propMul(k, propRat(m.per)), propRat(m.prev)))
-		hs = append(hs, propSub(at, propRat(e)))
+		at := propSub(propNs(m.per), propQuo(propMul(k, propNs(m.per)), propRat(m.prev)))
+		hs = append(hs, propSub(at, propNs(e)))
 	}
 	return hs
 }
 
-func (m *propCounter) take(now, cost int64) (Decision, bool) {
-	ws := now - now%m.per
+func (m *propCounter) take(now clock.Instant, cost int64) (Decision, bool) {
+	ws := propWindow(now, m.per)
 	switch {
 	case !m.seen:
 		m.start, m.seen = ws, true
 	case ws != m.start:
-		if ws-m.start == m.per {
+		if ws.Sub(m.start) == m.per {
 			m.prev = m.curr
 		} else {
 			m.prev = 0
@@ -366,8 +383,8 @@ func (m *propCounter) take(now, cost int64) (Decision, bool) {
 		m.curr, m.start = 0, ws
 	}
 	m.last = now
-	e := now - m.start
-	prevPart := propQuo(propMul(propRat(m.prev), propRat(m.per-e)), propRat(m.per))
+	e := now.Sub(m.start)
+	prevPart := propQuo(propMul(propRat(m.prev), propNs(m.per-e)), propNs(m.per))
 	d := Decision{Limit: m.limit}
 	if propAdd(propAdd(propRat(m.curr), prevPart), propRat(cost)).Cmp(propRat(m.limit)) <= 0 {
 		d.Allowed = true
@@ -379,9 +396,9 @@ func (m *propCounter) take(now, cost int64) (Decision, bool) {
 	// The estimate is zero once curr has aged out of the next window too.
 	switch {
 	case m.curr > 0:
-		d.ResetAfter = propCeilMs(propRat(m.start + 2*m.per - now))
+		d.ResetAfter = propCeilMs(propNs(m.start.Add(2 * m.per).Sub(now)))
 	case m.prev > 0:
-		d.ResetAfter = propCeilMs(propRat(m.start + m.per - now))
+		d.ResetAfter = propCeilMs(propNs(m.start.Add(m.per).Sub(now)))
 	}
 	return d, false
 }
@@ -451,33 +468,36 @@ func propLimit(rt *rapid.T, p propParams) Limit {
 }
 
 // propCall is one check: the time and the cost.
-type propCall struct{ now, cost int64 }
+type propCall struct {
+	now  clock.Instant
+	cost int64
+}
 
 // propGen draws a sequence of checks with non-decreasing times and costs in
 // [1, capacity], one at a time, so that a step can aim at the boundaries of
 // the model's current state.
 type propGen struct {
 	p   propParams
-	n   int   // checks to draw
-	now int64 // time of the latest check
+	n   int           // checks to draw
+	now clock.Instant // time of the latest check
 }
 
 func newPropGen(rt *rapid.T, p propParams, maxLen int) *propGen {
 	return &propGen{
 		p: p,
 		n: rapid.IntRange(1, maxLen).Draw(rt, "len"),
-		now: rapid.OneOf(
+		now: clock.Instant(rapid.OneOf(
 			rapid.Just(int64(0)),
 			rapid.Int64Range(0, 1<<40),
 			rapid.Int64Range(1_700_000_000_000_000_000, 1_800_000_000_000_000_000), // Unix time now-ish
-		).Draw(rt, "start"),
+		).Draw(rt, "start")),
 	}
 }
 
 // next draws check i; m is the model after checks 0..i−1.
 func (g *propGen) next(rt *rapid.T, i int, m propModel) propCall {
 	if i > 0 {
-		g.now += drawPropStep(rt, int64(g.p.per), g.now, m.horizons())
+		g.now = g.now.Add(drawPropStep(rt, g.p.per, g.now, m.horizons()))
 	}
 	return propCall{now: g.now, cost: rapid.Int64Range(1, g.p.capacity()).Draw(rt, "cost")}
 }
@@ -486,22 +506,25 @@ func (g *propGen) next(rt *rapid.T, i int, m propModel) propCall {
 // nanosecond steps, whole milliseconds, part of a period, exactly onto a
 // window boundary (±1ns), several periods, a jump of up to a year, or onto
 // one of the model's horizons.
-func drawPropStep(rt *rapid.T, per, now int64, horizons []*big.Rat) int64 {
+func drawPropStep(rt *rapid.T, per time.Duration, now clock.Instant, horizons []*big.Rat) time.Duration {
+	ns := func(lo, hi time.Duration, label string) time.Duration {
+		return time.Duration(rapid.Int64Range(int64(lo), int64(hi)).Draw(rt, label))
+	}
 	switch rapid.IntRange(0, 8).Draw(rt, "stepKind") {
 	case 0:
 		return 0
 	case 1:
-		return rapid.Int64Range(1, 999).Draw(rt, "ns")
+		return ns(1, 999, "ns")
 	case 2:
-		return rapid.Int64Range(1, 2000).Draw(rt, "ms") * int64(time.Millisecond)
+		return ns(1, 2000, "ms") * time.Millisecond
 	case 3:
-		return rapid.Int64Range(1, per).Draw(rt, "partOfPer")
+		return ns(1, per, "partOfPer")
 	case 4:
-		return per - now%per + rapid.Int64Range(-1, 1).Draw(rt, "boundaryOffset")
+		return per - now.Sub(0)%per + ns(-1, 1, "boundaryOffset")
 	case 5:
-		return per*rapid.Int64Range(1, 3).Draw(rt, "pers") + rapid.Int64Range(0, per).Draw(rt, "extra")
+		return per*ns(1, 3, "pers") + ns(0, per, "extra")
 	case 6:
-		return rapid.Int64Range(0, int64(366*24*time.Hour)).Draw(rt, "jump")
+		return ns(0, 366*24*time.Hour, "jump")
 	default:
 		if len(horizons) == 0 {
 			return 0
@@ -513,7 +536,7 @@ func drawPropStep(rt *rapid.T, per, now int64, horizons []*big.Rat) int64 {
 		// (plus h's fraction of a nanosecond) until the boundary: the next
 		// rounded-up duration sits right on a millisecond edge.
 		step := []int64{lo, hi, hi + 1, lo - 1, lo % ms, hi % ms, lo%ms + 1}[rapid.IntRange(0, 6).Draw(rt, "horizonOffset")]
-		return max(step, 0)
+		return time.Duration(max(step, 0))
 	}
 }
 
@@ -609,7 +632,7 @@ func propCheckModel(t *testing.T, alg Algorithm) {
 // decisions there must be right in every field, not just Allowed.
 func propCheckRetryExact(rt *rapid.T, p propParams, lim Limit, calls []propCall, got []Decision, after []propModel) {
 	rt.Helper()
-	probe := func(i int, at int64) Decision {
+	probe := func(i int, at clock.Instant) Decision {
 		rt.Helper()
 		c := calls[i]
 		d, err := propReplay(rt, lim, calls[:i+1]).TakeAt(at, c.cost)
@@ -622,22 +645,21 @@ func propCheckRetryExact(rt *rapid.T, p propParams, lim Limit, calls []propCall,
 		}
 		return d
 	}
-	const ms = int64(time.Millisecond)
 	for i, d := range got {
 		if d.Allowed {
 			continue
 		}
-		c, r := calls[i], int64(d.RetryAfter)
-		if r < ms {
+		c, r := calls[i], d.RetryAfter
+		if r < time.Millisecond {
 			rt.Fatalf("step %d: %v: TakeAt(now=%d, cost=%d) rejected with RetryAfter %v, want at least 1ms", i, p, c.now, c.cost, d.RetryAfter)
 		}
-		if at := probe(i, c.now+r); !at.Allowed {
+		if at := probe(i, c.now.Add(r)); !at.Allowed {
 			rt.Fatalf("step %d: %v: TakeAt(now=%d, cost=%d) rejected with RetryAfter %v, but the same check at now+RetryAfter=%d is rejected too: %+v",
-				i, p, c.now, c.cost, d.RetryAfter, c.now+r, at)
+				i, p, c.now, c.cost, d.RetryAfter, c.now.Add(r), at)
 		}
-		if before := probe(i, c.now+r-ms); before.Allowed {
+		if before := probe(i, c.now.Add(r-time.Millisecond)); before.Allowed {
 			rt.Fatalf("step %d: %v: TakeAt(now=%d, cost=%d) rejected with RetryAfter %v, but the same check at now+RetryAfter-1ms=%d is admitted: %+v (RetryAfter is not the shortest wait)",
-				i, p, c.now, c.cost, d.RetryAfter, c.now+r-ms, before)
+				i, p, c.now, c.cost, d.RetryAfter, c.now.Add(r-time.Millisecond), before)
 		}
 	}
 }
@@ -655,7 +677,7 @@ func propCheckRateBound(rt *rapid.T, p propParams, calls []propCall, got []Decis
 			if got[j].Allowed {
 				admitted += calls[j].cost
 			}
-			bound := propAdd(burst, propMul(rate, propRat(calls[j].now-calls[i].now)))
+			bound := propAdd(burst, propMul(rate, propNs(calls[j].now.Sub(calls[i].now))))
 			if propRat(admitted).Cmp(bound) > 0 {
 				rt.Fatalf("%v: steps %d..%d (now %d..%d) admitted cost %d > burst + rate×elapsed = %v",
 					p, i, j, calls[i].now, calls[j].now, admitted, bound.FloatString(3))
@@ -668,13 +690,13 @@ func propCheckRateBound(rt *rapid.T, p propParams, calls []propCall, got []Decis
 // limit: per fixed window, and in every interval (t − per, t] for the log.
 func propCheckWindowBound(rt *rapid.T, p propParams, calls []propCall, got []Decision) {
 	rt.Helper()
-	per := int64(p.per)
+	per := p.per
 	for j := range calls {
 		var admitted int64
 		for i := j; i >= 0; i-- {
-			in := calls[i].now > calls[j].now-per // sliding: (t_j − per, t_j]
+			in := calls[i].now > calls[j].now.Add(-per) // sliding: (t_j − per, t_j]
 			if p.alg == FixedWindow {
-				in = calls[i].now/per == calls[j].now/per
+				in = calls[i].now.Sub(0)/per == calls[j].now.Sub(0)/per
 			}
 			if in && got[i].Allowed {
 				admitted += calls[i].cost
@@ -711,12 +733,12 @@ func propCheckBackwards(t *testing.T, alg Algorithm) {
 			c := gen.next(rt, i, model)
 			at := c.now // time given to a
 			if i > 0 && latest > 0 && rapid.Bool().Draw(rt, "backwards") {
-				back := rapid.OneOf(
+				back := time.Duration(rapid.OneOf(
 					rapid.Int64Range(1, 1000),
 					rapid.Int64Range(1, int64(p.per)),
-					rapid.Int64Range(1, latest),
-				).Draw(rt, "back")
-				at = latest - min(back, latest)
+					rapid.Int64Range(1, latest.UnixNano()),
+				).Draw(rt, "back"))
+				at = latest.Add(-min(back, latest.Sub(0)))
 			}
 			latest = max(latest, at)
 			gen.now = latest // the next step starts from the latest time seen
@@ -749,10 +771,11 @@ func propCheckBackwards(t *testing.T, alg Algorithm) {
 // that a model bug cannot hide behind agreeing with a production bug.
 
 func TestPropModelsWorkedExamples(t *testing.T) {
-	const ms = int64(time.Millisecond)
+	const ms = time.Millisecond
 	type check struct {
-		now, cost int64
-		want      Decision
+		at   time.Duration // since Instant 0
+		cost int64
+		want Decision
 	}
 	cases := []struct {
 		name   string
@@ -791,9 +814,10 @@ func TestPropModelsWorkedExamples(t *testing.T) {
 	for _, tc := range cases {
 		m := newPropModel(tc.p)
 		for i, c := range tc.checks {
-			got, retryKnown := m.take(c.now, c.cost)
+			now := clock.Instant(0).Add(c.at)
+			got, retryKnown := m.take(now, c.cost)
 			if diff := propDiff(got, c.want, retryKnown); diff != "" {
-				t.Fatalf("%s: step %d: model take(now=%d, cost=%d):\n%s", tc.name, i, c.now, c.cost, diff)
+				t.Fatalf("%s: step %d: model take(now=%d, cost=%d):\n%s", tc.name, i, now, c.cost, diff)
 			}
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 func newStore(t testing.TB, maxKeys, shards int) *Store {
@@ -23,7 +25,7 @@ func newStore(t testing.TB, maxKeys, shards int) *Store {
 	return s
 }
 
-func mustTake(t testing.TB, s *Store, key string, l *Limit, now, cost int64) Decision {
+func mustTake(t testing.TB, s *Store, key string, l *Limit, now clock.Instant, cost int64) Decision {
 	t.Helper()
 	d, err := s.Take(key, l, now, cost)
 	if err != nil {
@@ -228,12 +230,12 @@ func TestStoreAgreesWithBucket(t *testing.T) {
 		lim := MustLimit(alg, 7, 300*time.Millisecond, 9)
 		s := newStore(t, 8, 1)
 		b := New(lim)
-		now, x := int64(1e15), uint64(1)
+		now, x := clock.Instant(1e15), uint64(1)
 		for i := range 2000 {
 			x ^= x << 13
 			x ^= x >> 7
 			x ^= x << 17
-			now += int64(x % uint64(90*time.Millisecond))
+			now = now.Add(time.Duration(x % uint64(90*time.Millisecond)))
 			cost := int64(x>>40)%lim.Capacity() + 1
 			got := mustTake(t, s, "k", &lim, now, cost)
 			want, _ := b.TakeAt(now, cost)
@@ -248,7 +250,7 @@ func TestStoreRefund(t *testing.T) {
 	for alg := range numAlgorithms {
 		s := newStore(t, 16, 1)
 		lim := MustLimit(alg, 10, time.Hour, 0)
-		now := int64(1e15)
+		now := clock.Instant(1e15)
 		mustTake(t, s, "k", &lim, now, 7)
 		if err := s.Refund("k", &lim, now, 3); err != nil {
 			t.Fatal(err)
@@ -337,6 +339,7 @@ func TestIndexAgainstMap(t *testing.T) {
 func TestStoreGrant(t *testing.T) {
 	s := newStore(t, 16, 1)
 	lim := MustLimit(TokenBucket, 10, time.Second, 20)
+	var zero clock.Instant
 	// A key never seen is full: a grant of up to 8 takes 8, leaving 12.
 	if n := s.Grant("k", &lim, 0, 8); n != 8 {
 		t.Fatalf("grant = %d, want 8", n)
@@ -348,14 +351,14 @@ func TestStoreGrant(t *testing.T) {
 		t.Fatalf("grant of an empty bucket = %d, want 0", n)
 	}
 	// 250 ms refill 2.5 tokens: whole tokens only.
-	if n := s.Grant("k", &lim, int64(250*time.Millisecond), 5); n != 2 {
+	if n := s.Grant("k", &lim, zero.Add(250*time.Millisecond), 5); n != 2 {
 		t.Fatalf("grant after 250ms = %d, want 2", n)
 	}
 	// 0.5 left, +0.4 by 290 ms: not a whole token; by 300 ms there is one.
-	if d := mustTake(t, s, "k", &lim, int64(290*time.Millisecond), 1); d.Allowed {
+	if d := mustTake(t, s, "k", &lim, zero.Add(290*time.Millisecond), 1); d.Allowed {
 		t.Fatalf("at 290ms the bucket holds 0.9 tokens, yet %+v", d)
 	}
-	if d := mustTake(t, s, "k", &lim, int64(300*time.Millisecond), 1); !d.Allowed {
+	if d := mustTake(t, s, "k", &lim, zero.Add(300*time.Millisecond), 1); !d.Allowed {
 		t.Fatalf("at 300ms the bucket holds 1 token, yet %+v", d)
 	}
 	window := MustLimit(FixedWindow, 10, time.Second, 0)
