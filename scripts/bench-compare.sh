@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares ringlimit with the Redis baseline on this machine, in one run.
 #
-#   scripts/bench-compare.sh            # BENCH_DURATION per run (default 10s)
+#   scripts/bench-compare.sh                        # BENCH_DURATION per run (default 10s)
+#   BENCH_BASE_REV=HEAD~1 scripts/bench-compare.sh  # and against the node of that revision
 #
 # Starts redis-server (loopback, no persistence) and a local 3-node cluster
 # on their own ports, then for each workload runs ringlimit (through the
@@ -17,6 +18,24 @@
 # printed are one JSON object per workload: the medians over the rounds,
 # their ratio, and the ratio round by round (ratio_checks_by_round), since
 # this machine's speed moves between rounds. Nothing is left running.
+#
+# BENCH_BASE_REV=<git rev> compares two builds of the node in the same run:
+# the node of the working tree (as without it) and the node of that
+# revision, built by that revision's own scripts/local-cluster.sh (so each
+# build is started with the flags it knows) in a temporary git worktree,
+# which is removed on exit. The base build runs its own 3-node cluster on
+# its own ports (BENCH_BASE_HTTP_BASE, BENCH_BASE_GRPC_BASE,
+# BENCH_BASE_GOSSIP_BASE, default 30080, 31090 and 30946), and every
+# ringlimit workload runs against both clusters, one right after the other
+# (the current build first in odd rounds, the base first in even ones), with
+# the same bench binary, rounds and durations; Redis and the floor run once
+# per round as before. The base's runs are named base-<workload>, and each
+# workload's line also carries base_rev, the base's medians, the ratio
+# current/base (ratio_checks_vs_base, ratio_p99_vs_base) and that ratio
+# round by round (ratio_checks_vs_base_by_round). Every port is below 32768
+# (above it the kernel picks outgoing source ports); the script refuses to
+# start when two of its port ranges overlap. RINGLIMIT_NODE_FLAGS, if set,
+# goes to the nodes of both builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,13 +44,37 @@ warmup=${BENCH_WARMUP:-2s}
 rounds=${BENCH_ROUNDS:-2}
 out=${OUT:-${TMPDIR:-/tmp}/ringlimit-bench}
 redis_port=${BENCH_REDIS_PORT:-26379}
-health_addr=127.0.0.1:${BENCH_HEALTH_PORT:-29190}
+health_port=${BENCH_HEALTH_PORT:-29190}
+health_addr=127.0.0.1:$health_port
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 export RINGLIMIT_CLUSTER_DIR="$out/cluster"
 export RINGLIMIT_HTTP_BASE=${RINGLIMIT_HTTP_BASE:-28080}
 export RINGLIMIT_GRPC_BASE=${RINGLIMIT_GRPC_BASE:-29090}
 export RINGLIMIT_GOSSIP_BASE=${RINGLIMIT_GOSSIP_BASE:-27946}
 export RINGLIMIT_POLICY=""
-mkdir -p "$out"
+base_rev=""
+base_dir="$out/cluster-base"
+base_http=${BENCH_BASE_HTTP_BASE:-30080}
+base_grpc=${BENCH_BASE_GRPC_BASE:-31090}
+base_gossip=${BENCH_BASE_GOSSIP_BASE:-30946}
+if [ -n "${BENCH_BASE_REV:-}" ]; then
+	base_rev=$(git rev-parse --verify --quiet "${BENCH_BASE_REV}^{commit}") ||
+		{ echo "BENCH_BASE_REV=$BENCH_BASE_REV is not a commit" >&2; exit 2; }
+fi
+
+# The ports every process of the run listens on (node I of a cluster on
+# base+I), none twice.
+ports=("$redis_port" "$health_port")
+for b in "$RINGLIMIT_HTTP_BASE" "$RINGLIMIT_GRPC_BASE" "$RINGLIMIT_GOSSIP_BASE"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
+if [ -n "$base_rev" ]; then
+	for b in "$base_http" "$base_grpc" "$base_gossip"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
+fi
+if dup=$(printf '%s\n' "${ports[@]}" | sort -n | uniq -d | paste -sd,) && [ -n "$dup" ]; then
+	echo "port(s) $dup used twice; change RINGLIMIT_*_BASE, BENCH_BASE_*_BASE or BENCH_*_PORT" >&2
+	exit 2
+fi
+
 results="$out/results.jsonl"
 : >"$results"
 
@@ -41,19 +84,56 @@ if ! command -v redis-server >/dev/null; then
 fi
 
 pids=()
+base_tmp=""
+base_src=""
+# base_cluster runs the base revision's own scripts/local-cluster.sh on the
+# base cluster's directory and ports.
+base_cluster() {
+	RINGLIMIT_CLUSTER_DIR="$base_dir" RINGLIMIT_HTTP_BASE="$base_http" RINGLIMIT_GRPC_BASE="$base_grpc" \
+		RINGLIMIT_GOSSIP_BASE="$base_gossip" "$base_src/scripts/local-cluster.sh" "$@"
+}
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	scripts/local-cluster.sh down >/dev/null 2>&1 || true
+	if [ -n "$base_tmp" ]; then
+		[ -x "$base_src/scripts/local-cluster.sh" ] && base_cluster down >/dev/null 2>&1 || true
+		# Whatever the base's script did not stop (it may not know "down").
+		for f in "$base_dir"/node-*.pid; do
+			[ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+		done
+		git worktree remove --force "$base_src" >/dev/null 2>&1 || true
+		rm -rf "$base_tmp"
+		git worktree prune >/dev/null 2>&1 || true
+	fi
 }
 trap cleanup EXIT
 
-go build -o "$out/bench" ./cmd/bench
+# cmd/bench is its own Go module: built from its directory.
+(cd cmd/bench && go build -o "$out/bench" .)
+if [ -n "$base_rev" ]; then
+	# Pid files left by an earlier run name nothing of this one.
+	mkdir -p "$base_dir"
+	rm -f "$base_dir"/node-*.pid
+	base_tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-base.XXXXXX")
+	base_src="$base_tmp/src"
+	git worktree add --quiet --detach "$base_src" "$base_rev"
+	if [ ! -x "$base_src/scripts/local-cluster.sh" ]; then
+		echo "BENCH_BASE_REV=$BENCH_BASE_REV has no scripts/local-cluster.sh to start its nodes with" >&2
+		exit 2
+	fi
+	current="working tree at $(git rev-parse --short HEAD)"
+	[ -n "$(git status --porcelain --untracked-files=no)" ] && current+=" with uncommitted changes"
+	echo "current build: $current; base build: $(git rev-parse --short "$base_rev") ($BENCH_BASE_REV)" >&2
+fi
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$out/redis.log" 2>&1 &
 pids+=($!)
 "$out/bench" --serve-health "$health_addr" >"$out/health.log" 2>&1 &
 pids+=($!)
 scripts/local-cluster.sh up 3 >/dev/null
+if [ -n "$base_rev" ]; then
+	base_cluster up 3 >/dev/null
+fi
 for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 targets=""
@@ -64,11 +144,42 @@ for i in 1 2 3; do
 done
 node_pids=$(cat "$RINGLIMIT_CLUSTER_DIR"/node-*.pid | paste -sd,)
 redis_pid=${pids[0]}
+base_targets=""
+base_metrics=""
+base_node_pids=""
+if [ -n "$base_rev" ]; then
+	for i in 1 2 3; do
+		base_targets+="${base_targets:+,}127.0.0.1:$((base_grpc + i))"
+		base_metrics+="${base_metrics:+,}http://127.0.0.1:$((base_http + i))/metrics"
+	done
+	base_node_pids=$(cat "$base_dir"/node-*.pid | paste -sd,)
+fi
 
 run() { # name, extra flags...
 	local name=$1
 	shift
 	"$out/bench" --json --name "$name" --duration "$duration" --warmup "$warmup" --concurrency 64 "$@" >>"$results"
+}
+
+# ringlimit runs workload $1 (bench flags follow) as ringlimit-$1 on the
+# current build's cluster and, with BENCH_BASE_REV, as base-$1 on the base
+# build's, right after or right before it (alternating with the round).
+ringlimit() {
+	local w=$1
+	shift
+	local cur=(run "ringlimit-$w" --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" "$@")
+	if [ -z "$base_rev" ]; then
+		"${cur[@]}"
+		return
+	fi
+	local base=(run "base-$w" --targets "$base_targets" --pids "$base_node_pids" --metrics-urls "$base_metrics" "$@")
+	if [ $((round % 2)) = 1 ]; then
+		"${cur[@]}"
+		"${base[@]}"
+	else
+		"${base[@]}"
+		"${cur[@]}"
+	fi
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -80,20 +191,21 @@ for round in $(seq 1 "$rounds"); do
 			dist=(--dist hot)
 			lease=(--lease)
 		fi
-		run "ringlimit-$w" --proto client --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" "${dist[@]}" "${lease[@]}"
+		ringlimit "$w" --proto client "${dist[@]}" "${lease[@]}"
 		run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"
 	done
-	run "ringlimit-hot-nolease" --proto client --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist hot
+	ringlimit hot-nolease --proto client --dist hot
 	# The floor runs between the two runs compared with it, next to each.
-	run "ringlimit-unary-uniform" --proto grpc --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist uniform --keys 10000
+	ringlimit unary-uniform --proto grpc --dist uniform --keys 10000
 	run "grpc-floor" --target-health --targets "$health_addr" --pids "${pids[1]}"
-	run "ringlimit-unary-routed" --proto client --unbatched --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" --dist uniform --keys 10000
+	ringlimit unary-routed --proto client --unbatched --dist uniform --keys 10000
 done
 
 "$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
-python3 - "$results" <<'PY'
+python3 - "$results" "$base_rev" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+base_rev = sys.argv[2]
 def vals(name, field):
     return [r[field] for r in runs if r["name"] == name]
 def med(name, field):
@@ -111,7 +223,19 @@ def row(workload, a, b, base):
          "ringlimit_p99_ms": med(a, "p99_ms"), f"{base}_p99_ms": med(b, "p99_ms")}
     if base == "redis":
         r["ratio_p99"] = round(med(a, "p99_ms") / med(b, "p99_ms"), 3)
+    if base_rev:
+        # The same workload on the base build: ringlimit-X against base-X,
+        # and round by round (the two runs of a round are back to back).
+        c = "base-" + a.removeprefix("ringlimit-")
+        r["base_rev"] = base_rev[:12]
+        r["base_checks_per_s"] = med(c, "checks_per_s")
+        r["ratio_checks_vs_base"] = ratio(med(a, "checks_per_s"), med(c, "checks_per_s"))
+        r["ratio_checks_vs_base_by_round"] = [ratio(x, y) for x, y in zip(vals(a, "checks_per_s"), vals(c, "checks_per_s"))]
+        r["base_p99_ms"] = med(c, "p99_ms")
+        r["ratio_p99_vs_base"] = ratio(med(a, "p99_ms"), med(c, "p99_ms"))
     return r
+def ratio(x, y):
+    return round(x / y, 3) if x is not None and y else None
 rows = [row("uniform", "ringlimit-uniform", "redis-uniform", "redis"),
         row("hot", "ringlimit-hot", "redis-hot", "redis"),
         row("hot-nolease", "ringlimit-hot-nolease", "redis-hot", "redis"),

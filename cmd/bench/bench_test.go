@@ -392,6 +392,7 @@ func TestPlotResults(t *testing.T) {
 	lines := `{"name":"ringlimit-uniform","checks_per_s":50000,"p99_ms":4}
 {"name":"ringlimit-uniform","checks_per_s":60000,"p99_ms":6}
 {"name":"redis-uniform","checks_per_s":40000,"p99_ms":5}
+{"name":"base-uniform","checks_per_s":30000,"p99_ms":7}
 not json
 `
 	if err := os.WriteFile(in, []byte(lines), 0o644); err != nil {
@@ -415,8 +416,9 @@ not json
 	}
 	// The ringlimit bar of the checks/s chart is the longest: the median of
 	// 50,000 and 60,000 (55,000) against 40,000, so it reaches further right
-	// than any grey bar.
-	blue, grey := 0, 0
+	// than any grey bar; the base build's bar (30,000) is light blue and the
+	// shortest.
+	blue, grey, light := 0, 0, 0
 	for x := 0; x < 600; x++ {
 		for y := 40; y < 500; y++ {
 			r, g, b, _ := img.At(x, y).RGBA()
@@ -425,11 +427,16 @@ not json
 				blue = max(blue, x)
 			case r>>8 == 150 && g>>8 == 150 && b>>8 == 150:
 				grey = max(grey, x)
+			case r>>8 == 140 && g>>8 == 180 && b>>8 == 230:
+				light = max(light, x)
 			}
 		}
 	}
 	if blue <= grey || grey == 0 {
 		t.Fatalf("rightmost blue pixel %d, grey %d: want a longer blue bar", blue, grey)
+	}
+	if light == 0 || light >= grey {
+		t.Fatalf("rightmost light blue pixel %d, grey %d: want a shorter light blue bar for the base build", light, grey)
 	}
 	if err := plotResults(filepath.Join(dir, "missing"), out); err == nil {
 		t.Fatal("plotting a missing file succeeded")

@@ -3,7 +3,10 @@
 // server processes used in the measured window, and the batching factor of
 // the forwarding between nodes.
 //
-//	go run ./cmd/bench --name uniform --pids "$(cat /tmp/ringlimit-cluster/node-*.pid | paste -sd,)" \
+// cmd/bench is its own Go module (its Redis baseline and chart drawing stay
+// out of the library's go.mod), so it is built and run from its directory:
+//
+//	cd cmd/bench && go run . --name uniform --pids "$(cat /tmp/ringlimit-cluster/node-*.pid | paste -sd,)" \
 //	    --metrics-urls http://127.0.0.1:8081/metrics,http://127.0.0.1:8082/metrics,http://127.0.0.1:8083/metrics
 //
 // Each of --concurrency goroutines makes one request at a time, round robin

@@ -70,7 +70,11 @@ func plotResults(in, out string) error {
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	drawBars(img, image.Rect(20, 40, w/2-10, h-20), "checks/s (median)", names, rates, "%.0f")
 	drawBars(img, image.Rect(w/2+10, 40, w-20, h-20), "p99 latency, ms (median)", names, p99s, "%.2f")
-	label(img, 20, 22, "ringlimit (blue) and the baselines (grey), medians of the runs in "+filepath.Base(in), color.Black)
+	legend := "ringlimit (blue) and the baselines (grey)"
+	if slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "base-") }) {
+		legend = "ringlimit (blue), the base build (light blue) and the baselines (grey)"
+	}
+	label(img, 20, 22, legend+", medians of the runs in "+filepath.Base(in), color.Black)
 	o, err := os.Create(out)
 	if err != nil {
 		return err
@@ -92,7 +96,9 @@ func median(v []float64) float64 {
 }
 
 // drawBars draws one horizontal bar per name in r, scaled to the largest
-// value, ringlimit runs in blue and the others in grey.
+// value, ringlimit runs in blue, runs of the base build that
+// scripts/bench-compare.sh compares with (BENCH_BASE_REV, names starting
+// with "base-") in light blue, and the others in grey.
 func drawBars(img *image.RGBA, r image.Rectangle, title string, names []string, vals []float64, format string) {
 	label(img, r.Min.X, r.Min.Y+12, title, color.Black)
 	top := slices.Max(vals)
@@ -106,8 +112,11 @@ func drawBars(img *image.RGBA, r image.Rectangle, title string, names []string, 
 		y := r.Min.Y + 24 + i*rowH
 		label(img, r.Min.X, y+rowH/2+4, n, color.Black)
 		c := color.RGBA{150, 150, 150, 255}
-		if strings.HasPrefix(n, "ringlimit") {
+		switch {
+		case strings.HasPrefix(n, "ringlimit"):
 			c = color.RGBA{40, 100, 200, 255}
+		case strings.HasPrefix(n, "base-"):
+			c = color.RGBA{140, 180, 230, 255}
 		}
 		bw := int(float64(width) * vals[i] / top)
 		draw.Draw(img, image.Rect(left, y+3, left+bw, y+rowH-3), &image.Uniform{c}, image.Point{}, draw.Src)
