@@ -1,0 +1,206 @@
+// Package harness runs in-process ringlimit clusters for tests: each node
+// is a real forward.Router with its peer.Pool and peer.Server on a gRPC
+// server, and the nodes reach each other over a fault-injecting network
+// (internal/faultnet) whose links a test can cut, isolate, delay and heal
+// while checks flow. Membership is given by the test (SetMembers), so that
+// what a fault does to admissions is exact and does not wait on failure
+// detection.
+//
+// Every server and goroutine a Cluster starts is stopped by t.Cleanup.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Options configure a Cluster. Zero values mean the defaults.
+type Options struct {
+	// Clock is every node's clock. Nil means clock.System().
+	Clock clock.Clock
+	// PeerTimeout is every peer call's deadline. Default 200ms.
+	PeerTimeout time.Duration
+	// Grace is the handoff grace period. Default 300ms.
+	Grace time.Duration
+	// Router, when not nil, edits each node's forward.Config before New.
+	Router func(*forward.Config)
+}
+
+// Node is one member of a Cluster.
+type Node struct {
+	Name   string
+	Addr   string // the peer address on the Network
+	Router *forward.Router
+	Pool   *peer.Pool
+	Server *peer.Server
+	Store  *bucket.Store
+	Reg    *prometheus.Registry
+
+	grpc   *grpc.Server
+	served chan struct{}
+	once   sync.Once
+}
+
+// Cluster is a set of in-process nodes on one fault-injecting Network.
+type Cluster struct {
+	Net   *faultnet.Network
+	Clock clock.Clock
+	Nodes []*Node
+	t     testing.TB
+}
+
+// Start starts one node per name on a new Network and gives every node the
+// full member list. The cluster stops when the test ends.
+func Start(t testing.TB, opts Options, names ...string) *Cluster {
+	t.Helper()
+	if opts.Clock == nil {
+		opts.Clock = clock.System()
+	}
+	if opts.PeerTimeout == 0 {
+		opts.PeerTimeout = 200 * time.Millisecond
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 300 * time.Millisecond
+	}
+	c := &Cluster{Net: faultnet.New(), Clock: opts.Clock, t: t}
+	t.Cleanup(c.Net.Close)
+	for _, name := range names {
+		c.Nodes = append(c.Nodes, c.start(name, opts))
+	}
+	c.SetMembers(c.Nodes...)
+	return c
+}
+
+func (c *Cluster) start(name string, opts Options) *Node {
+	t := c.t
+	t.Helper()
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	pm, err := peer.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := peer.NewPool(peer.Config{Self: name, Timeout: opts.PeerTimeout, Clock: opts.Clock, Metrics: pm,
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(c.Net.Dialer(name))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := forward.Config{Self: name, Store: store, Peers: pool, Clock: opts.Clock, PeerTimeout: opts.PeerTimeout,
+		Grace: opts.Grace, Registerer: reg,
+		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }}
+	if opts.Router != nil {
+		opts.Router(&cfg)
+	}
+	r, err := forward.New(cfg)
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	ln, err := c.Net.Listen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{Name: name, Addr: "passthrough:///" + ln.Addr().String(), Router: r, Pool: pool, Store: store, Reg: reg,
+		Server: peer.NewServer(name, r, pm), grpc: grpc.NewServer(), served: make(chan struct{})}
+	n.Server.Register(n.grpc)
+	go func() {
+		defer close(n.served)
+		_ = n.grpc.Serve(ln)
+	}()
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// Stop stops the node in its shutdown order: drain the peer server, stop
+// it, close the router, close the pool. Safe to call more than once.
+func (n *Node) Stop() {
+	n.once.Do(func() {
+		n.Server.Drain()
+		n.grpc.Stop()
+		<-n.served
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n.Router.Close(ctx)
+		n.Pool.Close()
+	})
+}
+
+// SetMembers gives every running node of c the member list made of nodes.
+func (c *Cluster) SetMembers(nodes ...*Node) {
+	ms := make([]forward.Member, len(nodes))
+	for i, n := range nodes {
+		ms[i] = forward.Member{Name: n.Name, Addr: n.Addr}
+	}
+	for _, n := range c.Nodes {
+		n.Router.SetMembers(ms)
+	}
+}
+
+// Node returns the node named name.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	c.t.Fatalf("harness: no node %q", name)
+	return nil
+}
+
+// KeyOwnedBy returns the first key "prefix-N" that owner owns on the
+// cluster's ring.
+func (c *Cluster) KeyOwnedBy(owner, prefix string) string {
+	for i := range 100000 {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if o, _ := c.Nodes[0].Router.Owner(k); o == owner {
+			return k
+		}
+	}
+	c.t.Fatalf("harness: no key of %s found", owner)
+	return ""
+}
+
+// Tally counts the answers of a run of checks.
+type Tally struct {
+	Allowed, Rejected, Degraded, Failed int
+}
+
+// Check sends n checks of cost 1 on key under l through the node, one after
+// the other, each within timeout, and counts the answers.
+func (n *Node) Check(key string, l bucket.Limit, mode bucket.FailureMode, count int, timeout time.Duration) Tally {
+	var t Tally
+	out := make([]forward.Result, 1)
+	for range count {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := n.Router.Check(ctx, []forward.Check{{Key: key, Limit: l, Cost: 1, Mode: mode}}, out)
+		cancel()
+		switch {
+		case err != nil:
+			t.Failed++
+		case out[0].Allowed:
+			t.Allowed++
+		default:
+			t.Rejected++
+		}
+		if err == nil && out[0].Degraded {
+			t.Degraded++
+		}
+	}
+	return t
+}
