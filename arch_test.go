@@ -26,8 +26,9 @@ var allowed = map[string][]string{
 	"peer":             {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":          {"bucket", "clock", "peer"},
 	"policy":           {"bucket", "clock"},
-	"api":              {"policy", "forward", "proto", "bucket", "clock"},
-	"client":           {"proto", "bucket", "clock", "internal/batcher"},
+	"ratelimitheader":  {"clock"},
+	"api":              {"policy", "forward", "proto", "bucket", "clock", "ratelimitheader"},
+	"client":           {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader"},
 	"cmd":              nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
 	"internal/testkit":  nil,
