@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/policy"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
@@ -46,9 +47,9 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 		d.Allowed = a.Allowed
 		d.Limit = a.Limit
 		d.Remaining = a.Remaining
-		d.RetryAfterMs = a.RetryAfter.Milliseconds()
-		d.ResetAfterMs = a.ResetAfter.Milliseconds()
-		d.DelayMs = a.Delay.Milliseconds()
+		d.RetryAfterMs = clock.Millis(a.RetryAfter)
+		d.ResetAfterMs = clock.Millis(a.ResetAfter)
+		d.DelayMs = clock.Millis(a.Delay)
 		d.Owner = a.Owner
 		d.Degraded = a.Degraded
 		d.Scope = a.Scope
@@ -132,7 +133,7 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 	if pl.GetLease() && l.Algorithm() != bucket.TokenBucket {
 		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
 	}
-	return forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: forward.FailureMode(pl.GetFailureMode()), Lease: pl.GetLease()}, nil
+	return forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: bucket.FailureMode(pl.GetFailureMode()), Lease: pl.GetLease()}, nil
 }
 
 // algorithmName maps the proto enum to the bucket package's wire names.

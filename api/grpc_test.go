@@ -435,3 +435,21 @@ func TestGRPCGracefulStopInFlight(t *testing.T) {
 		t.Errorf("store.Len() = %d, want %d", got, n)
 	}
 }
+
+// checkFromProto turns the proto's failure mode into bucket.FailureMode by
+// number: the two enums must list the same modes in the same order.
+func TestGRPCFailureModeEnum(t *testing.T) {
+	modes := bucket.FailureModes()
+	if len(pb.FailureMode_name) != len(modes) {
+		t.Fatalf("proto has %d failure modes, bucket %d", len(pb.FailureMode_name), len(modes))
+	}
+	for _, m := range modes {
+		if got, want := pb.FailureMode(m).String(), strings.ToUpper(m.String()); got != want {
+			t.Errorf("failure mode %d: proto %s, bucket %s", m, got, want)
+		}
+		c, err := checkFromProto(&pb.Check{Key: "k", Limit: &pb.Limit{Limit: 1, PerMs: 1000, FailureMode: pb.FailureMode(m)}})
+		if err != nil || c.Mode != m {
+			t.Errorf("checkFromProto(failure_mode %v) = mode %v, %v want %v", pb.FailureMode(m), c.Mode, err, m)
+		}
+	}
+}

@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/policy"
 )
@@ -57,8 +58,9 @@ type LimitJSON struct {
 	Per   string `json:"per"`
 	Burst int64  `json:"burst,omitempty"`
 	// FailureMode is what to answer when the key's owner cannot be reached:
-	// "local" (default), "fail_open" or "fail_closed".
-	FailureMode string `json:"failure_mode,omitempty"`
+	// "local" (default), "fail_open" or "fail_closed"; parsed as the body is
+	// decoded.
+	FailureMode bucket.FailureMode `json:"failure_mode,omitempty"`
 	// Lease lets nodes that do not own the key admit from short leases of
 	// its tokens (token_bucket only).
 	Lease bool `json:"lease,omitempty"`
@@ -155,40 +157,22 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		Allowed:       ans.Allowed,
 		Limit:         ans.Limit,
 		Remaining:     ans.Remaining,
-		RetryAfterMs:  ans.RetryAfter.Milliseconds(),
-		ResetAfterMs:  ans.ResetAfter.Milliseconds(),
-		DelayMs:       ans.Delay.Milliseconds(),
+		RetryAfterMs:  clock.Millis(ans.RetryAfter),
+		ResetAfterMs:  clock.Millis(ans.ResetAfter),
+		DelayMs:       clock.Millis(ans.Delay),
 		Scope:         ans.Scope,
 		Owner:         ans.Owner,
 		Degraded:      ans.Degraded,
 		WouldReject:   ans.WouldReject,
 		PolicyVersion: ans.Version,
 	}
-	h := w.Header()
-	setAnswerHeaders(h, ans)
+	writeHeaders(w.Header(), ans)
 	status := http.StatusOK
 	if !ans.Allowed {
 		resp.Code = CodeRateLimited
-		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(ans.RetryAfter), 10))
 		status = http.StatusTooManyRequests
 	}
 	writeCheckResponse(w, status, &resp)
-}
-
-// SetRateLimitHeaders writes the rate-limit headers every answer carries:
-// X-RateLimit-Limit and X-RateLimit-Remaining, and the IETF draft
-// (httpapi-ratelimit-headers) RateLimit-Policy and RateLimit fields, with
-// the window and reset in whole seconds rounded up.
-func SetRateLimitHeaders(h http.Header, scope string, limit int64, per time.Duration, remaining int64, reset time.Duration) {
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
-	name := strconv.Quote(scope)
-	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(limit, 10)+";w="+strconv.FormatInt(ceilSeconds(per), 10))
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(reset), 10))
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // decodeCheck reads and validates one check from the request body into p.
@@ -206,7 +190,7 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error
 		if tooBig(err) {
 			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
 		}
-		return jsonError(err)
+		return jsonError(err, "limit.failure_mode")
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		if tooBig(err) {
@@ -257,18 +241,17 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if err := validateCost("cost", &l, cost); err != nil {
 		return forward.Check{}, err
 	}
-	mode, err := forward.ParseFailureMode(req.Limit.FailureMode)
-	if err != nil {
-		return forward.Check{}, fmt.Errorf("limit.failure_mode: %w", err)
-	}
 	if req.Limit.Lease && l.Algorithm() != bucket.TokenBucket {
 		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
 	}
-	return forward.Check{Key: req.Key, Limit: l, Cost: cost, Mode: mode, Lease: req.Limit.Lease}, nil
+	return forward.Check{Key: req.Key, Limit: l, Cost: cost, Mode: req.Limit.FailureMode, Lease: req.Limit.Lease}, nil
 }
 
 // jsonError turns a decoding error into a message naming the field.
-func jsonError(err error) error {
+// textField names the body's one field decoded by an
+// encoding.TextUnmarshaler ("" if it has none): encoding/json returns such
+// a field's error as it is, without the field's name.
+func jsonError(err error, textField string) error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
@@ -284,8 +267,12 @@ func jsonError(err error) error {
 		return errors.New("body: empty, expected a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errors.New("body: malformed JSON: unexpected end")
+	case strings.HasPrefix(err.Error(), "json: "):
+		// DisallowUnknownFields: `json: unknown field "x"`.
+		return fmt.Errorf("body: %v", err)
+	case textField != "":
+		return fmt.Errorf("%s: %w", textField, err)
 	}
-	// DisallowUnknownFields: `json: unknown field "x"`.
 	return fmt.Errorf("body: %v", err)
 }
 

@@ -15,47 +15,34 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// t0 is 2026-01-05 10:04:00 UTC in Unix nanoseconds: a whole minute, so
-// windows of 250ms, 1s, 10s and 1m all start exactly at it.
-var t0 = time.Date(2026, time.January, 5, 10, 4, 0, 0, time.UTC).UnixNano()
+// t0 is 2026-01-05 10:04:00 UTC: a whole minute, so windows of 250ms, 1s,
+// 10s and 1m all start exactly at it.
+var t0 = clock.FromTime(time.Date(2026, time.January, 5, 10, 4, 0, 0, time.UTC))
 
 // waitFor bounds every synchronisation in these tests.
 const waitFor = 5 * time.Second
 
-// fakeClock is a bucket.Clock that moves only when told.
-type fakeClock struct {
-	now atomic.Int64
-}
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.now.Store(t0)
-	return c
-}
-
-func (c *fakeClock) Now() int64              { return c.now.Load() }
-func (c *fakeClock) Advance(d time.Duration) { c.now.Add(int64(d)) }
-
-var _ bucket.Clock = (*fakeClock)(nil)
-
 // testEnv is one node's worth of API: a fake clock, a store, a router and
 // the API on top.
 type testEnv struct {
-	clock  *fakeClock
+	clock  *testkit.Clock
 	store  *bucket.Store
 	router *forward.Router
 	api    *API
@@ -65,16 +52,26 @@ type testEnv struct {
 // into the Checker the API uses.
 func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 	t.Helper()
-	clock := newFakeClock()
+	clk := testkit.NewClock(t0)
 	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}
-	router, err := forward.New(forward.Config{Self: "node-1", Store: store, Clock: clock})
+	// One node alone: it owns every key, and its pool never dials.
+	peers, err := peer.NewPool(peer.Config{Self: "node-1", Clock: clk})
 	if err != nil {
+		t.Fatalf("peer.NewPool: %v", err)
+	}
+	router, err := forward.New(forward.Config{Self: "node-1", Store: store, Clock: clk, Peers: peers,
+		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }})
+	if err != nil {
+		peers.Close()
 		t.Fatalf("forward.New: %v", err)
 	}
-	t.Cleanup(func() { router.Close(context.Background()) })
+	t.Cleanup(func() {
+		router.Close(context.Background())
+		peers.Close()
+	})
 	var checker Checker = router
 	if wrap != nil {
 		checker = wrap(router)
@@ -87,7 +84,7 @@ func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 	if err != nil {
 		t.Fatalf("api.New: %v", err)
 	}
-	return &testEnv{clock: clock, store: store, router: router, api: a}
+	return &testEnv{clock: clk, store: store, router: router, api: a}
 }
 
 // httpServer is the env's HTTP surface on a real loopback listener.
@@ -432,6 +429,8 @@ func TestHTTPInvalid(t *testing.T) {
 		{"limit not an object", `{"key":"k33","limit":5}`, "limit", "k33"},
 		{"JSON array", `[` + chk("k34", "1", lim) + `]`, "body", "k34"},
 		{"body over 64 KiB", oversize("k35"), "body", "k35"},
+		{"unknown failure mode", chk("k36", "1", `{"limit":5,"per":"1s","failure_mode":"fail_maybe"}`), "limit.failure_mode", "k36"},
+		{"failure mode not a string", chk("k37", "1", `{"limit":5,"per":"1s","failure_mode":1}`), "limit.failure_mode", "k37"},
 	}
 
 	for i, c := range cases {
@@ -473,6 +472,35 @@ func TestHTTPInvalid(t *testing.T) {
 	line := fmt.Sprintf(`ringlimit_invalid_requests_total{surface="http"} %d`, len(cases))
 	if !hasLine(string(m.body), line) {
 		t.Errorf("metrics: no line %q in\n%s", line, grepLines(string(m.body), "ringlimit_invalid"))
+	}
+}
+
+// The inline limit's failure_mode is parsed once, as the body is decoded,
+// into the one failure-mode type the router takes.
+func TestHTTPFailureModeParsedAtDecode(t *testing.T) {
+	steps := []struct {
+		field string // the failure_mode member of the limit, "" for none
+		want  bucket.FailureMode
+	}{
+		{``, bucket.Local},
+		{`,"failure_mode":""`, bucket.Local},
+		{`,"failure_mode":"local"`, bucket.Local},
+		{`,"failure_mode":"fail_open"`, bucket.FailOpen},
+		{`,"failure_mode":"fail_closed"`, bucket.FailClosed},
+	}
+	for i, s := range steps {
+		body := chk("k", "1", `{"limit":5,"per":"1s"`+s.field+`}`)
+		var req CheckRequest
+		if err := json.Unmarshal([]byte(body), &req); err != nil {
+			t.Fatalf("step %d: decode %s: %v", i, body, err)
+		}
+		if req.Limit.FailureMode != s.want {
+			t.Errorf("step %d: decode %s: FailureMode = %v want %v", i, body, req.Limit.FailureMode, s.want)
+		}
+		c, err := req.toCheck()
+		if err != nil || c.Mode != s.want {
+			t.Errorf("step %d: toCheck(%s) = mode %v, %v want %v", i, body, c.Mode, err, s.want)
+		}
 	}
 }
 

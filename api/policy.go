@@ -9,14 +9,14 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/policy"
+	"github.com/ringlimit/ringlimit/ratelimitheader"
 )
 
 // PolicySource is the running policy. *policy.Manager implements it.
@@ -25,6 +25,9 @@ type PolicySource interface {
 	CountDryRun(scopes []string)
 	Current() *policy.Set
 	Overrides() []policy.Override
+	// Now reads the clock override expiries are compared with: an override
+	// that lasts d is stamped to expire at Now().Add(d).
+	Now() clock.Instant
 }
 
 var _ PolicySource = (*policy.Manager)(nil)
@@ -99,11 +102,7 @@ func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
 	n := len(p.checks)
 	together := int32(len(p.units) + 1) // the request's layers stand or fall together at the pre-limiter
 	for _, l := range layers {
-		mode, err := forward.ParseFailureMode(l.FailureMode)
-		if err != nil {
-			return fmt.Errorf("%s%s: %w", field, l.Scope, err)
-		}
-		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: mode,
+		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: l.FailureMode,
 			Prelimit: l.Prelimit, Together: together, Lease: l.Lease})
 	}
 	p.units = append(p.units, unit{from: n, to: len(p.checks), layers: layers, version: version})
@@ -177,27 +176,20 @@ func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, er
 	return answers, nil
 }
 
-// policyHeaders writes the rate-limit headers of an answer: every enforced
-// layer in RateLimit-Policy, the one that decided in RateLimit.
-func setAnswerHeaders(h http.Header, ans *answer) {
-	if ans.layers == nil {
-		SetRateLimitHeaders(h, ans.Scope, ans.Limit, ans.Per, ans.Remaining, ans.ResetAfter)
-		return
-	}
-	SetRateLimitHeaders(h, ans.Scope, ans.Limit, ans.Per, ans.Remaining, ans.ResetAfter)
-	var b strings.Builder
+// writeHeaders writes the rate-limit headers of an answer: every enforced
+// layer in RateLimit-Policy (the inline limit alone for an inline check),
+// the one that decided in RateLimit, and Retry-After on a rejection.
+func writeHeaders(h http.Header, ans *answer) {
+	d := ratelimitheader.Decision{Allowed: ans.Allowed, Scope: ans.Scope, Limit: ans.Limit, Window: ans.Per,
+		Remaining: ans.Remaining, Reset: ans.ResetAfter, RetryAfter: ans.RetryAfter}
+	var buf [4]ratelimitheader.Policy
+	enforced := buf[:0]
 	for _, l := range ans.layers {
-		if l.DryRun {
-			continue
+		if !l.DryRun {
+			enforced = append(enforced, ratelimitheader.Policy{Name: l.Scope, Quota: l.Limit.Count(), Window: l.Limit.Per()})
 		}
-		if b.Len() > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Quote(l.Scope) + ";q=" + strconv.FormatInt(l.Limit.Count(), 10) + ";w=" + strconv.FormatInt(ceilSeconds(l.Limit.Per()), 10))
 	}
-	if b.Len() > 0 {
-		h.Set("RateLimit-Policy", b.String())
-	}
+	ratelimitheader.Write(h, &d, enforced...)
 }
 
 // PolicyStatus is the body of GET /v1/policy.
@@ -239,7 +231,7 @@ func (a *API) handleAddOverride(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidArgument, jsonError(err).Error())
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, jsonError(err, "").Error())
 		return
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -252,7 +244,7 @@ func (a *API) handleAddOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := a.addOverride(r.Context(), policy.Override{Actor: req.Actor, Reason: req.Reason, Policy: req.Policy,
-		APIKey: req.APIKey, User: req.User, Tier: req.Tier, Limit: req.Limit, Expires: time.Now().Add(d)})
+		APIKey: req.APIKey, User: req.User, Tier: req.Tier, Limit: req.Limit, Expires: a.policy.Now().Add(d).Time()})
 	if err != nil {
 		if errors.Is(err, policy.ErrRequest) {
 			writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())

@@ -103,10 +103,8 @@ func checkLayer(t *testing.T, policy string, l *Layer) {
 	if !l.Limit.Valid() || l.Scope == "" {
 		t.Fatalf("policy %s: layer %+v has no limit or scope", policy, l)
 	}
-	switch l.FailureMode {
-	case "", "local", "fail_open", "fail_closed":
-	default:
-		t.Fatalf("policy %s: layer %s: failure mode %q", policy, l.Scope, l.FailureMode)
+	if !l.FailureMode.Valid() {
+		t.Fatalf("policy %s: layer %s: failure mode %v", policy, l.Scope, l.FailureMode)
 	}
 	switch l.KeyBy {
 	case ByIdentity, ByIP, ByIPRoute, ByIdentityRoute:

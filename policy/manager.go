@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // Override is an incident override: for a bounded time, one caller (by API
@@ -63,9 +64,12 @@ type ManagerConfig struct {
 	Logger *slog.Logger
 	// Registerer receives the policy metrics. Nil means none.
 	Registerer prometheus.Registerer
-	// Now is the wall clock for override expiry and audit times. Nil means
-	// time.Now.
-	Now func() time.Time
+	// Clock stamps overrides (created, and the expiry they are compared
+	// with) and audit lines, and times Watch's debounce. Nil means
+	// clock.System(). Whoever computes an override's Expires should read
+	// this clock too (Manager.Now), so that the expiry and the comparison
+	// use one timeline.
+	Clock clock.Clock
 }
 
 // Manager holds the running policy: it reloads the file (on Reload, or on
@@ -97,8 +101,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System()
 	}
 	m := &Manager{
 		cfg:       cfg,
@@ -158,6 +162,13 @@ func (m *Manager) swap(set *Set, actor string) {
 	m.audit(auditEntry{Actor: actor, Action: "policy_reload", What: set.Source, Old: oldVersion, New: set.Version})
 }
 
+// Now returns the time on the Manager's clock, the one override expiries
+// are compared with: an override meant to last d expires at Now().Add(d).
+func (m *Manager) Now() clock.Instant { return m.cfg.Clock.Now() }
+
+// wallNow returns Now as a time.Time, the type of an Override's times.
+func (m *Manager) wallNow() time.Time { return m.cfg.Clock.Now().Time() }
+
 // Current returns the running policy set.
 func (m *Manager) Current() *Set { return m.set.Load() }
 
@@ -181,6 +192,10 @@ func (m *Manager) Reload(actor string) error {
 	return nil
 }
 
+// watchDebounce is how long Watch waits after the last change it sees
+// before it reloads: an editor's save is several events.
+const watchDebounce = 100 * time.Millisecond
+
 // Watch reloads the file whenever it changes, until ctx ends. It watches
 // the file's directory, so that editors that replace the file by renaming
 // are seen too.
@@ -195,7 +210,10 @@ func (m *Manager) Watch(ctx context.Context) error {
 		return fmt.Errorf("policy: watch %s: %w", dir, err)
 	}
 	base := filepath.Clean(m.cfg.Path)
-	var debounce <-chan time.Time
+	debounce := m.cfg.Clock.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	var due <-chan time.Time // debounce.C() while a reload is due
 	for {
 		select {
 		case <-ctx.Done():
@@ -209,15 +227,16 @@ func (m *Manager) Watch(ctx context.Context) error {
 			// Reload compares versions, so an unrelated change is a no-op.
 			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 &&
 				(filepath.Clean(ev.Name) == base || strings.HasPrefix(filepath.Base(ev.Name), "..")) {
-				debounce = time.After(100 * time.Millisecond)
+				debounce.Reset(watchDebounce)
+				due = debounce.C()
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			m.log.Warn("policy watch error", "err", err)
-		case <-debounce:
-			debounce = nil
+		case <-due:
+			due = nil
 			m.Reload("file-watch")
 		}
 	}
@@ -241,7 +260,7 @@ func (m *Manager) Resolve(req Request) ([]Check, error) {
 	var layer *Layer
 	if req.APIKey != "" || req.User != "" {
 		m.mu.Lock()
-		if o := m.overrides[overrideKey(name, req.APIKey, req.User)]; o != nil && m.cfg.Now().Before(o.Expires) {
+		if o := m.overrides[overrideKey(name, req.APIKey, req.User)]; o != nil && m.wallNow().Before(o.Expires) {
 			layer = o.layer
 		}
 		m.mu.Unlock()
@@ -261,7 +280,7 @@ func (m *Manager) CountDryRun(scopes []string) {
 // fills ID and Created when empty. Installing an override received from
 // another node keeps its ID, so every node holds the same one.
 func (m *Manager) AddOverride(o Override) (Override, error) {
-	now := m.cfg.Now()
+	now := m.wallNow()
 	if o.Actor == "" || o.Reason == "" {
 		return o, fmt.Errorf("%w: actor and reason are required", ErrRequest)
 	}
@@ -354,7 +373,7 @@ func (m *Manager) Overrides() []Override {
 
 // Expire drops the overrides whose time is up and audits each.
 func (m *Manager) Expire() {
-	now := m.cfg.Now()
+	now := m.wallNow()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, o := range m.overrides {
@@ -383,7 +402,7 @@ func (m *Manager) audit(e auditEntry) {
 }
 
 func (m *Manager) auditLocked(e auditEntry) {
-	e.Time = m.cfg.Now().UTC()
+	e.Time = m.wallNow()
 	line, _ := json.Marshal(e)
 	if _, err := m.cfg.AuditLog.Write(append(line, '\n')); err != nil {
 		m.log.Error("audit log write failed", "err", err)

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // syncBuffer is a bytes.Buffer safe for the watcher goroutine and the test.
@@ -33,24 +36,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// fakeClock is a settable wall clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
 }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -80,19 +65,27 @@ type fixture struct {
 	reg   *prometheus.Registry
 	audit *syncBuffer
 	logs  *syncBuffer
-	clock *fakeClock
+	clock *testkit.Clock // nil when the Manager runs on the system clock
 }
 
 // newFixture writes the example file to a temporary directory and starts a
-// Manager on it.
+// Manager on it, on a fake clock at t0 that moves only when the test says.
 func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	fc := testkit.NewClock(clock.FromTime(t0))
+	f := newFixtureOn(t, fc)
+	f.clock = fc
+	return f
+}
+
+// newFixtureOn is newFixture with the Manager on c.
+func newFixtureOn(t *testing.T, c clock.Clock) *fixture {
 	t.Helper()
 	f := &fixture{
 		path:  filepath.Join(t.TempDir(), "policy.yaml"),
 		reg:   prometheus.NewRegistry(),
 		audit: &syncBuffer{},
 		logs:  &syncBuffer{},
-		clock: &fakeClock{now: t0},
 	}
 	f.write(t, readExample(t))
 	m, err := NewManager(ManagerConfig{
@@ -100,13 +93,23 @@ func newFixture(t *testing.T) *fixture {
 		AuditLog:   f.audit,
 		Logger:     slog.New(slog.NewTextHandler(f.logs, nil)),
 		Registerer: f.reg,
-		Now:        f.clock.Now,
+		Clock:      c,
 	})
 	if err != nil {
 		t.Fatalf("NewManager: %v", err)
 	}
 	f.m = m
 	return f
+}
+
+// setClock moves the fake clock forward to when.
+func (f *fixture) setClock(t *testing.T, when time.Time) {
+	t.Helper()
+	d := clock.FromTime(when).Sub(f.clock.Now())
+	if d < 0 {
+		t.Fatalf("setClock(%v): the clock is at %v already", when, f.clock.Now().Time())
+	}
+	f.clock.Advance(d)
 }
 
 func (f *fixture) write(t *testing.T, data []byte) {
@@ -268,7 +271,7 @@ func TestReload(t *testing.T) {
 	v1 := f.m.Current().Version
 
 	// A changed file: a new version and an audit line.
-	f.clock.Set(t0.Add(time.Minute))
+	f.setClock(t, t0.Add(time.Minute))
 	f.write(t, []byte(policyV2))
 	if err := f.m.Reload("ops@example"); err != nil {
 		t.Fatalf("reload v2: %v", err)
@@ -341,7 +344,10 @@ func TestReload(t *testing.T) {
 }
 
 func TestWatch(t *testing.T) {
-	f := newFixture(t)
+	// The file watcher and its debounce run in real time: this test polls
+	// the filesystem's events, so its Manager is on the system clock, not a
+	// fake one it would have to move while it waits.
+	f := newFixtureOn(t, clock.System())
 	v1 := f.m.Current().Version
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -477,7 +483,7 @@ func TestOverrideLifecycle(t *testing.T) {
 		wantChecks(t, name, got, want)
 	}
 	resolve("overridden user", Request{User: "42", Route: "/reports"}, overridden)
-	f.clock.Set(expires.Add(-time.Nanosecond))
+	f.setClock(t, expires.Add(-time.Nanosecond))
 	resolve("just before expiry", Request{User: "42", Route: "/reports"}, overridden)
 	resolve("another user", Request{User: "43", Route: "/reports"}, []Check{
 		checkOn(p.Tiers["free"], "api|tier:free|user:43", 10),
@@ -494,12 +500,12 @@ func TestOverrideLifecycle(t *testing.T) {
 	}
 
 	// Time is up: the override no longer applies, even before Expire runs.
-	f.clock.Set(expires)
+	f.setClock(t, expires)
 	resolve("at expiry", Request{User: "42", Route: "/reports"}, normal)
 	if n := len(f.auditLines(t)); n != 2 {
 		t.Errorf("at expiry, before Overrides(): %d audit lines, want 2", n)
 	}
-	f.clock.Set(expires.Add(time.Second))
+	f.setClock(t, expires.Add(time.Second))
 	if got := f.m.Overrides(); len(got) != 0 {
 		t.Errorf("Overrides after expiry: got %+v, want none", got)
 	}
@@ -535,7 +541,7 @@ func TestOverrideLimitAndReplace(t *testing.T) {
 		t.Errorf("same ID again: %d audit lines, want 2", n)
 	}
 	// Another override for the same caller replaces the first.
-	f.clock.Set(t0.Add(time.Minute))
+	f.setClock(t, t0.Add(time.Minute))
 	second, err := f.m.AddOverride(Override{Actor: "bob", Reason: "r2", APIKey: "k",
 		Limit: &LimitArg{Algorithm: "fixed_window", Limit: 50, Per: "1s"}, Expires: t0.Add(2 * time.Hour)})
 	if err != nil {

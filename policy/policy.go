@@ -33,16 +33,15 @@ const (
 	ByIdentityRoute KeyBy = "identity+route"
 )
 
-// Failure modes, as the forward package names them.
-var failureModes = []string{"", "local", "fail_open", "fail_closed"}
-
 // Layer is one limit that may apply to a request.
 type Layer struct {
 	// Scope names the layer to a rejected caller: tier:free, route:/reports,
 	// global.
-	Scope       string
-	Limit       bucket.Limit
-	FailureMode string // "" means local
+	Scope string
+	Limit bucket.Limit
+	// FailureMode is what to answer when the key's owner cannot be
+	// reached, parsed from the file's failure_mode (absent: Local).
+	FailureMode bucket.FailureMode
 	KeyBy       KeyBy
 	DryRun      bool
 	// Prelimit, when > 0, enables a local pre-limiter on the entry node at
@@ -202,8 +201,8 @@ func parsePolicy(name string, y policyYAML) (*Policy, error) {
 		return nil, fmt.Errorf("name: %w", err)
 	}
 	p := &Policy{Name: name, Tiers: map[string]*Layer{}, DefaultTier: y.DefaultTier, AnonymousTier: y.AnonymousTier}
-	if !(y.Prelimit == 0 || y.Prelimit >= 1 && y.Prelimit <= 1000) {
-		return nil, fmt.Errorf("prelimit: must be 0 (off) or between 1 and 1000, got %v", y.Prelimit)
+	if err := bucket.CheckPrelimit(y.Prelimit); err != nil {
+		return nil, err
 	}
 	for tier, ly := range y.Tiers {
 		if err := checkName(tier); err != nil {
@@ -320,7 +319,8 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("limit: %w", err)
 	}
-	if !slices.Contains(failureModes, y.FailureMode) {
+	mode, err := bucket.ParseFailureMode(y.FailureMode)
+	if err != nil {
 		return nil, fmt.Errorf("failure_mode: want local, fail_open or fail_closed, got %q", y.FailureMode)
 	}
 	by := KeyBy(y.Key)
@@ -338,13 +338,13 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	if y.Lease && alg != bucket.TokenBucket {
 		return nil, fmt.Errorf("lease: only a token_bucket can be leased, not %v", alg)
 	}
-	l := &Layer{Scope: scope, Limit: lim, FailureMode: y.FailureMode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit, Lease: y.Lease}
+	l := &Layer{Scope: scope, Limit: lim, FailureMode: mode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit, Lease: y.Lease}
 	if y.DryRun != nil {
 		l.DryRun = *y.DryRun
 	}
 	if y.Prelimit != nil {
-		if !(*y.Prelimit == 0 || *y.Prelimit >= 1 && *y.Prelimit <= 1000) {
-			return nil, fmt.Errorf("prelimit: must be 0 (off) or between 1 and 1000, got %v", *y.Prelimit)
+		if err := bucket.CheckPrelimit(*y.Prelimit); err != nil {
+			return nil, err
 		}
 		l.Prelimit = *y.Prelimit
 	}

@@ -103,7 +103,7 @@ func TestParseExample(t *testing.T) {
 		"anonymous":  {Scope: "tier:anonymous", Limit: lim(t, "token_bucket", 60, time.Minute, 120), KeyBy: ByIP, Prelimit: 2},
 		"free":       {Scope: "tier:free", Limit: lim(t, "token_bucket", 10, time.Second, 20), KeyBy: ByIdentity, Prelimit: 2},
 		"pro":        {Scope: "tier:pro", Limit: lim(t, "token_bucket", 100, time.Second, 500), KeyBy: ByIdentity, Prelimit: 2},
-		"enterprise": {Scope: "tier:enterprise", Limit: lim(t, "token_bucket", 1000, time.Second, 5000), FailureMode: "fail_open", KeyBy: ByIdentity, Prelimit: 2},
+		"enterprise": {Scope: "tier:enterprise", Limit: lim(t, "token_bucket", 1000, time.Second, 5000), FailureMode: bucket.FailOpen, KeyBy: ByIdentity, Prelimit: 2},
 	}
 	equal(t, "example", "Tiers", p.Tiers, wantTiers)
 
@@ -111,7 +111,7 @@ func TestParseExample(t *testing.T) {
 	wantRoutes := []Route{
 		{Match: "/reports", Cost: 10},
 		{Match: "/login", Layer: &Layer{Scope: "route:/login", Limit: lim(t, "token_bucket", 5, time.Minute, 0),
-			FailureMode: "fail_closed", KeyBy: ByIPRoute, Prelimit: 2, route: "/login"}},
+			FailureMode: bucket.FailClosed, KeyBy: ByIPRoute, Prelimit: 2, route: "/login"}},
 		{Match: "/export/*", prefix: true, Layer: &Layer{Scope: "route:/export/*",
 			Limit: lim(t, "sliding_window_counter", 100, time.Hour, 0), KeyBy: ByIdentity, DryRun: true, Prelimit: 2, route: "/export/*"}},
 	}
@@ -318,9 +318,9 @@ func TestParseAccepts(t *testing.T) {
 				t.Errorf("route /b/*: key %v pattern %q, want identity+route on /b/*", r.KeyBy, r.route)
 			}
 			want := map[string]*Layer{
-				"a": {Scope: "tier:a", Limit: lim(t, "token_bucket", 1, time.Second, 0), FailureMode: "local", KeyBy: ByIdentity},
-				"b": {Scope: "tier:b", Limit: lim(t, "leaky_bucket", 2, time.Second, 4), FailureMode: "fail_open", KeyBy: ByIP},
-				"c": {Scope: "tier:c", Limit: lim(t, "fixed_window", 3, time.Second, 0), FailureMode: "fail_closed", KeyBy: ByIdentity},
+				"a": {Scope: "tier:a", Limit: lim(t, "token_bucket", 1, time.Second, 0), FailureMode: bucket.Local, KeyBy: ByIdentity},
+				"b": {Scope: "tier:b", Limit: lim(t, "leaky_bucket", 2, time.Second, 4), FailureMode: bucket.FailOpen, KeyBy: ByIP},
+				"c": {Scope: "tier:c", Limit: lim(t, "fixed_window", 3, time.Second, 0), FailureMode: bucket.FailClosed, KeyBy: ByIdentity},
 				"d": {Scope: "tier:d", Limit: lim(t, "sliding_window_log", 4, time.Second, 0), KeyBy: ByIdentity},
 				"e": {Scope: "tier:e", Limit: lim(t, "sliding_window_counter", 5, time.Second, 0), KeyBy: ByIdentity},
 			}

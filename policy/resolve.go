@@ -33,7 +33,7 @@ type Check struct {
 	Limit       bucket.Limit
 	Cost        int64
 	Scope       string
-	FailureMode string
+	FailureMode bucket.FailureMode
 	DryRun      bool
 	Prelimit    float64
 	Lease       bool

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // checkOn is the check a layer yields for key and cost.
@@ -446,7 +447,7 @@ func TestResolveThenCombine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const now = int64(1_000_000_000_000)
+	const now = clock.Instant(1_000_000_000_000)
 	run := func(req Request) Outcome {
 		t.Helper()
 		checks, err := p.Resolve(req, nil)
