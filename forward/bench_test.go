@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // benchLimit never rejects within a benchmark: the production clock refills
@@ -24,8 +25,8 @@ func BenchmarkForwardedCheck(b *testing.B) {
 			key := keysOwnedBy(b, na.r, "B", "bench", 1)[0]
 			b.SetParallelism(par)
 			benchChecks(b, na.r, key, "B")
-			rpcs := metricValue(b, na.reg, "ringlimit_forward_rpcs_total")
-			checks := metricValue(b, na.reg, "ringlimit_forward_checks_total")
+			rpcs := testkit.Metric(b, na.reg, "ringlimit_forward_rpcs_total")
+			checks := testkit.Metric(b, na.reg, "ringlimit_forward_checks_total")
 			if rpcs > 0 {
 				b.ReportMetric(checks/rpcs, "checks/rpc")
 			}

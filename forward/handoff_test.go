@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -13,7 +14,7 @@ import (
 // ---- 8. handoff on ring change -----------------------------------------------------
 
 func TestHandoffOnRingChange(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	byName := map[string]*node{"A": a, "B": b, "C": c}
@@ -49,7 +50,7 @@ func TestHandoffOnRingChange(t *testing.T) {
 	if movedTo["A→C"]+movedTo["B→C"] == 0 {
 		t.Fatal("no key moved to C")
 	}
-	waitFor(t, 10*time.Second, "every key in its new owner's store with used 7", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every key in its new owner's store with used 7", func() bool {
 		for _, k := range keys {
 			_, used, ok := byName[newOwner[k]].store.Used(k, clock.Now())
 			if !ok || used != 7 {
@@ -64,8 +65,10 @@ func TestHandoffOnRingChange(t *testing.T) {
 			t.Fatalf("%s deleted from %s before Grace", k, oldOwner[k])
 		}
 	}
+	// The previous owners' next handoff pass is a timer of the fake clock,
+	// armed once their last pass returned: advance until it has fired.
 	clock.Advance(testGrace)
-	waitFor(t, 10*time.Second, "moved keys deleted from their previous owners after Grace", func() bool {
+	advanceUntil(t, clock, 10*time.Millisecond, 10*time.Second, "moved keys deleted from their previous owners after Grace", func() bool {
 		for _, k := range moved {
 			if byName[oldOwner[k]].store.Has(k) {
 				return false
@@ -123,7 +126,7 @@ func TestHandoffOnRingChange(t *testing.T) {
 		}
 	}
 	setMembers(membersOf(a, b), a, b)
-	waitFor(t, 10*time.Second, "every key back with its {A,B} owner, nothing refilled", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every key back with its {A,B} owner, nothing refilled", func() bool {
 		for _, k := range keys {
 			_, used, ok := byName[oldOwner[k]].store.Used(k, clock.Now())
 			if !ok || used != wantUsed(k) {
@@ -142,7 +145,7 @@ func TestHandoffOnRingChange(t *testing.T) {
 			t.Fatalf("%s (moved %v) via %s after C left: %+v — refilled?", k, isMoved[k], entry.name, res)
 		}
 	}
-	if got := metricValue(t, c.reg, "ringlimit_handoff_keys_sent_total"); got < float64(movedTo["A→C"]+movedTo["B→C"]) {
+	if got := testkit.Metric(t, c.reg, "ringlimit_handoff_keys_sent_total"); got < float64(movedTo["A→C"]+movedTo["B→C"]) {
 		t.Errorf("C sent %v keys on leaving, want at least %d", got, movedTo["A→C"]+movedTo["B→C"])
 	}
 }
@@ -150,9 +153,9 @@ func TestHandoffOnRingChange(t *testing.T) {
 // ---- 9. grace fetch --------------------------------------------------------------
 
 func TestGraceFetchFromPreviousOwner(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	a := startNode(t, "A", clock, nil)
-	b := startNode(t, "B", clock, nil)
+	b := startNode(t, "B", clock, realTransport)
 	// First every key is A's, on both nodes.
 	setMembers(membersOf(a), a, b)
 	clock.Advance(testGrace)
@@ -169,7 +172,28 @@ func TestGraceFetchFromPreviousOwner(t *testing.T) {
 	}
 	key, fresh := toB[0], toB[1]
 	lim := hourly(10)
-	if res := check1(t, b.r, key, lim, 7); res.Owner != "A" || res.Remaining != 3 {
+	// A's ring is only A, and B is not on it: A waits up to half its
+	// PeerTimeout, on its clock, for its ring to name B before it decides.
+	// Drive the clock until that wait ends (B's transport runs on real
+	// time, so that only A's wait ends).
+	spent := make(chan Result, 1)
+	go func() {
+		var out [1]Result
+		if err := b.r.Check(context.Background(), []Check{{Key: key, Limit: lim, Cost: 7}}, out[:]); err != nil {
+			out[0].Owner = err.Error()
+		}
+		spent <- out[0]
+	}()
+	var res Result
+	advanceUntil(t, clock, a.r.cfg.PeerTimeout/2, 10*time.Second, "A to decide B's first check", func() bool {
+		select {
+		case res = <-spent:
+			return true
+		default:
+			return false
+		}
+	})
+	if res.Owner != "A" || res.Remaining != 3 {
 		t.Fatalf("spend through B on A: %+v", res)
 	}
 
@@ -181,12 +205,12 @@ func TestGraceFetchFromPreviousOwner(t *testing.T) {
 	if b.store.Has(key) {
 		t.Fatal("B already holds the key")
 	}
-	res := check1(t, b.r, key, lim, 1)
+	res = check1(t, b.r, key, lim, 1)
 	if res.Owner != "B" || !res.Allowed || res.Remaining != 2 {
 		t.Fatalf("first check on the new owner: %+v, want remaining 2 (10-7-1), not 9", res)
 	}
 	fetches := func(result string) float64 {
-		return metricValue(t, b.reg, "ringlimit_handoff_fetches_total", "result", result)
+		return testkit.Metric(t, b.reg, "ringlimit_handoff_fetches_total", "result", result)
 	}
 	if fetches("found") != 1 || fetches("missing") != 0 || fetches("unreachable") != 0 {
 		t.Fatalf("fetches found/missing/unreachable = %v/%v/%v, want 1/0/0", fetches("found"), fetches("missing"), fetches("unreachable"))
@@ -214,7 +238,7 @@ func TestGraceFetchFromPreviousOwner(t *testing.T) {
 // A node that joins has no previous ring of its own: the keys it now owns
 // were where the ring without it puts them, and it asks there.
 func TestJoiningNodeFetchesFromPreviousOwner(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	setMembers(membersOf(a, b), a, b)
@@ -240,7 +264,7 @@ func TestJoiningNodeFetchesFromPreviousOwner(t *testing.T) {
 	if res.Owner != "C" || res.Remaining != 2 {
 		t.Fatalf("first check on the joining owner: %+v, want remaining 2, not 9", res)
 	}
-	if got := metricValue(t, c.reg, "ringlimit_handoff_fetches_total", "result", "found"); got != 1 {
+	if got := testkit.Metric(t, c.reg, "ringlimit_handoff_fetches_total", "result", "found"); got != 1 {
 		t.Fatalf("found fetches on C = %v, want 1", got)
 	}
 }
@@ -248,7 +272,7 @@ func TestJoiningNodeFetchesFromPreviousOwner(t *testing.T) {
 // ---- 10. merge is conservative -------------------------------------------------------
 
 func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	b := startNode(t, "B", clock, nil)
 	lim := hourly(10)
 	if res := check1(t, b.r, "m", lim, 6); !res.Allowed || res.Remaining != 4 {
@@ -257,10 +281,10 @@ func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
 	client := peerClient(t, b.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	w := limitToWire(&lim)
+	w := limitProto(lim)
 	push := func(key string, used int64) {
 		t.Helper()
-		resp, err := client.Handoff(ctx, &peerv1.HandoffRequest{From: "A", Buckets: []*peerv1.BucketState{{Key: key, Limit: &w, Used: used}}})
+		resp, err := client.Handoff(ctx, &peerv1.HandoffRequest{From: "A", Buckets: []*peerv1.BucketState{{Key: key, Limit: w, Used: used}}})
 		if err != nil || resp.GetMerged() != 1 {
 			t.Fatalf("Handoff(%s, used %d): %v merged %d", key, used, err, resp.GetMerged())
 		}
@@ -293,19 +317,19 @@ func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
 		t.Fatalf("after merges: %+v, want remaining 1 (10-8-1)", res)
 	}
 	// Fetch reports the merged state.
-	fr, err := client.Fetch(ctx, &peerv1.FetchRequest{From: "A", Key: "m", Limit: &w})
+	fr, err := client.Fetch(ctx, &peerv1.FetchRequest{From: "A", Key: "m", Limit: w})
 	if err != nil || !fr.GetFound() || fr.GetState().GetUsed() != 9 {
 		t.Fatalf("Fetch: %v %+v", err, fr)
 	}
 	// A state with a bad limit is skipped, the rest merged.
 	resp, err := client.Handoff(ctx, &peerv1.HandoffRequest{From: "A", Buckets: []*peerv1.BucketState{
 		{Key: "bad", Limit: &peerv1.Limit{}, Used: 1},
-		{Key: "ok", Limit: &w, Used: 2},
+		{Key: "ok", Limit: w, Used: 2},
 	}})
 	if err != nil || resp.GetMerged() != 1 || b.store.Has("bad") || used("ok") != 2 {
 		t.Fatalf("mixed handoff: %v merged %d", err, resp.GetMerged())
 	}
-	if got := metricValue(t, b.reg, "ringlimit_handoff_keys_received_total"); got != 5 {
+	if got := testkit.Metric(t, b.reg, "ringlimit_handoff_keys_received_total"); got != 5 {
 		t.Fatalf("handoff_keys_received_total = %v, want 5", got)
 	}
 }
@@ -313,7 +337,7 @@ func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
 // A key this node owned before the change as well as after has nobody to
 // fetch from: during Grace its first check should not cost an extra RPC.
 func TestNoFetchForKeysThatDidNotMove(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	setMembers(membersOf(a, b), a, b)
@@ -334,7 +358,7 @@ func TestNoFetchForKeysThatDidNotMove(t *testing.T) {
 	check1(t, a.r, key, hourly(10), 1)
 	var n float64
 	for _, res := range []string{"found", "missing", "unreachable"} {
-		n += metricValue(t, a.reg, "ringlimit_handoff_fetches_total", "result", res)
+		n += testkit.Metric(t, a.reg, "ringlimit_handoff_fetches_total", "result", res)
 	}
 	if n != 0 {
 		t.Fatalf("A fetched %v times for a key it owned before and after the change", n)
@@ -345,11 +369,15 @@ func TestNoFetchForKeysThatDidNotMove(t *testing.T) {
 // still the previous owner of the keys that moved away from it. The new
 // owner's fetch must not make the checks forwarded to it miss their deadline.
 func TestGraceFetchFromSilentOwnerDoesNotStallForwarded(t *testing.T) {
-	clock := newFakeClock()
-	tweak := func(c *Config) { c.PeerTimeout = failTimeout }
+	clock := testkit.NewClock(0)
+	// A's deadline for B's answer is the point: it runs on real time.
+	tweak := func(c *nodeConfig) {
+		c.PeerTimeout = failTimeout
+		realTransport(c)
+	}
 	a := startNode(t, "A", clock, tweak)
 	b := startNode(t, "B", clock, tweak)
-	dead := Member{Name: "D", Addr: blackhole(t)}
+	dead := Member{Name: "D", Addr: testkit.Blackhole(t)}
 	setMembers(append(membersOf(a, b), dead), a, b)
 	clock.Advance(testGrace)
 	two, _ := ring.New(ring.Config{}, []string{"A", "B"})
@@ -369,7 +397,7 @@ func TestGraceFetchFromSilentOwnerDoesNotStallForwarded(t *testing.T) {
 	if res.Degraded || res.Owner != "B" {
 		// The owner decided it anyway, once its fetch gave up: spent twice.
 		var used int64
-		waitFor(t, 5*time.Second, "B to decide the abandoned check", func() bool {
+		testkit.Eventually(t, 5*time.Second, "B to decide the abandoned check", func() bool {
 			_, used, _ = b.store.Used(key, clock.Now())
 			return used > 0
 		})

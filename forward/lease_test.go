@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // checkLeased sends one leased check of key through r.
@@ -23,7 +24,7 @@ func checkLeased(t testing.TB, r *Router, key string, l bucket.Limit) Result {
 // With leases, a hot key hammered through every node still admits exactly
 // its capacity: leased tokens are spent at the owner before they are used.
 func TestLeaseExact(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	formCluster(clock, nodes...)
 	key := keysOwnedBy(t, nodes[0].r, "B", "hot", 1)[0]
@@ -45,8 +46,8 @@ func TestLeaseExact(t *testing.T) {
 	wg.Wait()
 	// 48×40 = 1,920 checks for 600 tokens. Tokens still sitting in a lease
 	// are not admitted yet; give them back and count again.
-	leased := metricValue(t, nodes[0].reg, "ringlimit_leased_checks_total") + metricValue(t, nodes[2].reg, "ringlimit_leased_checks_total")
-	granted := metricValue(t, nodes[0].reg, "ringlimit_lease_tokens_granted_total") + metricValue(t, nodes[2].reg, "ringlimit_lease_tokens_granted_total")
+	leased := testkit.Metric(t, nodes[0].reg, "ringlimit_leased_checks_total") + testkit.Metric(t, nodes[2].reg, "ringlimit_leased_checks_total")
+	granted := testkit.Metric(t, nodes[0].reg, "ringlimit_lease_tokens_granted_total") + testkit.Metric(t, nodes[2].reg, "ringlimit_lease_tokens_granted_total")
 	t.Logf("%d of 1,920 admitted, %v of them from leases (%v tokens leased)", allowed.Load(), leased, granted)
 	if allowed.Load() > 600 {
 		t.Fatalf("admitted %d of a capacity of 600", allowed.Load())
@@ -57,14 +58,14 @@ func TestLeaseExact(t *testing.T) {
 	// Once every lease has expired and been given back, the owner's bucket
 	// and the admissions add up to the capacity exactly.
 	clock.Advance(time.Second)
-	waitFor(t, 5*time.Second, "leases given back", func() bool {
+	testkit.Eventually(t, 5*time.Second, "leases given back", func() bool {
 		held := int64(0)
 		for _, n := range []*node{nodes[0], nodes[2]} {
-			n.r.leases.m.Range(func(_, v any) bool { held += v.(*lease).tokens.Load(); return true })
+			n.r.leases.held.Range(func(_, v any) bool { held += v.(*lease).tokens.Load(); return true })
 		}
 		return held == 0
 	})
-	waitFor(t, 5*time.Second, "owner's bucket settles", func() bool {
+	testkit.Eventually(t, 5*time.Second, "owner's bucket settles", func() bool {
 		_, used, _ := nodes[1].store.Used(key, clock.Now())
 		return used == allowed.Load()
 	})
@@ -73,7 +74,7 @@ func TestLeaseExact(t *testing.T) {
 // A hot key through a node that does not own it is mostly admitted there,
 // from leases, instead of costing a peer check each.
 func TestLeaseKeepsHotKeyLocal(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	formCluster(clock, nodes...)
 	a := nodes[0]
@@ -84,8 +85,8 @@ func TestLeaseKeepsHotKeyLocal(t *testing.T) {
 			t.Fatalf("check %d rejected: %+v", i, res)
 		}
 	}
-	forwarded := metricValue(t, a.reg, "ringlimit_forward_checks_total")
-	leased := metricValue(t, a.reg, "ringlimit_leased_checks_total")
+	forwarded := testkit.Metric(t, a.reg, "ringlimit_forward_checks_total")
+	leased := testkit.Metric(t, a.reg, "ringlimit_leased_checks_total")
 	t.Logf("2,000 checks through A: %v forwarded, %v from leases", forwarded, leased)
 	// Leases of min(1e6 × 100ms, 1e6/6, 1000) = 1000 tokens: two leases
 	// cover 2,000 checks, so A forwards about two checks.
@@ -97,14 +98,14 @@ func TestLeaseKeepsHotKeyLocal(t *testing.T) {
 	for range 100 {
 		check1(t, a.r, other, lim, 1)
 	}
-	if f := metricValue(t, a.reg, "ringlimit_forward_checks_total") - forwarded; f != 100 {
+	if f := testkit.Metric(t, a.reg, "ringlimit_forward_checks_total") - forwarded; f != 100 {
 		t.Fatalf("without leases, %v of 100 checks forwarded", f)
 	}
 }
 
 // An expired lease gives its unused tokens back to the owner.
 func TestLeaseExpiryGivesBack(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	formCluster(clock, nodes...)
 	a, b := nodes[0], nodes[1]
@@ -129,10 +130,10 @@ func TestLeaseExpiryGivesBack(t *testing.T) {
 	}
 	// Let the new lease expire unused: its 10 tokens go back to B.
 	clock.Advance(200 * time.Millisecond)
-	waitFor(t, 5*time.Second, "the lease given back", func() bool {
-		return metricValue(t, a.reg, "ringlimit_lease_tokens_returned_total") == 10
+	testkit.Eventually(t, 5*time.Second, "the lease given back", func() bool {
+		return testkit.Metric(t, a.reg, "ringlimit_lease_tokens_returned_total") == 10
 	})
-	waitFor(t, 5*time.Second, "B's bucket refunded", func() bool {
+	testkit.Eventually(t, 5*time.Second, "B's bucket refunded", func() bool {
 		_, used, _ := b.store.Used(key, clock.Now())
 		// 22 spent (2 checks, 2 leases of 10), 10 given back, 20 refilled in
 		// 200 ms: max(22-10-20, 0) = 0.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // floodResult counts what a flood of checks got.
@@ -74,7 +75,7 @@ var tenPerHour = bucket.MustLimit(bucket.TokenBucket, 10, time.Hour, 10)
 // to B at once; B admits 10; from B's first rejection on, A sheds the rest
 // until B's retry-after without a network hop.
 func TestPrelimitShedsFloodOnEntryNode(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	formCluster(clock, nodes...)
 	a, b, c := nodes[0], nodes[1], nodes[2]
@@ -90,21 +91,21 @@ func TestPrelimitShedsFloodOnEntryNode(t *testing.T) {
 			got.allowed, got.rejected, got.shed, got.degraded)
 	}
 	sent := float64(10 + got.rejected)
-	if v := metricValue(t, a.reg, "ringlimit_prelimit_shed_total"); v != float64(got.shed) {
+	if v := testkit.Metric(t, a.reg, "ringlimit_prelimit_shed_total"); v != float64(got.shed) {
 		t.Fatalf("A prelimit_shed_total = %v, want %d", v, got.shed)
 	}
-	if v := metricValue(t, a.reg, "ringlimit_forward_checks_total"); v != sent {
+	if v := testkit.Metric(t, a.reg, "ringlimit_forward_checks_total"); v != sent {
 		t.Fatalf("A forward_checks_total = %v, want %v", v, sent)
 	}
-	rpcs := metricValue(t, a.reg, "ringlimit_forward_rpcs_total")
+	rpcs := testkit.Metric(t, a.reg, "ringlimit_forward_rpcs_total")
 	if rpcs < 1 || rpcs > 20 {
 		t.Fatalf("A forward_rpcs_total = %v, want 1 to 20", rpcs)
 	}
-	if v := metricValue(t, b.reg, "ringlimit_peer_checks_total"); v != sent {
+	if v := testkit.Metric(t, b.reg, "ringlimit_peer_checks_total"); v != sent {
 		t.Fatalf("B peer_checks_total = %v, want %v", v, sent)
 	}
 	for _, n := range []*node{b, c} {
-		if v := metricValue(t, n.reg, "ringlimit_prelimit_shed_total"); v != 0 {
+		if v := testkit.Metric(t, n.reg, "ringlimit_prelimit_shed_total"); v != 0 {
 			t.Fatalf("%s shed %v", n.name, v)
 		}
 	}
@@ -136,7 +137,7 @@ func TestPrelimitShedsFloodOnEntryNode(t *testing.T) {
 // Without Prelimit the same flood sends every check to the owner (in
 // coalesced RPCs); the admitted total is the same.
 func TestNoPrelimitForwardsWholeFlood(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	formCluster(clock, nodes...)
 	a, b := nodes[0], nodes[1]
@@ -146,22 +147,22 @@ func TestNoPrelimitForwardsWholeFlood(t *testing.T) {
 	if got.allowed != 10 || got.rejected != 990 || got.shed != 0 || got.degraded != 0 {
 		t.Fatalf("%+v; want 10 allowed, 990 rejected by B", got)
 	}
-	if v := metricValue(t, a.reg, "ringlimit_forward_checks_total"); v != 1000 {
+	if v := testkit.Metric(t, a.reg, "ringlimit_forward_checks_total"); v != 1000 {
 		t.Fatalf("A forward_checks_total = %v, want 1000", v)
 	}
-	if v := metricValue(t, b.reg, "ringlimit_peer_checks_total"); v != 1000 {
+	if v := testkit.Metric(t, b.reg, "ringlimit_peer_checks_total"); v != 1000 {
 		t.Fatalf("B peer_checks_total = %v, want 1000", v)
 	}
-	if v := metricValue(t, a.reg, "ringlimit_prelimit_shed_total"); v != 0 {
+	if v := testkit.Metric(t, a.reg, "ringlimit_prelimit_shed_total"); v != 0 {
 		t.Fatalf("A prelimit_shed_total = %v, want 0", v)
 	}
-	t.Logf("no Prelimit: 1000 checks in %v RPCs from A to B", metricValue(t, a.reg, "ringlimit_forward_rpcs_total"))
+	t.Logf("no Prelimit: 1000 checks in %v RPCs from A to B", testkit.Metric(t, a.reg, "ringlimit_forward_rpcs_total"))
 }
 
 // The owner is the authority: on the owner itself the pre-limiter does not
 // apply.
 func TestPrelimitNotOnOwner(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B")
 	formCluster(clock, nodes...)
 	a, b := nodes[0], nodes[1]
@@ -170,7 +171,7 @@ func TestPrelimitNotOnOwner(t *testing.T) {
 	if got.allowed != 10 || got.rejected != 990 || got.shed != 0 || got.degraded != 0 {
 		t.Fatalf("flood on the owner: %+v; want 10 allowed, 990 rejected, none shed", got)
 	}
-	if v := metricValue(t, b.reg, "ringlimit_prelimit_shed_total"); v != 0 {
+	if v := testkit.Metric(t, b.reg, "ringlimit_prelimit_shed_total"); v != 0 {
 		t.Fatalf("B prelimit_shed_total = %v, want 0", v)
 	}
 }
@@ -182,7 +183,7 @@ func TestPrelimitNotOnOwner(t *testing.T) {
 // forwarded and admitted by the owner, as one entering through C is: the
 // owner stays the authority.
 func TestPrelimitAfterFloodOwnerStaysAuthority(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	formCluster(clock, nodes...)
 	a, c := nodes[0], nodes[2]
@@ -216,7 +217,7 @@ func TestPrelimitAfterFloodOwnerStaysAuthority(t *testing.T) {
 // A refund through an entry node reaches the key's owner and gives the cost
 // back there, never above the capacity, whatever the pre-limiter says.
 func TestRefundThroughEntryNode(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B", "C")
 	formCluster(clock, nodes...)
 	a, b := nodes[0], nodes[1]
@@ -276,7 +277,7 @@ func TestRefundThroughEntryNode(t *testing.T) {
 	if got.shed == 0 {
 		t.Fatalf("flood did not fill the pre-limiter: %+v", got)
 	}
-	shedBefore := metricValue(t, a.reg, "ringlimit_prelimit_shed_total")
+	shedBefore := testkit.Metric(t, a.reg, "ringlimit_prelimit_shed_total")
 	if u := used(); u != 10 {
 		t.Fatalf("after the flood: used %d, want 10", u)
 	}
@@ -286,7 +287,7 @@ func TestRefundThroughEntryNode(t *testing.T) {
 	if u := used(); u != 6 {
 		t.Fatalf("refund of 4 through a full pre-limiter: used %d, want 6", u)
 	}
-	if v := metricValue(t, a.reg, "ringlimit_prelimit_shed_total"); v != shedBefore {
+	if v := testkit.Metric(t, a.reg, "ringlimit_prelimit_shed_total"); v != shedBefore {
 		t.Fatalf("a refund counted as shed: %v → %v", shedBefore, v)
 	}
 	// A refund of a key A owns is applied to A's store.

@@ -1,0 +1,421 @@
+package peer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/peer"
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+)
+
+// ---- batching ---------------------------------------------------------------
+
+func TestConcurrentChecksAreCoalesced(t *testing.T) {
+	const goroutines, perG, maxBatch = 64, 50, 8
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, func(c *nodeConfig) { c.Peer.Batch.MaxBatch = maxBatch })
+	b := startNode(t, "B", clock, nil)
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "coalesce", 16)
+	lim := hourlyLimit(1_000_000)
+
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			for i := range perG {
+				res := check1(t, a.r, keys[(g+i)%len(keys)], lim, 1)
+				if !res.Allowed || res.Degraded || res.Owner != "B" {
+					t.Errorf("%+v", res)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	const total = goroutines * perG
+	checks := testkit.Metric(t, a.reg, "ringlimit_forward_checks_total")
+	rpcs := testkit.Metric(t, a.reg, "ringlimit_forward_rpcs_total")
+	factor := checks / rpcs
+	t.Logf("batching factor: %d checks in %d RPCs = %.2f checks per RPC (MaxBatch %d)", int(checks), int(rpcs), factor, maxBatch)
+	if checks != total {
+		t.Fatalf("forward_checks_total = %v, want %d", checks, total)
+	}
+	if got := testkit.Metric(t, b.reg, "ringlimit_peer_checks_total"); got != total {
+		t.Fatalf("B peer_checks_total = %v, want %d", got, total)
+	}
+	if factor < 2 {
+		t.Fatalf("batching factor %.2f, want at least 2", factor)
+	}
+	if rpcs < total/maxBatch {
+		t.Fatalf("%v RPCs for %d checks: some RPC carried more than MaxBatch=%d", rpcs, total, maxBatch)
+	}
+	if n := testkit.Metric(t, a.reg, "ringlimit_forward_batch_checks"); n != rpcs {
+		t.Fatalf("batch-size histogram has %v samples, want %v", n, rpcs)
+	}
+	if over := testkit.HistogramAbove(t, a.reg, "ringlimit_forward_batch_checks", maxBatch); over != 0 {
+		t.Fatalf("%d RPCs carried more than MaxBatch=%d checks", over, maxBatch)
+	}
+}
+
+// Config.Batch.MaxBatch is "the most checks one peer RPC carries", but the batcher
+// only stops gathering once it has reached MaxBatch, and a single request's
+// group is never split: calls of several checks overshoot.
+func TestMaxBatchBoundsMultiCheckCalls(t *testing.T) {
+	const maxBatch = 8
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, func(c *nodeConfig) { c.Peer.Batch.MaxBatch = maxBatch })
+	b := startNode(t, "B", clock, nil)
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "multi", 20)
+	lim := hourlyLimit(1000)
+	checks := make([]forward.Check, len(keys))
+	for i, k := range keys {
+		checks[i] = forward.Check{Key: k, Limit: lim, Cost: 1}
+	}
+	out := make([]forward.Result, len(checks))
+	if err := a.r.Check(context.Background(), checks, out); err != nil {
+		t.Fatal(err)
+	}
+	rpcs := testkit.Metric(t, a.reg, "ringlimit_forward_rpcs_total")
+	if over := testkit.HistogramAbove(t, a.reg, "ringlimit_forward_batch_checks", maxBatch); over != 0 || rpcs < 3 {
+		t.Fatalf("20 checks in %v RPCs, %d of them above MaxBatch=%d", rpcs, over, maxBatch)
+	}
+}
+
+// The peer service applies a batch only if all of it is valid, as Router.Check
+// does: a bad check (from a peer of another version, say) must not leave the
+// checks before it spent.
+func TestPeerBatchValidatedWhole(t *testing.T) {
+	clock := testkit.NewClock(0)
+	b := startNode(t, "B", clock, nil)
+	client := peerClient(t, b.addr)
+	lim := hourlyLimit(10)
+	w := &peerv1.Limit{Algorithm: uint32(lim.Algorithm()), Limit: lim.Count(), PerNs: int64(lim.Per()), Burst: lim.Burst()}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := client.Check(ctx, grpc.CallContentSubtype(peer.CodecName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&peerv1.CheckRequest{From: "A", Id: 7, Checks: []*peerv1.Check{
+		{Key: "first", Limit: w, Cost: 1},
+		{Key: "second", Limit: w, Cost: 11}, // above capacity
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetId() != 7 || resp.GetError() != "checks[1]: bucket: invalid cost: cost 11 exceeds the capacity 10 of token_bucket 10/1h0m0s burst 10" || len(resp.GetDecisions()) != 0 {
+		t.Fatalf("response %v, want batch 7 refused for checks[1] with no decisions", resp)
+	}
+	if b.store.Has("first") {
+		t.Fatal("the check before the bad one was applied")
+	}
+}
+
+// ---- streams and drain ------------------------------------------------------
+
+// A stopping node asks its peers to end their Check streams to it
+// (peer.Server.Drain), so that a graceful stop of its gRPC server returns instead
+// of waiting for streams that would otherwise stay open for good. After it,
+// the peer's checks on the node's keys go to their failure mode.
+func TestDrainEndsPeerStreams(t *testing.T) {
+	clock := testkit.NewClock(0)
+	nodes := startNodes(t, clock, nil, "A", "B")
+	formCluster(clock, nodes...)
+	a, b := nodes[0], nodes[1]
+	key := keysOwnedBy(t, a.r, "B", "drain", 1)[0]
+	if r := check1(t, a.r, key, hourlyLimit(10), 1); !r.Allowed || r.Owner != "B" || r.Remaining != 9 {
+		t.Fatalf("first check through A: %+v, want allowed by B with 9 left", r)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		b.srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("GracefulStop returned while A's Check stream to B was open and not drained")
+	case <-time.After(300 * time.Millisecond):
+	}
+	start := time.Now()
+	b.psrv.Drain()
+	select {
+	case <-stopped:
+		t.Logf("GracefulStop returned %v after Drain", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("GracefulStop still waiting 5s after Drain")
+	}
+	out, el := timedCheck(t, a.r, forward.Check{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed})
+	if r := out[0]; r.Allowed || !r.Degraded || el > time.Second {
+		t.Fatalf("check through A after B stopped: %+v after %v, want a prompt fail-closed rejection", r, el)
+	}
+}
+
+// An owner that takes batches on its Check stream and never answers them:
+// each batch fails to its failure mode once it has waited PeerTimeout (the
+// stream breaks, and the next batch opens a new one, held again).
+func TestOwnerHoldsBatches(t *testing.T) {
+	clock := testkit.NewClock(0)
+	// The deadline is the point: A's transport runs on real time.
+	a := startNode(t, "A", clock, func(c *nodeConfig) {
+		c.PeerTimeout = failTimeout
+		realTransport(c)
+	})
+	slow := &slowServer{held: make(chan struct{}, 16)}
+	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(slow.interceptStream))
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "held", 2)
+	for i, key := range keys {
+		out, el := timedCheck(t, a.r, forward.Check{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed})
+		if r := out[0]; r.Allowed || !r.Degraded || r.Owner != "A" {
+			t.Fatalf("check %d on a held batch: %+v, want a fail-closed rejection by A", i, r)
+		}
+		if el < failTimeout || el > failTimeout+time.Second {
+			t.Fatalf("check %d degraded after %v, want PeerTimeout (%v) and not much more", i, el, failTimeout)
+		}
+	}
+	if n := len(slow.held); n != 2 {
+		t.Fatalf("B held %d streams, want 2 (one per check: the first broke at its deadline)", n)
+	}
+}
+
+// Checks through a node whose owner is draining (stopping, still serving)
+// never wait past their deadline: each batch is either answered by the
+// owner or, when the owner ends the new stream before the batch is on it,
+// fails to its failure mode at once. Before the fix, a batch that lost that
+// race was on no stream at all, and its checks (and every later check to
+// that owner) waited for their callers' deadlines. After the first 10
+// checks the race is lost on purpose: a batch on a new stream waits for
+// the drain to arrive first.
+func TestChecksWhileOwnerDrains(t *testing.T) {
+	clock := testkit.NewClock(0)
+	nodes := startNodes(t, clock, nil, "A", "B")
+	formCluster(clock, nodes...)
+	a, b := nodes[0], nodes[1]
+	keys := keysOwnedBy(t, a.r, "B", "draining", 110)
+	b.psrv.Drain() // B keeps serving, and drains every stream opened to it
+	t.Cleanup(func() { peer.SetTestHookOpened(nil) })
+	var opened atomic.Int32 // streams opened once the hook is set
+	failedLate := 0         // checks failed once the hook is set
+	for i, key := range keys {
+		if i == 10 {
+			peer.SetTestHookOpened(func(broken func() bool) {
+				opened.Add(1)
+				for deadline := time.Now().Add(2 * time.Second); !broken() && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var out [1]forward.Result
+		err := a.r.Check(ctx, []forward.Check{{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed}}, out[:])
+		cancel()
+		switch r := out[0]; {
+		case err != nil:
+			t.Fatalf("check %d: %v (it waited for its deadline)", i, err)
+		case r.Owner == "B" && r.Allowed && r.Remaining == 9:
+		case r.Degraded && !r.Allowed:
+			if i >= 10 {
+				failedLate++
+			}
+		default:
+			t.Fatalf("check %d: %+v", i, r)
+		}
+		if opened.Load() >= 5 {
+			break
+		}
+	}
+	// A check that finds the previous stream not yet drained is answered
+	// on it; one that opens a stream fails closed.
+	if n := int(opened.Load()); n < 5 || failedLate != n {
+		t.Fatalf("%d checks failed closed and %d opened a stream that drained before their batch; want as many, and 5", failedLate, n)
+	}
+}
+
+// An owner that drains a stream and then never answers the batch in flight
+// on it: the batch keeps its deadline, and fails once it has waited
+// PeerTimeout.
+func TestDrainedStreamKeepsDeadline(t *testing.T) {
+	clock := testkit.NewClock(0)
+	// The deadline is the point: A's transport runs on real time.
+	a := startNode(t, "A", clock, func(c *nodeConfig) {
+		c.PeerTimeout = failTimeout
+		realTransport(c)
+	})
+	hold := func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+		var req peerv1.CheckRequest
+		if err := ss.RecvMsg(&req); err != nil {
+			return err
+		}
+		if err := ss.SendMsg(&peerv1.CheckResponse{Owner: "B", Drain: true}); err != nil {
+			return err
+		}
+		<-ss.Context().Done()
+		return ss.Context().Err()
+	}
+	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(hold))
+	formCluster(clock, a, b)
+	for i, key := range keysOwnedBy(t, a.r, "B", "drained", 2) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var out [1]forward.Result
+		start := time.Now()
+		err := a.r.Check(ctx, []forward.Check{{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed}}, out[:])
+		el := time.Since(start)
+		cancel()
+		if r := out[0]; err != nil || r.Allowed || !r.Degraded || el < failTimeout || el > failTimeout+time.Second {
+			t.Fatalf("check %d: %+v, err %v after %v, want a fail-closed rejection after PeerTimeout (%v)", i, r, err, el, failTimeout)
+		}
+	}
+}
+
+// gatedStream holds the first message of every Check stream until open is
+// closed, then serves the stream as usual.
+type gatedStream struct {
+	grpc.ServerStream
+	open  chan struct{}
+	first bool
+}
+
+func (g *gatedStream) RecvMsg(m any) error {
+	if !g.first {
+		g.first = true
+		<-g.open
+	}
+	return g.ServerStream.RecvMsg(m)
+}
+
+// A check whose caller gives up while it waits for the batch in flight is
+// not sent: the owner spends nothing for a request that already failed.
+// Before, it went out with the next batch and was charged at the owner.
+func TestAbandonedCheckIsNotSent(t *testing.T) {
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, nil)
+	open := make(chan struct{})
+	gate := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &gatedStream{ServerStream: ss, open: open})
+	}
+	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(gate))
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "B", "abandoned", 3)
+	check := func(ctx context.Context, key string) (forward.Result, error) {
+		var out [1]forward.Result
+		err := a.r.Check(ctx, []forward.Check{{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed}}, out[:])
+		return out[0], err
+	}
+
+	// The first check's batch is held by B, so it keeps A's only slot.
+	first := make(chan error, 1)
+	go func() {
+		r, err := check(context.Background(), keys[0])
+		if err == nil && (!r.Allowed || r.Owner != "B") {
+			err = fmt.Errorf("first check: %+v, want admitted by B", r)
+		}
+		first <- err
+	}()
+	testkit.Eventually(t, 5*time.Second, "the first batch is sent", func() bool {
+		return testkit.Metric(t, a.reg, "ringlimit_forward_checks_total") == 1
+	})
+	// The second waits in the queue and its caller gives up.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := check(ctx, keys[1])
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("abandoned check: %v, want its deadline", err)
+	}
+	close(open)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if r, err := check(context.Background(), keys[2]); err != nil || !r.Allowed || r.Owner != "B" {
+		t.Fatalf("third check: %+v %v, want admitted by B", r, err)
+	}
+	if got := testkit.Metric(t, a.reg, "ringlimit_forward_abandoned_checks_total"); got != 1 {
+		t.Fatalf("abandoned checks %v, want 1", got)
+	}
+	if got := testkit.Metric(t, a.reg, "ringlimit_forward_checks_total"); got != 2 {
+		t.Fatalf("checks sent %v, want 2", got)
+	}
+	if !b.store.Has(keys[0]) || b.store.Has(keys[1]) || !b.store.Has(keys[2]) {
+		t.Fatalf("B holds %s %v, %s %v, %s %v; want the abandoned one alone missing",
+			keys[0], b.store.Has(keys[0]), keys[1], b.store.Has(keys[1]), keys[2], b.store.Has(keys[2]))
+	}
+}
+
+// The owner's side of a forwarded batch (decode, decide on the store,
+// encode the answer) allocates nothing per check: a batch of 64 checks on
+// keys the store holds costs exactly what a batch of 1 does, and deciding
+// costs nothing at all.
+func TestOwnerPathAllocations(t *testing.T) {
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 12, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testkit.NewClock(0)
+	log := slog.New(slog.DiscardHandler)
+	pool, err := peer.NewPool(peer.Config{Self: "A", Clock: clock, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	r, err := forward.New(forward.Config{Self: "A", Store: store, NewRing: newRing, Peers: pool, Clock: clock, Logger: log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	r.SetMembers([]forward.Member{{Name: "A", Addr: "127.0.0.1:1"}, {Name: "B", Addr: "127.0.0.1:2"}})
+	clock.Advance(time.Minute) // past the grace period: nothing to fetch
+	limit := bucket.MustLimit(bucket.TokenBucket, 1_000_000_000, 1e9, 0)
+	encoded := func(n int) []byte {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprint("key-", i)
+		}
+		return peer.EncodeBatch("B", keys, limit)
+	}
+	ctx := context.Background()
+	path := peer.NewOwnerPath(peer.NewServer("A", r, nil))
+	roundTrip := func(msg []byte) func() {
+		f := path.RoundTrip(ctx, msg)
+		return func() {
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	one, many := roundTrip(encoded(1)), roundTrip(encoded(64))
+	many() // the keys now exist; the pooled slices have grown
+	if n, allowed, batchErr := path.Answer(); n != 64 || !allowed || batchErr != "" {
+		t.Fatalf("answer: %d decisions, last allowed %v, error %q", n, allowed, batchErr)
+	}
+	// Below gRPC's pooling threshold (small batches) the codec's buffer is
+	// allocated; above it, it comes from gRPC's pool. Either way the cost is
+	// per message, not per check.
+	a1, a64 := testing.AllocsPerRun(200, one), testing.AllocsPerRun(200, many)
+	if a64 > a1 || a1 > 4 {
+		t.Fatalf("a batch of 64 checks: %v allocations, a batch of 1: %v; want at most 4, and no more for 64", a64, a1)
+	}
+	if a := testing.AllocsPerRun(200, func() { path.Decide(ctx) }); a != 0 {
+		t.Fatalf("deciding a batch of 64: %v allocations, want 0", a)
+	}
+	t.Logf("allocations per batch (codec in and out, decide): %v for 1 check, %v for 64", a1, a64)
+}
