@@ -24,6 +24,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ringlimit/ringlimit/internal/testkit"
+
 	"github.com/ringlimit/ringlimit/api"
 )
 
@@ -245,55 +247,12 @@ func getJSON(client *http.Client, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// scrape returns the value of every sample of /metrics on addr whose line
-// starts with name followed by a space or "{" (with its labels, if any, as
-// the map key).
-func scrape(client *http.Client, addr, name string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for line := range strings.Lines(string(b)) {
-		line = strings.TrimSpace(line)
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		labels := ""
-		if rest[0] == '{' {
-			end := strings.IndexByte(rest, '}')
-			if end < 0 {
-				return nil, fmt.Errorf("bad metric line %q", line)
-			}
-			labels, rest = rest[:end+1], rest[end+1:]
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		if err != nil {
-			return nil, fmt.Errorf("bad metric line %q: %w", line, err)
-		}
-		out[labels] = v
-	}
-	return out, nil
-}
-
 // sumCounter adds the unlabelled counter name over the nodes' /metrics.
 func (h *harness) sumCounter(addrs []string, name string) float64 {
 	h.t.Helper()
 	var sum float64
 	for _, a := range addrs {
-		m, err := scrape(h.client, a, name)
+		m, err := testkit.Scrape(h.client, a, name)
 		if err != nil {
 			h.t.Fatal(err)
 		}

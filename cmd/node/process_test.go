@@ -7,6 +7,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"net/http"
 	"os"
 	"os/exec"
@@ -360,7 +361,7 @@ func testCrashOfOwner(t *testing.T, bin string) {
 			t.Errorf("check via %s after recovery: %d %+v %v, want 200 from %s with remaining %d", p.name, a.status, a.body, err, newOwner, limit-normal)
 		}
 		// The degraded answers are counted, per entry node, in the metrics.
-		m, err := scrape(h.client, p.http, "ringlimit_degraded_checks_total")
+		m, err := testkit.Scrape(h.client, p.http, "ringlimit_degraded_checks_total")
 		if err != nil {
 			t.Fatal(err)
 		}

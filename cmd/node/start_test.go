@@ -1,0 +1,70 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit/internal/testkit"
+)
+
+// openFiles counts this process's file descriptors that point at path.
+func openFiles(t *testing.T, path string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && target == path {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStartNodeReleasesOnFailure makes each step of startNode fail in turn
+// and checks that whatever the earlier steps opened is released: the
+// listeners' addresses can be bound again, the audit log is closed, and no
+// goroutine is left behind.
+func TestStartNodeReleasesOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	pol, err := filepath.Abs("../../examples/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(dir, "audit.log")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, step := range startSteps {
+		t.Run(step, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			cfg := config{name: "n1", httpAddr: testkit.DeadAddr(t), grpcAddr: testkit.DeadAddr(t), gossipAddr: testkit.DeadAddr(t),
+				maxKeys: 1000, policyPath: pol, auditPath: audit, failAt: step}
+			n, err := startNode(cfg, log)
+			if err == nil {
+				n.Close(t.Context())
+				t.Fatalf("startNode with a failure at %q succeeded", step)
+			}
+			if !strings.Contains(err.Error(), step) {
+				t.Fatalf("error %q does not name the step %q", err, step)
+			}
+			for _, addr := range []string{cfg.httpAddr, cfg.grpcAddr} {
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					t.Fatalf("%s still bound after a failure at %q: %v", addr, step, err)
+				}
+				ln.Close()
+			}
+			if n := openFiles(t, audit); n != 0 {
+				t.Fatalf("audit log open %d times after a failure at %q", n, step)
+			}
+		})
+	}
+}

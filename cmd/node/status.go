@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/forward"
+)
+
+// clusterStatus serves /v1/cluster and /v1/owner from the gossip view and
+// the router's ring.
+type clusterStatus struct {
+	cluster *cluster.Cluster
+	router  *forward.Router
+}
+
+func (s *clusterStatus) Owner(key string) (string, uint64) { return s.router.Owner(key) }
+
+func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
+	keys := s.router.PeerKeys(ctx)
+	onRing := map[string]bool{}
+	for _, name := range s.router.RingMembers() {
+		onRing[name] = true
+	}
+	st := api.ClusterStatus{Self: s.router.Self(), RingVersion: s.router.RingVersion()}
+	for _, m := range s.cluster.Members() {
+		k, ok := keys[m.Name]
+		if !ok {
+			k = -1
+		}
+		st.Members = append(st.Members, api.ClusterMember{Name: m.Name, GRPC: m.GRPCAddr, Gossip: m.GossipAddr,
+			State: string(m.State), OnRing: onRing[m.Name], Keys: k})
+	}
+	return st
+}
