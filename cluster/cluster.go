@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // State is a member's state as this member sees it.
@@ -81,8 +84,9 @@ var ErrClosed = errors.New("cluster: closed")
 const leaveWaitWithoutDeadline = 5 * time.Second
 
 // Cluster is this process's membership in a ringlimit cluster: it gossips
-// with the other members, detects failures, advertises Config.GRPCAddr and
-// reports changes to Config.Listener.
+// with the other members, detects failures, advertises Config.GRPCAddr,
+// reports changes to Config.Listener, and carries Config.Messages
+// (Broadcast, push/pull state) to and from the other members.
 //
 // Lifecycle: New starts it (and joins the seeds in the background); Leave
 // announces a graceful departure; Close leaves if needed and stops
@@ -92,8 +96,16 @@ const leaveWaitWithoutDeadline = 5 * time.Second
 type Cluster struct {
 	cfg       Config // with defaults; read-only after New
 	log       *slog.Logger
+	clock     clock.Clock
 	ml        *memberlist.Memberlist
 	localAddr string
+
+	// Broadcasts (messages.go).
+	queue    *memberlist.TransmitLimitedQueue
+	seen     *seenSet
+	origin   uint64        // random; with seq, identifies our broadcasts
+	seq      atomic.Uint64 // last sequence number used
+	isClosed atomic.Bool   // memberlist is shut down: Broadcast is a no-op
 
 	leaving atomic.Bool // advertised in our metadata; read by NodeMeta
 
@@ -117,8 +129,8 @@ type Cluster struct {
 // record is what we know about one member.
 type record struct {
 	m       Member
-	leaving bool      // its metadata announced a graceful leave
-	since   time.Time // last change of m.State
+	leaving bool          // its metadata announced a graceful leave
+	since   clock.Instant // last change of m.State
 }
 
 // New validates cfg, binds the gossip listeners, and returns at once: joining
@@ -137,11 +149,18 @@ func New(cfg Config) (*Cluster, error) {
 	c := &Cluster{
 		cfg:        cfg,
 		log:        logger,
+		clock:      cfg.Clock,
+		seen:       newSeenSet(),
+		origin:     rand.Uint64(),
 		members:    make(map[string]*record),
 		kick:       make(chan struct{}, 1),
 		joinDone:   make(chan struct{}),
 		stopEvents: make(chan struct{}),
 		eventsDone: make(chan struct{}),
+	}
+	c.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       c.numOnRing,
+		RetransmitMult: memberlist.DefaultLANConfig().RetransmitMult,
 	}
 
 	ml, err := memberlist.Create(c.memberlistConfig())
@@ -215,13 +234,13 @@ func (c *Cluster) otherSeeds() []string {
 // joinLoop tries to join seeds until one answers or ctx is cancelled.
 func (c *Cluster) joinLoop(ctx context.Context, seeds []string) {
 	defer close(c.joinDone)
-	timer := time.NewTimer(0)
+	timer := c.clock.NewTimer(0)
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-timer.C():
 		}
 		n, err := c.ml.Join(seeds)
 		if ctx.Err() != nil {
@@ -276,7 +295,7 @@ func (c *Cluster) changed() {
 func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pruneLocked(time.Now())
+	c.pruneLocked(c.clock.Now())
 	return c.listLocked(func(State) bool { return true })
 }
 
@@ -300,7 +319,7 @@ func (c *Cluster) listLocked(keep func(State) bool) []Member {
 }
 
 // pruneLocked forgets members that departed more than DepartedRetention ago.
-func (c *Cluster) pruneLocked(now time.Time) {
+func (c *Cluster) pruneLocked(now clock.Instant) {
 	for name, r := range c.members {
 		if !r.m.State.onRing() && now.Sub(r.since) > c.cfg.DepartedRetention {
 			delete(c.members, name)
@@ -360,7 +379,9 @@ func (c *Cluster) leaveLocked(ctx context.Context) error {
 }
 
 // waitBudget turns ctx into the timeout memberlist wants (where 0 would mean
-// "wait forever").
+// "wait forever"). A context's deadline is on the runtime's clock (the
+// context package sets and enforces it with time.Now), so the time left is
+// measured on that clock too, not on Config.Clock.
 func waitBudget(ctx context.Context) time.Duration {
 	d, ok := ctx.Deadline()
 	if !ok {
@@ -396,6 +417,7 @@ func (c *Cluster) close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("cluster: shut down memberlist: %w", err))
 	}
 	c.closed = true
+	c.isClosed.Store(true)
 	c.life.Unlock()
 
 	close(c.stopEvents)
@@ -429,7 +451,7 @@ func (c *Cluster) upsert(n *memberlist.Node, m meta) {
 		c.members[n.Name] = r
 	}
 	if r.m.State != StateAlive {
-		r.since = time.Now()
+		r.since = c.clock.Now()
 	}
 	r.m = Member{
 		Name:       n.Name,
@@ -449,7 +471,7 @@ func (c *Cluster) setState(name string, to State, from ...State) {
 	moved := ok && slices.Contains(from, r.m.State)
 	if moved {
 		r.m.State = to
-		r.since = time.Now()
+		r.since = c.clock.Now()
 	}
 	c.mu.Unlock()
 	if moved {
@@ -469,7 +491,7 @@ func (c *Cluster) departed(name string) {
 			state = StateLeft
 		}
 		r.m.State = state
-		r.since = time.Now()
+		r.since = c.clock.Now()
 		c.pruneLocked(r.since)
 	}
 	c.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // metaHeaderLen is the number of bytes encodeMeta puts before the gRPC
@@ -157,6 +159,20 @@ type Config struct {
 	// change. Nil: no notifications (Members and Alive still work).
 	Listener Listener
 
+	// Messages, when not nil, is cluster-wide state that rides the gossip:
+	// broadcasts (Cluster.Broadcast, delivered to Messages.Receive) and
+	// push/pull syncs (Messages.LocalState, Messages.MergeState). Its methods
+	// are called from memberlist's goroutines, possibly before New returns.
+	// Nil: this member still passes on the others' broadcasts, and sends and
+	// merges no state.
+	Messages Messages
+
+	// Clock is this package's time source: when members changed state (for
+	// DepartedRetention) and the pause between join attempts. memberlist's
+	// own timers (probes, gossip, suspicion) run on the runtime's clock.
+	// Nil: clock.System().
+	Clock clock.Clock
+
 	// Logger receives this package's logs and memberlist's own log lines
 	// (at their level: memberlist's [DEBUG] at debug, [ERR] at error). Nil:
 	// discard.
@@ -241,6 +257,9 @@ func (c *Config) withDefaults() Config {
 	setDur(&out.PushPullInterval, d.PushPullInterval)
 	setDur(&out.TCPTimeout, d.TCPTimeout)
 	setDur(&out.DepartedRetention, d.DepartedRetention)
+	if out.Clock == nil {
+		out.Clock = clock.System()
+	}
 	if out.SuspicionMult == 0 {
 		out.SuspicionMult = d.SuspicionMult
 	}

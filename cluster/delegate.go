@@ -12,7 +12,8 @@ import (
 // EventDelegate ones never concurrently with each other), often while holding
 // its own node lock. So every method only updates the Cluster's table under
 // Cluster.mu and wakes the event loop without blocking; none of them calls
-// back into memberlist or into the Listener.
+// back into memberlist or into the Listener. The user-message ones pass
+// through to Config.Messages, whose methods must not block either.
 type delegate struct {
 	c *Cluster
 }
@@ -33,17 +34,21 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-// NotifyMsg ignores user messages: we send none.
-func (d *delegate) NotifyMsg([]byte) {}
+// NotifyMsg is a broadcast from another member (Cluster.Broadcast).
+func (d *delegate) NotifyMsg(b []byte) { d.c.receive(b) }
 
-// GetBroadcasts has nothing to broadcast besides memberlist's own messages.
-func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+// GetBroadcasts hands memberlist the queued broadcasts that fit beside its
+// own messages in one packet.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.c.queue.GetBroadcasts(overhead, limit)
+}
 
-// LocalState has no state beyond the membership.
-func (d *delegate) LocalState(join bool) []byte { return nil }
+// LocalState is Config.Messages' state, for a push/pull sync.
+func (d *delegate) LocalState(join bool) []byte { return d.c.localState() }
 
-// MergeRemoteState ignores remote user state: there is none.
-func (d *delegate) MergeRemoteState(buf []byte, join bool) {}
+// MergeRemoteState is another member's Config.Messages state, from a
+// push/pull sync.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) { d.c.mergeState(buf) }
 
 // NotifyAlive admits only members whose metadata decodes (a ringlimit member
 // with a usable gRPC address). Anything else — a member of another

@@ -2,8 +2,11 @@
 // github.com/hashicorp/memberlist (SWIM gossip) to join a cluster, detect
 // failed members, leave gracefully, and advertise each member's peer gRPC
 // address. It publishes the members that belong on the hash ring through the
-// small Listener interface; cmd/node feeds them into package ring. It imports
-// no other ringlimit package.
+// small Listener interface; cmd/node feeds them into package ring. It also
+// carries cluster-wide state (incident overrides) for a Messages given in
+// Config: small broadcasts gossiped to every member, and the whole state in
+// memberlist's push/pull syncs. It imports no other ringlimit package but the
+// leaf clock (Config.Clock, its one time source).
 //
 // Invariants the package keeps:
 //
@@ -26,6 +29,12 @@
 //     no goroutine of this package behind.
 //   - A member restarted with the same name and gossip address rejoins and
 //     takes its old place, whether it had crashed or left.
+//   - A broadcast (at most MaxBroadcastLen bytes, one UDP packet) is passed
+//     on by every member that hears it, and delivered to Messages.Receive
+//     once per member, never to its sender; a longer one is refused with an
+//     error log, not truncated. A member that missed it (down, cut off, or
+//     joining later) gets the state at its next push/pull sync, and at its
+//     join. The state (at most MaxStateLen bytes) goes over TCP.
 //
 // # Timings
 //
@@ -43,10 +52,12 @@
 //	cfg.GRPCAddr = "10.0.0.1:9091"
 //	cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
 //	cfg.Listener = cluster.ListenerFunc(func(alive []cluster.Member) { ring.Set(alive) })
+//	cfg.Messages = overrides // Receive, LocalState, MergeState
 //	cfg.Logger = logger
 //	c, err := cluster.New(cfg)
 //	if err != nil { ... }
 //	defer c.Close(ctx)
+//	c.Broadcast(msg) // to every member; Messages.Receive on each of them
 //	...
 //	// graceful shutdown: leave (peers stop routing to us), hand off, close.
 //	err = c.Leave(ctx)
