@@ -24,102 +24,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type NotifyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *NotifyRequest) Reset() {
-	*x = NotifyRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *NotifyRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*NotifyRequest) ProtoMessage() {}
-
-func (x *NotifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use NotifyRequest.ProtoReflect.Descriptor instead.
-func (*NotifyRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *NotifyRequest) GetFrom() string {
-	if x != nil {
-		return x.From
-	}
-	return ""
-}
-
-func (x *NotifyRequest) GetKind() string {
-	if x != nil {
-		return x.Kind
-	}
-	return ""
-}
-
-func (x *NotifyRequest) GetPayload() []byte {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-type NotifyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *NotifyResponse) Reset() {
-	*x = NotifyResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *NotifyResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*NotifyResponse) ProtoMessage() {}
-
-func (x *NotifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use NotifyResponse.ProtoReflect.Descriptor instead.
-func (*NotifyResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{1}
-}
-
 type StatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -128,7 +32,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	mi := &file_peer_v1_peer_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -140,7 +44,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	mi := &file_peer_v1_peer_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -153,7 +57,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{0}
 }
 
 type StatsResponse struct {
@@ -167,7 +71,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_peer_v1_peer_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +83,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_peer_v1_peer_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +96,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *StatsResponse) GetName() string {
@@ -229,7 +133,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_peer_v1_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +145,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_peer_v1_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +158,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Limit) GetAlgorithm() uint32 {
@@ -302,7 +206,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_peer_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +218,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_peer_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +231,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Check) GetKey() string {
@@ -377,7 +281,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_peer_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +293,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_peer_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +306,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CheckRequest) GetFrom() string {
@@ -443,7 +347,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_peer_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +359,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_peer_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +372,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -539,7 +443,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +455,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +468,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckResponse) GetOwner() string {
@@ -615,7 +519,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +531,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +544,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BucketState) GetKey() string {
@@ -674,7 +578,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +590,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +603,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HandoffRequest) GetFrom() string {
@@ -725,7 +629,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +641,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +654,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HandoffResponse) GetMerged() int64 {
@@ -771,7 +675,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +687,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +700,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FetchRequest) GetFrom() string {
@@ -830,7 +734,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +746,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +759,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FetchResponse) GetFound() bool {
@@ -876,12 +780,7 @@ var File_peer_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x12peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"Q\n" +
-	"\rNotifyRequest\x12\x12\n" +
-	"\x04from\x18\x01 \x01(\tR\x04from\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"\x10\n" +
-	"\x0eNotifyResponse\"\x0e\n" +
+	"\x12peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"\x0e\n" +
 	"\fStatsRequest\"Z\n" +
 	"\rStatsResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -932,13 +831,12 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\"[\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x124\n" +
-	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state2\x8f\x03\n" +
+	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state2\xc0\x02\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
 	"\x05Fetch\x12\x1f.ringlimit.peer.v1.FetchRequest\x1a .ringlimit.peer.v1.FetchResponse\x12J\n" +
-	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponse\x12M\n" +
-	"\x06Notify\x12 .ringlimit.peer.v1.NotifyRequest\x1a!.ringlimit.peer.v1.NotifyResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
+	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
 
 var (
 	file_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -952,43 +850,39 @@ func file_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peer_v1_peer_proto_rawDescData
 }
 
-var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_peer_v1_peer_proto_goTypes = []any{
-	(*NotifyRequest)(nil),   // 0: ringlimit.peer.v1.NotifyRequest
-	(*NotifyResponse)(nil),  // 1: ringlimit.peer.v1.NotifyResponse
-	(*StatsRequest)(nil),    // 2: ringlimit.peer.v1.StatsRequest
-	(*StatsResponse)(nil),   // 3: ringlimit.peer.v1.StatsResponse
-	(*Limit)(nil),           // 4: ringlimit.peer.v1.Limit
-	(*Check)(nil),           // 5: ringlimit.peer.v1.Check
-	(*CheckRequest)(nil),    // 6: ringlimit.peer.v1.CheckRequest
-	(*Decision)(nil),        // 7: ringlimit.peer.v1.Decision
-	(*CheckResponse)(nil),   // 8: ringlimit.peer.v1.CheckResponse
-	(*BucketState)(nil),     // 9: ringlimit.peer.v1.BucketState
-	(*HandoffRequest)(nil),  // 10: ringlimit.peer.v1.HandoffRequest
-	(*HandoffResponse)(nil), // 11: ringlimit.peer.v1.HandoffResponse
-	(*FetchRequest)(nil),    // 12: ringlimit.peer.v1.FetchRequest
-	(*FetchResponse)(nil),   // 13: ringlimit.peer.v1.FetchResponse
+	(*StatsRequest)(nil),    // 0: ringlimit.peer.v1.StatsRequest
+	(*StatsResponse)(nil),   // 1: ringlimit.peer.v1.StatsResponse
+	(*Limit)(nil),           // 2: ringlimit.peer.v1.Limit
+	(*Check)(nil),           // 3: ringlimit.peer.v1.Check
+	(*CheckRequest)(nil),    // 4: ringlimit.peer.v1.CheckRequest
+	(*Decision)(nil),        // 5: ringlimit.peer.v1.Decision
+	(*CheckResponse)(nil),   // 6: ringlimit.peer.v1.CheckResponse
+	(*BucketState)(nil),     // 7: ringlimit.peer.v1.BucketState
+	(*HandoffRequest)(nil),  // 8: ringlimit.peer.v1.HandoffRequest
+	(*HandoffResponse)(nil), // 9: ringlimit.peer.v1.HandoffResponse
+	(*FetchRequest)(nil),    // 10: ringlimit.peer.v1.FetchRequest
+	(*FetchResponse)(nil),   // 11: ringlimit.peer.v1.FetchResponse
 }
 var file_peer_v1_peer_proto_depIdxs = []int32{
-	4,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
-	5,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
-	7,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
-	4,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
-	9,  // 4: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	4,  // 5: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	9,  // 6: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
-	6,  // 7: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	10, // 8: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	12, // 9: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	2,  // 10: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	0,  // 11: ringlimit.peer.v1.Peer.Notify:input_type -> ringlimit.peer.v1.NotifyRequest
-	8,  // 12: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	11, // 13: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	13, // 14: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	3,  // 15: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	1,  // 16: ringlimit.peer.v1.Peer.Notify:output_type -> ringlimit.peer.v1.NotifyResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
+	2,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
+	3,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
+	5,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
+	2,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
+	7,  // 4: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	2,  // 5: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	7,  // 6: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
+	4,  // 7: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	8,  // 8: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	10, // 9: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	0,  // 10: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	6,  // 11: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	9,  // 12: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	11, // 13: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	1,  // 14: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1005,7 +899,7 @@ func file_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_v1_peer_proto_rawDesc), len(file_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

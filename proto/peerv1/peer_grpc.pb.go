@@ -26,7 +26,6 @@ const (
 	Peer_Handoff_FullMethodName = "/ringlimit.peer.v1.Peer/Handoff"
 	Peer_Fetch_FullMethodName   = "/ringlimit.peer.v1.Peer/Fetch"
 	Peer_Stats_FullMethodName   = "/ringlimit.peer.v1.Peer/Stats"
-	Peer_Notify_FullMethodName  = "/ringlimit.peer.v1.Peer/Notify"
 )
 
 // PeerClient is the client API for Peer service.
@@ -50,9 +49,6 @@ type PeerClient interface {
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
-	// Notify delivers a cluster-wide message (an incident override) that the
-	// receiver applies as if it had been given to it directly.
-	Notify(ctx context.Context, in *NotifyRequest, opts ...grpc.CallOption) (*NotifyResponse, error)
 }
 
 type peerClient struct {
@@ -106,16 +102,6 @@ func (c *peerClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.C
 	return out, nil
 }
 
-func (c *peerClient) Notify(ctx context.Context, in *NotifyRequest, opts ...grpc.CallOption) (*NotifyResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(NotifyResponse)
-	err := c.cc.Invoke(ctx, Peer_Notify_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -137,9 +123,6 @@ type PeerServer interface {
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
-	// Notify delivers a cluster-wide message (an incident override) that the
-	// receiver applies as if it had been given to it directly.
-	Notify(context.Context, *NotifyRequest) (*NotifyResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -161,9 +144,6 @@ func (UnimplementedPeerServer) Fetch(context.Context, *FetchRequest) (*FetchResp
 }
 func (UnimplementedPeerServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
-}
-func (UnimplementedPeerServer) Notify(context.Context, *NotifyRequest) (*NotifyResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Notify not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -247,24 +227,6 @@ func _Peer_Stats_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Peer_Notify_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(NotifyRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(PeerServer).Notify(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Peer_Notify_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(PeerServer).Notify(ctx, req.(*NotifyRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -283,10 +245,6 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Peer_Stats_Handler,
-		},
-		{
-			MethodName: "Notify",
-			Handler:    _Peer_Notify_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
