@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,59 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/policy"
 )
-
-// notifyOverride is the kind of the peer message that carries an override.
-const notifyOverride = "policy.override"
-
-// addOverride installs an override here and on every other member. The
-// override keeps the ID it got here, so that a member that hears it twice
-// installs it once.
-func addOverride(ctx context.Context, pol *policy.Manager, router *forward.Router, o policy.Override) (policy.Override, error) {
-	o, err := pol.AddOverride(o)
-	if err != nil {
-		return o, err
-	}
-	payload, err := json.Marshal(o)
-	if err != nil {
-		return o, err
-	}
-	if err := router.Notify(ctx, notifyOverride, payload); err != nil {
-		return o, fmt.Errorf("override %s installed here but not on every member: %w", o.ID, err)
-	}
-	return o, nil
-}
-
-// receiveNotify applies a message from another member.
-func receiveNotify(pol *policy.Manager, kind string, payload []byte) error {
-	if kind != notifyOverride {
-		return fmt.Errorf("unknown notification %q", kind)
-	}
-	if pol == nil {
-		return fmt.Errorf("this node runs no policy")
-	}
-	var o policy.Override
-	if err := json.Unmarshal(payload, &o); err != nil {
-		return err
-	}
-	_, err := pol.AddOverride(o)
-	return err
-}
-
-// sendOverrides gives members that just joined the overrides in force.
-func sendOverrides(ctx context.Context, log *slog.Logger, pol *policy.Manager, router *forward.Router, names []string) {
-	for _, o := range pol.Overrides() {
-		payload, err := json.Marshal(o)
-		if err != nil {
-			continue
-		}
-		if err := router.Notify(ctx, notifyOverride, payload, names...); err != nil {
-			log.Warn("override not sent to new members", "override", o.ID, "members", names, "err", err)
-		}
-	}
-}
 
 // runPolicy reloads the policy on SIGHUP and when its file changes, and
 // expires overrides, until ctx ends.

@@ -23,6 +23,9 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -231,7 +234,7 @@ func (h *harness) mustCheck(addr, body string) checkAnswer {
 // as in /metrics: `{result="error"}`) on addr, 0 when absent.
 func (h *harness) metric(addr, name, labels string) float64 {
 	h.t.Helper()
-	m, err := scrape(h.client, addr, name)
+	m, err := testkit.Scrape(h.client, addr, name)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -541,8 +544,9 @@ func TestClusterOverride(t *testing.T) {
 		}
 	}
 
-	// The override, posted to node-2: installed on every node, same ID,
-	// before the POST answers.
+	// The override, posted to node-2: installed there before the POST
+	// answers, and on every other node, same ID, once the gossip carried
+	// it (tens of milliseconds on loopback; polled for at most 1s of its 2s).
 	posted := time.Now()
 	status, b, err := postJSON(h.client, "http://"+c.addrs[1]+"/v1/overrides",
 		`{"actor":"oncall","reason":"incident 12","user":"42","tier":"enterprise","expires_in":"2s"}`)
@@ -557,11 +561,20 @@ func TestClusterOverride(t *testing.T) {
 		o.Expires.Sub(o.Created).Round(100*time.Millisecond) != 2*time.Second {
 		t.Fatalf("POST /v1/overrides answered %+v", o)
 	}
-	for i, a := range c.addrs {
-		got := h.overrides(a)
-		if len(got) != 1 || got[0].ID != o.ID || got[0].User != "42" || got[0].Tier != "enterprise" || !got[0].Expires.Equal(o.Expires) {
-			t.Fatalf("%s: GET /v1/overrides = %+v, want the one posted to node-2 (%s)", c.names[i], got, o.ID)
+	if got := h.overrides(c.addrs[1]); len(got) != 1 || got[0].ID != o.ID {
+		t.Fatalf("node-2: GET /v1/overrides = %+v right after the POST, want %s", got, o.ID)
+	}
+	poll(t, time.Second, "the override on every node", func() (bool, string) {
+		for i, a := range c.addrs {
+			got := h.overrides(a)
+			if len(got) != 1 || got[0].ID != o.ID || got[0].User != "42" || got[0].Tier != "enterprise" || !got[0].Expires.Equal(o.Expires) {
+				return false, fmt.Sprintf("%s: GET /v1/overrides = %+v, want the one posted to node-2 (%s)", c.names[i], got, o.ID)
+			}
 		}
+		return true, ""
+	})
+	t.Logf("the override on every node %v after the POST", time.Since(posted).Round(time.Millisecond))
+	for i, a := range c.addrs {
 		if st := h.policyStatus(a); len(st.Overrides) != 1 || st.Overrides[0].ID != o.ID {
 			t.Fatalf("%s: GET /v1/policy overrides = %+v, want %s", c.names[i], st.Overrides, o.ID)
 		}
@@ -619,6 +632,79 @@ func TestClusterOverride(t *testing.T) {
 	}
 }
 
+// TestClusterOverrideReachesLateMember: an override posted before a node
+// joined reaches it when it joins (gossip's push/pull sync with its seed),
+// with the same ID, and applies to checks entering through it; no node
+// installs it twice.
+func TestClusterOverrideReachesLateMember(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	c := startPolicyCluster(h, dir, overridePolicy)
+	status, b, err := postJSON(h.client, "http://"+c.addrs[0]+"/v1/overrides",
+		`{"actor":"oncall","reason":"incident 13","user":"42","tier":"enterprise","expires_in":"1m"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o policy.Override
+	if status != http.StatusOK || json.Unmarshal(b, &o) != nil || o.ID == "" {
+		t.Fatalf("POST /v1/overrides: %d %s", status, b)
+	}
+	// onlyIt reports whether the node at addr holds exactly o.
+	onlyIt := func(name, addr string) (bool, string) {
+		got := h.overrides(addr)
+		if len(got) != 1 || got[0].ID != o.ID || got[0].User != "42" || got[0].Tier != "enterprise" || !got[0].Expires.Equal(o.Expires) {
+			return false, fmt.Sprintf("%s: GET /v1/overrides = %+v, want %s", name, got, o.ID)
+		}
+		return true, ""
+	}
+	poll(t, 2*time.Second, "the override on the three nodes", func() (bool, string) {
+		for i, a := range c.addrs {
+			if ok, why := onlyIt(c.names[i], a); !ok {
+				return false, why
+			}
+		}
+		return true, ""
+	})
+
+	// node-4 joins through node-3 after the override spread.
+	path, audit := filepath.Join(dir, "node-4.yaml"), filepath.Join(dir, "node-4.audit.jsonl")
+	writePolicy(t, path, overridePolicy)
+	joined := time.Now()
+	n4, _ := h.startPolicyNode("node-4", path, audit, c.nodes[2].cluster.LocalAddr())
+	addr4 := httpAddr(n4)
+	poll(t, 5*time.Second, "the override on node-4", func() (bool, string) { return onlyIt("node-4", addr4) })
+	t.Logf("the override on node-4 %v after it started", time.Since(joined).Round(time.Millisecond))
+	h.waitRing(append(slices.Clone(c.nodes), n4), append(slices.Clone(c.names), "node-4"), 10*time.Second)
+
+	entKey := "api|override:tier:enterprise|user:42"
+	owner, _ := c.nodes[0].router.Owner(entKey)
+	a := h.mustCheck(addr4, `{"user":"42"}`)
+	if a.status != http.StatusOK || a.body.Scope != "override:tier:enterprise" || a.body.Limit != 50 || a.body.Remaining != 49 || a.body.Owner != owner {
+		t.Errorf("user 42 via node-4: %d %+v, want 200 override:tier:enterprise limit 50 remaining 49 from %s", a.status, a.body, owner)
+	}
+	// Every node, the new one included, installed it once.
+	for i, p := range append(slices.Clone(c.audits), audit) {
+		name := "node-4"
+		if i < len(c.names) {
+			name = c.names[i]
+		}
+		if ovr := actions(readAudit(t, p), "override"); len(ovr) != 1 || ovr[0].What != "api|user:42" || ovr[0].Reason != "incident 13" {
+			t.Errorf("%s: audited overrides %+v, want the one posted, once", name, ovr)
+		}
+		if ok, why := onlyIt(name, append(slices.Clone(c.addrs), addr4)[i]); !ok {
+			t.Error(why)
+		}
+	}
+}
+
+// TestOverrideFitsOneBroadcast: the longest override message policy sends
+// is what one cluster broadcast carries.
+func TestOverrideFitsOneBroadcast(t *testing.T) {
+	if policy.MaxOverrideMessageLen != cluster.MaxBroadcastLen {
+		t.Errorf("policy.MaxOverrideMessageLen = %d, cluster.MaxBroadcastLen = %d: they must agree", policy.MaxOverrideMessageLen, cluster.MaxBroadcastLen)
+	}
+}
+
 // layersPolicy tries the dry run and the refund with limits that do not
 // refill during the test (the shipped example's refill in milliseconds).
 const layersPolicy = `version: layers
@@ -660,7 +746,7 @@ func TestClusterPolicyLayers(t *testing.T) {
 	used := func(key string) int64 {
 		t.Helper()
 		n := c.nodes[c.index(c.owner(key))]
-		_, u, ok := n.store.Used(key, time.Now().UnixNano())
+		_, u, ok := n.store.Used(key, clock.FromTime(time.Now()))
 		if !ok {
 			t.Fatalf("%s: no state on its owner %s", key, c.owner(key))
 		}
@@ -894,7 +980,7 @@ func floodPrelimit(t *testing.T, entryOwnsGlobal bool) floodStats {
 		t.Errorf("%d admitted, %d rejected %v, want exactly 10 admitted and %d rejected by tier:free", st.admitted, st.rejected, st.scopes, prelimitFlood-10)
 	}
 	owner := c.nodes[c.index(c.owner(tierKey(st.user)))]
-	if _, n, ok := owner.store.Used(tierKey(st.user), time.Now().UnixNano()); !ok || n != 10 {
+	if _, n, ok := owner.store.Used(tierKey(st.user), clock.FromTime(time.Now())); !ok || n != 10 {
 		t.Errorf("%s spent %d on its owner (held: %v), want 10", tierKey(st.user), n, ok)
 	}
 	// Every tier check is shed or forwarded; the global layer's pre-limiter
