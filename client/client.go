@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/batcher"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -37,6 +39,9 @@ type Config struct {
 	// DialOptions are added to every connection (insecure transport
 	// credentials are set unless these override them).
 	DialOptions []grpc.DialOption
+	// Clock times a node's failures: a node that failed in the last second
+	// is tried last. Nil means clock.System().
+	Clock clock.Clock
 }
 
 // ErrNoNode is returned when no node could answer.
@@ -57,6 +62,10 @@ type Client struct {
 
 	byAddr map[string]int // target address → index in nodes
 	owners ownerCache     // key → index of the node that owns it
+
+	// abandoned counts the checks never sent because their caller gave up
+	// while they waited for a batch.
+	abandoned atomic.Int64
 }
 
 // maxOwners bounds the owner cache.
@@ -94,18 +103,17 @@ type node struct {
 	addr   string
 	conn   *grpc.ClientConn
 	rpc    pb.RateLimiterClient
-	queue  chan *pending
-	slots  chan struct{}
-	failed atomic.Int64 // unix nanos of the last failure, 0 if none
+	b      *batcher.Batcher[*pb.Check, *pb.Decision] // nil when Unbatched
+	failed atomic.Int64                              // clock.Instant of the last failure, 0 if none
 }
 
-// pending is one Check call's checks waiting for their decisions.
-type pending struct {
-	checks []*pb.Check
-	res    []*pb.Decision
-	err    error
-	done   chan struct{}
-}
+// call is one Check call's checks waiting for their decisions.
+type call = batcher.Call[*pb.Check, *pb.Decision]
+
+// errAlone fails the calls of a batch the node refused as invalid when it
+// held more than one call: each caller then sends its checks again alone,
+// so that one caller's bad check does not fail the others.
+var errAlone = errors.New("client: batch refused as invalid; send alone")
 
 // New connects to the targets (lazily: no node needs to be up yet).
 func New(cfg Config) (*Client, error) {
@@ -124,6 +132,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout < 0 || cfg.MaxBatch < 1 || cfg.MaxBatch > 1000 || cfg.MaxInFlight < 1 {
 		return nil, errors.New("client: Timeout and MaxInFlight must be positive, MaxBatch between 1 and 1000")
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System()
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, ctx: ctx, stop: stop, byAddr: map[string]int{}}
 	for i, addr := range cfg.Targets {
@@ -141,11 +152,15 @@ func New(cfg Config) (*Client, error) {
 			c.Close()
 			return nil, fmt.Errorf("client: %s: %w", addr, err)
 		}
-		n := &node{c: c, addr: addr, conn: conn, rpc: pb.NewRateLimiterClient(conn),
-			queue: make(chan *pending, 4096), slots: make(chan struct{}, cfg.MaxInFlight)}
+		n := &node{c: c, addr: addr, conn: conn, rpc: pb.NewRateLimiterClient(conn)}
 		c.nodes = append(c.nodes, n)
 		if !cfg.Unbatched {
-			c.wg.Go(n.loop)
+			n.b, err = batcher.New(batcher.Config{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight}, n.flush,
+				func(checks int) { c.abandoned.Add(int64(checks)) })
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("client: %w", err)
+			}
 		}
 	}
 	return c, nil
@@ -155,7 +170,12 @@ func New(cfg Config) (*Client, error) {
 // the first call's result.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		c.stop()
+		c.stop() // ends the calls in flight
+		for _, n := range c.nodes {
+			if n.b != nil {
+				n.b.Close() // fails the checks still queued; no batch leaves after
+			}
+		}
 		c.wg.Wait()
 		var errs []error
 		for _, n := range c.nodes {
@@ -185,9 +205,10 @@ func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision
 	// First the nodes that did not fail lately, in turn, then those that
 	// did; each node at most once.
 	var skipped []*node
+	now := c.cfg.Clock.Now()
 	for i := range c.nodes {
 		n := c.nodes[(start+i)%len(c.nodes)]
-		if n.recentlyFailed() {
+		if n.recentlyFailed(now) {
 			skipped = append(skipped, n)
 		}
 	}
@@ -206,7 +227,7 @@ func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision
 			if code := status.Code(err); code == codes.InvalidArgument || ctx.Err() != nil {
 				return nil, err
 			}
-			n.failed.Store(time.Now().UnixNano())
+			n.failed.Store(int64(c.cfg.Clock.Now()))
 			last = err
 		}
 	}
@@ -225,110 +246,62 @@ func (c *Client) learnOwners(checks []*pb.Check, res []*pb.Decision) {
 	}
 }
 
-// recentlyFailed reports whether the node failed in the last second; such a
-// node is tried last.
-func (n *node) recentlyFailed() bool {
+// recentlyFailed reports whether the node failed in the second before
+// now; such a node is tried last.
+func (n *node) recentlyFailed(now clock.Instant) bool {
 	f := n.failed.Load()
-	return f != 0 && time.Now().UnixNano()-f < int64(time.Second)
+	return f != 0 && now.Sub(clock.Instant(f)) < time.Second
 }
 
+// check sends checks to the node: through its batcher, or in a call of
+// their own when the client is Unbatched or they are more than a batch.
 func (n *node) check(ctx context.Context, checks []*pb.Check) ([]*pb.Decision, error) {
-	if n.c.cfg.Unbatched || len(checks) > n.c.cfg.MaxBatch {
-		ctx, cancel := context.WithTimeout(ctx, n.c.cfg.Timeout)
-		defer cancel()
-		resp, err := n.rpc.Check(ctx, &pb.CheckRequest{Checks: checks})
-		if err != nil {
-			return nil, err
-		}
-		return resp.GetDecisions(), nil
+	if n.b == nil || len(checks) > n.b.MaxBatch() {
+		return n.checkAlone(ctx, checks)
 	}
-	p := &pending{checks: checks, done: make(chan struct{})}
-	select {
-	case n.queue <- p:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-n.c.ctx.Done():
+	cl := batcher.NewCall(ctx, checks, make([]*pb.Decision, len(checks)))
+	switch err := n.b.Do(cl); {
+	case err == nil:
+		return cl.Out, nil
+	case errors.Is(err, errAlone):
+		return n.checkAlone(ctx, checks)
+	case errors.Is(err, batcher.ErrClosed):
 		return nil, ErrNoNode
-	}
-	select {
-	case <-p.done:
-		return p.res, p.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-n.c.ctx.Done(): // closed: the batcher may be gone
-		select {
-		case <-p.done:
-			return p.res, p.err
-		default:
-			return nil, ErrNoNode
-		}
+	default:
+		return nil, err
 	}
 }
 
-// loop gathers waiting checks into calls: it takes a call slot, then every
-// check queued by then, up to MaxBatch.
-func (n *node) loop() {
-	var carry *pending
-	for {
-		select {
-		case n.slots <- struct{}{}:
-		case <-n.c.ctx.Done():
-			n.drain(carry)
-			return
-		}
-		first := carry
-		carry = nil
-		if first == nil {
-			select {
-			case first = <-n.queue:
-			case <-n.c.ctx.Done():
-				n.drain(nil)
-				return
-			}
-		}
-		batch := []*pending{first}
-		size := len(first.checks)
-	gather:
-		for size < n.c.cfg.MaxBatch {
-			select {
-			case p := <-n.queue:
-				if size+len(p.checks) > n.c.cfg.MaxBatch {
-					carry = p
-					break gather
-				}
-				batch = append(batch, p)
-				size += len(p.checks)
-			default:
-				break gather
-			}
-		}
-		n.c.wg.Go(func() { n.send(batch, size) })
+// checkAlone sends checks in a call of their own, within the caller's
+// context and Timeout.
+func (n *node) checkAlone(ctx context.Context, checks []*pb.Check) ([]*pb.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // the caller is gone: nothing is sent for it
 	}
+	ctx, cancel := context.WithTimeout(ctx, n.c.cfg.Timeout)
+	defer cancel()
+	resp, err := n.rpc.Check(ctx, &pb.CheckRequest{Checks: checks})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetDecisions(), nil
 }
 
-func (n *node) drain(carry *pending) {
-	fail := func(p *pending) {
-		p.err = ErrNoNode
-		close(p.done)
-	}
-	if carry != nil {
-		fail(carry)
-	}
-	for {
-		select {
-		case p := <-n.queue:
-			fail(p)
-		default:
-			return
-		}
-	}
+// flush sends one batch from the batcher's loop: the call runs in its own
+// goroutine, which holds the batch's slot until the node answers.
+func (n *node) flush(calls []*call, size int, release func()) {
+	n.c.wg.Go(func() {
+		defer release()
+		n.send(calls, size)
+	})
 }
 
-func (n *node) send(batch []*pending, size int) {
-	defer func() { <-n.slots }()
+// send makes one RateLimiter/Check call of the batch's checks, in order,
+// and answers each call its share of the decisions.
+func (n *node) send(calls []*call, size int) {
 	req := &pb.CheckRequest{Checks: make([]*pb.Check, 0, size)}
-	for _, p := range batch {
-		req.Checks = append(req.Checks, p.checks...)
+	for _, cl := range calls {
+		req.Checks = append(req.Checks, cl.In...)
 	}
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
 	resp, err := n.rpc.Check(ctx, req)
@@ -336,25 +309,18 @@ func (n *node) send(batch []*pending, size int) {
 	if err == nil && len(resp.GetDecisions()) != size {
 		err = fmt.Errorf("client: %s answered %d decisions for %d checks", n.addr, len(resp.GetDecisions()), size)
 	}
-	if err != nil && status.Code(err) == codes.InvalidArgument && len(batch) > 1 {
-		// One caller's bad check must not fail the others: retry each alone.
-		for _, p := range batch {
-			ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
-			r, err := n.rpc.Check(ctx, &pb.CheckRequest{Checks: p.checks})
-			cancel()
-			p.res, p.err = r.GetDecisions(), err
-			close(p.done)
-		}
-		return
+	if err != nil && status.Code(err) == codes.InvalidArgument && len(calls) > 1 {
+		// The node applied none of the batch. One caller's bad check must
+		// not fail the others: each sends its own again, alone, if it
+		// still waits.
+		err = errAlone
 	}
 	off := 0
-	for _, p := range batch {
-		if err != nil {
-			p.err = err
-		} else {
-			p.res = resp.Decisions[off : off+len(p.checks)]
+	for _, cl := range calls {
+		if err == nil {
+			copy(cl.Out, resp.GetDecisions()[off:off+len(cl.In)])
 		}
-		off += len(p.checks)
-		close(p.done)
+		off += len(cl.In)
+		cl.Finish(err)
 	}
 }

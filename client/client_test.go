@@ -23,9 +23,13 @@ import (
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 func TestMain(m *testing.M) {
@@ -34,19 +38,10 @@ func TestMain(m *testing.M) {
 
 // ---- harness ---------------------------------------------------------------
 
-// fakeClock is the bucket.Clock of every test node: it moves only when a
-// test says so, so that remaining, retry-after and reset are exact. It starts
-// on a whole hour so that windows line up.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(int64(1_700_000_000/3600*3600) * int64(time.Second))
-	return c
-}
-
-func (c *fakeClock) Now() int64              { return c.ns.Load() }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+// clusterStart is where every test cluster's fake clock starts: on a whole
+// hour, so that windows line up. The clock moves only when a test says so,
+// so that remaining, retry-after and reset are exact.
+var clusterStart = clock.Instant(int64(1_700_000_000/3600*3600) * int64(time.Second))
 
 // testGrace is the routers' Grace; the harness moves the clock past it once
 // the members are set, so that the cluster starts in its steady state.
@@ -121,15 +116,17 @@ func (c *rpcCounter) rpcSizes() []int {
 	return slices.Clone(c.sizes)
 }
 
-// testNode is one in-process node: store, router, policy, API and the one
-// gRPC server that serves both the public API and the peer service.
+// testNode is one in-process node: store, router with its peer pool,
+// policy, API and the one gRPC server that serves both the public API and
+// the peer service.
 type testNode struct {
 	name   string
 	addr   string
 	store  *bucket.Store
 	router *forward.Router
+	peers  *peer.Pool
 	policy *policy.Manager
-	reg    *prometheus.Registry // the router's metrics
+	reg    *prometheus.Registry // the router's and the peer transport's metrics
 	srv    *grpc.Server
 	served chan struct{}
 }
@@ -137,7 +134,7 @@ type testNode struct {
 // testCluster is n nodes that know each other, on one fake clock.
 type testCluster struct {
 	nodes      []*testNode
-	clock      *fakeClock
+	clock      *testkit.Clock
 	rpc        *rpcCounter
 	policyPath string
 }
@@ -155,7 +152,7 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	c := &testCluster{clock: newFakeClock(), rpc: &rpcCounter{byNode: map[string]int64{}}, policyPath: path}
+	c := &testCluster{clock: testkit.NewClock(clusterStart), rpc: &rpcCounter{byNode: map[string]int64{}}, policyPath: path}
 	fail := func(err error) (*testCluster, error) {
 		c.Stop()
 		os.RemoveAll(dir)
@@ -169,33 +166,52 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		reg := prometheus.NewRegistry()
-		router, err := forward.New(forward.Config{Self: name, Store: store, Clock: c.clock, Grace: testGrace,
-			PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
-			Logger:      discard, Registerer: reg})
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return fail(err)
 		}
-		mgr, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: discard})
+		addr := lis.Addr().String()
+		reg := prometheus.NewRegistry()
+		pm, err := peer.NewMetrics(reg)
 		if err != nil {
+			lis.Close()
+			return fail(err)
+		}
+		pool, err := peer.NewPool(peer.Config{Self: name, Timeout: 5 * time.Second, Clock: c.clock, Logger: discard, Metrics: pm})
+		if err != nil {
+			lis.Close()
+			return fail(err)
+		}
+		router, err := forward.New(forward.Config{Self: name, SelfAddr: addr, Store: store, Peers: pool,
+			NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) },
+			Clock:   c.clock, Grace: testGrace,
+			PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
+			Logger:      discard, Registerer: reg})
+		if err != nil {
+			pool.Close()
+			lis.Close()
+			return fail(err)
+		}
+		closeRouter := func() {
 			router.Close(context.Background())
+			pool.Close()
+			lis.Close()
+		}
+		mgr, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: discard, Clock: c.clock})
+		if err != nil {
+			closeRouter()
 			return fail(err)
 		}
 		a, err := api.New(api.Config{Checker: router, Stats: store, Policy: mgr, Logger: discard,
 			AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) }})
 		if err != nil {
-			router.Close(context.Background())
-			return fail(err)
-		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			router.Close(context.Background())
+			closeRouter()
 			return fail(err)
 		}
 		srv := grpc.NewServer(grpc.UnaryInterceptor(c.rpc.interceptor(name)))
 		a.RegisterGRPC(srv)
-		router.RegisterPeer(srv)
-		nd := &testNode{name: name, addr: lis.Addr().String(), store: store, router: router, policy: mgr,
+		peer.NewServer(name, router, pm).Register(srv)
+		nd := &testNode{name: name, addr: addr, store: store, router: router, peers: pool, policy: mgr,
 			reg: reg, srv: srv, served: make(chan struct{})}
 		go func() {
 			defer close(nd.served)
@@ -221,6 +237,7 @@ func (c *testCluster) Stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		nd.router.Close(ctx)
 		cancel()
+		nd.peers.Close()
 	}
 	if c.policyPath != "" {
 		os.RemoveAll(filepath.Dir(c.policyPath))
@@ -623,6 +640,60 @@ func TestClientInvalidArgumentNotRetried(t *testing.T) {
 	}
 }
 
+// parkedCtx is a context that tells when its call is queued in a client's
+// batcher: the batcher reads Done once as it queues the call and once more
+// as it waits for the answer, so the second read means the call is in the
+// queue, and cancelling the context from then on abandons a queued call.
+type parkedCtx struct {
+	context.Context
+	reads  atomic.Int32
+	parked chan struct{}
+}
+
+func newParkedCtx(parent context.Context) *parkedCtx {
+	return &parkedCtx{Context: parent, parked: make(chan struct{})}
+}
+
+func (c *parkedCtx) Done() <-chan struct{} {
+	if c.reads.Add(1) == 2 {
+		close(c.parked)
+	}
+	return c.Context.Done()
+}
+
+// awaitParked waits until every ctx's call is queued.
+func awaitParked(t *testing.T, ctxs ...*parkedCtx) {
+	t.Helper()
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	for i, c := range ctxs {
+		select {
+		case <-c.parked:
+		case <-timer.C:
+			t.Fatalf("call %d of %d not queued within 5s", i+1, len(ctxs))
+		}
+	}
+}
+
+// holdBlocker makes the cluster's servers hold every RPC whose first check
+// is on key "blocker" until the returned release is called (at the latest
+// when the test ends); held is closed when the first such RPC arrives.
+func holdBlocker(t *testing.T, c *testCluster) (held <-chan struct{}, release func()) {
+	t.Helper()
+	h, r := make(chan struct{}), make(chan struct{})
+	var heldOnce, releaseOnce sync.Once
+	c.rpc.setHook(func(_ string, req *pb.CheckRequest) error {
+		if req.GetChecks()[0].GetKey() == "blocker" {
+			heldOnce.Do(func() { close(h) })
+			<-r
+		}
+		return nil
+	})
+	release = func() { releaseOnce.Do(func() { close(r) }) }
+	t.Cleanup(release)
+	return h, release
+}
+
 // A bad check that travels in one RPC with other goroutines' good checks
 // fails only its own caller.
 func TestClientBadCheckCoalescedWithGoodOnes(t *testing.T) {
@@ -631,14 +702,7 @@ func TestClientBadCheckCoalescedWithGoodOnes(t *testing.T) {
 	// One target and one call slot: while the first RPC is held, every
 	// other check queues and leaves in the next RPC.
 	cl := newClient(t, client.Config{Targets: []string{c.nodes[0].addr}, MaxInFlight: 1, Timeout: 10 * time.Second})
-	held, release := make(chan struct{}), make(chan struct{})
-	c.rpc.setHook(func(_ string, req *pb.CheckRequest) error {
-		if req.GetChecks()[0].GetKey() == "blocker" {
-			close(held)
-			<-release
-		}
-		return nil
-	})
+	held, release := holdBlocker(t, c)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if _, err := cl.Check(context.Background(), inline("blocker", 10, 1)); err != nil {
@@ -649,18 +713,21 @@ func TestClientBadCheckCoalescedWithGoodOnes(t *testing.T) {
 	var badErr error
 	results := make([]*pb.Decision, good)
 	errs := make([]error, good)
+	ctxs := make([]*parkedCtx, good+1)
 	for i := range good {
+		ctxs[i] = newParkedCtx(context.Background())
 		wg.Go(func() {
-			ds, err := cl.Check(context.Background(), inline(fmt.Sprintf("good-%d", i), 10, int64(1+i%3)))
+			ds, err := cl.Check(ctxs[i], inline(fmt.Sprintf("good-%d", i), 10, int64(1+i%3)))
 			errs[i] = err
 			if err == nil {
 				results[i] = ds[0]
 			}
 		})
 	}
-	wg.Go(func() { _, badErr = cl.Check(context.Background(), inline("", 10, 1)) })
-	time.Sleep(200 * time.Millisecond) // let the 9 callers queue behind the held RPC
-	close(release)
+	ctxs[good] = newParkedCtx(context.Background())
+	wg.Go(func() { _, badErr = cl.Check(ctxs[good], inline("", 10, 1)) })
+	awaitParked(t, ctxs...) // the 9 callers wait behind the held RPC
+	release()
 	wg.Wait()
 
 	if status.Code(badErr) != codes.InvalidArgument {
@@ -682,6 +749,57 @@ func TestClientBadCheckCoalescedWithGoodOnes(t *testing.T) {
 	// The blocker, the mixed RPC, then each caller alone.
 	if len(sizes) != 1+1+good+1 {
 		t.Fatalf("%d RPCs, want %d", len(sizes), 1+1+good+1)
+	}
+}
+
+// A check whose caller gives up while it waits in the queue is never sent:
+// the node neither receives it nor spends anything for it.
+func TestClientAbandonedCheckIsNotSent(t *testing.T) {
+	c := newCluster(t, 1, "")
+	cl := newClient(t, client.Config{Targets: c.addrs(), MaxInFlight: 1, Timeout: 10 * time.Second})
+	held, release := holdBlocker(t, c)
+	blocker := make(chan error, 1)
+	go func() {
+		_, err := cl.Check(context.Background(), inline("blocker", 10, 1))
+		blocker <- err
+	}()
+	<-held
+	// The second check queues behind the held RPC, and its caller gives up.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pc := newParkedCtx(ctx)
+	gone := make(chan error, 1)
+	go func() {
+		_, err := cl.Check(pc, inline("gone", 10, 1))
+		gone <- err
+	}()
+	awaitParked(t, pc)
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned check: %v, want context.Canceled", err)
+	}
+	release()
+	if err := <-blocker; err != nil {
+		t.Fatalf("blocker: %v", err)
+	}
+	// A third check goes after it: the queue has been drained past the
+	// abandoned one by the time it is answered.
+	if ds, err := cl.Check(context.Background(), inline("after", 10, 1)); err != nil || !ds[0].GetAllowed() {
+		t.Fatalf("check after: %v, %v; want allowed", ds, err)
+	}
+	if got := c.rpc.rpcSizes(); !slices.Equal(got, []int{1, 1}) {
+		t.Fatalf("RPC sizes %v, want [1 1]: the blocker and the check after, nothing for the abandoned one", got)
+	}
+	if got := client.AbandonedChecks(cl); got != 1 {
+		t.Fatalf("abandoned checks %d, want 1", got)
+	}
+	store := c.nodes[0].store
+	if !store.Has("blocker") || store.Has("gone") || !store.Has("after") {
+		t.Fatalf("the node holds blocker %v, gone %v, after %v; want the abandoned one alone missing",
+			store.Has("blocker"), store.Has("gone"), store.Has("after"))
+	}
+	if b, a := c.used(t, "blocker"), c.used(t, "after"); b != 1 || a != 1 {
+		t.Fatalf("used: blocker %d, after %d; want 1 and 1", b, a)
 	}
 }
 
@@ -716,6 +834,53 @@ func TestClientRecentlyFailedNodeIsTriedLast(t *testing.T) {
 	// can tell); the others must not: node-1 is up.
 	if len(errs) > 1 {
 		t.Fatalf("with targets [up-again, dead], %d of 4 checks after one injected failure got %v; want at most 1 error", len(errs), errs)
+	}
+}
+
+// A node that failed is tried last for one second of the client's Clock,
+// then in its turn again. Policy checks carry no key, so no owner is
+// learned and the client takes the targets in turn.
+func TestClientFailedNodeTriedLastOnItsClock(t *testing.T) {
+	c := newCluster(t, 1, "")
+	dead, up := deadAddr(t), c.nodes[0].addr
+	var mu sync.Mutex
+	tries := map[string]int{}
+	count := grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		mu.Lock()
+		tries[cc.Target()]++
+		mu.Unlock()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	clk := testkit.NewClock(0)
+	cl := newClient(t, client.Config{Targets: []string{dead, up}, Clock: clk, DialOptions: []grpc.DialOption{count}})
+	// Each step moves the clock, makes one check and says how often each
+	// target has been tried in all. The client starts the first check at
+	// the second target, then alternates.
+	steps := []struct {
+		advance  time.Duration
+		dead, up int
+	}{
+		{0, 0, 1},                      // up first
+		{0, 1, 2},                      // dead first: it fails and is marked
+		{0, 1, 3},                      // up first
+		{0, 1, 4},                      // dead's turn, but it failed 0s ago: up only
+		{999 * time.Millisecond, 1, 5}, // up first
+		{0, 1, 6},                      // dead's turn, failed 999ms ago: up only
+		{time.Millisecond, 1, 7},       // up first
+		{0, 2, 8},                      // dead's turn, failed 1s ago: tried again
+	}
+	for i, s := range steps {
+		clk.Advance(s.advance)
+		ds, err := cl.Check(context.Background(), &pb.Check{Request: &pb.PolicyRequest{ApiKey: fmt.Sprintf("turn-%d", i)}})
+		if err != nil || !ds[0].GetAllowed() {
+			t.Fatalf("step %d: Check = %v, %v; want allowed", i, ds, err)
+		}
+		mu.Lock()
+		gotDead, gotUp := tries[dead], tries[up]
+		mu.Unlock()
+		if gotDead != s.dead || gotUp != s.up {
+			t.Fatalf("step %d: after +%v, tried dead %d and up %d times, want %d and %d", i, s.advance, gotDead, gotUp, s.dead, s.up)
+		}
 	}
 }
 
@@ -769,21 +934,22 @@ func TestClientCloseWhileChecking(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ok, failed atomic.Int64
+	busy := make(chan struct{}) // closed at the 500th answer
 	var wg sync.WaitGroup
 	for g := range 32 {
 		wg.Go(func() {
 			for i := range 200 {
 				if _, err := cl.Check(context.Background(), inline(fmt.Sprintf("cw-%d-%d", g, i%4), 1000, 1)); err != nil {
 					failed.Add(1)
-				} else {
-					ok.Add(1)
+				} else if ok.Add(1) == 500 {
+					close(busy)
 				}
 			}
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for ok.Load() < 500 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polling, not synchronisation
+	select {
+	case <-busy:
+	case <-time.After(5 * time.Second): // close anyway
 	}
 	closed := make(chan struct{})
 	go func() {

@@ -19,7 +19,9 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // examplePolicy lets every caller make 2 requests per hour.
@@ -98,13 +100,30 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	router, err := forward.New(forward.Config{Self: "node-1", Store: store, Logger: quiet})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	addr = lis.Addr().String()
+	pool, err := peer.NewPool(peer.Config{Self: "node-1", Logger: quiet})
+	if err != nil {
+		lis.Close()
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	router, err := forward.New(forward.Config{Self: "node-1", SelfAddr: addr, Store: store, Peers: pool, Logger: quiet,
+		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }})
+	if err != nil {
+		pool.Close()
+		lis.Close()
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
 	cleanup := func() {
 		router.Close(context.Background())
+		pool.Close()
+		lis.Close()
 		os.RemoveAll(dir)
 	}
 	pol, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: quiet})
@@ -118,20 +137,14 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		cleanup()
 		return "", nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
 	srv := grpc.NewServer()
 	a.RegisterGRPC(srv)
-	router.RegisterPeer(srv)
+	peer.NewServer("node-1", router, nil).Register(srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		srv.Serve(lis)
 	}()
-	addr = lis.Addr().String()
 	router.SetMembers([]forward.Member{{Name: "node-1", Addr: addr}})
 	return addr, func() {
 		srv.Stop()

@@ -3,27 +3,18 @@ package client
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
-)
-
-// FailureMode is what Middleware does when no node answers.
-type FailureMode int
-
-const (
-	// FailOpen serves the request (the default): the limiter must not
-	// become the outage.
-	FailOpen FailureMode = iota
-	// FailClosed answers 503.
-	FailClosed
+	"github.com/ringlimit/ringlimit/ratelimitheader"
 )
 
 // MiddlewareConfig configures Middleware. Only Client is required.
@@ -44,8 +35,21 @@ type MiddlewareConfig struct {
 	// Cost returns what the request spends on a route without a cost of its own (a route's cost wins); 0 means 1.
 	// Default: 0.
 	Cost func(r *http.Request) int64
-	// FailureMode applies when no node answers. Default FailOpen.
-	FailureMode FailureMode
+	// FailureMode is what to answer when no node answers (every target
+	// unreachable, or the Client's Timeout): ringlimit's one failure-mode
+	// type, as a limit in the cluster names it, applied by the middleware:
+	//   - bucket.FailOpen serves the request, without rate-limit headers:
+	//     the limiter must not become the outage.
+	//   - bucket.FailClosed answers 503 with {"code":"UNAVAILABLE"}.
+	//   - bucket.Local, the zero value and the default, serves the request
+	//     as FailOpen does. In the cluster, Local decides on a bucket the
+	//     entry node keeps with the limit divided among the members; the
+	//     middleware keeps no buckets and does not know the limits (they
+	//     live in the cluster's policy), so the local stage it can fall back
+	//     to is no limit at all. When the cluster is reachable but a key's
+	//     owner is not, the limit's own failure mode still applies there.
+	// Middleware panics on any other value.
+	FailureMode bucket.FailureMode
 	// OnError, if set, is told every error talking to the cluster.
 	OnError func(r *http.Request, err error)
 }
@@ -60,12 +64,19 @@ type RejectBody struct {
 }
 
 // Middleware returns a func(http.Handler) http.Handler that checks every
-// request against the cluster with one call, sets X-RateLimit-Limit,
-// X-RateLimit-Remaining and RateLimit on every response it lets through or
-// rejects, and answers 429 with a RejectBody (and Retry-After) on rejection.
-// A request the cluster refuses as invalid (an identity or route the policy
-// does not accept) gets 400; FailureMode applies only when no node answers.
+// request against the cluster with one call, sets the rate-limit headers
+// (X-RateLimit-Limit, X-RateLimit-Remaining, RateLimit-Policy and RateLimit,
+// written by ratelimitheader as the node's HTTP API writes them) on every
+// response it lets through or rejects, and answers 429 with a RejectBody
+// (and Retry-After) on rejection. RateLimit-Policy names the layer that
+// decided and its quota; the gRPC decision does not carry the layer's
+// window, so w= is left out. A request the cluster refuses as invalid (an
+// identity or route the policy does not accept) gets 400; FailureMode
+// applies only when no node answers.
 func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
+	if !cfg.FailureMode.Valid() {
+		panic(fmt.Sprintf("client: Middleware: %v is not a failure mode", cfg.FailureMode))
+	}
 	if cfg.Identity == nil {
 		cfg.Identity = func(r *http.Request) (string, string) { return r.Header.Get("X-API-Key"), "" }
 	}
@@ -110,7 +121,7 @@ func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
 					json.NewEncoder(w).Encode(map[string]string{"code": "INVALID_ARGUMENT", "message": status.Convert(err).Message()})
 					return
 				}
-				if cfg.FailureMode == FailClosed {
+				if cfg.FailureMode == bucket.FailClosed {
 					w.Header().Set("Content-Type", "application/json")
 					w.WriteHeader(http.StatusServiceUnavailable)
 					json.NewEncoder(w).Encode(map[string]string{"code": "UNAVAILABLE", "message": "rate limiter unavailable"})
@@ -121,12 +132,10 @@ func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
 			}
 			d := ds[0]
 			h := w.Header()
-			h.Set("X-RateLimit-Limit", strconv.FormatInt(d.GetLimit(), 10))
-			h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.GetRemaining(), 10))
-			h.Set("RateLimit", strconv.Quote(d.GetScope())+";r="+strconv.FormatInt(d.GetRemaining(), 10)+
-				";t="+strconv.FormatInt(ceilSeconds(d.GetResetAfterMs()), 10))
+			ratelimitheader.Write(h, &ratelimitheader.Decision{Allowed: d.GetAllowed(), Scope: d.GetScope(),
+				Limit: d.GetLimit(), Remaining: d.GetRemaining(),
+				Reset: fromMillis(d.GetResetAfterMs()), RetryAfter: fromMillis(d.GetRetryAfterMs())})
 			if !d.GetAllowed() {
-				h.Set("Retry-After", strconv.FormatInt(ceilSeconds(d.GetRetryAfterMs()), 10))
 				h.Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusTooManyRequests)
 				json.NewEncoder(w).Encode(&RejectBody{Code: "RATE_LIMITED", Scope: d.GetScope(),
@@ -138,8 +147,16 @@ func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
 	}
 }
 
-func ceilSeconds(ms int64) int64 {
-	return (ms + int64(time.Second/time.Millisecond) - 1) / int64(time.Second/time.Millisecond)
+// fromMillis turns a decision's milliseconds into a Duration: negative is
+// 0, and beyond what a Duration holds is the largest one.
+func fromMillis(ms int64) time.Duration {
+	switch {
+	case ms <= 0:
+		return 0
+	case ms > math.MaxInt64/int64(time.Millisecond):
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // HeaderIdentity returns an Identity function that reads the API key from

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
@@ -51,11 +52,12 @@ type mwFixture struct {
 	served atomic.Int64 // requests that reached the handler
 	errs   []error
 	mu     sync.Mutex
+	erred  chan struct{} // closed at the first OnError
 }
 
 func newMW(t *testing.T, c *testCluster, targets []string, tweak func(*client.MiddlewareConfig)) *mwFixture {
 	t.Helper()
-	f := &mwFixture{c: c}
+	f := &mwFixture{c: c, erred: make(chan struct{})}
 	cl := newClient(t, client.Config{Targets: targets, Timeout: 5 * time.Second})
 	cfg := client.MiddlewareConfig{
 		Client:   cl,
@@ -63,6 +65,9 @@ func newMW(t *testing.T, c *testCluster, targets []string, tweak func(*client.Mi
 		OnError: func(_ *http.Request, err error) {
 			f.mu.Lock()
 			f.errs = append(f.errs, err)
+			if len(f.errs) == 1 {
+				close(f.erred)
+			}
 			f.mu.Unlock()
 		},
 	}
@@ -113,11 +118,14 @@ func (f *mwFixture) get(t *testing.T, path, apiKey string) response {
 }
 
 // wantAdmitted checks a 200 from the handler with its rate-limit headers.
+// RateLimit-Policy names the deciding layer and its quota; the gRPC
+// decision carries no window, so there is no w=.
 func wantAdmitted(t *testing.T, what string, r response, path string, limit, remaining int64, scope string, resetS int64) {
 	t.Helper()
 	want := map[string]string{
 		"X-RateLimit-Limit":     fmt.Sprint(limit),
 		"X-RateLimit-Remaining": fmt.Sprint(remaining),
+		"RateLimit-Policy":      fmt.Sprintf("%q;q=%d", scope, limit),
 		"RateLimit":             fmt.Sprintf("%q;r=%d;t=%d", scope, remaining, resetS),
 		"Retry-After":           "",
 	}
@@ -137,6 +145,7 @@ func wantRejected(t *testing.T, what string, r response, limit, remaining int64,
 	want := map[string]string{
 		"X-RateLimit-Limit":     fmt.Sprint(limit),
 		"X-RateLimit-Remaining": fmt.Sprint(remaining),
+		"RateLimit-Policy":      fmt.Sprintf("%q;q=%d", scope, limit),
 		"RateLimit":             fmt.Sprintf("%q;r=%d;t=%d", scope, remaining, resetS),
 		"Retry-After":           fmt.Sprint((retryMs + 999) / 1000),
 		"Content-Type":          "application/json",
@@ -275,24 +284,36 @@ func TestMiddlewareOneCallPerRequest(t *testing.T) {
 
 func TestMiddlewareFailureModes(t *testing.T) {
 	dead := []string{deadAddr(t), deadAddr(t)}
-	t.Run("fail open (default)", func(t *testing.T) {
-		f := newMW(t, nil, dead, nil)
-		start := time.Now()
-		r := f.get(t, "/", "alice")
-		if r.status != http.StatusOK || r.body != "served /" || time.Since(start) > 2*time.Second {
-			t.Fatalf("%d %q after %v, want the handler's 200 at once", r.status, r.body, time.Since(start))
-		}
-		for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "RateLimit", "Retry-After"} {
-			if v := r.header.Get(h); v != "" {
-				t.Errorf("%s = %q on a request no node decided", h, v)
+	// Local (the zero value: a MiddlewareConfig that names none) and
+	// FailOpen serve the request: the middleware keeps no buckets to fall
+	// back to.
+	for _, tc := range []struct {
+		name  string
+		tweak func(*client.MiddlewareConfig)
+	}{
+		{"fail open (default: local, the zero value)", nil},
+		{"local", func(cfg *client.MiddlewareConfig) { cfg.FailureMode = bucket.Local }},
+		{"fail open", func(cfg *client.MiddlewareConfig) { cfg.FailureMode = bucket.FailOpen }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMW(t, nil, dead, tc.tweak)
+			start := time.Now()
+			r := f.get(t, "/", "alice")
+			if r.status != http.StatusOK || r.body != "served /" || time.Since(start) > 2*time.Second {
+				t.Fatalf("%d %q after %v, want the handler's 200 at once", r.status, r.body, time.Since(start))
 			}
-		}
-		if errs := f.onErrors(); len(errs) != 1 || !errors.Is(errs[0], client.ErrNoNode) {
-			t.Fatalf("OnError got %v, want one ErrNoNode", errs)
-		}
-	})
+			for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "RateLimit-Policy", "RateLimit", "Retry-After"} {
+				if v := r.header.Get(h); v != "" {
+					t.Errorf("%s = %q on a request no node decided", h, v)
+				}
+			}
+			if errs := f.onErrors(); len(errs) != 1 || !errors.Is(errs[0], client.ErrNoNode) {
+				t.Fatalf("OnError got %v, want one ErrNoNode", errs)
+			}
+		})
+	}
 	t.Run("fail closed", func(t *testing.T) {
-		f := newMW(t, nil, dead, func(cfg *client.MiddlewareConfig) { cfg.FailureMode = client.FailClosed })
+		f := newMW(t, nil, dead, func(cfg *client.MiddlewareConfig) { cfg.FailureMode = bucket.FailClosed })
 		r := f.get(t, "/", "alice")
 		if r.status != http.StatusServiceUnavailable || r.header.Get("Content-Type") != "application/json" ||
 			r.body != `{"code":"UNAVAILABLE","message":"rate limiter unavailable"}`+"\n" {
@@ -304,6 +325,14 @@ func TestMiddlewareFailureModes(t *testing.T) {
 		if errs := f.onErrors(); len(errs) != 1 || !errors.Is(errs[0], client.ErrNoNode) {
 			t.Fatalf("OnError got %v, want one ErrNoNode", errs)
 		}
+	})
+	t.Run("not a failure mode", func(t *testing.T) {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "failure_mode(7)") {
+				t.Fatalf("Middleware with failure mode 7: recovered %v, want a panic naming it", r)
+			}
+		}()
+		client.Middleware(client.MiddlewareConfig{FailureMode: bucket.FailureMode(7)})
 	})
 }
 
@@ -379,7 +408,7 @@ func TestMiddlewareUsesRequestContext(t *testing.T) {
 	release := make(chan struct{})
 	c.rpc.setHook(func(string, *pb.CheckRequest) error { <-release; return nil })
 	defer close(release)
-	f := newMW(t, c, c.addrs(), func(cfg *client.MiddlewareConfig) { cfg.FailureMode = client.FailClosed })
+	f := newMW(t, c, c.addrs(), func(cfg *client.MiddlewareConfig) { cfg.FailureMode = bucket.FailClosed })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/", nil)
@@ -391,9 +420,9 @@ func TestMiddlewareUsesRequestContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%v, want the caller's deadline", err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for len(f.onErrors()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // polling, not synchronisation
+	select {
+	case <-f.erred:
+	case <-time.After(2 * time.Second):
 	}
 	if errs := f.onErrors(); len(errs) != 1 || !errors.Is(errs[0], context.Canceled) {
 		t.Fatalf("OnError %v after %v, want the request's context.Canceled", errs, time.Since(start))
