@@ -17,6 +17,12 @@
 //   - A policy is validated whole before it replaces the running one; a bad
 //     file changes nothing.
 //
+// Failure modes (bucket.FailureMode) and pre-limiter factors
+// (bucket.CheckPrelimit) are parsed and checked once, when a file is
+// loaded: a resolved Check carries them ready for forward.
+//
 // The package is pure apart from Manager, which reloads the file, keeps
-// incident overrides and writes the audit log.
+// incident overrides and writes the audit log, reading the time from its
+// Clock (ManagerConfig.Clock): overrides expire on the clock they are
+// compared with, and whoever stamps an expiry reads it there (Manager.Now).
 package policy
