@@ -26,6 +26,10 @@ type config struct {
 	auditPath       string
 	pprofAddr       string
 	gcHeadroomMiB   int
+
+	// failAt, set only by tests, makes startNode fail at the step of that
+	// name (see startSteps), to show that it releases what it opened.
+	failAt string
 }
 
 // parseConfig reads args, falling back to getenv("RINGLIMIT_<FLAG>") for

@@ -21,7 +21,9 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // run starts a node and serves until ctx is cancelled, then shuts down
@@ -66,6 +68,8 @@ type node struct {
 	grpcServer *grpc.Server
 	store      *bucket.Store
 	router     *forward.Router
+	peers      *peer.Pool
+	peerServer *peer.Server
 	cluster    *cluster.Cluster
 	policy     *policy.Manager // nil without --policy
 	stopBg     context.CancelFunc
@@ -79,50 +83,106 @@ type node struct {
 	closeErr  error
 }
 
+// The ring is what forward routes by.
+var _ forward.Owners = (*ring.Ring)(nil)
+
+// startSteps names the steps of startNode in order, for config.failAt.
+var startSteps = []string{"store", "metrics", "policy", "http", "grpc", "peers", "router", "cluster", "api", "serve"}
+
 // startNode binds the listeners (so that a bad address fails at once) and
-// starts serving in the background.
-func startNode(cfg config, log *slog.Logger) (*node, error) {
+// starts serving in the background. When a step fails, everything the
+// earlier steps opened is released, last opened first.
+func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	step := func(name string) error {
+		if cfg.failAt == name {
+			return fmt.Errorf("%s: failure injected by a test", name)
+		}
+		return nil
+	}
+	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 2)}
+
 	shards := bucket.DefaultShards
 	for shards > 1 && cfg.maxKeys < shards {
 		shards /= 2
 	}
-	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.maxKeys, Shards: shards})
-	if err != nil {
+	if err := step("store"); err != nil {
+		return nil, err
+	}
+	if n.store, err = bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.maxKeys, Shards: shards}); err != nil {
+		return nil, err
+	}
+	if err := step("metrics"); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var pol *policy.Manager
-	var audit io.WriteCloser
+	peerMetrics, err := peer.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := step("policy"); err != nil {
+		return nil, err
+	}
 	if cfg.policyPath != "" {
-		audit = nopCloser{slogWriter{log}}
+		var audit io.WriteCloser = nopCloser{slogWriter{log}}
 		if cfg.auditPath != "" {
 			if audit, err = os.OpenFile(cfg.auditPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
 				return nil, fmt.Errorf("--audit-log: %w", err)
 			}
 		}
-		if pol, err = policy.NewManager(policy.ManagerConfig{Path: cfg.policyPath, AuditLog: audit, Logger: log, Registerer: reg}); err != nil {
-			audit.Close()
+		undo = append(undo, func() { audit.Close() })
+		n.audit = audit
+		if n.policy, err = policy.NewManager(policy.ManagerConfig{Path: cfg.policyPath, AuditLog: audit, Logger: log, Registerer: reg}); err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
 	}
-	httpLn, err := net.Listen("tcp", cfg.httpAddr)
-	if err != nil {
-		closeAudit(audit)
+
+	if err := step("http"); err != nil {
+		return nil, err
+	}
+	if n.httpLn, err = net.Listen("tcp", cfg.httpAddr); err != nil {
 		return nil, fmt.Errorf("--http: %w", err)
 	}
-	grpcLn, err := net.Listen("tcp", cfg.grpcAddr)
-	if err != nil {
-		httpLn.Close()
-		closeAudit(audit)
+	undo = append(undo, func() { n.httpLn.Close() })
+	if err := step("grpc"); err != nil {
+		return nil, err
+	}
+	if n.grpcLn, err = net.Listen("tcp", cfg.grpcAddr); err != nil {
 		return nil, fmt.Errorf("--grpc: %w", err)
 	}
-	router, err := forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcLn.Addr().String(), Store: store, Logger: log, Registerer: reg,
-		OnNotify: func(_ context.Context, kind string, payload []byte) error { return receiveNotify(pol, kind, payload) }})
+	undo = append(undo, func() { n.grpcLn.Close() })
+	grpcAddr := n.grpcLn.Addr().String()
+
+	if err := step("peers"); err != nil {
+		return nil, err
+	}
+	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Logger: log, Metrics: peerMetrics}); err != nil {
+		return nil, err
+	}
+	undo = append(undo, n.peers.Close)
+	if err := step("router"); err != nil {
+		return nil, err
+	}
+	ringCfg := ring.DefaultConfig()
+	n.router, err = forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
+		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
+		Logger:  log, Registerer: reg})
 	if err != nil {
-		httpLn.Close()
-		grpcLn.Close()
-		closeAudit(audit)
+		return nil, err
+	}
+	undo = append(undo, func() { n.router.Close(context.Background()) })
+	n.peerServer = peer.NewServer(cfg.name, n.router, peerMetrics)
+
+	if err := step("cluster"); err != nil {
 		return nil, err
 	}
 	ccfg := cluster.DefaultLANConfig()
@@ -131,79 +191,62 @@ func startNode(cfg config, log *slog.Logger) (*node, error) {
 	}
 	ccfg.Name = cfg.name
 	ccfg.BindAddr = cfg.gossipAddr
-	ccfg.GRPCAddr = grpcLn.Addr().String()
+	ccfg.GRPCAddr = grpcAddr
 	ccfg.Seeds = cfg.join
 	ccfg.Logger = log
-	known := map[string]bool{}
 	ccfg.Listener = cluster.ListenerFunc(func(alive []cluster.Member) {
 		members := make([]forward.Member, len(alive))
-		var joined []string
 		for i, m := range alive {
 			members[i] = forward.Member{Name: m.Name, Addr: m.GRPCAddr}
-			if !known[m.Name] && m.Name != cfg.name {
-				joined = append(joined, m.Name)
-			}
 		}
-		clear(known)
-		for _, m := range alive {
-			known[m.Name] = true
-		}
-		router.SetMembers(members)
-		if pol != nil && len(joined) > 0 {
-			go sendOverrides(context.Background(), log, pol, router, joined)
-		}
+		n.router.SetMembers(members)
 	})
-	cl, err := cluster.New(ccfg)
-	if err != nil {
-		httpLn.Close()
-		grpcLn.Close()
-		router.Close(context.Background())
+	var osync *policy.OverrideSync
+	if n.policy != nil {
+		osync = policy.NewOverrideSync(n.policy, func(b []byte) { n.cluster.Broadcast(b) })
+		ccfg.Messages = osync
+	}
+	if n.cluster, err = cluster.New(ccfg); err != nil {
 		return nil, fmt.Errorf("--gossip: %w", err)
 	}
-	acfg := api.Config{Checker: router, Stats: store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: &clusterStatus{cluster: cl, router: router}}
-	if pol != nil {
-		acfg.Policy = pol
-		acfg.AddOverride = func(ctx context.Context, o policy.Override) (policy.Override, error) {
-			return addOverride(ctx, pol, router, o)
-		}
+	undo = append(undo, func() { n.cluster.Close(context.Background()) })
+
+	if err := step("api"); err != nil {
+		return nil, err
+	}
+	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
+		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}}
+	if n.policy != nil {
+		acfg.Policy = n.policy
+		acfg.AddOverride = func(_ context.Context, o policy.Override) (policy.Override, error) { return osync.Add(o) }
 	}
 	a, err := api.New(acfg)
 	if err != nil {
 		return nil, err
 	}
-	n := &node{
-		log:    log,
-		httpLn: httpLn,
-		grpcLn: grpcLn,
-		httpServer: &http.Server{
-			Handler:           a.Handler(nil),
-			ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		},
-		fresh: map[net.Conn]struct{}{},
-		grpcServer: grpc.NewServer(grpc.NumStreamWorkers(streamWorkers),
-			// Fixed flow-control windows: no BDP pings on every connection.
-			grpc.StaticStreamWindowSize(forward.StreamWindow), grpc.StaticConnWindowSize(forward.ConnWindow)),
-		store:   store,
-		router:  router,
-		cluster: cl,
-		policy:  pol,
-		audit:   audit,
-		served:  make(chan error, 2),
+	if err := step("serve"); err != nil {
+		return nil, err
 	}
+	n.httpServer = &http.Server{
+		Handler:           a.Handler(nil),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnState:         n.trackConn,
+	}
+	n.grpcServer = grpc.NewServer(grpc.NumStreamWorkers(streamWorkers),
+		// Fixed flow-control windows: no BDP pings on every connection.
+		grpc.StaticStreamWindowSize(peer.StreamWindow), grpc.StaticConnWindowSize(peer.ConnWindow))
+	a.RegisterGRPC(n.grpcServer)
+	n.peerServer.Register(n.grpcServer)
 	bgCtx, stopBg := context.WithCancel(context.Background())
 	n.stopBg = stopBg
-	if pol != nil {
-		n.bg.Go(func() { runPolicy(bgCtx, log, pol) })
+	if n.policy != nil {
+		n.bg.Go(func() { runPolicy(bgCtx, log, n.policy) })
 	}
-	n.httpServer.ConnState = n.trackConn
-	a.RegisterGRPC(n.grpcServer)
-	router.RegisterPeer(n.grpcServer)
-	go func() { n.served <- n.httpServer.Serve(httpLn) }()
-	go func() { n.served <- n.grpcServer.Serve(grpcLn) }()
-	log.Info("node started", "name", cfg.name, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(),
-		"gossip", cl.LocalAddr(), "join", cfg.join, "max_keys", store.Capacity())
+	go func() { n.served <- n.httpServer.Serve(n.httpLn) }()
+	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
+	log.Info("node started", "name", cfg.name, "http", n.httpLn.Addr().String(), "grpc", grpcAddr,
+		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity())
 	return n, nil
 }
 
@@ -238,7 +281,7 @@ func (n *node) shutdown(ctx context.Context) error {
 	n.router.Quiesce(qctx, 150*time.Millisecond)
 	cancel()
 	n.log.Info("handed off", "keys", n.store.Len())
-	n.router.DrainPeers() // peers end their Check streams, or GracefulStop would wait for them
+	n.peerServer.Drain() // peers end their Check streams, or GracefulStop would wait for them
 	grpcDone := make(chan struct{})
 	go func() {
 		n.grpcServer.GracefulStop()
@@ -274,6 +317,7 @@ func (n *node) shutdown(ctx context.Context) error {
 	if err := n.router.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	n.peers.Close()
 	if err := n.cluster.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: %w", err))
 	}
@@ -297,33 +341,6 @@ func hostOf(addr string) string {
 		return addr
 	}
 	return host
-}
-
-// clusterStatus serves /v1/cluster and /v1/owner from the gossip view and
-// the router's ring.
-type clusterStatus struct {
-	cluster *cluster.Cluster
-	router  *forward.Router
-}
-
-func (s *clusterStatus) Owner(key string) (string, uint64) { return s.router.Owner(key) }
-
-func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
-	keys := s.router.PeerKeys(ctx)
-	onRing := map[string]bool{}
-	for _, name := range s.router.RingMembers() {
-		onRing[name] = true
-	}
-	st := api.ClusterStatus{Self: s.router.Self(), RingVersion: s.router.RingVersion()}
-	for _, m := range s.cluster.Members() {
-		k, ok := keys[m.Name]
-		if !ok {
-			k = -1
-		}
-		st.Members = append(st.Members, api.ClusterMember{Name: m.Name, GRPC: m.GRPCAddr, Gossip: m.GossipAddr,
-			State: string(m.State), OnRing: onRing[m.Name], Keys: k})
-	}
-	return st
 }
 
 // trackConn remembers HTTP connections that have not sent a request yet.
@@ -364,10 +381,4 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	go srv.Serve(ln)
 	log.Info("pprof listening", "addr", ln.Addr().String())
 	return func() { srv.Close() }, nil
-}
-
-func closeAudit(c io.Closer) {
-	if c != nil {
-		c.Close()
-	}
 }
