@@ -87,7 +87,7 @@ type Config struct {
 	// when that is nil too; otherwise prometheus.Gatherer must be set by the
 	// caller for /metrics to show anything.
 	Gatherer prometheus.Gatherer
-	// Logger receives request errors. Nil means slog.Default().
+	// Logger receives request errors. Nil discards them.
 	Logger *slog.Logger
 }
 
@@ -109,7 +109,7 @@ func New(cfg Config) (*API, error) {
 		return nil, errors.New("api: Checker is required")
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Registerer == nil {
 		reg := prometheus.NewRegistry()

@@ -12,48 +12,6 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 )
 
-// StoreConfig configures a Store.
-type StoreConfig struct {
-	// MaxKeys bounds the number of keys held. When a shard is full, its least
-	// recently used key is evicted; that is safe because a key nobody has
-	// touched is full anyway. The bound is split evenly across shards.
-	// Zero means DefaultMaxKeys.
-	MaxKeys int
-	// Shards is the number of independently locked shards, a power of two.
-	// More shards mean less lock contention between cores. Zero means
-	// DefaultShards.
-	Shards int
-}
-
-// Defaults for StoreConfig.
-const (
-	DefaultMaxKeys = 1 << 20
-	DefaultShards  = 64
-	maxShards      = 1 << 16
-)
-
-// DefaultStoreConfig returns the defaults: 1,048,576 keys over 64 shards.
-func DefaultStoreConfig() StoreConfig {
-	return StoreConfig{MaxKeys: DefaultMaxKeys, Shards: DefaultShards}
-}
-
-// Validate fills zero fields with defaults and reports invalid ones.
-func (c *StoreConfig) Validate() error {
-	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultMaxKeys
-	}
-	if c.Shards == 0 {
-		c.Shards = DefaultShards
-	}
-	if c.Shards < 1 || c.Shards > maxShards || c.Shards&(c.Shards-1) != 0 {
-		return fmt.Errorf("bucket: shards must be a power of two between 1 and %d, got %d", maxShards, c.Shards)
-	}
-	if c.MaxKeys < c.Shards || c.MaxKeys > math.MaxUint32/2 {
-		return fmt.Errorf("bucket: max keys must be between the shard count %d and %d, got %d", c.Shards, math.MaxUint32/2, c.MaxKeys)
-	}
-	return nil
-}
-
 // Store holds the state of many keys, each under the limit its checks name.
 // It is sharded by the xxhash of the key so that concurrent callers on
 // different keys rarely share a lock, and each shard is an LRU with a size
@@ -65,7 +23,8 @@ type Store struct {
 
 // NewStore validates cfg and returns an empty Store.
 func NewStore(cfg StoreConfig) (*Store, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	s := &Store{
