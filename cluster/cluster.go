@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,63 +16,6 @@ import (
 
 	"github.com/ringlimit/ringlimit/clock"
 )
-
-// State is a member's state as this member sees it.
-type State string
-
-const (
-	// StateAlive: the member answers probes.
-	StateAlive State = "alive"
-	// StateSuspect: this member's own latest probe of it failed; unless it
-	// refutes, it will be declared dead after the suspicion timeout. A
-	// suspect member stays in Alive (it still owns its keys). Best effort:
-	// memberlist v0.7.0 raises no event for suspicion, so this is derived
-	// from this member's own probes; a suspicion learned only from gossip
-	// shows as alive, and a suspect member becomes alive again on the next
-	// probe it answers.
-	StateSuspect State = "suspect"
-	// StateDead: the member stopped answering and was declared failed.
-	StateDead State = "dead"
-	// StateLeft: the member left gracefully (Leave or Close).
-	StateLeft State = "left"
-)
-
-// onRing reports whether a member in state s belongs on the hash ring.
-func (s State) onRing() bool { return s == StateAlive || s == StateSuspect }
-
-// Member is one member of the cluster as this member sees it. It is a plain
-// value; the slices returned by Members, Alive and passed to Listener are
-// fresh copies that the caller may keep and modify.
-type Member struct {
-	Name       string // unique name (Config.Name)
-	GRPCAddr   string // peer gRPC address, host:port, from the member's metadata
-	GossipAddr string // gossip address, host:port
-	State      State
-}
-
-// Listener is told the members that belong on the hash ring (alive and
-// suspect members, sorted by name, this member included while it has not
-// left) after every change of that list (a member added or removed, or one
-// of them changing state or metadata), starting with this member alone right
-// after New.
-//
-// Concurrency: MembersChanged is called from a single goroutine owned by the
-// Cluster, one call at a time, in the order the changes happened. Bursts are
-// coalesced: a listener that falls behind is next given the latest list, not
-// every intermediate one. Calls never come from memberlist's goroutines, so a
-// slow listener never delays failure detection, but it delays later
-// notifications and Close; it must not block for long and must not call
-// Close (Members, Alive and LocalAddr are fine). The slice is the listener's
-// to keep.
-type Listener interface {
-	MembersChanged(alive []Member)
-}
-
-// ListenerFunc adapts a function to Listener.
-type ListenerFunc func(alive []Member)
-
-// MembersChanged calls f(alive).
-func (f ListenerFunc) MembersChanged(alive []Member) { f(alive) }
 
 // ErrClosed is returned by Leave after Close.
 var ErrClosed = errors.New("cluster: closed")
@@ -256,38 +197,6 @@ func (c *Cluster) joinLoop(ctx context.Context, seeds []string) {
 	}
 }
 
-// eventLoop delivers the ring membership to the Listener, one call at a
-// time, whenever it changed.
-func (c *Cluster) eventLoop() {
-	defer close(c.eventsDone)
-	var last []Member
-	delivered := false
-	for {
-		select {
-		case <-c.stopEvents:
-			return
-		case <-c.kick:
-		}
-		alive := c.Alive()
-		if delivered && slices.Equal(alive, last) {
-			continue
-		}
-		last, delivered = alive, true
-		if c.cfg.Listener != nil {
-			c.cfg.Listener.MembersChanged(slices.Clone(alive))
-		}
-	}
-}
-
-// changed wakes eventLoop without ever blocking (memberlist calls us with
-// its locks held).
-func (c *Cluster) changed() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
-}
-
 // Members returns every member this member knows, sorted by name: alive and
 // suspect ones, and those that died or left within Config.DepartedRetention
 // (with their state). This member is included. After Close it keeps
@@ -440,68 +349,4 @@ func waitDone(ctx context.Context, done <-chan struct{}) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// upsert records that member n is alive with metadata m.
-func (c *Cluster) upsert(n *memberlist.Node, m meta) {
-	c.mu.Lock()
-	r, ok := c.members[n.Name]
-	if !ok {
-		r = &record{}
-		c.members[n.Name] = r
-	}
-	if r.m.State != StateAlive {
-		r.since = c.clock.Now()
-	}
-	r.m = Member{
-		Name:       n.Name,
-		GRPCAddr:   m.grpcAddr,
-		GossipAddr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
-		State:      StateAlive,
-	}
-	r.leaving = m.leaving
-	c.mu.Unlock()
-	c.changed()
-}
-
-// setState moves member name from one of the states in from to state to.
-func (c *Cluster) setState(name string, to State, from ...State) {
-	c.mu.Lock()
-	r, ok := c.members[name]
-	moved := ok && slices.Contains(from, r.m.State)
-	if moved {
-		r.m.State = to
-		r.since = c.clock.Now()
-	}
-	c.mu.Unlock()
-	if moved {
-		c.changed()
-	}
-}
-
-// departed records that member name died or left: left if its metadata
-// announced a graceful leave, dead otherwise.
-func (c *Cluster) departed(name string) {
-	c.mu.Lock()
-	r, ok := c.members[name]
-	var state State
-	if ok {
-		state = StateDead
-		if r.leaving {
-			state = StateLeft
-		}
-		r.m.State = state
-		r.since = c.clock.Now()
-		c.pruneLocked(r.since)
-	}
-	c.mu.Unlock()
-	if ok {
-		c.log.Info("cluster: member departed", "member", name, "state", state)
-		c.changed()
-	}
-}
-
-// suspected is called when this member's own probe of name failed.
-func (c *Cluster) suspected(name string) {
-	c.setState(name, StateSuspect, StateAlive)
 }

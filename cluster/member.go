@@ -1,0 +1,58 @@
+package cluster
+
+// State is a member's state as this member sees it.
+type State string
+
+const (
+	// StateAlive: the member answers probes.
+	StateAlive State = "alive"
+	// StateSuspect: this member's own latest probe of it failed; unless it
+	// refutes, it will be declared dead after the suspicion timeout. A
+	// suspect member stays in Alive (it still owns its keys). Best effort:
+	// memberlist v0.7.0 raises no event for suspicion, so this is derived
+	// from this member's own probes; a suspicion learned only from gossip
+	// shows as alive, and a suspect member becomes alive again on the next
+	// probe it answers.
+	StateSuspect State = "suspect"
+	// StateDead: the member stopped answering and was declared failed.
+	StateDead State = "dead"
+	// StateLeft: the member left gracefully (Leave or Close).
+	StateLeft State = "left"
+)
+
+// onRing reports whether a member in state s belongs on the hash ring.
+func (s State) onRing() bool { return s == StateAlive || s == StateSuspect }
+
+// Member is one member of the cluster as this member sees it. It is a plain
+// value; the slices returned by Members, Alive and passed to Listener are
+// fresh copies that the caller may keep and modify.
+type Member struct {
+	Name       string // unique name (Config.Name)
+	GRPCAddr   string // peer gRPC address, host:port, from the member's metadata
+	GossipAddr string // gossip address, host:port
+	State      State
+}
+
+// Listener is told the members that belong on the hash ring (alive and
+// suspect members, sorted by name, this member included while it has not
+// left) after every change of that list (a member added or removed, or one
+// of them changing state or metadata), starting with this member alone right
+// after New.
+//
+// Concurrency: MembersChanged is called from a single goroutine owned by the
+// Cluster, one call at a time, in the order the changes happened. Bursts are
+// coalesced: a listener that falls behind is next given the latest list, not
+// every intermediate one. Calls never come from memberlist's goroutines, so a
+// slow listener never delays failure detection, but it delays later
+// notifications and Close; it must not block for long and must not call
+// Close (Members, Alive and LocalAddr are fine). The slice is the listener's
+// to keep.
+type Listener interface {
+	MembersChanged(alive []Member)
+}
+
+// ListenerFunc adapts a function to Listener.
+type ListenerFunc func(alive []Member)
+
+// MembersChanged calls f(alive).
+func (f ListenerFunc) MembersChanged(alive []Member) { f(alive) }
