@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,41 +17,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 )
-
-// Override is an incident override: for a bounded time, one caller (by API
-// key or user) gets another tier, or an explicit limit, instead of its own.
-type Override struct {
-	ID      string    `json:"id"`
-	Actor   string    `json:"actor"`
-	Reason  string    `json:"reason"`
-	Policy  string    `json:"policy,omitempty"`
-	APIKey  string    `json:"api_key,omitempty"`
-	User    string    `json:"user,omitempty"`
-	Tier    string    `json:"tier,omitempty"`
-	Limit   *LimitArg `json:"limit,omitempty"`
-	Created time.Time `json:"created"`
-	Expires time.Time `json:"expires"`
-
-	layer *Layer
-}
-
-// LimitArg is a limit given in an override.
-type LimitArg struct {
-	Algorithm string `json:"algorithm,omitempty"`
-	Limit     int64  `json:"limit"`
-	Per       string `json:"per"`
-	Burst     int64  `json:"burst,omitempty"`
-}
-
-func overrideKey(policy, apiKey, user string) string {
-	if apiKey != "" {
-		return policy + "|key:" + apiKey
-	}
-	return policy + "|user:" + user
-}
 
 // ManagerConfig configures a Manager.
 type ManagerConfig struct {
@@ -272,115 +238,6 @@ func (m *Manager) Resolve(req Request) ([]Check, error) {
 func (m *Manager) CountDryRun(scopes []string) {
 	for _, s := range scopes {
 		m.dryRun.WithLabelValues(s).Inc()
-	}
-}
-
-// AddOverride validates o against the running policy, installs it
-// (replacing an earlier override for the same caller) and audits it. It
-// fills ID and Created when empty. Installing an override received from
-// another node keeps its ID, so every node holds the same one.
-func (m *Manager) AddOverride(o Override) (Override, error) {
-	now := m.wallNow()
-	if o.Actor == "" || o.Reason == "" {
-		return o, fmt.Errorf("%w: actor and reason are required", ErrRequest)
-	}
-	if (o.APIKey == "") == (o.User == "") {
-		return o, fmt.Errorf("%w: exactly one of api_key and user names the caller", ErrRequest)
-	}
-	if !o.Expires.After(now) {
-		return o, fmt.Errorf("%w: expires: must be in the future", ErrRequest)
-	}
-	set := m.Current()
-	if o.Policy == "" {
-		o.Policy = set.Default
-	}
-	p := set.Policies[o.Policy]
-	if p == nil {
-		return o, fmt.Errorf("%w: policy: no policy named %q", ErrRequest, o.Policy)
-	}
-	switch {
-	case (o.Tier == "") == (o.Limit == nil):
-		return o, fmt.Errorf("%w: give exactly one of tier and limit", ErrRequest)
-	case o.Tier != "":
-		t := p.Tiers[o.Tier]
-		if t == nil {
-			return o, fmt.Errorf("%w: tier: policy %s has no tier %q", ErrRequest, p.Name, o.Tier)
-		}
-		l := *t
-		l.Scope = "override:tier:" + o.Tier
-		o.layer = &l
-	default:
-		alg, err := bucket.ParseAlgorithm(o.Limit.Algorithm)
-		if err != nil {
-			return o, fmt.Errorf("%w: limit.algorithm: %v", ErrRequest, err)
-		}
-		per, err := time.ParseDuration(o.Limit.Per)
-		if err != nil || per <= 0 {
-			return o, fmt.Errorf("%w: limit.per: must be a positive Go duration, got %q", ErrRequest, o.Limit.Per)
-		}
-		if o.Limit.Burst < 0 {
-			return o, fmt.Errorf("%w: limit.burst: must not be negative, got %d", ErrRequest, o.Limit.Burst)
-		}
-		lim, err := bucket.NewLimit(alg, o.Limit.Limit, per, o.Limit.Burst)
-		if err != nil {
-			return o, fmt.Errorf("%w: limit: %v", ErrRequest, err)
-		}
-		o.layer = &Layer{Scope: "override", Limit: lim, KeyBy: ByIdentity}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if o.ID == "" {
-		m.nextID++
-		o.ID = fmt.Sprintf("ovr-%d-%d", now.UnixMilli(), m.nextID)
-	}
-	if o.Created.IsZero() {
-		o.Created = now
-	}
-	k := overrideKey(o.Policy, o.APIKey, o.User)
-	old := m.overrides[k]
-	if old != nil && old.ID == o.ID {
-		return *old, nil // already installed (a broadcast seen twice)
-	}
-	m.overrides[k] = &o
-	entry := auditEntry{Actor: o.Actor, Action: "override", What: k, Reason: o.Reason, New: o.summary(), Expires: &o.Expires}
-	if old != nil {
-		entry.Old = old.summary()
-	}
-	m.auditLocked(entry)
-	return o, nil
-}
-
-func (o *Override) summary() string {
-	if o.Tier != "" {
-		return "tier " + o.Tier
-	}
-	return fmt.Sprintf("limit %d per %s burst %d", o.Limit.Limit, o.Limit.Per, o.Limit.Burst)
-}
-
-// Overrides returns the active overrides, dropping (and auditing) the ones
-// that expired.
-func (m *Manager) Overrides() []Override {
-	m.Expire()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]Override, 0, len(m.overrides))
-	for _, o := range m.overrides {
-		out = append(out, *o)
-	}
-	slices.SortFunc(out, func(a, b Override) int { return a.Created.Compare(b.Created) })
-	return out
-}
-
-// Expire drops the overrides whose time is up and audits each.
-func (m *Manager) Expire() {
-	now := m.wallNow()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k, o := range m.overrides {
-		if !now.Before(o.Expires) {
-			delete(m.overrides, k)
-			m.auditLocked(auditEntry{Actor: "system", Action: "override_expired", What: k, Old: o.summary(), Reason: o.Reason})
-		}
 	}
 }
 
