@@ -299,54 +299,6 @@ func newClient(t testing.TB, cfg client.Config) *client.Client {
 	return cl
 }
 
-// deadAddr returns a loopback address nothing listens on: connections to
-// it are refused at once.
-func deadAddr(t testing.TB) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
-
-// blackhole returns a loopback address that accepts connections and never
-// says a word: only a deadline ends a call to it.
-func blackhole(t testing.TB) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return lis.Addr().String()
-}
-
 // inline returns an inline check of key at limit per hour (burst = limit).
 func inline(key string, limit, cost int64) *pb.Check {
 	return &pb.Check{Key: key, Cost: &cost, Limit: &pb.Limit{Limit: limit, PerMs: time.Hour.Milliseconds()}}
@@ -534,7 +486,7 @@ func TestClientLargeCallOneRPC(t *testing.T) {
 
 func TestClientFailoverOneDeadTarget(t *testing.T) {
 	c := newCluster(t, 3, "")
-	dead := deadAddr(t)
+	dead := testkit.DeadAddr(t)
 	for _, unbatched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("unbatched=%v", unbatched), func(t *testing.T) {
 			key := fmt.Sprintf("failover-%v", unbatched)
@@ -569,7 +521,7 @@ func TestClientAllDeadErrNoNode(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	for _, unbatched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("refused/unbatched=%v", unbatched), func(t *testing.T) {
-			cl := newClient(t, client.Config{Targets: []string{deadAddr(t), deadAddr(t), deadAddr(t)}, Timeout: timeout, Unbatched: unbatched})
+			cl := newClient(t, client.Config{Targets: []string{testkit.DeadAddr(t), testkit.DeadAddr(t), testkit.DeadAddr(t)}, Timeout: timeout, Unbatched: unbatched})
 			for i := range 5 {
 				start := time.Now()
 				_, err := cl.Check(context.Background(), inline("k", 10, 1))
@@ -586,7 +538,7 @@ func TestClientAllDeadErrNoNode(t *testing.T) {
 	// Targets that accept and never answer: each is tried once, for at most
 	// Timeout.
 	t.Run("blackhole", func(t *testing.T) {
-		cl := newClient(t, client.Config{Targets: []string{blackhole(t), blackhole(t)}, Timeout: timeout})
+		cl := newClient(t, client.Config{Targets: []string{testkit.Blackhole(t), testkit.Blackhole(t)}, Timeout: timeout})
 		start := time.Now()
 		_, err := cl.Check(context.Background(), inline("k", 10, 1))
 		el := time.Since(start)
@@ -809,7 +761,7 @@ func TestClientAbandonedCheckIsNotSent(t *testing.T) {
 // is.
 func TestClientRecentlyFailedNodeIsTriedLast(t *testing.T) {
 	c := newCluster(t, 1, "")
-	cl := newClient(t, client.Config{Targets: []string{c.nodes[0].addr, deadAddr(t)}, Timeout: 2 * time.Second})
+	cl := newClient(t, client.Config{Targets: []string{c.nodes[0].addr, testkit.DeadAddr(t)}, Timeout: 2 * time.Second})
 	// Warm up both connections (the dead one is marked failed).
 	for range 2 {
 		if _, err := cl.Check(context.Background(), inline("warm", 100, 1)); err != nil {
@@ -842,7 +794,7 @@ func TestClientRecentlyFailedNodeIsTriedLast(t *testing.T) {
 // learned and the client takes the targets in turn.
 func TestClientFailedNodeTriedLastOnItsClock(t *testing.T) {
 	c := newCluster(t, 1, "")
-	dead, up := deadAddr(t), c.nodes[0].addr
+	dead, up := testkit.DeadAddr(t), c.nodes[0].addr
 	var mu sync.Mutex
 	tries := map[string]int{}
 	count := grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

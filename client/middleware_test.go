@@ -18,6 +18,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -283,7 +284,7 @@ func TestMiddlewareOneCallPerRequest(t *testing.T) {
 }
 
 func TestMiddlewareFailureModes(t *testing.T) {
-	dead := []string{deadAddr(t), deadAddr(t)}
+	dead := []string{testkit.DeadAddr(t), testkit.DeadAddr(t)}
 	// Local (the zero value: a MiddlewareConfig that names none) and
 	// FailOpen serve the request: the middleware keeps no buckets to fall
 	// back to.

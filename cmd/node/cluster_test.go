@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -843,7 +842,7 @@ func TestClusterRollingRestart(t *testing.T) {
 // serves alone and keeps retrying the join, and Close returns nil.
 func TestDeadSeedInProcess(t *testing.T) {
 	h := newHarness(t)
-	seed := closedPort(t)
+	seed := testkit.DeadAddr(t)
 	n, logs := h.start("lonely", seed)
 	resp, err := h.client.Get("http://" + httpAddr(n) + "/healthz")
 	if err != nil {
@@ -867,19 +866,6 @@ func TestDeadSeedInProcess(t *testing.T) {
 	if err := n.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-}
-
-// closedPort returns 127.0.0.1:P where P was just bound and released, so
-// that nothing listens there.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // waitJoinAttempts polls logs until they show at least n failed join

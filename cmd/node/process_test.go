@@ -386,7 +386,7 @@ func testCrashOfOwner(t *testing.T, bin string) {
 // SIGTERM.
 func testDeadSeed(t *testing.T, bin string) {
 	h := newHarness(t)
-	seed := closedPort(t)
+	seed := testkit.DeadAddr(t)
 	p := startProc(t, bin, "lonely", seed)
 	resp, err := h.client.Get("http://" + p.http + "/healthz")
 	if err != nil {
