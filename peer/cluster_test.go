@@ -16,6 +16,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/harness"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -44,10 +45,7 @@ func newRing(members []string) (forward.Owners, error) {
 // its pool's. Unless a test sets them, the pool's Timeout is the router's
 // PeerTimeout and its Clock the router's Clock; a test whose point is a
 // transport deadline in real time sets Peer.Clock to clock.System().
-type nodeConfig struct {
-	forward.Config
-	Peer peer.Config
-}
+type nodeConfig = harness.NodeConfig
 
 // node is one in-process cluster member.
 type node struct {
@@ -66,71 +64,23 @@ type node struct {
 // stopped, router closed, pool closed.
 func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfig), sopts ...grpc.ServerOption) *node {
 	t.Helper()
-	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	pm, err := peer.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
 	cfg := nodeConfig{Config: forward.Config{
 		Self:        name,
-		Store:       store,
 		NewRing:     newRing,
 		Clock:       clk,
 		Grace:       testGrace,
 		PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
-		Logger:      log,
-		Registerer:  reg,
-	}}
+		Logger:      slog.New(slog.DiscardHandler),
+	}, ServerOptions: sopts, CheckClose: true}
 	if tweak != nil {
 		tweak(&cfg)
-	}
-	pc := cfg.Peer
-	pc.Self, pc.Logger, pc.Metrics = name, log, pm
-	if pc.Timeout == 0 {
-		pc.Timeout = cfg.PeerTimeout
-	}
-	if pc.Clock == nil {
-		pc.Clock = cfg.Clock
-	}
-	pool, err := peer.NewPool(pc)
-	if err != nil {
-		t.Fatalf("NewPool(%s): %v", name, err)
-	}
-	cfg.Peers = pool
-	r, err := forward.New(cfg.Config)
-	if err != nil {
-		pool.Close()
-		t.Fatalf("forward.New(%s): %v", name, err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(sopts...)
-	psrv := peer.NewServer(name, r, pm)
-	psrv.Register(srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		psrv.Drain()
-		srv.Stop()
-		<-served
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := r.Close(ctx); err != nil {
-			t.Errorf("Close(%s): %v", name, err)
-		}
-		pool.Close()
-	})
-	return &node{name: name, addr: lis.Addr().String(), r: r, pool: pool, psrv: psrv, store: store, reg: reg, srv: srv}
+	n := harness.StartNode(t, lis, cfg)
+	return &node{name: n.Name, addr: n.Addr, r: n.Router, pool: n.Pool, psrv: n.Server, store: n.Store, reg: n.Reg, srv: n.GRPC}
 }
 
 func startNodes(t testing.TB, clk clock.Clock, tweak func(*nodeConfig), names ...string) []*node {

@@ -12,6 +12,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -47,11 +48,13 @@ type Node struct {
 	Pool   *peer.Pool
 	Server *peer.Server
 	Store  *bucket.Store
-	Reg    *prometheus.Registry
+	Reg    *prometheus.Registry // nil when NodeConfig.Registerer was another Registerer
+	GRPC   *grpc.Server         // serves the peer service
 
-	grpc   *grpc.Server
-	served chan struct{}
-	once   sync.Once
+	served     chan struct{}
+	once       sync.Once
+	t          testing.TB
+	checkClose bool
 }
 
 // Cluster is a set of in-process nodes on one fault-injecting Network.
@@ -85,43 +88,93 @@ func Start(t testing.TB, opts Options, names ...string) *Cluster {
 }
 
 func (c *Cluster) start(name string, opts Options) *Node {
-	t := c.t
-	t.Helper()
-	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	pm, err := peer.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := peer.NewPool(peer.Config{Self: name, Timeout: opts.PeerTimeout, Clock: opts.Clock, Metrics: pm,
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(c.Net.Dialer(name))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := forward.Config{Self: name, Store: store, Peers: pool, Clock: opts.Clock, PeerTimeout: opts.PeerTimeout,
-		Grace: opts.Grace, Registerer: reg,
-		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }}
-	if opts.Router != nil {
-		opts.Router(&cfg)
-	}
-	r, err := forward.New(cfg)
-	if err != nil {
-		pool.Close()
-		t.Fatal(err)
-	}
+	c.t.Helper()
 	ln, err := c.Net.Listen(name)
 	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg := NodeConfig{
+		Config: forward.Config{Self: name, Clock: opts.Clock, PeerTimeout: opts.PeerTimeout, Grace: opts.Grace},
+		Peer:   peer.Config{DialOptions: []grpc.DialOption{grpc.WithContextDialer(c.Net.Dialer(name))}},
+	}
+	if opts.Router != nil {
+		opts.Router(&cfg.Config)
+	}
+	n := StartNode(c.t, ln, cfg)
+	n.Addr = "passthrough:///" + n.Addr
+	return n
+}
+
+// NodeConfig is what StartNode builds one node from: the router's Config
+// and its pool's.
+type NodeConfig struct {
+	// Config is the router's. StartNode fills Self's store (Store), the
+	// pool (Peers), a fresh registry (Registerer) and a ring.DefaultConfig
+	// ring (NewRing) where they are zero.
+	forward.Config
+	// Peer is the pool's. StartNode sets Self and Metrics; a zero Timeout
+	// is Config.PeerTimeout, a nil Clock is Config.Clock, a nil Logger is
+	// Config.Logger.
+	Peer peer.Config
+	// ServerOptions are given to the node's gRPC server.
+	ServerOptions []grpc.ServerOption
+	// CheckClose makes an error from the router's Close, when the node
+	// stops, fail the test.
+	CheckClose bool
+}
+
+// StartNode starts one node named cfg.Self whose peer service serves on ln;
+// its Addr is ln's address. It stops (see Stop) when the test ends.
+func StartNode(t testing.TB, ln net.Listener, cfg NodeConfig) *Node {
+	t.Helper()
+	name := cfg.Self
+	if cfg.Store == nil {
+		store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Store = store
+	}
+	reg, _ := cfg.Registerer.(*prometheus.Registry)
+	if cfg.Registerer == nil {
+		reg = prometheus.NewRegistry()
+		cfg.Registerer = reg
+	}
+	if cfg.NewRing == nil {
+		cfg.NewRing = func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }
+	}
+	pm, err := peer.NewMetrics(cfg.Registerer)
+	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{Name: name, Addr: "passthrough:///" + ln.Addr().String(), Router: r, Pool: pool, Store: store, Reg: reg,
-		Server: peer.NewServer(name, r, pm), grpc: grpc.NewServer(), served: make(chan struct{})}
-	n.Server.Register(n.grpc)
+	pc := cfg.Peer
+	pc.Self, pc.Metrics = name, pm
+	if pc.Timeout == 0 {
+		pc.Timeout = cfg.PeerTimeout
+	}
+	if pc.Clock == nil {
+		pc.Clock = cfg.Clock
+	}
+	if pc.Logger == nil {
+		pc.Logger = cfg.Logger
+	}
+	pool, err := peer.NewPool(pc)
+	if err != nil {
+		t.Fatalf("NewPool(%s): %v", name, err)
+	}
+	cfg.Peers = pool
+	r, err := forward.New(cfg.Config)
+	if err != nil {
+		pool.Close()
+		t.Fatalf("forward.New(%s): %v", name, err)
+	}
+	n := &Node{Name: name, Addr: ln.Addr().String(), Router: r, Pool: pool, Store: cfg.Store, Reg: reg,
+		Server: peer.NewServer(name, r, pm), GRPC: grpc.NewServer(cfg.ServerOptions...), served: make(chan struct{}),
+		t: t, checkClose: cfg.CheckClose}
+	n.Server.Register(n.GRPC)
 	go func() {
 		defer close(n.served)
-		_ = n.grpc.Serve(ln)
+		_ = n.GRPC.Serve(ln)
 	}()
 	t.Cleanup(n.Stop)
 	return n
@@ -132,11 +185,13 @@ func (c *Cluster) start(name string, opts Options) *Node {
 func (n *Node) Stop() {
 	n.once.Do(func() {
 		n.Server.Drain()
-		n.grpc.Stop()
+		n.GRPC.Stop()
 		<-n.served
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		n.Router.Close(ctx)
+		if err := n.Router.Close(ctx); err != nil && n.checkClose {
+			n.t.Errorf("Close(%s): %v", n.Name, err)
+		}
 		n.Pool.Close()
 	})
 }
