@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/bucket"
 )
@@ -14,9 +15,12 @@ import (
 // safe for concurrent use.
 type Pool struct {
 	cfg Config
+	// live is the members' connections by name, replaced whole under mu:
+	// checks read it without a lock.
+	live atomic.Pointer[map[string]*conn]
 
 	mu      sync.Mutex
-	conns   map[string]*conn // by member name
+	conns   map[string]*conn // by member name; guarded by mu
 	retired []*conn
 	closed  bool
 }
@@ -27,7 +31,9 @@ func NewPool(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Pool{cfg: cfg, conns: map[string]*conn{}}, nil
+	p := &Pool{cfg: cfg, conns: map[string]*conn{}}
+	p.publishLocked()
+	return p, nil
 }
 
 // SetMembers dials the members (name → peer address) it has no
@@ -74,11 +80,24 @@ func (p *Pool) SetMembers(addrs map[string]string) {
 		}
 	}
 	p.retired = kept
+	p.publishLocked()
+}
+
+// publishLocked makes the current connections visible to lock-free readers.
+func (p *Pool) publishLocked() {
+	m := make(map[string]*conn, len(p.conns))
+	for name, c := range p.conns {
+		m[name] = c
+	}
+	p.live.Store(&m)
 }
 
 // conn returns the connection to name: a member's, or with retired set, a
 // connection retired less than Grace ago.
 func (p *Pool) conn(name string, retired bool) (*conn, error) {
+	if c := (*p.live.Load())[name]; c != nil {
+		return c, nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.conns[name]; c != nil {
@@ -180,6 +199,7 @@ func (p *Pool) Close() {
 		conns = append(conns, c)
 	}
 	p.conns, p.retired = nil, nil
+	p.publishLocked()
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range conns {
