@@ -39,7 +39,7 @@ type PeerClient interface {
 	// answers by id, and responses may come out of order (a batch that must
 	// wait for a previous owner's state does not hold up the others). Nodes
 	// open it with content-subtype "ringlimit-peer", whose codec writes the
-	// same bytes as protobuf (forward/wire.go).
+	// same bytes as protobuf (peer/wire.go).
 	Check(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckRequest, CheckResponse], error)
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
@@ -113,7 +113,7 @@ type PeerServer interface {
 	// answers by id, and responses may come out of order (a batch that must
 	// wait for a previous owner's state does not hold up the others). Nodes
 	// open it with content-subtype "ringlimit-peer", whose codec writes the
-	// same bytes as protobuf (forward/wire.go).
+	// same bytes as protobuf (peer/wire.go).
 	Check(grpc.BidiStreamingServer[CheckRequest, CheckResponse]) error
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
