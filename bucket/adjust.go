@@ -1,0 +1,52 @@
+package bucket
+
+import (
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/clock"
+)
+
+// Set makes key's state under l exactly used at time now (clamped to the
+// limit's capacity): a copy of another node's state that replaces the one
+// held. It returns an error, changing nothing, for a bad key or limit.
+func (s *Store) Set(key string, l *Limit, now clock.Instant, used int64) error {
+	return s.adjust(key, l, now, func(int64, bool) int64 { return used })
+}
+
+// Charge adds spend to key's state under l at time now, without an
+// admission check and never beyond the limit's capacity: the spend another
+// copy of the key made and this one has not seen. A key not held starts
+// full, so it ends with spend spent. It returns an error, changing
+// nothing, for a bad key or limit.
+func (s *Store) Charge(key string, l *Limit, now clock.Instant, spend int64) error {
+	if spend <= 0 {
+		return nil
+	}
+	return s.adjust(key, l, now, func(cur int64, _ bool) int64 { return cur + spend })
+}
+
+// adjust sets key's used to fn(current used, fresh).
+func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64, fresh bool) int64) error {
+	now := int64(at)
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if !l.Valid() {
+		return ErrLimit
+	}
+	h := xxhash.Sum64String(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, e, fresh := sh.entry(h, key, l, now)
+	log := sh.logs[i]
+	var cur int64
+	if !fresh {
+		cur = l.used(&e.st, log, now)
+	}
+	l.setUsed(&e.st, &log, now, fn(cur, fresh))
+	if l.alg == SlidingWindowLog {
+		sh.logs[i] = log
+	}
+	return nil
+}
