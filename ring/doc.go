@@ -14,10 +14,15 @@
 //   - Pure: no goroutines, no clocks, no network, no logging, no global
 //     state. A Ring is a function of its Config and its member names, and the
 //     order of the names does not matter.
-//   - Immutable snapshot: a Ring never changes after New returns it, so it is
-//     safe for concurrent use without locks. A membership change builds a new
-//     Ring; callers swap it in (for example with an atomic.Pointer). The zero
-//     Ring and a nil *Ring are empty rings.
+//   - Immutable snapshot: a Ring's ownership never changes after New returns
+//     it, so it is safe for concurrent use; Owner takes no lock. A membership
+//     change builds a new Ring; callers swap it in (for example with an
+//     atomic.Pointer). The zero Ring and a nil *Ring are empty rings.
+//   - Successors are exact: successor i of a key is its owner on the ring
+//     built under the same Config over the members minus the owner and
+//     successors 1..i-1, so a node that replicates a key to its successor
+//     sends it where ownership moves when the owner leaves. Those smaller
+//     rings are built on first use and cached on the Ring, under a lock.
 //   - Owner is the hot path: one xxhash and one index into a partition table
 //     built by New. It takes no lock and allocates nothing, and it answers
 //     exactly what the library's LocateKey answers for the same members.
@@ -59,6 +64,7 @@
 //	r, err := ring.New(ring.DefaultConfig(), []string{"node-1", "node-2", "node-3"})
 //	if err != nil { ... }
 //	owner, err := r.Owner("user:42") // "node-2", say
+//	next := r.Successors("user:42", 1) // who owns it once node-2 leaves
 //
 // On each membership change, build a new Ring from the full member list
 // and compare Version values to tell whether two views agree.

@@ -102,15 +102,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Ring is an immutable snapshot of which member owns which key. It never
-// changes once built, so it is safe for concurrent use by any number of
-// goroutines without locking. The zero Ring, and a nil *Ring, are empty
-// rings: Owner answers ErrNoMembers and Version is 0.
+// Ring is an immutable snapshot of which member owns which key. Its
+// ownership never changes once built, so it is safe for concurrent use by
+// any number of goroutines; only Successors takes a lock, to build and
+// cache the smaller rings it reads. The zero Ring, and a nil *Ring, are
+// empty rings: Owner answers ErrNoMembers and Version is 0.
 type Ring struct {
 	// table[p] is the name of the owner of partition p; nil when empty.
 	table   []string
 	names   []string // sorted member names
 	version uint64
+	cfg     Config // with defaults; what Successors builds smaller rings with
+
+	// subs caches the rings Successors reads; see successors.go.
+	subs withoutCache
 }
 
 // member is how a node is handed to the library. key is a collision-free
@@ -191,7 +196,7 @@ func New(cfg Config, members []string) (*Ring, error) {
 		}
 		table[p] = m.name
 	}
-	return &Ring{table: table, names: names, version: version(cfg, keys)}, nil
+	return &Ring{table: table, names: names, version: version(cfg, keys), cfg: cfg}, nil
 }
 
 // checkPoints returns ErrHashCollision unless the replica points of the
