@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,15 +28,16 @@ var errClosed = errors.New("peer connection closed")
 // stream: a batch costs one message each way on a stream that stays open,
 // not an RPC of its own.
 type conn struct {
-	cfg  *Config
-	name string
-	addr string
-	cc   *grpc.ClientConn
-	rpc  peerv1.PeerClient
-	b    *batcher.Batcher[wireCheck, wireDecision]
-	ctx  context.Context // ends the streams when the conn closes
-	stop context.CancelFunc
-	wg   sync.WaitGroup // stream receivers
+	cfg     *Config
+	version *atomic.Uint64 // the pool's ring version, read at each flush
+	name    string
+	addr    string
+	cc      *grpc.ClientConn
+	rpc     peerv1.PeerClient
+	b       *batcher.Batcher[wireCheck, wireDecision]
+	ctx     context.Context // ends the streams when the conn closes
+	stop    context.CancelFunc
+	wg      sync.WaitGroup // stream receivers
 
 	retireAt  clock.Instant // set under Pool.mu when the peer leaves the member list
 	closeOnce sync.Once
@@ -45,7 +48,7 @@ type conn struct {
 	out    checkBatch // the batch being sent, reused
 }
 
-func dial(cfg *Config, name, addr string) (*conn, error) {
+func dial(cfg *Config, version *atomic.Uint64, name, addr string) (*conn, error) {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow),
@@ -55,7 +58,7 @@ func dial(cfg *Config, name, addr string) (*conn, error) {
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c := &conn{cfg: cfg, name: name, addr: addr, cc: cc, rpc: peerv1.NewPeerClient(cc), ctx: ctx, stop: stop}
+	c := &conn{cfg: cfg, version: version, name: name, addr: addr, cc: cc, rpc: peerv1.NewPeerClient(cc), ctx: ctx, stop: stop}
 	c.b, err = batcher.New(cfg.Batch, c.flush, func(n int) { cfg.Metrics.abandoned.Add(float64(n)) })
 	if err != nil {
 		stop()
@@ -85,7 +88,7 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 		in := make([]wireCheck, n)
 		for j := range in {
 			r := &reqs[off+j]
-			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease}
+			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final}
 		}
 		call := batcher.NewCall(ctx, in, make([]wireDecision, n))
 		if err := c.b.Do(call); err != nil {
@@ -120,7 +123,7 @@ func (c *conn) flush(calls []*call, n int, release func()) {
 	b := &batch{calls: calls, n: n, release: release}
 	c.nextID++
 	m := &c.out
-	m.from, m.id, m.checks = c.cfg.Self, c.nextID, m.checks[:0]
+	m.from, m.id, m.ringVersion, m.checks = c.cfg.Self, c.nextID, c.version.Load(), m.checks[:0]
 	for _, cl := range calls {
 		m.checks = append(m.checks, cl.In...)
 	}
@@ -178,6 +181,11 @@ func (c *conn) finish(b *batch, ans *checkAnswer, err error) {
 	for _, cl := range b.calls {
 		if err == nil {
 			copy(cl.Out, ans.decisions[off:off+len(cl.In)])
+			for j := range cl.Out {
+				if r := cl.Out[j].redirect; r != "" { // points into ans.buf
+					cl.Out[j].redirect = strings.Clone(r)
+				}
+			}
 			cl.From = owner
 		}
 		off += len(cl.In)
@@ -211,6 +219,21 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 	}
 	c.cfg.Metrics.handoffSent.Add(float64(len(states)))
 	return nil
+}
+
+// replicate sends states to the peer in one call and returns how many it
+// took.
+func (c *conn) replicate(ctx context.Context, version uint64, states []State) (int, error) {
+	req := &peerv1.ReplicateRequest{From: c.cfg.Self, RingVersion: version, Buckets: make([]*peerv1.BucketState, len(states))}
+	for i := range states {
+		s := &states[i]
+		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used}
+	}
+	resp, err := c.rpc.Replicate(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.GetAccepted()), nil
 }
 
 // keys asks the peer how many keys it holds.

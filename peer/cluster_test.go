@@ -3,8 +3,8 @@ package peer_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,43 +15,121 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/forward"
-	"github.com/ringlimit/ringlimit/internal/harness"
-	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
-	"github.com/ringlimit/ringlimit/ring"
 )
 
-// The transport's tests run real forward.Routers as the peer service's
-// Handler, so that what they assert the owner spent is what an owner
-// spends.
+// The transport's tests run each node as a Pool and a Server on a loopback
+// gRPC server, with a small Handler of their own (storeHandler) that
+// decides on a real bucket.Store and records what the transport gave it.
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testGrace is the Grace of every test router.
-const testGrace = 300 * time.Millisecond
-
 // failTimeout is the peer deadline of the tests where it fires.
 const failTimeout = 200 * time.Millisecond
 
-func newRing(members []string) (forward.Owners, error) {
-	return ring.New(ring.DefaultConfig(), members)
+// testVersion is the ring version formCluster gives every pool.
+const testVersion = 7
+
+// storeHandler is the peer service's Handler in these tests. It decides
+// every request on store at clk's time, except that a request that is not
+// Final and whose key owner names another node is answered with a
+// Redirect. It takes replicas from members only. It is safe for concurrent
+// use; mu guards the fields below it.
+type storeHandler struct {
+	self  string
+	store *bucket.Store
+	clk   clock.Clock
+	// owner names a key's owner; nil means self owns every key.
+	owner func(key string) string
+
+	mu       sync.Mutex
+	members  map[string]bool // who may replicate here; nil: anyone
+	versions []uint64        // the version of each batch, in order
+	finals   []bool          // Final of each request, in order
+	replicas []peer.State
+	lookups  []string // "from key" of each Lookup
+	record   bool     // record versions and finals (off for allocation counts)
 }
 
-// nodeConfig is what startNode builds a node from: the router's Config and
-// its pool's. Unless a test sets them, the pool's Timeout is the router's
-// PeerTimeout and its Clock the router's Clock; a test whose point is a
-// transport deadline in real time sets Peer.Clock to clock.System().
-type nodeConfig = harness.NodeConfig
+func (h *storeHandler) Decide(_ context.Context, _ string, version uint64, reqs []peer.Request, out []peer.Answer) {
+	if h.record {
+		h.mu.Lock()
+		h.versions = append(h.versions, version)
+		for i := range reqs {
+			h.finals = append(h.finals, reqs[i].Final)
+		}
+		h.mu.Unlock()
+	}
+	now := h.clk.Now()
+	for i := range reqs {
+		r := &reqs[i]
+		if h.owner != nil && !r.Final {
+			if o := h.owner(r.Key); o != h.self {
+				out[i] = peer.Answer{Redirect: o}
+				continue
+			}
+		}
+		if r.Refund {
+			_ = h.store.Refund(r.Key, &r.Limit, now, r.Cost)
+			continue
+		}
+		d, err := h.store.Take(r.Key, &r.Limit, now, r.Cost)
+		if err != nil {
+			continue // valid requests only: cannot happen
+		}
+		out[i].SetDecision(&d)
+	}
+}
+
+func (h *storeHandler) MayWait(string) bool { return false }
+
+func (h *storeHandler) Merge(_ string, states []peer.State) int {
+	return h.take(states)
+}
+
+func (h *storeHandler) take(states []peer.State) int {
+	n := 0
+	for i := range states {
+		s := &states[i]
+		if h.store.Merge(s.Key, &s.Limit, h.clk.Now(), s.Used) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *storeHandler) Replicate(from string, states []peer.State) (int, error) {
+	h.mu.Lock()
+	if h.members != nil && !h.members[from] {
+		h.mu.Unlock()
+		return 0, fmt.Errorf("%s is not a member", from)
+	}
+	h.replicas = append(h.replicas, states...)
+	h.mu.Unlock()
+	return h.take(states), nil
+}
+
+func (h *storeHandler) Lookup(from, key string) (peer.State, bool) {
+	h.mu.Lock()
+	h.lookups = append(h.lookups, from+" "+key)
+	h.mu.Unlock()
+	l, used, ok := h.store.Used(key, h.clk.Now())
+	return peer.State{Key: key, Limit: l, Used: used}, ok
+}
+
+func (h *storeHandler) Keys() int64         { return int64(h.store.Len()) }
+func (h *storeHandler) RingVersion() uint64 { return testVersion }
+
+var _ peer.Handler = (*storeHandler)(nil)
 
 // node is one in-process cluster member.
 type node struct {
 	name  string
 	addr  string
-	r     *forward.Router
+	h     *storeHandler
 	pool  *peer.Pool
 	psrv  *peer.Server
 	store *bucket.Store
@@ -59,31 +137,53 @@ type node struct {
 	srv   *grpc.Server
 }
 
-// startNode starts a node named name on its own loopback gRPC server, shut
-// down in cmd/node's order when the test ends: peer service drained and
-// stopped, router closed, pool closed.
-func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfig), sopts ...grpc.ServerOption) *node {
+// startNode starts a node named name on its own loopback gRPC server,
+// stopped when the test ends in cmd/node's order: peer service drained and
+// stopped, pool closed. Its pool runs on clk with a generous Timeout
+// (-race under load must not fail a batch) unless tweak changes them.
+func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Config), sopts ...grpc.ServerOption) *node {
 	t.Helper()
-	cfg := nodeConfig{Config: forward.Config{
-		Self:        name,
-		NewRing:     newRing,
-		Clock:       clk,
-		Grace:       testGrace,
-		PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
-		Logger:      slog.New(slog.DiscardHandler),
-	}, ServerOptions: sopts, CheckClose: true}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := harness.StartNode(t, lis, cfg)
-	return &node{name: n.Name, addr: n.Addr, r: n.Router, pool: n.Pool, psrv: n.Server, store: n.Store, reg: n.Reg, srv: n.GRPC}
+	reg := prometheus.NewRegistry()
+	pm, err := peer.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := peer.Config{Self: name, Timeout: 5 * time.Second, Clock: clk, Metrics: pm}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	pool, err := peer.NewPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	h := &storeHandler{self: name, store: store, clk: clk, record: true}
+	n := &node{name: name, addr: lis.Addr().String(), h: h, pool: pool, psrv: peer.NewServer(name, h, pm),
+		store: store, reg: reg, srv: grpc.NewServer(sopts...)}
+	n.psrv.Register(n.srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = n.srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		n.psrv.Drain()
+		n.srv.Stop()
+		<-served
+		n.pool.Close()
+	})
+	return n
 }
 
-func startNodes(t testing.TB, clk clock.Clock, tweak func(*nodeConfig), names ...string) []*node {
+func startNodes(t testing.TB, clk clock.Clock, tweak func(*peer.Config), names ...string) []*node {
 	t.Helper()
 	nodes := make([]*node, len(names))
 	for i, name := range names {
@@ -92,60 +192,60 @@ func startNodes(t testing.TB, clk clock.Clock, tweak func(*nodeConfig), names ..
 	return nodes
 }
 
-// realTransport runs a node's pool on real time.
-func realTransport(c *nodeConfig) { c.Peer.Clock = clock.System() }
-
-// formCluster gives every node the member list of all of them and moves the
-// clock past the grace period.
-func formCluster(clk *testkit.Clock, nodes ...*node) {
-	ms := make([]forward.Member, len(nodes))
-	for i, n := range nodes {
-		ms[i] = forward.Member{Name: n.name, Addr: n.addr}
-	}
-	for _, n := range nodes {
-		n.r.SetMembers(ms)
-	}
-	clk.Advance(testGrace)
+// realTransport runs a node's pool on real time, with failTimeout.
+func realTransport(c *peer.Config) {
+	c.Clock = clock.System()
+	c.Timeout = failTimeout
 }
 
-// keysOwnedBy returns n keys "prefix-i" that r's ring gives to owner.
-func keysOwnedBy(t testing.TB, r *forward.Router, owner, prefix string, n int) []string {
-	t.Helper()
-	var keys []string
-	for i := 0; len(keys) < n; i++ {
-		if i > 100000 {
-			t.Fatalf("fewer than %d keys owned by %s", n, owner)
-		}
-		k := fmt.Sprintf("%s-%d", prefix, i)
-		if o, _ := r.Owner(k); o == owner {
-			keys = append(keys, k)
-		}
+// formCluster gives every node's pool the member list of all of them, at
+// ring version testVersion.
+func formCluster(nodes ...*node) {
+	addrs := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		addrs[n.name] = n.addr
+	}
+	for _, n := range nodes {
+		n.pool.SetMembers(testVersion, addrs)
+	}
+}
+
+// testKeys returns n keys "prefix-i".
+func testKeys(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
 	return keys
 }
 
 func hourlyLimit(n int64) bucket.Limit { return bucket.MustLimit(bucket.TokenBucket, n, time.Hour, 0) }
 
-func check1(t testing.TB, r *forward.Router, key string, l bucket.Limit, cost int64) forward.Result {
-	t.Helper()
-	var out [1]forward.Result
-	if err := r.Check(context.Background(), []forward.Check{{Key: key, Limit: l, Cost: cost}}, out[:]); err != nil {
-		t.Fatalf("Check(%s on %s): %v", key, r.Self(), err)
-	}
-	return out[0]
+// check sends one check of cost 1 on key under l from n to the member to,
+// within timeout, and returns the answer and the node that decided.
+func check(n *node, to, key string, l bucket.Limit, timeout time.Duration) (peer.Answer, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out [1]peer.Answer
+	owner, err := n.pool.Check(ctx, to, []peer.Request{{Key: key, Limit: l, Cost: 1}}, out[:])
+	return out[0], owner, err
 }
 
-// timedCheck runs checks through r and returns the results and how long it took.
-func timedCheck(t testing.TB, r *forward.Router, checks ...forward.Check) ([]forward.Result, time.Duration) {
+// check1 is check that must be answered.
+func check1(t testing.TB, n *node, to, key string, l bucket.Limit) (peer.Answer, string) {
 	t.Helper()
-	out := make([]forward.Result, len(checks))
-	start := time.Now()
-	err := r.Check(context.Background(), checks, out)
-	el := time.Since(start)
+	a, owner, err := check(n, to, key, l, 10*time.Second)
 	if err != nil {
-		t.Fatalf("Check: %v", err)
+		t.Fatalf("Check(%s from %s to %s): %v", key, n.name, to, err)
 	}
-	return out, el
+	return a, owner
+}
+
+// timedCheck is check, with how long it took.
+func timedCheck(n *node, to, key string, l bucket.Limit, timeout time.Duration) (peer.Answer, time.Duration, error) {
+	start := time.Now()
+	a, _, err := check(n, to, key, l, timeout)
+	return a, time.Since(start), err
 }
 
 // peerClient dials addr's Peer service directly, as another node would.

@@ -20,7 +20,7 @@ func TestCheckOnClosedConnDoesNotHang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.SetMembers(map[string]string{"B": testkit.DeadAddr(t)})
+	p.SetMembers(1, map[string]string{"B": testkit.DeadAddr(t)})
 	c, err := p.conn("B", false)
 	if err != nil {
 		t.Fatal(err)

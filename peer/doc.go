@@ -1,8 +1,16 @@
 // Package peer is the transport between ringlimit nodes, both sides of the
 // internal Peer gRPC service (proto/peer/v1): a Pool that keeps one
-// connection per member and sends it batches of checks, handoffs and
-// fetches; and a Server that decides the batches other nodes send, through
+// connection per member and sends it batches of checks, handoffs, replicas
+// and fetches; and a Server that decides the batches other nodes send, through
 // a Handler the node provides.
+//
+// Every batch carries the version of the sender's ring (the one given to
+// Pool.SetMembers when the batch left), for the receiver to compare with
+// its own. A receiver whose ring names another owner for a check answers
+// it with Answer.Redirect and spends nothing, unless the check is
+// Request.Final (the sender's last hop). An owner keeps each key's state
+// on its successors with Pool.Replicate (absolute spent values); a
+// receiver refuses a batch from a node outside its ring.
 //
 // Checks travel batched: every check bound for one member that is waiting
 // when a slot frees up leaves in the same message (internal/batcher), on one
@@ -18,6 +26,7 @@
 //   - A received batch is validated whole before any of it is decided: one
 //     bad check refuses the batch and changes no state.
 //   - Answers come back in the order of the checks.
+//   - A redirected check spent nothing on the node that redirected it.
 //
 // Shutdown: Server.Drain asks peers to end their streams to this node (so
 // a graceful gRPC stop need not wait for them); Pool.Close fails the calls

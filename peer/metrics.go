@@ -12,6 +12,9 @@ type Metrics struct {
 	received        prometheus.Counter
 	handoffSent     prometheus.Counter
 	handoffReceived prometheus.Counter
+	replicated      prometheus.Counter
+	replicateErrors prometheus.Counter
+	replicas        prometheus.Counter
 }
 
 func newMetrics() *Metrics {
@@ -45,6 +48,18 @@ func newMetrics() *Metrics {
 			Name: "ringlimit_handoff_keys_received_total",
 			Help: "Bucket states received from previous owners and merged.",
 		}),
+		replicated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_replicated_total",
+			Help: "Bucket states sent to successors in Replicate calls they acknowledged.",
+		}),
+		replicateErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_replicate_errors_total",
+			Help: "Replicate calls to successors that failed (unreachable, timed out, or refused).",
+		}),
+		replicas: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_replicas_received_total",
+			Help: "Bucket states received from the owners this node succeeds and accepted.",
+		}),
 	}
 }
 
@@ -55,7 +70,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.batchSize, m.received, m.handoffSent, m.handoffReceived} {
+	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
+		m.replicated, m.replicateErrors, m.replicas} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

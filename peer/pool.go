@@ -10,11 +10,14 @@ import (
 )
 
 // Pool keeps a connection to every other member and sends each its
-// batches, handoffs and fetches. A member that leaves the list stays
-// dialable for Grace, so that a new owner can still fetch from it. It is
-// safe for concurrent use.
+// batches, handoffs, replicas and fetches. A member that leaves the list
+// stays dialable for Grace, so that a new owner can still fetch from it.
+// It is safe for concurrent use.
 type Pool struct {
 	cfg Config
+	// version is the ring version given to the last SetMembers; every
+	// batch carries the value it has when the batch is flushed.
+	version atomic.Uint64
 	// live is the members' connections by name, replaced whole under mu:
 	// checks read it without a lock.
 	live atomic.Pointer[map[string]*conn]
@@ -36,11 +39,13 @@ func NewPool(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// SetMembers dials the members (name → peer address) it has no
-// connection to, and retires the connections of members no longer listed
-// or whose address changed. Self is skipped. Retired connections are
-// closed by the first SetMembers at least Grace after they retired.
-func (p *Pool) SetMembers(addrs map[string]string) {
+// SetMembers records version, the version of the ring the members form,
+// dials the members (name → peer address) it has no connection to, and
+// retires the connections of members no longer listed or whose address
+// changed. Self is skipped. Every batch flushed from then on carries
+// version. Retired connections are closed by the first SetMembers at least
+// Grace after they retired.
+func (p *Pool) SetMembers(version uint64, addrs map[string]string) {
 	var stale []*conn
 	defer func() { // close waits for the stream receivers: not under mu
 		for _, c := range stale {
@@ -52,6 +57,7 @@ func (p *Pool) SetMembers(addrs map[string]string) {
 	if p.closed {
 		return
 	}
+	p.version.Store(version)
 	now := p.cfg.Clock.Now()
 	for name, c := range p.conns {
 		if addr, ok := addrs[name]; !ok || addr != c.addr {
@@ -64,7 +70,7 @@ func (p *Pool) SetMembers(addrs map[string]string) {
 		if name == p.cfg.Self || p.conns[name] != nil {
 			continue
 		}
-		c, err := dial(&p.cfg, name, addr)
+		c, err := dial(&p.cfg, &p.version, name, addr)
 		if err != nil {
 			p.cfg.Logger.Error("peer not reachable", "peer", name, "addr", addr, "err", err)
 			continue
@@ -154,6 +160,27 @@ func (p *Pool) Handoff(ctx context.Context, name string, states []State) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*p.cfg.Timeout)
 	defer cancel()
 	return c.handoff(ctx, states)
+}
+
+// Replicate sends states to the member name (this node's successor for
+// their keys), within Timeout, and returns how many it took. It fails when
+// name is not a current member, when the call fails, or when name refuses
+// the batch (status FailedPrecondition: this node is not a member of its
+// ring).
+func (p *Pool) Replicate(ctx context.Context, name string, states []State) (int, error) {
+	c, err := p.conn(name, false)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	n, err := c.replicate(ctx, p.version.Load(), states)
+	if err != nil {
+		p.cfg.Metrics.replicateErrors.Inc()
+		return 0, err
+	}
+	p.cfg.Metrics.replicated.Add(float64(len(states)))
+	return n, nil
 }
 
 // Keys asks every member how many keys it holds, in parallel, each within

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -17,10 +19,14 @@ import (
 // may be called concurrently.
 type Handler interface {
 	// Decide applies one batch of checks a peer sent, in order, on this
-	// node's store, and writes one Answer per request into out. Every
-	// request is valid (key, limit and cost were checked). Keys point into
-	// a buffer that is reused after Decide returns.
-	Decide(ctx context.Context, from string, reqs []Request, out []Answer)
+	// node's store, and writes one Answer per request into out; version is
+	// the version of the sender's ring when it sent the batch. A request
+	// this node's ring gives to another member, and that is not Final,
+	// should be answered with Redirect set to that member and nothing
+	// spent. Every request is valid (key, limit and cost were checked).
+	// Keys and from point into a buffer that is reused after Decide
+	// returns.
+	Decide(ctx context.Context, from string, version uint64, reqs []Request, out []Answer)
 	// MayWait reports whether deciding a batch from the named peer may
 	// block (for state from a previous owner, or for the sender to join
 	// this node's ring): such a batch is decided on its own goroutine so
@@ -29,8 +35,13 @@ type Handler interface {
 	// Merge folds pushed bucket states into the store and returns how many
 	// it took.
 	Merge(from string, states []State) int
-	// Lookup returns key's state, for a new owner that asks.
-	Lookup(key string) (State, bool)
+	// Replicate stores the states the owner from replicates to this node
+	// (its successor). It returns how many it took, or an error when it
+	// refuses the whole batch (from is not a current member).
+	Replicate(from string, states []State) (int, error)
+	// Lookup returns key's state, for the node from (a new owner) that
+	// asks.
+	Lookup(from, key string) (State, bool)
 	// Keys returns how many keys this node holds.
 	Keys() int64
 	// RingVersion returns the version of this node's ring.
@@ -152,38 +163,55 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
 			return
 		}
-		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease})
+		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final})
 	}
 	if cap(pb.answers) < len(pb.reqs) {
 		pb.answers = make([]Answer, len(pb.reqs))
 	}
 	pb.answers = pb.answers[:len(pb.reqs)]
 	clear(pb.answers)
-	s.h.Decide(ctx, in.from, pb.reqs, pb.answers)
+	s.h.Decide(ctx, in.from, in.ringVersion, pb.reqs, pb.answers)
 	for i := range pb.answers {
 		out.decisions = append(out.decisions, wireDecision{})
 		out.decisions[i].fromAnswer(&pb.answers[i])
 	}
 }
 
-// Handoff merges pushed bucket state.
-func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peerv1.HandoffResponse, error) {
-	states := make([]State, 0, len(req.GetBuckets()))
-	for _, b := range req.GetBuckets() {
+// statesFromProto returns the valid states of bs; invalid ones (bad key or
+// limit) are left out.
+func statesFromProto(bs []*peerv1.BucketState) []State {
+	states := make([]State, 0, len(bs))
+	for _, b := range bs {
 		l, err := limitFromProto(b.GetLimit())
 		if err != nil || bucket.CheckKey(b.GetKey()) != nil {
 			continue
 		}
 		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed()})
 	}
-	merged := s.h.Merge(req.GetFrom(), states)
+	return states
+}
+
+// Handoff merges pushed bucket state.
+func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peerv1.HandoffResponse, error) {
+	merged := s.h.Merge(req.GetFrom(), statesFromProto(req.GetBuckets()))
 	s.m.handoffReceived.Add(float64(merged))
 	return &peerv1.HandoffResponse{Merged: int64(merged)}, nil
 }
 
+// Replicate stores the states an owner keeps on this node, its successor.
+// A refusal by the handler answers FailedPrecondition.
+func (s *Server) Replicate(ctx context.Context, req *peerv1.ReplicateRequest) (*peerv1.ReplicateResponse, error) {
+	n, err := s.h.Replicate(req.GetFrom(), statesFromProto(req.GetBuckets()))
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	s.m.replicas.Add(float64(n))
+	return &peerv1.ReplicateResponse{Accepted: int64(n)}, nil
+}
+
 // Fetch answers a new owner asking for a key's state.
 func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.FetchResponse, error) {
-	st, ok := s.h.Lookup(req.GetKey())
+	st, ok := s.h.Lookup(req.GetFrom(), req.GetKey())
 	if !ok {
 		return &peerv1.FetchResponse{}, nil
 	}

@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -25,10 +22,10 @@ import (
 func TestConcurrentChecksAreCoalesced(t *testing.T) {
 	const goroutines, perG, maxBatch = 64, 50, 8
 	clock := testkit.NewClock(0)
-	a := startNode(t, "A", clock, func(c *nodeConfig) { c.Peer.Batch.MaxBatch = maxBatch })
+	a := startNode(t, "A", clock, func(c *peer.Config) { c.Batch.MaxBatch = maxBatch })
 	b := startNode(t, "B", clock, nil)
-	formCluster(clock, a, b)
-	keys := keysOwnedBy(t, a.r, "B", "coalesce", 16)
+	formCluster(a, b)
+	keys := testKeys("coalesce", 16)
 	lim := hourlyLimit(1_000_000)
 
 	var wg sync.WaitGroup
@@ -37,9 +34,9 @@ func TestConcurrentChecksAreCoalesced(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for i := range perG {
-				res := check1(t, a.r, keys[(g+i)%len(keys)], lim, 1)
-				if !res.Allowed || res.Degraded || res.Owner != "B" {
-					t.Errorf("%+v", res)
+				ans, owner, err := check(a, "B", keys[(g+i)%len(keys)], lim, 10*time.Second)
+				if err != nil || !ans.Allowed || owner != "B" {
+					t.Errorf("%+v from %s: %v", ans, owner, err)
 					return
 				}
 			}
@@ -73,34 +70,38 @@ func TestConcurrentChecksAreCoalesced(t *testing.T) {
 	}
 }
 
-// Config.Batch.MaxBatch is "the most checks one peer RPC carries", but the batcher
-// only stops gathering once it has reached MaxBatch, and a single request's
-// group is never split: calls of several checks overshoot.
+// Config.Batch.MaxBatch is "the most checks one peer RPC carries": a call of
+// more checks than that is split into batches of at most MaxBatch.
 func TestMaxBatchBoundsMultiCheckCalls(t *testing.T) {
 	const maxBatch = 8
 	clock := testkit.NewClock(0)
-	a := startNode(t, "A", clock, func(c *nodeConfig) { c.Peer.Batch.MaxBatch = maxBatch })
+	a := startNode(t, "A", clock, func(c *peer.Config) { c.Batch.MaxBatch = maxBatch })
 	b := startNode(t, "B", clock, nil)
-	formCluster(clock, a, b)
-	keys := keysOwnedBy(t, a.r, "B", "multi", 20)
+	formCluster(a, b)
+	keys := testKeys("multi", 20)
 	lim := hourlyLimit(1000)
-	checks := make([]forward.Check, len(keys))
+	reqs := make([]peer.Request, len(keys))
 	for i, k := range keys {
-		checks[i] = forward.Check{Key: k, Limit: lim, Cost: 1}
+		reqs[i] = peer.Request{Key: k, Limit: lim, Cost: 1}
 	}
-	out := make([]forward.Result, len(checks))
-	if err := a.r.Check(context.Background(), checks, out); err != nil {
+	out := make([]peer.Answer, len(reqs))
+	if _, err := a.pool.Check(context.Background(), "B", reqs, out); err != nil {
 		t.Fatal(err)
 	}
 	rpcs := testkit.Metric(t, a.reg, "ringlimit_forward_rpcs_total")
 	if over := testkit.HistogramAbove(t, a.reg, "ringlimit_forward_batch_checks", maxBatch); over != 0 || rpcs < 3 {
 		t.Fatalf("20 checks in %v RPCs, %d of them above MaxBatch=%d", rpcs, over, maxBatch)
 	}
+	for i := range out {
+		if !out[i].Allowed || out[i].Remaining != 999 || !b.store.Has(keys[i]) {
+			t.Fatalf("answer %d: %+v, want allowed with 999 left", i, out[i])
+		}
+	}
 }
 
-// The peer service applies a batch only if all of it is valid, as Router.Check
-// does: a bad check (from a peer of another version, say) must not leave the
-// checks before it spent.
+// The peer service applies a batch only if all of it is valid: a bad check
+// (from a peer of another version, say) must not leave the checks before it
+// spent.
 func TestPeerBatchValidatedWhole(t *testing.T) {
 	clock := testkit.NewClock(0)
 	b := startNode(t, "B", clock, nil)
@@ -137,15 +138,15 @@ func TestPeerBatchValidatedWhole(t *testing.T) {
 // A stopping node asks its peers to end their Check streams to it
 // (peer.Server.Drain), so that a graceful stop of its gRPC server returns instead
 // of waiting for streams that would otherwise stay open for good. After it,
-// the peer's checks on the node's keys go to their failure mode.
+// the peer's checks to the node fail at once.
 func TestDrainEndsPeerStreams(t *testing.T) {
 	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B")
-	formCluster(clock, nodes...)
+	formCluster(nodes...)
 	a, b := nodes[0], nodes[1]
-	key := keysOwnedBy(t, a.r, "B", "drain", 1)[0]
-	if r := check1(t, a.r, key, hourlyLimit(10), 1); !r.Allowed || r.Owner != "B" || r.Remaining != 9 {
-		t.Fatalf("first check through A: %+v, want allowed by B with 9 left", r)
+	key := "drain-0"
+	if ans, owner := check1(t, a, "B", key, hourlyLimit(10)); !ans.Allowed || owner != "B" || ans.Remaining != 9 {
+		t.Fatalf("first check from A: %+v by %s, want allowed by B with 9 left", ans, owner)
 	}
 	stopped := make(chan struct{})
 	go func() {
@@ -165,33 +166,28 @@ func TestDrainEndsPeerStreams(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("GracefulStop still waiting 5s after Drain")
 	}
-	out, el := timedCheck(t, a.r, forward.Check{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed})
-	if r := out[0]; r.Allowed || !r.Degraded || el > time.Second {
-		t.Fatalf("check through A after B stopped: %+v after %v, want a prompt fail-closed rejection", r, el)
+	if ans, el, err := timedCheck(a, "B", key, hourlyLimit(10), 5*time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) || el > time.Second {
+		t.Fatalf("check from A after B stopped: %+v, %v after %v, want a prompt failure", ans, err, el)
 	}
 }
 
 // An owner that takes batches on its Check stream and never answers them:
-// each batch fails to its failure mode once it has waited PeerTimeout (the
-// stream breaks, and the next batch opens a new one, held again).
+// each batch fails once it has waited Timeout (the stream breaks, and the
+// next batch opens a new one, held again).
 func TestOwnerHoldsBatches(t *testing.T) {
 	clock := testkit.NewClock(0)
 	// The deadline is the point: A's transport runs on real time.
-	a := startNode(t, "A", clock, func(c *nodeConfig) {
-		c.PeerTimeout = failTimeout
-		realTransport(c)
-	})
+	a := startNode(t, "A", clock, realTransport)
 	slow := &slowServer{held: make(chan struct{}, 16)}
 	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(slow.interceptStream))
-	formCluster(clock, a, b)
-	keys := keysOwnedBy(t, a.r, "B", "held", 2)
-	for i, key := range keys {
-		out, el := timedCheck(t, a.r, forward.Check{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed})
-		if r := out[0]; r.Allowed || !r.Degraded || r.Owner != "A" {
-			t.Fatalf("check %d on a held batch: %+v, want a fail-closed rejection by A", i, r)
+	formCluster(a, b)
+	for i, key := range testKeys("held", 2) {
+		ans, el, err := timedCheck(a, "B", key, hourlyLimit(10), 5*time.Second)
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("check %d on a held batch: %+v, %v; want the transport's failure", i, ans, err)
 		}
 		if el < failTimeout || el > failTimeout+time.Second {
-			t.Fatalf("check %d degraded after %v, want PeerTimeout (%v) and not much more", i, el, failTimeout)
+			t.Fatalf("check %d failed after %v, want Timeout (%v) and not much more", i, el, failTimeout)
 		}
 	}
 	if n := len(slow.held); n != 2 {
@@ -199,20 +195,19 @@ func TestOwnerHoldsBatches(t *testing.T) {
 	}
 }
 
-// Checks through a node whose owner is draining (stopping, still serving)
-// never wait past their deadline: each batch is either answered by the
-// owner or, when the owner ends the new stream before the batch is on it,
-// fails to its failure mode at once. Before the fix, a batch that lost that
-// race was on no stream at all, and its checks (and every later check to
-// that owner) waited for their callers' deadlines. After the first 10
-// checks the race is lost on purpose: a batch on a new stream waits for
-// the drain to arrive first.
+// Checks to an owner that is draining (stopping, still serving) never wait
+// past their deadline: each batch is either answered by the owner or, when
+// the owner ends the new stream before the batch is on it, fails at once.
+// Before the fix, a batch that lost that race was on no stream at all, and
+// its checks (and every later check to that owner) waited for their
+// callers' deadlines. After the first 10 checks the race is lost on
+// purpose: a batch on a new stream waits for the drain to arrive first.
 func TestChecksWhileOwnerDrains(t *testing.T) {
 	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B")
-	formCluster(clock, nodes...)
+	formCluster(nodes...)
 	a, b := nodes[0], nodes[1]
-	keys := keysOwnedBy(t, a.r, "B", "draining", 110)
+	keys := testKeys("draining", 110)
 	b.psrv.Drain() // B keeps serving, and drains every stream opened to it
 	t.Cleanup(func() { peer.SetTestHookOpened(nil) })
 	var opened atomic.Int32 // streams opened once the hook is set
@@ -226,42 +221,36 @@ func TestChecksWhileOwnerDrains(t *testing.T) {
 				}
 			})
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		var out [1]forward.Result
-		err := a.r.Check(ctx, []forward.Check{{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed}}, out[:])
-		cancel()
-		switch r := out[0]; {
-		case err != nil:
+		ans, owner, err := check(a, "B", key, hourlyLimit(10), 3*time.Second)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			t.Fatalf("check %d: %v (it waited for its deadline)", i, err)
-		case r.Owner == "B" && r.Allowed && r.Remaining == 9:
-		case r.Degraded && !r.Allowed:
+		case err != nil:
 			if i >= 10 {
 				failedLate++
 			}
+		case owner == "B" && ans.Allowed && ans.Remaining == 9:
 		default:
-			t.Fatalf("check %d: %+v", i, r)
+			t.Fatalf("check %d: %+v by %s", i, ans, owner)
 		}
 		if opened.Load() >= 5 {
 			break
 		}
 	}
 	// A check that finds the previous stream not yet drained is answered
-	// on it; one that opens a stream fails closed.
+	// on it; one that opens a stream fails.
 	if n := int(opened.Load()); n < 5 || failedLate != n {
-		t.Fatalf("%d checks failed closed and %d opened a stream that drained before their batch; want as many, and 5", failedLate, n)
+		t.Fatalf("%d checks failed and %d opened a stream that drained before their batch; want as many, and 5", failedLate, n)
 	}
 }
 
 // An owner that drains a stream and then never answers the batch in flight
 // on it: the batch keeps its deadline, and fails once it has waited
-// PeerTimeout.
+// Timeout.
 func TestDrainedStreamKeepsDeadline(t *testing.T) {
 	clock := testkit.NewClock(0)
 	// The deadline is the point: A's transport runs on real time.
-	a := startNode(t, "A", clock, func(c *nodeConfig) {
-		c.PeerTimeout = failTimeout
-		realTransport(c)
-	})
+	a := startNode(t, "A", clock, realTransport)
 	hold := func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
 		var req peerv1.CheckRequest
 		if err := ss.RecvMsg(&req); err != nil {
@@ -274,16 +263,11 @@ func TestDrainedStreamKeepsDeadline(t *testing.T) {
 		return ss.Context().Err()
 	}
 	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(hold))
-	formCluster(clock, a, b)
-	for i, key := range keysOwnedBy(t, a.r, "B", "drained", 2) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		var out [1]forward.Result
-		start := time.Now()
-		err := a.r.Check(ctx, []forward.Check{{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed}}, out[:])
-		el := time.Since(start)
-		cancel()
-		if r := out[0]; err != nil || r.Allowed || !r.Degraded || el < failTimeout || el > failTimeout+time.Second {
-			t.Fatalf("check %d: %+v, err %v after %v, want a fail-closed rejection after PeerTimeout (%v)", i, r, err, el, failTimeout)
+	formCluster(a, b)
+	for i, key := range testKeys("drained", 2) {
+		ans, el, err := timedCheck(a, "B", key, hourlyLimit(10), 3*time.Second)
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || el < failTimeout || el > failTimeout+time.Second {
+			t.Fatalf("check %d: %+v, err %v after %v, want the transport's failure after Timeout (%v)", i, ans, err, el, failTimeout)
 		}
 	}
 }
@@ -315,20 +299,15 @@ func TestAbandonedCheckIsNotSent(t *testing.T) {
 		return h(srv, &gatedStream{ServerStream: ss, open: open})
 	}
 	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(gate))
-	formCluster(clock, a, b)
-	keys := keysOwnedBy(t, a.r, "B", "abandoned", 3)
-	check := func(ctx context.Context, key string) (forward.Result, error) {
-		var out [1]forward.Result
-		err := a.r.Check(ctx, []forward.Check{{Key: key, Limit: hourlyLimit(10), Cost: 1, Mode: bucket.FailClosed}}, out[:])
-		return out[0], err
-	}
+	formCluster(a, b)
+	keys := testKeys("abandoned", 3)
 
 	// The first check's batch is held by B, so it keeps A's only slot.
 	first := make(chan error, 1)
 	go func() {
-		r, err := check(context.Background(), keys[0])
-		if err == nil && (!r.Allowed || r.Owner != "B") {
-			err = fmt.Errorf("first check: %+v, want admitted by B", r)
+		ans, owner, err := check(a, "B", keys[0], hourlyLimit(10), 10*time.Second)
+		if err == nil && (!ans.Allowed || owner != "B") {
+			err = fmt.Errorf("first check: %+v by %s, want admitted by B", ans, owner)
 		}
 		first <- err
 	}()
@@ -336,18 +315,15 @@ func TestAbandonedCheckIsNotSent(t *testing.T) {
 		return testkit.Metric(t, a.reg, "ringlimit_forward_checks_total") == 1
 	})
 	// The second waits in the queue and its caller gives up.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := check(ctx, keys[1])
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := check(a, "B", keys[1], hourlyLimit(10), 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("abandoned check: %v, want its deadline", err)
 	}
 	close(open)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if r, err := check(context.Background(), keys[2]); err != nil || !r.Allowed || r.Owner != "B" {
-		t.Fatalf("third check: %+v %v, want admitted by B", r, err)
+	if ans, owner := check1(t, a, "B", keys[2], hourlyLimit(10)); !ans.Allowed || owner != "B" {
+		t.Fatalf("third check: %+v by %s, want admitted by B", ans, owner)
 	}
 	if got := testkit.Metric(t, a.reg, "ringlimit_forward_abandoned_checks_total"); got != 1 {
 		t.Fatalf("abandoned checks %v, want 1", got)
@@ -364,36 +340,20 @@ func TestAbandonedCheckIsNotSent(t *testing.T) {
 // The owner's side of a forwarded batch (decode, decide on the store,
 // encode the answer) allocates nothing per check: a batch of 64 checks on
 // keys the store holds costs exactly what a batch of 1 does, and deciding
-// costs nothing at all.
+// (the transport's part and a handler that allocates nothing) costs
+// nothing at all.
 func TestOwnerPathAllocations(t *testing.T) {
 	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 12, Shards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := testkit.NewClock(0)
-	log := slog.New(slog.DiscardHandler)
-	pool, err := peer.NewPool(peer.Config{Self: "A", Clock: clock, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	r, err := forward.New(forward.Config{Self: "A", Store: store, NewRing: newRing, Peers: pool, Clock: clock, Logger: log, Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close(context.Background()) })
-	r.SetMembers([]forward.Member{{Name: "A", Addr: "127.0.0.1:1"}, {Name: "B", Addr: "127.0.0.1:2"}})
-	clock.Advance(time.Minute) // past the grace period: nothing to fetch
+	h := &storeHandler{self: "A", store: store, clk: testkit.NewClock(0)}
 	limit := bucket.MustLimit(bucket.TokenBucket, 1_000_000_000, 1e9, 0)
 	encoded := func(n int) []byte {
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = fmt.Sprint("key-", i)
-		}
-		return peer.EncodeBatch("B", keys, limit)
+		return peer.EncodeBatch("B", testKeys("key", n), limit)
 	}
 	ctx := context.Background()
-	path := peer.NewOwnerPath(peer.NewServer("A", r, nil))
+	path := peer.NewOwnerPath(peer.NewServer("A", h, nil))
 	roundTrip := func(msg []byte) func() {
 		f := path.RoundTrip(ctx, msg)
 		return func() {

@@ -16,6 +16,10 @@ type Request struct {
 	// Lease, when > 0, asks the owner for a lease of up to this many
 	// tokens with the check (token bucket only).
 	Lease int64
+	// Final asks the receiver to decide on its store even where its ring
+	// names another owner (the sender's last hop: a stand-in for an
+	// unreachable owner, or a redirected check).
+	Final bool
 }
 
 // Answer is the owner's decision on one Request.
@@ -28,6 +32,10 @@ type Answer struct {
 	// LeaseGranted tokens are leased to the asking node for LeaseTTL.
 	LeaseGranted int64
 	LeaseTTL     time.Duration
+	// Redirect is non-empty when the receiver did not decide because its
+	// ring names another owner: ask that member; nothing was spent. The
+	// other fields are then zero.
+	Redirect string
 }
 
 // Decision returns a as a bucket.Decision under a limit of count.
@@ -54,11 +62,12 @@ func (d *wireDecision) toAnswer() Answer {
 		RetryAfter:   time.Duration(d.retryAfterMs) * time.Millisecond,
 		ResetAfter:   time.Duration(d.resetAfterMs) * time.Millisecond,
 		Delay:        time.Duration(d.delayMs) * time.Millisecond,
-		LeaseGranted: d.leaseGranted, LeaseTTL: time.Duration(d.leaseTTLMs) * time.Millisecond}
+		LeaseGranted: d.leaseGranted, LeaseTTL: time.Duration(d.leaseTTLMs) * time.Millisecond,
+		Redirect: d.redirect}
 }
 
 func (d *wireDecision) fromAnswer(a *Answer) {
 	*d = wireDecision{allowed: a.Allowed, remaining: a.Remaining, retryAfterMs: a.RetryAfter.Milliseconds(),
 		resetAfterMs: a.ResetAfter.Milliseconds(), delayMs: a.Delay.Milliseconds(),
-		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds()}
+		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds(), redirect: a.Redirect}
 }

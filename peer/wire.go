@@ -111,16 +111,18 @@ type wireCheck struct {
 	cost   int64
 	refund bool
 	lease  int64
+	final  bool
 }
 
 // checkBatch is one batch on the Check stream (message CheckRequest). A
 // received batch's keys point into buf: they are valid until the batch is
 // reused.
 type checkBatch struct {
-	from   string
-	id     uint64
-	checks []wireCheck
-	buf    []byte
+	from        string
+	id          uint64
+	ringVersion uint64
+	checks      []wireCheck
+	buf         []byte
 }
 
 // wireDecision is one decision (message Decision).
@@ -132,10 +134,11 @@ type wireDecision struct {
 	delayMs      int64
 	leaseGranted int64
 	leaseTTLMs   int64
+	redirect     string
 }
 
 // checkAnswer answers one batch (message CheckResponse). A received answer's
-// owner and error point into buf.
+// owner, error and redirects point into buf.
 type checkAnswer struct {
 	owner     string
 	id        uint64
@@ -147,12 +150,12 @@ type checkAnswer struct {
 
 // Field numbers, from peer.proto.
 const (
-	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst        = 1, 2, 3, 4
-	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease = 1, 2, 3, 4, 5
-	fReqFrom, fReqChecks, fReqID                                  = 1, 2, 3
-	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay   = 1, 2, 3, 4, 5
-	fDecLeaseGranted, fDecLeaseTTL                                = 6, 7
-	fRespOwner, fRespDecisions, fRespID, fRespError, fRespDrain   = 1, 2, 3, 4, 5
+	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst                     = 1, 2, 3, 4
+	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease, fCheckFinal = 1, 2, 3, 4, 5, 6
+	fReqFrom, fReqChecks, fReqID, fReqRingVersion                              = 1, 2, 3, 4
+	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
+	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect                               = 6, 7, 8
+	fRespOwner, fRespDecisions, fRespID, fRespError, fRespDrain                = 1, 2, 3, 4, 5
 )
 
 func varintSize(f protowire.Number, v uint64) int {
@@ -211,7 +214,7 @@ func (c *wireCheck) size() int {
 	// field even when it is empty).
 	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
 		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
-		varintSize(fCheckLease, uint64(c.lease))
+		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final))
 }
 
 func (c *wireCheck) appendTo(b []byte) []byte {
@@ -221,11 +224,12 @@ func (c *wireCheck) appendTo(b []byte) []byte {
 	b = c.limit.appendTo(b)
 	b = appendVarint(b, fCheckCost, uint64(c.cost))
 	b = appendVarint(b, fCheckRefund, boolVal(c.refund))
-	return appendVarint(b, fCheckLease, uint64(c.lease))
+	b = appendVarint(b, fCheckLease, uint64(c.lease))
+	return appendVarint(b, fCheckFinal, boolVal(c.final))
 }
 
 func (m *checkBatch) size() int {
-	n := stringSize(fReqFrom, m.from) + varintSize(fReqID, m.id)
+	n := stringSize(fReqFrom, m.from) + varintSize(fReqID, m.id) + varintSize(fReqRingVersion, m.ringVersion)
 	for i := range m.checks {
 		n += bytesSize(fReqChecks, m.checks[i].size())
 	}
@@ -240,14 +244,15 @@ func (m *checkBatch) appendTo(b []byte) []byte {
 		b = protowire.AppendVarint(b, uint64(c.size()))
 		b = c.appendTo(b)
 	}
-	return appendVarint(b, fReqID, m.id)
+	b = appendVarint(b, fReqID, m.id)
+	return appendVarint(b, fReqRingVersion, m.ringVersion)
 }
 
 func (d *wireDecision) size() int {
 	return varintSize(fDecAllowed, boolVal(d.allowed)) + varintSize(fDecRemaining, uint64(d.remaining)) +
 		varintSize(fDecRetry, uint64(d.retryAfterMs)) + varintSize(fDecReset, uint64(d.resetAfterMs)) +
 		varintSize(fDecDelay, uint64(d.delayMs)) + varintSize(fDecLeaseGranted, uint64(d.leaseGranted)) +
-		varintSize(fDecLeaseTTL, uint64(d.leaseTTLMs))
+		varintSize(fDecLeaseTTL, uint64(d.leaseTTLMs)) + stringSize(fDecRedirect, d.redirect)
 }
 
 func (d *wireDecision) appendTo(b []byte) []byte {
@@ -257,7 +262,8 @@ func (d *wireDecision) appendTo(b []byte) []byte {
 	b = appendVarint(b, fDecReset, uint64(d.resetAfterMs))
 	b = appendVarint(b, fDecDelay, uint64(d.delayMs))
 	b = appendVarint(b, fDecLeaseGranted, uint64(d.leaseGranted))
-	return appendVarint(b, fDecLeaseTTL, uint64(d.leaseTTLMs))
+	b = appendVarint(b, fDecLeaseTTL, uint64(d.leaseTTLMs))
+	return appendString(b, fDecRedirect, d.redirect)
 }
 
 func (m *checkAnswer) size() int {

@@ -98,6 +98,8 @@ func (c *wireCheck) parse(b []byte) error {
 			c.refund = v != 0
 		case fCheckLease << 3:
 			c.lease = int64(v)
+		case fCheckFinal << 3:
+			c.final = v != 0
 		}
 		return nil
 	})
@@ -109,13 +111,15 @@ func (m *checkBatch) buffer(n int) []byte {
 }
 
 func (m *checkBatch) parse(b []byte) error {
-	m.from, m.id, m.checks = "", 0, m.checks[:0]
+	m.from, m.id, m.ringVersion, m.checks = "", 0, 0, m.checks[:0]
 	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
 		case fReqFrom<<3 | 2:
 			m.from = str(val)
 		case fReqID << 3:
 			m.id = v
+		case fReqRingVersion << 3:
+			m.ringVersion = v
 		case fReqChecks<<3 | 2:
 			m.checks = append(m.checks, wireCheck{})
 			if err := m.checks[len(m.checks)-1].parse(val); err != nil {
@@ -144,6 +148,8 @@ func (d *wireDecision) parse(b []byte) error {
 			d.leaseGranted = int64(v)
 		case fDecLeaseTTL << 3:
 			d.leaseTTLMs = int64(v)
+		case fDecRedirect<<3 | 2:
+			d.redirect = str(val)
 		}
 		return nil
 	})

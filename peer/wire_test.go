@@ -27,11 +27,18 @@ func genWireCheck(t *rapid.T, label string) wireCheck {
 		cost:   rapid.Int64().Draw(t, label+".cost"),
 		refund: rapid.Bool().Draw(t, label+".refund"),
 		lease:  rapid.Int64().Draw(t, label+".lease"),
+		final:  rapid.Bool().Draw(t, label+".final"),
 	}
 }
 
+// maybeZero draws 0 half the time, so that a field is left out as often
+// as it is written.
+func maybeZero(t *rapid.T, label string) uint64 {
+	return rapid.OneOf(rapid.Just(uint64(0)), rapid.Uint64()).Draw(t, label)
+}
+
 func batchToProto(m *checkBatch) *peerv1.CheckRequest {
-	req := &peerv1.CheckRequest{From: m.from, Id: m.id}
+	req := &peerv1.CheckRequest{From: m.from, Id: m.id, RingVersion: m.ringVersion}
 	for _, c := range m.checks {
 		req.Checks = append(req.Checks, &peerv1.Check{
 			Key:    c.key,
@@ -39,6 +46,7 @@ func batchToProto(m *checkBatch) *peerv1.CheckRequest {
 			Cost:   c.cost,
 			Refund: c.refund,
 			Lease:  c.lease,
+			Final:  c.final,
 		})
 	}
 	return req
@@ -49,7 +57,7 @@ func answerToProto(m *checkAnswer) *peerv1.CheckResponse {
 	for _, d := range m.decisions {
 		resp.Decisions = append(resp.Decisions, &peerv1.Decision{
 			Allowed: d.allowed, Remaining: d.remaining, RetryAfterMs: d.retryAfterMs, ResetAfterMs: d.resetAfterMs,
-			DelayMs: d.delayMs, LeaseGranted: d.leaseGranted, LeaseTtlMs: d.leaseTTLMs,
+			DelayMs: d.delayMs, LeaseGranted: d.leaseGranted, LeaseTtlMs: d.leaseTTLMs, Redirect: d.redirect,
 		})
 	}
 	return resp
@@ -60,7 +68,8 @@ func answerToProto(m *checkAnswer) *peerv1.CheckResponse {
 // any values (negative numbers, empty and non-ASCII keys, empty batches).
 func TestWireMatchesProto(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		m := checkBatch{from: rapid.StringN(0, 12, -1).Draw(t, "from"), id: rapid.Uint64().Draw(t, "id")}
+		m := checkBatch{from: rapid.StringN(0, 12, -1).Draw(t, "from"), id: rapid.Uint64().Draw(t, "id"),
+			ringVersion: maybeZero(t, "version")}
 		for i := range rapid.IntRange(0, 6).Draw(t, "checks") {
 			m.checks = append(m.checks, genWireCheck(t, fmt.Sprint("c", i)))
 		}
@@ -93,6 +102,7 @@ func TestWireMatchesProto(t *testing.T) {
 				retryAfterMs: rapid.Int64().Draw(t, l+".retry"), resetAfterMs: rapid.Int64().Draw(t, l+".reset"),
 				delayMs: rapid.Int64().Draw(t, l+".delay"), leaseGranted: rapid.Int64().Draw(t, l+".lease"),
 				leaseTTLMs: rapid.Int64().Draw(t, l+".ttl"),
+				redirect:   rapid.OneOf(rapid.Just(""), rapid.StringN(1, 12, -1)).Draw(t, l+".redirect"),
 			})
 		}
 		want, err = proto.MarshalOptions{Deterministic: true}.Marshal(answerToProto(&a))
@@ -110,6 +120,56 @@ func TestWireMatchesProto(t *testing.T) {
 			t.Fatalf("answer read back as %+v, want %+v", aback, a)
 		}
 	})
+}
+
+// The fields added with ring versions, final checks and redirects, each
+// written alone and left out when zero, against proto.Marshal.
+func TestWireNewFields(t *testing.T) {
+	lim := toWireLimit(new(hourly(10)))
+	for _, m := range []checkBatch{
+		{from: "A", id: 1, checks: []wireCheck{{key: "k", limit: lim, cost: 1}}},
+		{from: "A", id: 1, ringVersion: 1<<64 - 1, checks: []wireCheck{{key: "k", limit: lim, cost: 1}}},
+		{from: "A", id: 1, ringVersion: 42, checks: []wireCheck{{key: "k", limit: lim, cost: 1, final: true}, {key: "j", limit: lim, cost: 2}}},
+		{ringVersion: 3},
+	} {
+		want, err := proto.Marshal(batchToProto(&m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.appendTo(nil); !bytes.Equal(got, want) || m.size() != len(want) {
+			t.Errorf("%+v encodes as %x (size %d), proto.Marshal as %x", m, got, m.size(), want)
+		}
+		var back checkBatch
+		if err := back.parse(bytes.Clone(want)); err != nil || back.ringVersion != m.ringVersion || len(back.checks) != len(m.checks) {
+			t.Fatalf("%x read back as %+v, %v", want, back, err)
+		}
+		for i := range m.checks {
+			if back.checks[i].final != m.checks[i].final {
+				t.Errorf("%x: check %d read back with final %v, want %v", want, i, back.checks[i].final, m.checks[i].final)
+			}
+		}
+	}
+	for _, a := range []checkAnswer{
+		{owner: "B", id: 2, decisions: []wireDecision{{allowed: true, remaining: 3}}},
+		{owner: "B", id: 2, decisions: []wireDecision{{redirect: "C"}, {allowed: true}, {redirect: "node-ü"}}},
+	} {
+		want, err := proto.Marshal(answerToProto(&a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.appendTo(nil); !bytes.Equal(got, want) || a.size() != len(want) {
+			t.Errorf("%+v encodes as %x (size %d), proto.Marshal as %x", a, got, a.size(), want)
+		}
+		var back checkAnswer
+		if err := back.parse(bytes.Clone(want)); err != nil || len(back.decisions) != len(a.decisions) {
+			t.Fatalf("%x read back as %+v, %v", want, back, err)
+		}
+		for i := range a.decisions {
+			if back.decisions[i] != a.decisions[i] {
+				t.Errorf("%x: decision %d read back as %+v, want %+v", want, i, back.decisions[i], a.decisions[i])
+			}
+		}
+	}
 }
 
 // Truncated or corrupt messages are refused with an error, never a panic,
@@ -145,7 +205,9 @@ func TestWireRefusesMalformed(t *testing.T) {
 
 func FuzzWireParse(f *testing.F) {
 	f.Add((&checkBatch{from: "a", id: 1, checks: []wireCheck{{key: "k", cost: 1}}}).appendTo(nil))
+	f.Add((&checkBatch{from: "a", id: 1, ringVersion: 9, checks: []wireCheck{{key: "k", cost: 1, final: true}}}).appendTo(nil))
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{allowed: true, remaining: -1}}}).appendTo(nil))
+	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{redirect: "c"}}}).appendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m checkBatch
 		if m.parse(bytes.Clone(b)) == nil {

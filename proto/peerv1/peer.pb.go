@@ -199,7 +199,11 @@ type Check struct {
 	Refund bool `protobuf:"varint,4,opt,name=refund,proto3" json:"refund,omitempty"`
 	// Ask for a lease of up to this many tokens of the key's token bucket,
 	// taken on top of the check when it is admitted.
-	Lease         int64 `protobuf:"varint,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease int64 `protobuf:"varint,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Decide on the receiver's store even where its ring names another
+	// owner: the sender's last hop (a stand-in for an unreachable owner, or
+	// a check redirected once already).
+	Final         bool `protobuf:"varint,6,opt,name=final,proto3" json:"final,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,12 +273,21 @@ func (x *Check) GetLease() int64 {
 	return 0
 }
 
+func (x *Check) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
 type CheckRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	From   string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
 	Checks []*Check               `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
 	// Chosen by the sender, unique among its batches in flight on the stream.
-	Id            uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	Id uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	// The version of the sender's ring when it sent the batch.
+	RingVersion   uint64 `protobuf:"varint,4,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,6 +343,13 @@ func (x *CheckRequest) GetId() uint64 {
 	return 0
 }
 
+func (x *CheckRequest) GetRingVersion() uint64 {
+	if x != nil {
+		return x.RingVersion
+	}
+	return 0
+}
+
 type Decision struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Allowed      bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -339,8 +359,11 @@ type Decision struct {
 	DelayMs      int64                  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
 	// Tokens leased to the asking node (already spent here), to admit
 	// locally for lease_ttl_ms.
-	LeaseGranted  int64 `protobuf:"varint,6,opt,name=lease_granted,json=leaseGranted,proto3" json:"lease_granted,omitempty"`
-	LeaseTtlMs    int64 `protobuf:"varint,7,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
+	LeaseGranted int64 `protobuf:"varint,6,opt,name=lease_granted,json=leaseGranted,proto3" json:"lease_granted,omitempty"`
+	LeaseTtlMs   int64 `protobuf:"varint,7,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
+	// Set, alone, when the receiver did not decide the check because its
+	// ring names another owner: ask that member; nothing was spent.
+	Redirect      string `protobuf:"bytes,8,opt,name=redirect,proto3" json:"redirect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -422,6 +445,13 @@ func (x *Decision) GetLeaseTtlMs() int64 {
 		return x.LeaseTtlMs
 	}
 	return 0
+}
+
+func (x *Decision) GetRedirect() string {
+	if x != nil {
+		return x.Redirect
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -664,6 +694,112 @@ func (x *HandoffResponse) GetMerged() int64 {
 	return 0
 }
 
+type ReplicateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// The version of the sender's ring when it sent the batch.
+	RingVersion   uint64         `protobuf:"varint,2,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	Buckets       []*BucketState `protobuf:"bytes,3,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateRequest) Reset() {
+	*x = ReplicateRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateRequest) ProtoMessage() {}
+
+func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
+func (*ReplicateRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplicateRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReplicateRequest) GetRingVersion() uint64 {
+	if x != nil {
+		return x.RingVersion
+	}
+	return 0
+}
+
+func (x *ReplicateRequest) GetBuckets() []*BucketState {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+type ReplicateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many of the states the receiver took.
+	Accepted      int64 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateResponse) Reset() {
+	*x = ReplicateResponse{}
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateResponse) ProtoMessage() {}
+
+func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
+func (*ReplicateResponse) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReplicateResponse) GetAccepted() int64 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
 type FetchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -675,7 +811,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +823,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +836,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FetchRequest) GetFrom() string {
@@ -734,7 +870,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +882,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +895,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FetchResponse) GetFound() bool {
@@ -790,17 +926,19 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\x8b\x01\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xa1\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x16\n" +
 	"\x06refund\x18\x04 \x01(\bR\x06refund\x12\x14\n" +
-	"\x05lease\x18\x05 \x01(\x03R\x05lease\"d\n" +
+	"\x05lease\x18\x05 \x01(\x03R\x05lease\x12\x14\n" +
+	"\x05final\x18\x06 \x01(\bR\x05final\"\x87\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\x04R\x02id\"\xf0\x01\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12!\n" +
+	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\x8c\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -809,7 +947,8 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x12#\n" +
 	"\rlease_granted\x18\x06 \x01(\x03R\fleaseGranted\x12 \n" +
 	"\flease_ttl_ms\x18\a \x01(\x03R\n" +
-	"leaseTtlMs\"\x9c\x01\n" +
+	"leaseTtlMs\x12\x1a\n" +
+	"\bredirect\x18\b \x01(\tR\bredirect\"\x9c\x01\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
@@ -824,18 +963,25 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x128\n" +
 	"\abuckets\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.BucketStateR\abuckets\")\n" +
 	"\x0fHandoffResponse\x12\x16\n" +
-	"\x06merged\x18\x01 \x01(\x03R\x06merged\"d\n" +
+	"\x06merged\x18\x01 \x01(\x03R\x06merged\"\x83\x01\n" +
+	"\x10ReplicateRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12!\n" +
+	"\fring_version\x18\x02 \x01(\x04R\vringVersion\x128\n" +
+	"\abuckets\x18\x03 \x03(\v2\x1e.ringlimit.peer.v1.BucketStateR\abuckets\"/\n" +
+	"\x11ReplicateResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\"d\n" +
 	"\fFetchRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\"[\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x124\n" +
-	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state2\xc0\x02\n" +
+	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state2\x98\x03\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
-	"\x05Fetch\x12\x1f.ringlimit.peer.v1.FetchRequest\x1a .ringlimit.peer.v1.FetchResponse\x12J\n" +
+	"\x05Fetch\x12\x1f.ringlimit.peer.v1.FetchRequest\x1a .ringlimit.peer.v1.FetchResponse\x12V\n" +
+	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12J\n" +
 	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
 
 var (
@@ -850,20 +996,22 @@ func file_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peer_v1_peer_proto_rawDescData
 }
 
-var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_peer_v1_peer_proto_goTypes = []any{
-	(*StatsRequest)(nil),    // 0: ringlimit.peer.v1.StatsRequest
-	(*StatsResponse)(nil),   // 1: ringlimit.peer.v1.StatsResponse
-	(*Limit)(nil),           // 2: ringlimit.peer.v1.Limit
-	(*Check)(nil),           // 3: ringlimit.peer.v1.Check
-	(*CheckRequest)(nil),    // 4: ringlimit.peer.v1.CheckRequest
-	(*Decision)(nil),        // 5: ringlimit.peer.v1.Decision
-	(*CheckResponse)(nil),   // 6: ringlimit.peer.v1.CheckResponse
-	(*BucketState)(nil),     // 7: ringlimit.peer.v1.BucketState
-	(*HandoffRequest)(nil),  // 8: ringlimit.peer.v1.HandoffRequest
-	(*HandoffResponse)(nil), // 9: ringlimit.peer.v1.HandoffResponse
-	(*FetchRequest)(nil),    // 10: ringlimit.peer.v1.FetchRequest
-	(*FetchResponse)(nil),   // 11: ringlimit.peer.v1.FetchResponse
+	(*StatsRequest)(nil),      // 0: ringlimit.peer.v1.StatsRequest
+	(*StatsResponse)(nil),     // 1: ringlimit.peer.v1.StatsResponse
+	(*Limit)(nil),             // 2: ringlimit.peer.v1.Limit
+	(*Check)(nil),             // 3: ringlimit.peer.v1.Check
+	(*CheckRequest)(nil),      // 4: ringlimit.peer.v1.CheckRequest
+	(*Decision)(nil),          // 5: ringlimit.peer.v1.Decision
+	(*CheckResponse)(nil),     // 6: ringlimit.peer.v1.CheckResponse
+	(*BucketState)(nil),       // 7: ringlimit.peer.v1.BucketState
+	(*HandoffRequest)(nil),    // 8: ringlimit.peer.v1.HandoffRequest
+	(*HandoffResponse)(nil),   // 9: ringlimit.peer.v1.HandoffResponse
+	(*ReplicateRequest)(nil),  // 10: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil), // 11: ringlimit.peer.v1.ReplicateResponse
+	(*FetchRequest)(nil),      // 12: ringlimit.peer.v1.FetchRequest
+	(*FetchResponse)(nil),     // 13: ringlimit.peer.v1.FetchResponse
 }
 var file_peer_v1_peer_proto_depIdxs = []int32{
 	2,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
@@ -871,21 +1019,24 @@ var file_peer_v1_peer_proto_depIdxs = []int32{
 	5,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
 	2,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
 	7,  // 4: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	2,  // 5: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	7,  // 6: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
-	4,  // 7: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	8,  // 8: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	10, // 9: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	0,  // 10: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	6,  // 11: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	9,  // 12: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	11, // 13: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	1,  // 14: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	7,  // 5: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	2,  // 6: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	7,  // 7: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
+	4,  // 8: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	8,  // 9: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	12, // 10: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	10, // 11: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	0,  // 12: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	6,  // 13: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	9,  // 14: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	13, // 15: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	11, // 16: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	1,  // 17: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }
@@ -899,7 +1050,7 @@ func file_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_v1_peer_proto_rawDesc), len(file_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

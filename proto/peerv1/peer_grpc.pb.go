@@ -22,10 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Check_FullMethodName   = "/ringlimit.peer.v1.Peer/Check"
-	Peer_Handoff_FullMethodName = "/ringlimit.peer.v1.Peer/Handoff"
-	Peer_Fetch_FullMethodName   = "/ringlimit.peer.v1.Peer/Fetch"
-	Peer_Stats_FullMethodName   = "/ringlimit.peer.v1.Peer/Stats"
+	Peer_Check_FullMethodName     = "/ringlimit.peer.v1.Peer/Check"
+	Peer_Handoff_FullMethodName   = "/ringlimit.peer.v1.Peer/Handoff"
+	Peer_Fetch_FullMethodName     = "/ringlimit.peer.v1.Peer/Fetch"
+	Peer_Replicate_FullMethodName = "/ringlimit.peer.v1.Peer/Replicate"
+	Peer_Stats_FullMethodName     = "/ringlimit.peer.v1.Peer/Stats"
 )
 
 // PeerClient is the client API for Peer service.
@@ -33,8 +34,10 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type PeerClient interface {
 	// Check decides batches of checks on the receiver's own store, each batch
-	// in order, whatever the receiver's ring says (hop limit 1: never
-	// forwarded again). A node keeps one stream open to each other node and
+	// in order (hop limit 1: never forwarded again). A check the receiver's
+	// ring gives to another member is not decided unless it is final: its
+	// decision names that member in redirect and nothing is spent. Each
+	// batch carries the sender's ring version. A node keeps one stream open to each other node and
 	// sends it every batch for that node; each response names the batch it
 	// answers by id, and responses may come out of order (a batch that must
 	// wait for a previous owner's state does not hold up the others). Nodes
@@ -47,6 +50,12 @@ type PeerClient interface {
 	// Fetch asks a key's previous owner for its state, so that a new owner
 	// that has none yet does not start the key full.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
+	// Replicate keeps each key's state on the owner's successor(s): the
+	// owner sends the states of the keys it decides, in batches, each with
+	// the absolute cost spent (used), not a delta, so that a batch lost or
+	// sent twice does no harm. A receiver refuses (FAILED_PRECONDITION) a
+	// batch from a node that is not a member of its ring.
+	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 }
@@ -92,6 +101,16 @@ func (c *peerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *peerClient) Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicateResponse)
+	err := c.cc.Invoke(ctx, Peer_Replicate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *peerClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatsResponse)
@@ -107,8 +126,10 @@ func (c *peerClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.C
 // for forward compatibility.
 type PeerServer interface {
 	// Check decides batches of checks on the receiver's own store, each batch
-	// in order, whatever the receiver's ring says (hop limit 1: never
-	// forwarded again). A node keeps one stream open to each other node and
+	// in order (hop limit 1: never forwarded again). A check the receiver's
+	// ring gives to another member is not decided unless it is final: its
+	// decision names that member in redirect and nothing is spent. Each
+	// batch carries the sender's ring version. A node keeps one stream open to each other node and
 	// sends it every batch for that node; each response names the batch it
 	// answers by id, and responses may come out of order (a batch that must
 	// wait for a previous owner's state does not hold up the others). Nodes
@@ -121,6 +142,12 @@ type PeerServer interface {
 	// Fetch asks a key's previous owner for its state, so that a new owner
 	// that has none yet does not start the key full.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
+	// Replicate keeps each key's state on the owner's successor(s): the
+	// owner sends the states of the keys it decides, in batches, each with
+	// the absolute cost spent (used), not a delta, so that a batch lost or
+	// sent twice does no harm. A receiver refuses (FAILED_PRECONDITION) a
+	// batch from a node that is not a member of its ring.
+	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	mustEmbedUnimplementedPeerServer()
@@ -141,6 +168,9 @@ func (UnimplementedPeerServer) Handoff(context.Context, *HandoffRequest) (*Hando
 }
 func (UnimplementedPeerServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
 }
 func (UnimplementedPeerServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -209,6 +239,24 @@ func _Peer_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Replicate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Replicate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Replicate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Replicate(ctx, req.(*ReplicateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Peer_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatsRequest)
 	if err := dec(in); err != nil {
@@ -241,6 +289,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fetch",
 			Handler:    _Peer_Fetch_Handler,
+		},
+		{
+			MethodName: "Replicate",
+			Handler:    _Peer_Replicate_Handler,
 		},
 		{
 			MethodName: "Stats",
