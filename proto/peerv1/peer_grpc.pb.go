@@ -37,12 +37,13 @@ type PeerClient interface {
 	// in order (hop limit 1: never forwarded again). A check the receiver's
 	// ring gives to another member is not decided unless it is final: its
 	// decision names that member in redirect and nothing is spent. Each
-	// batch carries the sender's ring version. A node keeps one stream open to each other node and
-	// sends it every batch for that node; each response names the batch it
-	// answers by id, and responses may come out of order (a batch that must
-	// wait for a previous owner's state does not hold up the others). Nodes
-	// open it with content-subtype "ringlimit-peer", whose codec writes the
-	// same bytes as protobuf (peer/wire.go).
+	// batch carries the sender's ring version. A node keeps one stream open
+	// to each other node and sends it every batch for that node; each
+	// response names the batch it answers by id, and responses may come out
+	// of order (a batch that must wait for a previous owner's state does not
+	// hold up the others). Nodes open it with content-subtype
+	// "ringlimit-peer", whose codec writes the same bytes as protobuf
+	// (peer/wire.go).
 	Check(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckRequest, CheckResponse], error)
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
@@ -129,12 +130,13 @@ type PeerServer interface {
 	// in order (hop limit 1: never forwarded again). A check the receiver's
 	// ring gives to another member is not decided unless it is final: its
 	// decision names that member in redirect and nothing is spent. Each
-	// batch carries the sender's ring version. A node keeps one stream open to each other node and
-	// sends it every batch for that node; each response names the batch it
-	// answers by id, and responses may come out of order (a batch that must
-	// wait for a previous owner's state does not hold up the others). Nodes
-	// open it with content-subtype "ringlimit-peer", whose codec writes the
-	// same bytes as protobuf (peer/wire.go).
+	// batch carries the sender's ring version. A node keeps one stream open
+	// to each other node and sends it every batch for that node; each
+	// response names the batch it answers by id, and responses may come out
+	// of order (a batch that must wait for a previous owner's state does not
+	// hold up the others). Nodes open it with content-subtype
+	// "ringlimit-peer", whose codec writes the same bytes as protobuf
+	// (peer/wire.go).
 	Check(grpc.BidiStreamingServer[CheckRequest, CheckResponse]) error
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
