@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +33,9 @@ const leaveWaitWithoutDeadline = 5 * time.Second
 //
 // Lifecycle: New starts it (and joins the seeds in the background); Leave
 // announces a graceful departure; Close leaves if needed and stops
-// everything. A Cluster cannot rejoin after Leave: create a new one.
+// everything. In between it keeps re-joining its seeds and the members it
+// saw die, so that the two sides of a healed partition become one cluster
+// again. A Cluster cannot rejoin after Leave: create a new one.
 //
 // Concurrency: all methods are safe for concurrent use.
 type Cluster struct {
@@ -76,8 +80,9 @@ type record struct {
 
 // New validates cfg, binds the gossip listeners, and returns at once: joining
 // the seeds happens in the background and is retried every
-// cfg.JoinRetryInterval until one seed answers (see Config.Seeds). The
-// returned Cluster must be closed with Close.
+// cfg.JoinRetryInterval until one seed answers (see Config.Seeds); then the
+// seeds and the dead members are re-joined every cfg.RejoinInterval (see
+// Config.RejoinInterval). The returned Cluster must be closed with Close.
 func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -104,9 +109,17 @@ func New(cfg Config) (*Cluster, error) {
 		RetransmitMult: memberlist.DefaultLANConfig().RetransmitMult,
 	}
 
+	if cfg.Transport != nil {
+		ip, port, err := cfg.Transport.FinalAdvertiseAddr("", 0)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: address of Transport: %w", err)
+		}
+		c.cfg.BindAddr = net.JoinHostPort(ip.String(), strconv.Itoa(port))
+		c.cfg.AdvertiseAddr = ""
+	}
 	ml, err := memberlist.Create(c.memberlistConfig())
 	if err != nil {
-		return nil, fmt.Errorf("cluster: start memberlist on %s: %w", cfg.BindAddr, err)
+		return nil, fmt.Errorf("cluster: start memberlist on %s: %w", c.cfg.BindAddr, err)
 	}
 	c.ml = ml
 	c.localAddr = ml.LocalNode().Address()
@@ -116,11 +129,7 @@ func New(cfg Config) (*Cluster, error) {
 	seeds := c.otherSeeds()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopJoin = cancel
-	if len(seeds) == 0 {
-		close(c.joinDone)
-	} else {
-		go c.joinLoop(ctx, seeds)
-	}
+	go c.joinLoop(ctx, len(seeds) > 0)
 	c.log.Info("cluster: started", "name", cfg.Name, "gossip", c.localAddr, "grpc", cfg.GRPCAddr, "seeds", seeds)
 	return c, nil
 }
@@ -150,6 +159,9 @@ func (c *Cluster) memberlistConfig() *memberlist.Config {
 	mc.PushPullInterval = cfg.PushPullInterval
 	mc.TCPTimeout = cfg.TCPTimeout
 	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+	}
 
 	d := &delegate{c: c}
 	mc.Delegate = d
@@ -158,43 +170,6 @@ func (c *Cluster) memberlistConfig() *memberlist.Config {
 	mc.Ping = d
 	mc.Logger = newMemberlistLogger(c.log, c.suspected)
 	return mc
-}
-
-// otherSeeds returns the configured seeds minus this member's own address.
-func (c *Cluster) otherSeeds() []string {
-	var out []string
-	for _, s := range c.cfg.Seeds {
-		if s == c.localAddr || s == c.cfg.BindAddr {
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// joinLoop tries to join seeds until one answers or ctx is cancelled.
-func (c *Cluster) joinLoop(ctx context.Context, seeds []string) {
-	defer close(c.joinDone)
-	timer := c.clock.NewTimer(0)
-	defer timer.Stop()
-	for attempt := 1; ; attempt++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C():
-		}
-		n, err := c.ml.Join(seeds)
-		if ctx.Err() != nil {
-			return
-		}
-		if n > 0 {
-			c.log.Info("cluster: joined", "contacted", n, "seeds", seeds, "attempt", attempt)
-			return
-		}
-		c.log.Warn("cluster: join failed, will retry", "seeds", seeds, "attempt", attempt,
-			"retry_in", c.cfg.JoinRetryInterval, "err", err)
-		timer.Reset(c.cfg.JoinRetryInterval)
-	}
 }
 
 // Members returns every member this member knows, sorted by name: alive and
@@ -227,13 +202,17 @@ func (c *Cluster) listLocked(keep func(State) bool) []Member {
 	return out
 }
 
-// pruneLocked forgets members that departed more than DepartedRetention ago.
-func (c *Cluster) pruneLocked(now clock.Instant) {
+// pruneLocked forgets members that departed more than DepartedRetention ago
+// and reports whether it forgot any.
+func (c *Cluster) pruneLocked(now clock.Instant) bool {
+	pruned := false
 	for name, r := range c.members {
 		if !r.m.State.onRing() && now.Sub(r.since) > c.cfg.DepartedRetention {
 			delete(c.members, name)
+			pruned = true
 		}
 	}
+	return pruned
 }
 
 // LocalAddr returns the gossip address other members reach this one at
@@ -300,11 +279,11 @@ func waitBudget(ctx context.Context) time.Duration {
 }
 
 // Close leaves the cluster if Leave was not called (bounded by ctx), stops
-// the join loop, shuts memberlist down and stops the Listener goroutine. It
-// waits for its goroutines until ctx is done; it returns an error when the
-// leave was not confirmed or a goroutine did not stop in time (a join attempt
-// in progress can take up to Config.TCPTimeout, a listener call as long as
-// the listener takes). Close is idempotent: later calls return the first
+// the join and re-join loop, shuts memberlist down and stops the Listener
+// goroutine. It waits for its goroutines until ctx is done; it returns an
+// error when the leave was not confirmed or a goroutine did not stop in time
+// (a join attempt or re-join round in progress can take up to
+// Config.TCPTimeout, a listener call as long as the listener takes). Close is idempotent: later calls return the first
 // call's result.
 func (c *Cluster) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() { c.closeErr = c.close(ctx) })

@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit/internal/faultnet"
 )
 
 func TestMain(m *testing.M) {
@@ -85,7 +87,7 @@ type recorder struct {
 	delay    time.Duration
 }
 
-func (r *recorder) MembersChanged(alive []Member) {
+func (r *recorder) MembersChanged(members []Member) {
 	n := r.inFlight.Add(1)
 	defer r.inFlight.Add(-1)
 	for {
@@ -96,7 +98,7 @@ func (r *recorder) MembersChanged(alive []Member) {
 	}
 	time.Sleep(r.delay) // simulates a slow listener when delay > 0
 	r.mu.Lock()
-	r.calls = append(r.calls, alive)
+	r.calls = append(r.calls, members)
 	r.mu.Unlock()
 }
 
@@ -181,9 +183,11 @@ func startCluster(t *testing.T, names ...string) []*testNode {
 	return nodes
 }
 
-// crash stops n's memberlist without a leave: to its peers this is what a
-// kill -9 looks like. Close still works afterwards.
+// crash stops n's join loop and memberlist without a leave: to its peers
+// this is what a kill -9 looks like. Close still works afterwards.
 func (n *testNode) crash() {
+	n.stopJoin()
+	<-n.joinDone
 	n.life.Lock()
 	n.left = true // nothing to announce any more
 	n.life.Unlock()
@@ -207,7 +211,8 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error
 }
 
 // expectAlive checks that every observer's Alive() is exactly want, with
-// their metadata, and that each observer's Listener was told the same list.
+// their metadata, and that the alive and suspect members of the list each
+// observer's Listener was last told are the same.
 func expectAlive(observers []*testNode, want ...*testNode) error {
 	wantList := make([]Member, 0, len(want))
 	for _, w := range want {
@@ -218,22 +223,22 @@ func expectAlive(observers []*testNode, want ...*testNode) error {
 		if got := o.Alive(); !slices.Equal(got, wantList) {
 			return fmt.Errorf("%s: Alive() = %v, want %v", o.name, got, wantList)
 		}
-		if got := o.rec.last(); !slices.Equal(got, wantList) {
+		if got := onRing(o.rec.last()); !slices.Equal(got, wantList) {
 			return fmt.Errorf("%s: listener last told %v, want %v", o.name, got, wantList)
 		}
 	}
 	return nil
 }
 
-// expectDeparted checks that every observer lists name in Members() with
-// state want, and not in Alive() nor in the listener's latest list.
+// expectDeparted checks that every observer lists name in Members() and in
+// the listener's latest list with state want, and not in Alive().
 func expectDeparted(observers []*testNode, name string, want State) error {
 	for _, o := range observers {
 		if slices.ContainsFunc(o.Alive(), func(m Member) bool { return m.Name == name }) {
 			return fmt.Errorf("%s: %s still in Alive()", o.name, name)
 		}
-		if slices.ContainsFunc(o.rec.last(), func(m Member) bool { return m.Name == name }) {
-			return fmt.Errorf("%s: %s still in listener's list", o.name, name)
+		if !slices.ContainsFunc(o.rec.last(), func(m Member) bool { return m.Name == name && m.State == want }) {
+			return fmt.Errorf("%s: %s not %s in listener's list %v", o.name, name, want, o.rec.last())
 		}
 		i := slices.IndexFunc(o.Members(), func(m Member) bool { return m.Name == name })
 		if i < 0 {
@@ -244,6 +249,17 @@ func expectDeparted(observers []*testNode, name string, want State) error {
 		}
 	}
 	return nil
+}
+
+// onRing returns the alive and suspect members of ms.
+func onRing(ms []Member) []Member {
+	var out []Member
+	for _, m := range ms {
+		if m.State.onRing() {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
@@ -439,8 +455,6 @@ func TestRestartSameNameAndAddress(t *testing.T) {
 // ---------------------------------------------------------------------------
 // joining
 
-const joinFailed = "cluster: join failed, will retry"
-
 func TestJoinRetry(t *testing.T) {
 	t.Parallel()
 
@@ -452,7 +466,7 @@ func TestJoinRetry(t *testing.T) {
 			t.Errorf("New took %v with an unreachable seed, want it to return at once", d)
 		}
 		waitFor(t, 5*time.Second, "two failed join attempts", func() error {
-			if got := n.log.count(joinFailed); got < 2 {
+			if got := n.log.count(msgJoinFailed); got < 2 {
 				return fmt.Errorf("%d failed attempts logged", got)
 			}
 			return nil
@@ -476,7 +490,7 @@ func TestJoinRetry(t *testing.T) {
 		waitFor(t, 5*time.Second, "b joins a", func() error {
 			return expectAlive([]*testNode{a, b}, a, b)
 		})
-		if got := b.log.count(joinFailed); got != 0 {
+		if got := b.log.count(msgJoinFailed); got != 0 {
 			t.Errorf("b logged %d failed join attempts, want 0 (one seed answered)", got)
 		}
 	})
@@ -486,7 +500,7 @@ func TestJoinRetry(t *testing.T) {
 		later := deadAddr(t)
 		orphan := startNode(t, "orphan", withSeeds(later), func(c *Config) { c.JoinRetryInterval = 50 * time.Millisecond })
 		waitFor(t, 5*time.Second, "two failed join attempts", func() error {
-			if got := orphan.log.count(joinFailed); got < 2 {
+			if got := orphan.log.count(msgJoinFailed); got < 2 {
 				return fmt.Errorf("%d failed attempts logged", got)
 			}
 			return nil
@@ -603,6 +617,10 @@ func TestConfigValidate(t *testing.T) {
 		{"seed without port", func(c *Config) { c.Seeds = []string{"10.0.0.2"} }, "Seeds[0]"},
 		{"seed port 0", func(c *Config) { c.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:0"} }, "Seeds[1]"},
 		{"negative probe interval", func(c *Config) { c.ProbeInterval = -time.Second }, "ProbeInterval must not be negative"},
+		{"negative rejoin interval", func(c *Config) { c.RejoinInterval = -time.Second }, "RejoinInterval must not be negative"},
+		// Validate does not use the Transport, so a typed nil will do here.
+		{"transport, no BindAddr", func(c *Config) { c.Transport = (*faultnet.Transport)(nil); c.BindAddr = "" }, ""},
+		{"transport ignores a bad BindAddr", func(c *Config) { c.Transport = (*faultnet.Transport)(nil); c.BindAddr = "x" }, ""},
 		{"probe timeout ≥ interval", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }, "below ProbeInterval"},
 		{"negative suspicion mult", func(c *Config) { c.SuspicionMult = -1 }, "SuspicionMult"},
 	}

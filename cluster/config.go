@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,7 +71,7 @@ type Config struct {
 	// BindAddr is the host:port that gossip listens on, for both TCP and UDP
 	// (the same port for both). The host must be an IP literal ("0.0.0.0" for
 	// every interface). Port 0 picks a free port; LocalAddr reports it.
-	// Required.
+	// Required, unless Transport is set (then it is ignored).
 	BindAddr string
 
 	// AdvertiseAddr is the host:port other members use to reach this one,
@@ -88,8 +89,10 @@ type Config struct {
 	GRPCAddr string
 
 	// Seeds are host:port gossip addresses of members to join ("--join").
-	// Empty for the first member. Hostnames are resolved at every attempt.
-	// This member's own address is ignored if listed.
+	// Empty for the first member. Hostnames are resolved at every attempt
+	// (and every re-join round, see RejoinInterval) to all their addresses,
+	// each of which is contacted. This member's own address is ignored if
+	// listed.
 	Seeds []string
 
 	// JoinRetryInterval is the pause between two attempts to join when no
@@ -97,6 +100,20 @@ type Config struct {
 	// unreachable seeds: it keeps retrying in the background, logging at
 	// warn level, until one seed answers or Close is called. Zero: 1s.
 	JoinRetryInterval time.Duration
+
+	// RejoinInterval is the pause between two re-join rounds, which start
+	// once the first join succeeded (at once for a member without seeds)
+	// and go on until Leave or Close. memberlist stops talking to members
+	// it declared dead, so without these rounds the two sides of a healed
+	// partition would never meet again. Each round contacts the seeds and
+	// the members declared dead (not left) within DepartedRetention,
+	// except those currently alive or suspect; a healthy cluster whose
+	// seeds are all alive makes no call. A contacted member that was
+	// declared dead learns it, refutes, and is alive again on both sides
+	// within a round or two. Lower heals sooner and costs a TCP connection
+	// per unreachable target per round; failures are logged at debug
+	// level. Zero: 2s (DefaultLocalConfig: 1s).
+	RejoinInterval time.Duration
 
 	// ProbeInterval is the time between two failure-detection probes sent by
 	// this member (to one other member each). Lower detects crashes sooner
@@ -152,11 +169,14 @@ type Config struct {
 	DeadNodeReclaimTime time.Duration
 
 	// DepartedRetention is how long a dead or left member stays listed in
-	// Members after it departed. Zero: 10 minutes.
+	// Members (and in what the Listener is told) after it departed; a dead
+	// member is re-joined (see RejoinInterval) for that long. Zero: 10
+	// minutes.
 	DepartedRetention time.Duration
 
-	// Listener is told the members that belong on the hash ring after every
-	// change. Nil: no notifications (Members and Alive still work).
+	// Listener is told every member known (what Members returns, with each
+	// member's State) after every change. Nil: no notifications (Members
+	// and Alive still work).
 	Listener Listener
 
 	// Messages, when not nil, is cluster-wide state that rides the gossip:
@@ -167,8 +187,17 @@ type Config struct {
 	// merges no state.
 	Messages Messages
 
+	// Transport, when not nil, carries this member's gossip instead of
+	// memberlist's UDP and TCP sockets; BindAddr and AdvertiseAddr are then
+	// ignored, and the member's address is the transport's
+	// FinalAdvertiseAddr. It is meant for tests (an in-memory network that
+	// can cut links). The Cluster owns it: memberlist shuts it down on
+	// Close. Nil: memberlist's network transport bound to BindAddr.
+	Transport memberlist.NodeAwareTransport
+
 	// Clock is this package's time source: when members changed state (for
-	// DepartedRetention) and the pause between join attempts. memberlist's
+	// DepartedRetention) and the pause between join attempts and re-join
+	// rounds. memberlist's
 	// own timers (probes, gossip, suspicion) run on the runtime's clock.
 	// Nil: clock.System().
 	Clock clock.Clock
@@ -177,6 +206,10 @@ type Config struct {
 	// (at their level: memberlist's [DEBUG] at debug, [ERR] at error). Nil:
 	// discard.
 	Logger *slog.Logger
+
+	// lookupHost resolves a seed's hostname to its addresses. Tests set it;
+	// nil: net.DefaultResolver.LookupHost.
+	lookupHost func(ctx context.Context, host string) ([]string, error)
 }
 
 // DefaultLANConfig returns memberlist's LAN timings (memberlist.DefaultLANConfig:
@@ -188,6 +221,7 @@ func DefaultLANConfig() Config {
 	return Config{
 		BindAddr:                net.JoinHostPort(ml.BindAddr, strconv.Itoa(ml.BindPort)),
 		JoinRetryInterval:       time.Second,
+		RejoinInterval:          2 * time.Second,
 		ProbeInterval:           ml.ProbeInterval,
 		ProbeTimeout:            ml.ProbeTimeout,
 		SuspicionMult:           ml.SuspicionMult,
@@ -222,11 +256,13 @@ func DefaultLANConfig() Config {
 // dead and has to refute, so do not use these timings across a real network.
 // GossipToTheDeadTime (2s) and PushPullInterval (5s) are shortened so that a
 // wrongly-declared-dead member is corrected and a dead name forgotten quickly;
-// TCPTimeout is 1s because loopback answers at once.
+// TCPTimeout is 1s because loopback answers at once; RejoinInterval is 1s,
+// so a healed partition re-forms within a few seconds.
 func DefaultLocalConfig() Config {
 	c := DefaultLANConfig()
 	c.BindAddr = "127.0.0.1:0"
 	c.JoinRetryInterval = 250 * time.Millisecond
+	c.RejoinInterval = time.Second
 	c.ProbeInterval = 200 * time.Millisecond
 	c.ProbeTimeout = 100 * time.Millisecond
 	c.SuspicionMult = 4
@@ -250,6 +286,7 @@ func (c *Config) withDefaults() Config {
 		}
 	}
 	setDur(&out.JoinRetryInterval, d.JoinRetryInterval)
+	setDur(&out.RejoinInterval, d.RejoinInterval)
 	setDur(&out.ProbeInterval, d.ProbeInterval)
 	setDur(&out.ProbeTimeout, d.ProbeTimeout)
 	setDur(&out.GossipInterval, d.GossipInterval)
@@ -259,6 +296,9 @@ func (c *Config) withDefaults() Config {
 	setDur(&out.DepartedRetention, d.DepartedRetention)
 	if out.Clock == nil {
 		out.Clock = clock.System()
+	}
+	if out.lookupHost == nil {
+		out.lookupHost = net.DefaultResolver.LookupHost
 	}
 	if out.SuspicionMult == 0 {
 		out.SuspicionMult = d.SuspicionMult
@@ -276,15 +316,9 @@ func (c *Config) Validate() error {
 	if v.Name == "" {
 		return errors.New("cluster: Name is required")
 	}
-	if v.BindAddr == "" {
-		return errors.New("cluster: BindAddr is required")
-	}
-	if _, _, err := splitIPPort(v.BindAddr); err != nil {
-		return fmt.Errorf("cluster: BindAddr: %w", err)
-	}
-	if v.AdvertiseAddr != "" {
-		if _, _, err := splitIPPort(v.AdvertiseAddr); err != nil {
-			return fmt.Errorf("cluster: AdvertiseAddr: %w", err)
+	if v.Transport == nil {
+		if err := v.checkBind(); err != nil {
+			return err
 		}
 	}
 	if v.GRPCAddr == "" {
@@ -303,6 +337,7 @@ func (c *Config) Validate() error {
 		v    time.Duration
 	}{
 		{"JoinRetryInterval", v.JoinRetryInterval},
+		{"RejoinInterval", v.RejoinInterval},
 		{"ProbeInterval", v.ProbeInterval},
 		{"ProbeTimeout", v.ProbeTimeout},
 		{"GossipInterval", v.GossipInterval},
@@ -325,6 +360,22 @@ func (c *Config) Validate() error {
 	}
 	if v.SuspicionMaxTimeoutMult < 1 {
 		return fmt.Errorf("cluster: SuspicionMaxTimeoutMult must be ≥ 1, got %d", v.SuspicionMaxTimeoutMult)
+	}
+	return nil
+}
+
+// checkBind checks BindAddr and AdvertiseAddr (unused with a Transport).
+func (c *Config) checkBind() error {
+	if c.BindAddr == "" {
+		return errors.New("cluster: BindAddr is required")
+	}
+	if _, _, err := splitIPPort(c.BindAddr); err != nil {
+		return fmt.Errorf("cluster: BindAddr: %w", err)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := splitIPPort(c.AdvertiseAddr); err != nil {
+			return fmt.Errorf("cluster: AdvertiseAddr: %w", err)
+		}
 	}
 	return nil
 }

@@ -12,9 +12,10 @@
 //
 //   - Every member advertises its gRPC address in its gossip metadata; a
 //     member whose metadata does not decode is never admitted.
-//   - Alive (and what the Listener is told) is exactly the alive and suspect
-//     members, sorted by name: a suspect member keeps its keys until it is
-//     declared dead.
+//   - Alive is exactly the alive and suspect members, sorted by name: a
+//     suspect member keeps its keys until it is declared dead. The Listener
+//     is told every member with its state (what Members returns), so that it
+//     can tell a dead member (which may come back) from a left one.
 //   - The Listener is called from one goroutine owned by the Cluster, one call
 //     at a time, in order, and only when the list changed; never from
 //     memberlist's goroutines, so a slow listener cannot stall failure
@@ -25,6 +26,11 @@
 //     Config.DepartedRetention.
 //   - New never blocks on, or fails because of, unreachable seeds: joining is
 //     retried in the background until one seed answers or Close.
+//   - A partition heals: until Leave or Close, every Config.RejoinInterval the
+//     member contacts its seeds (hostnames re-resolved) and the members it
+//     saw die, unless they are alive. Both sides learn they were declared
+//     dead, refute, and become one cluster again. A healthy cluster whose
+//     seeds are alive makes no such call.
 //   - Close leaves first (unless Leave was called), is idempotent, and leaves
 //     no goroutine of this package behind.
 //   - A member restarted with the same name and gossip address rejoins and
@@ -51,7 +57,7 @@
 //	cfg.BindAddr = "10.0.0.1:7946"
 //	cfg.GRPCAddr = "10.0.0.1:9091"
 //	cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
-//	cfg.Listener = cluster.ListenerFunc(func(alive []cluster.Member) { ring.Set(alive) })
+//	cfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) { ring.Set(onRing(all)) })
 //	cfg.Messages = overrides // Receive, LocalState, MergeState
 //	cfg.Logger = logger
 //	c, err := cluster.New(cfg)

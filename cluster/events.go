@@ -8,8 +8,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// eventLoop delivers the ring membership to the Listener, one call at a
-// time, whenever it changed.
+// eventLoop delivers the member list (Members) to the Listener, one call at
+// a time, whenever it changed.
 func (c *Cluster) eventLoop() {
 	defer close(c.eventsDone)
 	var last []Member
@@ -20,13 +20,13 @@ func (c *Cluster) eventLoop() {
 			return
 		case <-c.kick:
 		}
-		alive := c.Alive()
-		if delivered && slices.Equal(alive, last) {
+		members := c.Members()
+		if delivered && slices.Equal(members, last) {
 			continue
 		}
-		last, delivered = alive, true
+		last, delivered = members, true
 		if c.cfg.Listener != nil {
-			c.cfg.Listener.MembersChanged(slices.Clone(alive))
+			c.cfg.Listener.MembersChanged(slices.Clone(members))
 		}
 	}
 }
@@ -48,6 +48,7 @@ func (c *Cluster) upsert(n *memberlist.Node, m meta) {
 		r = &record{}
 		c.members[n.Name] = r
 	}
+	back := ok && r.m.State == StateDead
 	if r.m.State != StateAlive {
 		r.since = c.clock.Now()
 	}
@@ -58,7 +59,11 @@ func (c *Cluster) upsert(n *memberlist.Node, m meta) {
 		State:      StateAlive,
 	}
 	r.leaving = m.leaving
+	addr := r.m.GossipAddr
 	c.mu.Unlock()
+	if back {
+		c.log.Info("cluster: member is back after being declared dead", "member", n.Name, "gossip", addr)
+	}
 	c.changed()
 }
 

@@ -33,11 +33,15 @@ type Member struct {
 	State      State
 }
 
-// Listener is told the members that belong on the hash ring (alive and
-// suspect members, sorted by name, this member included while it has not
-// left) after every change of that list (a member added or removed, or one
-// of them changing state or metadata), starting with this member alone right
-// after New.
+// Listener is told every member this member knows, each with its State:
+// alive and suspect members, and those that died or left within
+// Config.DepartedRetention — exactly what Cluster.Members returns, sorted by
+// name, this member included (as StateLeft once it left). It is called after
+// every change of that list (a member added, changing state or metadata, or
+// forgotten once DepartedRetention has passed), starting with this member
+// alone right after New. The members that belong on the hash ring are the
+// alive and suspect ones; a dead member (not left) may come back, a left one
+// is gone for good.
 //
 // Concurrency: MembersChanged is called from a single goroutine owned by the
 // Cluster, one call at a time, in the order the changes happened. Bursts are
@@ -48,11 +52,11 @@ type Member struct {
 // Close (Members, Alive and LocalAddr are fine). The slice is the listener's
 // to keep.
 type Listener interface {
-	MembersChanged(alive []Member)
+	MembersChanged(members []Member)
 }
 
 // ListenerFunc adapts a function to Listener.
-type ListenerFunc func(alive []Member)
+type ListenerFunc func(members []Member)
 
-// MembersChanged calls f(alive).
-func (f ListenerFunc) MembersChanged(alive []Member) { f(alive) }
+// MembersChanged calls f(members).
+func (f ListenerFunc) MembersChanged(members []Member) { f(members) }
