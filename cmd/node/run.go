@@ -194,10 +194,17 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	ccfg.GRPCAddr = grpcAddr
 	ccfg.Seeds = cfg.join
 	ccfg.Logger = log
-	ccfg.Listener = cluster.ListenerFunc(func(alive []cluster.Member) {
-		members := make([]forward.Member, len(alive))
-		for i, m := range alive {
-			members[i] = forward.Member{Name: m.Name, Addr: m.GRPCAddr}
+	// Alive and suspect members are on the ring; dead ones (not left) are
+	// off it but still counted for the quorum; left ones are gone.
+	ccfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) {
+		members := make([]forward.Member, 0, len(all))
+		for _, m := range all {
+			switch m.State {
+			case cluster.StateAlive, cluster.StateSuspect:
+				members = append(members, forward.Member{Name: m.Name, Addr: m.GRPCAddr})
+			case cluster.StateDead:
+				members = append(members, forward.Member{Name: m.Name, Addr: m.GRPCAddr, Down: true})
+			}
 		}
 		n.router.SetMembers(members)
 	})
