@@ -29,9 +29,35 @@ type Cluster interface {
 
 // ClusterStatus is the body of GET /v1/cluster.
 type ClusterStatus struct {
-	Self        string          `json:"self"`
-	RingVersion uint64          `json:"ring_version"`
-	Members     []ClusterMember `json:"members"`
+	Self        string            `json:"self"`
+	RingVersion uint64            `json:"ring_version"`
+	Members     []ClusterMember   `json:"members"`
+	Replication ReplicationStatus `json:"replication"`
+	Quorum      QuorumStatus      `json:"quorum"`
+}
+
+// ReplicationStatus is this node's side of replication in ClusterStatus.
+type ReplicationStatus struct {
+	// Factor is how many successors hold a copy of each key (0: off).
+	Factor int `json:"factor"`
+	// LagMs is how long the last round's oldest change waited until its
+	// successors acknowledged it.
+	LagMs float64 `json:"lag_ms"`
+	// Pending is how many changed keys wait for the next round.
+	Pending int64 `json:"pending"`
+	// Replicas is how many key states this node holds for other members.
+	Replicas int `json:"replicas"`
+	// SuccessorKeys is how many keys this node decides as the successor of
+	// an owner that could not be reached; SuccessorFor lists up to 10.
+	SuccessorKeys int               `json:"successor_keys"`
+	SuccessorFor  []forward.StandIn `json:"successor_for,omitempty"`
+}
+
+// QuorumStatus says whether this node sees a majority of the cluster.
+type QuorumStatus struct {
+	ClusterSize int      `json:"cluster_size"`
+	Minority    bool     `json:"minority"`
+	Down        []string `json:"down,omitempty"`
 }
 
 // ClusterMember is one member in ClusterStatus. Keys is -1 when the member

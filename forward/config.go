@@ -46,6 +46,13 @@ type Config struct {
 	LocalKeys int
 	// Lease configures token leases.
 	Lease LeaseConfig
+	// Replication configures the copies of each key on its successors.
+	Replication ReplicationConfig
+	// ClusterSize, when not 0, is the number of members the quorum is
+	// counted against: a node that sees fewer than a majority of it up does
+	// not take over the keys of members it cannot see. 0 counts the members
+	// it last knew (up and down; members that left are not counted).
+	ClusterSize int
 	// Logger receives membership and handoff events. Nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Nil registers none.
@@ -60,11 +67,27 @@ type LeaseConfig struct {
 	Max int64
 }
 
+// ReplicationConfig configures how an owner keeps its keys' state on the
+// members that take them over when it dies (see replicate.go).
+type ReplicationConfig struct {
+	// Factor is how many successors hold a copy of each key. Default 1.
+	Factor int
+	// Off turns replication off (Factor is then ignored).
+	Off bool
+	// Interval bounds how long a change waits before it is sent. Default
+	// 20ms.
+	Interval time.Duration
+	// MaxPending sends the changes at once when this many keys have
+	// changed, before Interval ends. Default 256.
+	MaxPending int
+}
+
 // DefaultConfig returns the defaults; Self, Store, NewRing and Peers are
 // left for the caller.
 func DefaultConfig() Config {
 	return Config{PeerTimeout: 500 * time.Millisecond, Grace: 3 * time.Second, LocalKeys: 1 << 16,
-		Lease: LeaseConfig{TTL: 100 * time.Millisecond, Max: 1000}}
+		Lease:       LeaseConfig{TTL: 100 * time.Millisecond, Max: 1000},
+		Replication: ReplicationConfig{Factor: 1, Interval: 20 * time.Millisecond, MaxPending: 256}}
 }
 
 // Validate reports the first missing or invalid field by name. It changes
@@ -89,6 +112,10 @@ func (c *Config) Validate() error {
 		{"LocalKeys", c.LocalKeys < 0},
 		{"Lease.TTL", c.Lease.TTL < 0},
 		{"Lease.Max", c.Lease.Max < 0},
+		{"Replication.Factor", c.Replication.Factor < 0},
+		{"Replication.Interval", c.Replication.Interval < 0},
+		{"Replication.MaxPending", c.Replication.MaxPending < 0},
+		{"ClusterSize", c.ClusterSize < 0},
 	} {
 		if f.bad {
 			return fmt.Errorf("forward: %s must not be negative", f.name)
@@ -113,6 +140,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease.Max == 0 {
 		c.Lease.Max = d.Lease.Max
+	}
+	if c.Replication.Factor == 0 {
+		c.Replication.Factor = d.Replication.Factor
+	}
+	if c.Replication.Interval == 0 {
+		c.Replication.Interval = d.Replication.Interval
+	}
+	if c.Replication.MaxPending == 0 {
+		c.Replication.MaxPending = d.Replication.MaxPending
 	}
 	if c.Clock == nil {
 		c.Clock = clock.System()

@@ -46,8 +46,11 @@ func TestOwnerUnreachable(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			clock := testkit.NewClock(0)
 			// The deadline is the point: A's transport runs on real time.
+			// Without replication nobody stands in for the owner: the
+			// failure modes decide.
 			a := startNode(t, "A", clock, func(c *nodeConfig) {
 				c.PeerTimeout = failTimeout
+				c.Replication.Off = true
 				realTransport(c)
 			})
 			var down Member
@@ -110,8 +113,9 @@ func TestOwnerUnreachable(t *testing.T) {
 			if allowed != 3 {
 				t.Fatalf("local: %d of 5 admitted, want 3 (9/h over 3 members)", allowed)
 			}
-			// Integer division with a minimum of 1: 2 per hour over 3 members
-			// is 1 per hour; burst 6 of a 9/h limit is 2.
+			// Rounded down, so that the shares never add up to more than the
+			// limit: 2 per hour over 3 members is 0 (refused); burst 6 of a
+			// 9/h limit is 2.
 			out, el = timedCheck(t, a.r,
 				Check{Key: keys[3], Limit: hourly(2), Cost: 1, Mode: bucket.Local},
 				Check{Key: keys[3], Limit: hourly(2), Cost: 1, Mode: bucket.Local},
@@ -120,14 +124,14 @@ func TestOwnerUnreachable(t *testing.T) {
 				Check{Key: keys[4], Limit: bucket.MustLimit(bucket.TokenBucket, 9, time.Hour, 6), Cost: 1, Mode: bucket.Local},
 			)
 			lat = append(lat, el)
-			wantAllowed := []bool{true, false, true, true, false}
+			wantAllowed := []bool{false, false, true, true, false}
 			for i, r := range out {
 				if r.Allowed != wantAllowed[i] || !r.Degraded || r.Owner != "A" {
-					t.Fatalf("min-1 batch: out[%d] = %+v, want allowed=%v", i, r, wantAllowed[i])
+					t.Fatalf("rounded-down batch: out[%d] = %+v, want allowed=%v", i, r, wantAllowed[i])
 				}
 			}
 			if r := out[1]; r.RetryAfter != time.Hour || r.Limit != 2 {
-				t.Fatalf("1 per hour rejected: %+v, want retry after 1h", r)
+				t.Fatalf("a share of 0 rejected: %+v, want retry after 1h", r)
 			}
 
 			for _, mode := range []struct {
@@ -159,7 +163,7 @@ func TestOwnerUnreachable(t *testing.T) {
 // never dialled; its keys degrade at once.
 func TestOwnerWithoutConnection(t *testing.T) {
 	clock := testkit.NewClock(0)
-	a := startNode(t, "A", clock, func(c *nodeConfig) { c.PeerTimeout = failTimeout })
+	a := startNode(t, "A", clock, func(c *nodeConfig) { c.PeerTimeout = failTimeout; c.Replication.Off = true })
 	a.r.SetMembers([]Member{{Name: "A", Addr: a.addr}, {Name: "N", Addr: "bad\x00addr"}})
 	clock.Advance(testGrace)
 	key := keysOwnedBy(t, a.r, "N", "noconn", 1)[0]

@@ -2,7 +2,9 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +20,7 @@ const handoffChunk = 512
 // Config.
 type handoffConfig struct {
 	Self        string
-	Grace       time.Duration // how long a pushed key is kept, answering stale peers
+	Grace       time.Duration // how long a pushed key is kept, answering last hops
 	PeerTimeout time.Duration // a fetch waits a quarter of it
 	Store       *bucket.Store
 	Peers       Peers
@@ -26,23 +28,32 @@ type handoffConfig struct {
 	Logger      *slog.Logger
 }
 
-// handoff moves the state of keys this node no longer owns to their owners,
-// and fetches state from a key's previous owner for a new owner that has
-// none. A pass runs after every ring change; while it leaves work behind
-// (keys pushed but not yet deleted, pushes that failed) another pass
+// handoff moves what this node spent on keys it does not own to their
+// owners, and fetches state from a key's previous owner for a new owner
+// that has none. A pass runs after every ring change; while it leaves work
+// behind (keys pushed but not yet deleted, pushes that failed) another pass
 // follows after Grace. Passes are serialised by mu.
+//
+// A push carries only the spend the owner has not seen (the copy minus
+// what the two share, see shared), and the owner adds it: when both
+// copies spent while the ring views differed, neither spend is lost. Once
+// a key is pushed, this node redirects that key's checks to the owner
+// instead of deciding them (pushed); a last hop it still decides is pushed
+// by the next pass, which runs again Grace later before the copy is
+// deleted.
 type handoff struct {
-	cfg  handoffConfig
-	ring func() Owners // the current ring
-	m    *metrics
-	wake chan struct{}
+	cfg    handoffConfig
+	ring   func() Owners // the current ring
+	shared shared
+	m      *metrics
+	wake   chan struct{}
 
-	mu     sync.Mutex               // one pass at a time
-	pushed map[string]clock.Instant // key → when it was pushed; guarded by mu
+	mu     sync.Mutex // one pass at a time
+	pushed sync.Map   // key → clock.Instant it was first pushed
 }
 
-func newHandoff(cfg handoffConfig, ring func() Owners, m *metrics) *handoff {
-	return &handoff{cfg: cfg, ring: ring, m: m, wake: make(chan struct{}, 1), pushed: map[string]clock.Instant{}}
+func newHandoff(cfg handoffConfig, ring func() Owners, sh shared, m *metrics) *handoff {
+	return &handoff{cfg: cfg, ring: ring, shared: sh, m: m, wake: make(chan struct{}, 1)}
 }
 
 func (h *handoff) trigger() {
@@ -50,6 +61,12 @@ func (h *handoff) trigger() {
 	case h.wake <- struct{}{}:
 	default:
 	}
+}
+
+// isPushed reports whether key has been handed to its owner.
+func (h *handoff) isPushed(key string) bool {
+	_, ok := h.pushed.Load(key)
+	return ok
 }
 
 func (h *handoff) loop(ctx context.Context) {
@@ -70,9 +87,10 @@ func (h *handoff) loop(ctx context.Context) {
 	}
 }
 
-// pass pushes every key the current ring gives to another node, deletes
-// the keys pushed at least Grace ago that are still not ours, and reports
-// whether work is left for a later pass and how many keys it failed to push.
+// pass pushes what this node spent on every key the current ring gives to
+// another node, deletes the keys pushed at least Grace ago that are still
+// not ours, and reports whether work is left for a later pass and how many
+// keys it failed to push.
 func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -83,22 +101,26 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	}
 	now := h.cfg.Clock.Now()
 	out := map[string][]peer.State{}
-	var stale []string // pushed at least Grace ago and pushed again now: delete after
+	full := map[string][]int64{} // the copies' whole spend, per state in out
+	var stale []string           // pushed at least Grace ago and pushed again now: delete after
 	flush := func(owner string) {
-		states := out[owner]
+		states, used := out[owner], full[owner]
 		delete(out, owner)
+		delete(full, owner)
 		if err := h.cfg.Peers.Handoff(ctx, owner, states); err != nil {
 			h.cfg.Logger.Warn("handoff failed", "to", owner, "keys", len(states), "err", err)
 			pending = true
 			failed += len(states)
 			return
 		}
-		for _, s := range states {
-			at, ok := h.pushed[s.Key]
+		for i := range states {
+			s := &states[i]
+			h.shared.set(owner, s.Key, &s.Limit, now, used[i])
+			at, ok := h.pushed.Load(s.Key)
 			switch {
 			case !ok:
-				h.pushed[s.Key] = now
-			case now.Sub(at) >= h.cfg.Grace:
+				h.pushed.Store(strings.Clone(s.Key), now)
+			case now.Sub(at.(clock.Instant)) >= h.cfg.Grace:
 				stale = append(stale, s.Key)
 			}
 		}
@@ -109,13 +131,15 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			s := &batch[i]
 			owner := ownerIn(rg, self, s.Key)
 			if owner == self {
-				delete(h.pushed, s.Key)
+				h.pushed.Delete(s.Key)
 				continue
 			}
-			// Push every key we hold but do not own; one that was pushed at
-			// least Grace ago is pushed a last time (what stale peers spent
-			// on our copy meanwhile) and then deleted.
-			out[owner] = append(out[owner], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+			// Push what the owner has not seen of every key we hold but do
+			// not own; one pushed at least Grace ago is pushed a last time
+			// (what last hops spent on our copy meanwhile) and then deleted.
+			seen, _ := h.shared.used(owner, s.Key, now)
+			out[owner] = append(out[owner], peer.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-seen, 0)})
+			full[owner] = append(full[owner], s.Used)
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)
 			}
@@ -129,34 +153,45 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	// us meanwhile.
 	cur := h.ring()
 	for _, k := range stale {
+		// What this node shares with the owner stays: it is this node's
+		// replica of the key when it is the key's successor.
 		if ownerIn(cur, self, k) != self {
 			h.cfg.Store.Delete(k)
 		}
-		delete(h.pushed, k)
+		h.pushed.Delete(k)
 	}
-	for k := range h.pushed {
-		if !h.cfg.Store.Has(k) {
-			delete(h.pushed, k)
+	left := false
+	h.pushed.Range(func(k, _ any) bool {
+		if !h.cfg.Store.Has(k.(string)) {
+			h.pushed.Delete(k)
+		} else {
+			left = true
 		}
-	}
-	return pending || len(h.pushed) > 0, failed
+		return true
+	})
+	return pending || left, failed
 }
 
-// fetch asks key's previous owner for its state and merges it, so that a
-// key whose handoff has not arrived yet does not start full.
-func (h *handoff) fetch(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant) {
-	// The previous ring says who owned the key; if that was this node (or
-	// there was none: it just joined), the key came from wherever the ring
-	// without this node puts it.
-	prev := ownerIn(v.prev, h.cfg.Self, key)
-	if v.prev == nil || prev == h.cfg.Self {
-		if prev = ownerIn(v.others, h.cfg.Self, key); v.others == nil || prev == h.cfg.Self {
-			return
+// prevOwner returns the member key belonged to before the last ring
+// change, or "" when that was this node (or nobody). For a node that just
+// joined, that is where the ring without this node puts the key.
+func prevOwner(v *view, self, key string) string {
+	prev := ownerIn(v.prev, self, key)
+	if v.prev == nil || prev == self {
+		if prev = ownerIn(v.others, self, key); v.others == nil || prev == self {
+			return ""
 		}
 	}
+	return prev
+}
+
+// fetch asks prev, key's previous owner, for its state and merges it, so
+// that a key whose handoff has not arrived yet does not start full. It
+// reports whether prev answered with a state.
+func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucket.Limit, now clock.Instant) bool {
 	if _, down := v.fetchDown.Load(prev); down {
 		h.m.fetches[fetchUnreachable].Inc()
-		return
+		return false
 	}
 	// A quarter of the peer deadline: the check that waits on this fetch
 	// may itself be a forwarded one, under the entry node's deadline.
@@ -168,13 +203,17 @@ func (h *handoff) fetch(ctx context.Context, v *view, key string, l *bucket.Limi
 		// Do not wait on it again for this view: it crashed or is gone.
 		v.fetchDown.Store(prev, true)
 		h.m.fetches[fetchUnreachable].Inc()
-		return
+		return false
 	case !found:
 		h.m.fetches[fetchMissing].Inc()
-		return
+		return false
 	}
 	h.m.fetches[fetchFound].Inc()
 	h.cfg.Store.Merge(key, &st.Limit, now, st.Used)
+	// prev answered with st.Used: its later push is only what it spends
+	// after this.
+	h.shared.set(prev, key, &st.Limit, now, st.Used)
+	return true
 }
 
 // Leave takes this node off its own ring and hands every key it holds to
@@ -204,20 +243,22 @@ func (r *Router) Leave(ctx context.Context) error {
 }
 
 // Quiesce waits until no peer has sent this node a check for idle, or ctx
-// ends. A leaving node calls it after Leave, before it stops serving, so that
-// peers whose view still names it as an owner are answered rather than
-// failing over while the leave spreads.
+// ends, then pushes once more what the checks it still decided meanwhile
+// spent. A leaving node calls it after Leave, before it stops serving, so
+// that peers whose view still names it as an owner are answered (or
+// redirected) rather than failing over while the leave spreads.
 func (r *Router) Quiesce(ctx context.Context, idle time.Duration) error {
 	tick := r.cfg.Clock.NewTicker(max(idle/4, time.Millisecond))
 	defer tick.Stop()
-	for {
-		if r.cfg.Clock.Now().Sub(clock.Instant(r.lastPeerCheck.Load())) >= idle {
-			return nil
-		}
+	for r.cfg.Clock.Now().Sub(clock.Instant(r.lastPeerCheck.Load())) < idle {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C():
 		}
 	}
+	if _, failed := r.handoff.pass(ctx); failed > 0 {
+		return fmt.Errorf("forward: %d keys not pushed after quiescing", failed)
+	}
+	return nil
 }

@@ -269,9 +269,9 @@ func TestJoiningNodeFetchesFromPreviousOwner(t *testing.T) {
 	}
 }
 
-// ---- 10. merge is conservative -------------------------------------------------------
+// ---- 10. a push adds the spend the receiver has not seen ------------------------------
 
-func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
+func TestHandoffMergeAddsSpend(t *testing.T) {
 	clock := testkit.NewClock(0)
 	b := startNode(t, "B", clock, nil)
 	lim := hourly(10)
@@ -297,17 +297,17 @@ func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
 		}
 		return u
 	}
-	push("m", 3)
-	if u := used("m"); u != 6 {
-		t.Fatalf("used 6 merged with 3: %d, want 6", u)
+	push("m", 1)
+	if u := used("m"); u != 7 {
+		t.Fatalf("used 6 plus a pushed 1: %d, want 7", u)
 	}
-	push("m", 8)
+	push("m", 1)
 	if u := used("m"); u != 8 {
-		t.Fatalf("used 6 merged with 8: %d, want 8", u)
+		t.Fatalf("used 7 plus a pushed 1: %d, want 8", u)
 	}
-	push("m", 5)
+	push("m", 0)
 	if u := used("m"); u != 8 {
-		t.Fatalf("used 8 merged with 5: %d, want 8", u)
+		t.Fatalf("used 8 plus a pushed 0: %d, want 8", u)
 	}
 	push("new", 4) // a key B never saw takes the pushed state
 	if u := used("new"); u != 4 {
@@ -316,9 +316,13 @@ func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
 	if res := check1(t, b.r, "m", lim, 1); !res.Allowed || res.Remaining != 1 {
 		t.Fatalf("after merges: %+v, want remaining 1 (10-8-1)", res)
 	}
+	push("m", 5) // more than is left: the key is full, never beyond
+	if u := used("m"); u != 10 {
+		t.Fatalf("used 9 plus a pushed 5: %d, want 10 (the capacity)", u)
+	}
 	// Fetch reports the merged state.
 	fr, err := client.Fetch(ctx, &peerv1.FetchRequest{From: "A", Key: "m", Limit: w})
-	if err != nil || !fr.GetFound() || fr.GetState().GetUsed() != 9 {
+	if err != nil || !fr.GetFound() || fr.GetState().GetUsed() != 10 {
 		t.Fatalf("Fetch: %v %+v", err, fr)
 	}
 	// A state with a bad limit is skipped, the rest merged.
@@ -329,8 +333,8 @@ func TestHandoffMergeKeepsMoreSpent(t *testing.T) {
 	if err != nil || resp.GetMerged() != 1 || b.store.Has("bad") || used("ok") != 2 {
 		t.Fatalf("mixed handoff: %v merged %d", err, resp.GetMerged())
 	}
-	if got := testkit.Metric(t, b.reg, "ringlimit_handoff_keys_received_total"); got != 5 {
-		t.Fatalf("handoff_keys_received_total = %v, want 5", got)
+	if got := testkit.Metric(t, b.reg, "ringlimit_handoff_keys_received_total"); got != 6 {
+		t.Fatalf("handoff_keys_received_total = %v, want 6", got)
 	}
 }
 

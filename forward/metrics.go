@@ -24,6 +24,19 @@ type metrics struct {
 	leasesGranted  prometheus.Counter
 	leasesReturned prometheus.Counter
 	leasedChecks   prometheus.Counter
+
+	// Surviving crashes and partitions.
+	replicationLag    prometheus.Histogram
+	replicationErrors prometheus.Counter
+	replicasRefused   prometheus.Counter
+	standInChecks     prometheus.Counter
+	standInForwarded  prometheus.Counter
+	promoted          prometheus.Counter
+	redirects         prometheus.Counter
+	redirectsFollowed prometheus.Counter
+	ringDisagreements prometheus.Counter
+
+	reg prometheus.Registerer // for the gauges watch adds; nil registers none
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -60,6 +73,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ringlimit_prelimit_shed_total",
 			Help: "Checks rejected by the entry node's pre-limiter without asking the owner.",
 		}),
+		replicationLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringlimit_replication_lag_seconds",
+			Help:    "Per replication round, how long its oldest change waited until the successors acknowledged it.",
+			Buckets: []float64{.001, .0025, .005, .01, .02, .03, .05, .1, .25, .5, 1, 2.5},
+		}),
+		replicationErrors: counter("ringlimit_replication_errors_total", "Replication batches a successor did not acknowledge."),
+		replicasRefused:   counter("ringlimit_replicas_refused_total", "Replicated states refused because their sender is not a member of this node's ring."),
+		standInChecks:     counter("ringlimit_successor_checks_total", "Checks this node decided as the successor of an owner that could not be reached (or as a redirected check's last hop)."),
+		standInForwarded:  counter("ringlimit_successor_forwarded_total", "Checks this node sent to a key's successor because the owner could not be reached."),
+		promoted:          counter("ringlimit_replicas_promoted_total", "Replicas that became this node's own copies when their owner died."),
+		redirects:         counter("ringlimit_redirects_total", "Checks this node did not decide because its ring names another owner (it named that owner instead)."),
+		redirectsFollowed: counter("ringlimit_redirects_followed_total", "Checks this node sent again, to the owner a redirect named."),
+		ringDisagreements: counter("ringlimit_ring_disagreements_total", "Peer batches whose sender's ring version differed from this node's."),
+		reg:               reg,
 	}
 	for _, mode := range bucket.FailureModes() {
 		m.degraded[mode] = degraded.WithLabelValues(mode.String())
@@ -68,11 +95,51 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.fetches[i] = fetches.WithLabelValues(name)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{degraded, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted, m.leasesReturned, m.leasedChecks} {
+		for _, c := range []prometheus.Collector{degraded, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted,
+			m.leasesReturned, m.leasedChecks, m.replicationLag, m.replicationErrors, m.replicasRefused, m.standInChecks,
+			m.standInForwarded, m.promoted, m.redirects, m.redirectsFollowed, m.ringDisagreements} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return m, nil
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// watch registers the gauges read from the router's state.
+func (m *metrics) watch(r *Router) error {
+	if m.reg == nil {
+		return nil
+	}
+	for _, g := range []struct {
+		name, help string
+		f          func() float64
+	}{
+		{"ringlimit_replication_pending_keys", "Keys changed and not yet sent to their successors.",
+			func() float64 { return float64(r.repl.pending.Load()) }},
+		{"ringlimit_replication_last_lag_seconds", "How long the last replication round's oldest change waited until acknowledged.",
+			func() float64 { return r.repl.lag().Seconds() }},
+		{"ringlimit_replicas", "Key states this node holds for other members: replicas of their keys, and what it shares with them after fetches and pushes.",
+			func() float64 { return float64(r.shared.s.Len()) }},
+		{"ringlimit_successor_keys", "Keys this node holds a copy of, decided for an owner that could not be reached, not yet handed back.",
+			func() float64 { return float64(r.Status().StandingIn) }},
+		{"ringlimit_minority", "1 while this node sees fewer than a majority of the cluster's members and does not take over their keys.",
+			func() float64 { return b2f(r.view.Load().minority) }},
+	} {
+		if err := m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, g.f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -5,75 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/peer"
 )
 
-// view is one immutable picture of the cluster: the ring, the ring before
-// the last change, and the ring without this node.
-type view struct {
-	ring Owners // nil before the first SetMembers
-	prev Owners
-	// others is the ring without this node: for a node that just joined,
-	// where the keys it now owns were before.
-	others  Owners
-	changed clock.Instant // when the change that made this view happened
-	// fetchDown remembers previous owners a fetch could not reach, so that
-	// later checks of this view do not wait on them again.
-	fetchDown *sync.Map
-}
-
-func (v *view) len() int {
-	if v.ring == nil {
-		return 0
-	}
-	return v.ring.Len()
-}
-
-func (v *view) has(name string) bool { return v.ring != nil && v.ring.Has(name) }
-
-func (v *view) version() uint64 {
-	if v.ring == nil {
-		return 0
-	}
-	return v.ring.Version()
-}
-
-// inGrace reports whether keys may still have to be fetched from their
-// previous owner at now.
-func (v *view) inGrace(now clock.Instant, grace time.Duration) bool {
-	return (v.prev != nil || v.others != nil) && now.Sub(v.changed) < grace
-}
-
-// ownerIn returns the owner of key on o, or self on an empty ring (nobody
-// else can decide).
-func ownerIn(o Owners, self, key string) string {
-	if o == nil {
-		return self
-	}
-	owner, err := o.Owner(key)
-	if err != nil {
-		return self
-	}
-	return owner
-}
-
 // Router decides checks: locally for the keys this node owns, through their
 // owners otherwise. It is safe for concurrent use.
 type Router struct {
-	cfg     Config
-	log     *slog.Logger
-	m       *metrics
-	local   *bucket.Store // degraded-mode buckets
-	pre     *prelimiter
-	leases  *leases
-	handoff *handoff
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	local    *bucket.Store // degraded-mode buckets
+	pre      *prelimiter
+	leases   *leases
+	handoff  *handoff
+	repl     *replicator
+	shared   shared    // what this node and each other member both account for
+	known    *refusals // keys their owners refused moments ago
+	reach    reach     // members that failed to answer moments ago
+	standing sync.Map  // key → owner: keys decided here for an owner that did not answer
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -119,10 +75,22 @@ func New(cfg Config) (*Router, error) {
 	r.view.Store(&view{fetchDown: &sync.Map{}})
 	first := make(chan struct{})
 	r.viewChanged.Store(&first)
+	sharedStore, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.Store.Capacity(), Shards: 16})
+	if err != nil {
+		return nil, err
+	}
+	r.shared = shared{sharedStore}
+	r.known = newRefusals(cfg.LocalKeys)
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,
-		Store: cfg.Store, Peers: cfg.Peers, Clock: cfg.Clock, Logger: cfg.Logger}, r.currentRing, m)
+		Store: cfg.Store, Peers: cfg.Peers, Clock: cfg.Clock, Logger: cfg.Logger}, r.currentRing, r.shared, m)
+	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
+	if err := m.watch(r); err != nil {
+		cancel()
+		return nil, err
+	}
 	r.wg.Go(func() { r.handoff.loop(ctx) })
+	r.wg.Go(func() { r.repl.loop(ctx) })
 	r.wg.Go(func() { r.leases.expire(ctx) })
 	return r, nil
 }
@@ -148,42 +116,75 @@ func (r *Router) SetMembers(members []Member) {
 
 func (r *Router) rebuildLocked() {
 	old := r.view.Load()
-	names := make([]string, 0, len(r.members))
+	self := r.cfg.Self
+	var up []string
+	down := map[string]bool{}
 	addrs := make(map[string]string, len(r.members))
 	for _, m := range r.members {
-		if r.leaving && m.Name == r.cfg.Self {
-			continue
-		}
-		names = append(names, m.Name)
-		if m.Name != r.cfg.Self {
-			addrs[m.Name] = m.Addr
+		switch {
+		case m.Down && m.Name != self:
+			down[m.Name] = true
+		case m.Down, r.leaving && m.Name == self:
+		default:
+			up = append(up, m.Name)
+			if m.Name != self {
+				addrs[m.Name] = m.Addr
+			}
 		}
 	}
-	rg, err := r.cfg.NewRing(names)
-	if err != nil {
-		r.log.Error("ring not rebuilt", "members", names, "err", err)
+	size := r.cfg.ClusterSize
+	if size == 0 {
+		size = len(up) + len(down)
+	}
+	// A leaving node hands everything to the others, whatever it sees.
+	minority := !r.leaving && len(up) < majority(size)
+	rg := old.ring
+	if !minority {
+		var err error
+		if rg, err = r.cfg.NewRing(up); err != nil {
+			r.log.Error("ring not rebuilt", "members", up, "err", err)
+			return
+		}
+	}
+	var version uint64
+	if rg != nil {
+		version = rg.Version()
+	}
+	r.cfg.Peers.SetMembers(version, addrs)
+	ringChanged := old.ring == nil || rg == nil || version != old.ring.Version()
+	if !ringChanged && minority == old.minority && size == old.size && maps.Equal(down, old.down) {
 		return
 	}
-	r.cfg.Peers.SetMembers(addrs)
-	if old.ring != nil && rg.Version() == old.ring.Version() {
-		return
-	}
-	var others Owners
-	joined := old.len() <= 1 // this node was alone: it has just joined
-	if joined && rg.Has(r.cfg.Self) && rg.Len() > 1 {
-		rest := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == r.cfg.Self })
-		if others, err = r.cfg.NewRing(rest); err != nil {
-			others = nil
+	nv := &view{ring: rg, prev: old.prev, others: old.others, changed: old.changed, fetchDown: old.fetchDown,
+		down: down, size: size, minority: minority}
+	if ringChanged && rg != nil {
+		nv.prev, nv.others, nv.changed, nv.fetchDown = old.ring, nil, r.cfg.Clock.Now(), &sync.Map{}
+		if old.len() <= 1 && rg.Has(self) && rg.Len() > 1 { // this node was alone: it has just joined
+			rest := slices.DeleteFunc(slices.Clone(up), func(n string) bool { return n == self })
+			if others, err := r.cfg.NewRing(rest); err == nil {
+				nv.others = others
+			}
 		}
 	}
-	nv := &view{ring: rg, prev: old.ring, others: others, changed: r.cfg.Clock.Now(), fetchDown: &sync.Map{}}
 	r.view.Store(nv)
 	next := make(chan struct{})
 	close(*r.viewChanged.Swap(&next))
+	if minority != old.minority {
+		r.log.Warn("quorum changed", "minority", minority, "up", len(up), "size", size)
+	}
+	if !ringChanged || rg == nil {
+		return
+	}
 	r.m.ringMembers.Set(float64(rg.Len()))
 	r.m.ringChanges.Inc()
-	r.log.Info("ring changed", "members", names, "version", rg.Version())
+	r.log.Info("ring changed", "members", up, "version", version)
+	for name := range down {
+		if !old.down[name] {
+			r.wg.Go(func() { r.promote(nv, name) })
+		}
+	}
 	r.handoff.trigger()
+	r.repl.ringChanged()
 }
 
 // Owner returns the node that owns key in this node's view, and the ring
@@ -242,6 +243,10 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			continue
 		}
 		owner := ownerIn(v.ring, r.cfg.Self, c.Key)
+		if v.noOwner() {
+			out[i] = r.unreachable(v, c, "", now)
+			continue
+		}
 		if c.Lease && !c.Refund && owner != r.cfg.Self {
 			if res, ok := r.leases.take(c, now); ok {
 				res.Owner = r.cfg.Self
@@ -295,61 +300,44 @@ func findGroup(groups []*group, owner string) *group {
 	return nil
 }
 
-// forwardGroup sends one owner's checks and fills their results, applying
-// the failure mode when the owner cannot answer.
-func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []Check, out []Result, now clock.Instant) error {
-	reqs := make([]peer.Request, len(g.idx))
-	answers := make([]peer.Answer, len(g.idx))
-	var asked []string // keys this call asks a lease for
-	for j, i := range g.idx {
-		c := &checks[i]
-		reqs[j] = peer.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund}
-		if c.Lease && !c.Refund && r.leases.ask(c.Key) {
-			reqs[j].Lease = r.leases.size(c, v.len())
-			asked = append(asked, c.Key)
-		}
-	}
-	defer r.leases.done(asked)
-	decider, err := r.cfg.Peers.Check(ctx, g.owner, reqs, answers)
-	if err == nil {
-		addr := r.cfg.Peers.Addr(g.owner)
-		for j, i := range g.idx {
-			c, a := &checks[i], &answers[j]
-			if a.LeaseGranted > 0 {
-				r.leases.install(c, a.LeaseGranted, a.LeaseTTL, r.cfg.Clock.Now())
-			}
-			out[i] = Result{Decision: a.Decision(c.Limit.Count()), Owner: decider, OwnerAddr: addr}
-			r.pre.after(c, &out[i], now)
-		}
-		return nil
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	r.log.Debug("owner unreachable", "owner", g.owner, "err", err)
-	live := max(v.len(), 1)
-	for _, i := range g.idx {
-		if checks[i].Refund {
-			out[i] = Result{Owner: g.owner}
-			continue
-		}
-		out[i] = r.degrade(&checks[i], live, now)
-	}
-	return nil
-}
-
-// decideLocal decides a check on this node's store. During the grace
-// period after a ring change, a key this node has no state for is first
-// fetched from its previous owner.
+// decideLocal decides a check of a key this node owns on its store. A key
+// it holds no copy of first gets one from where its state is: the
+// replica of a previous owner that died, or, during the grace period after
+// a ring change, the previous owner itself.
 func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket.Limit, cost int64, now clock.Instant) Result {
-	if v.inGrace(now, r.cfg.Grace) && !r.cfg.Store.Has(key) {
-		r.handoff.fetch(ctx, v, key, l, now)
+	if !r.cfg.Store.Has(key) {
+		r.recover(ctx, v, key, l, now)
 	}
 	d, err := r.cfg.Store.Take(key, l, now, cost)
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
+	r.repl.mark(key, now)
 	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
+}
+
+// recover gives this node a copy of a key it now owns and holds none of.
+func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant) {
+	prev := prevOwner(v, r.cfg.Self, key)
+	if prev == "" {
+		return
+	}
+	if v.isDown(prev) {
+		if rl, used, ok := r.shared.state(prev, key, now); ok {
+			r.cfg.Store.Set(key, &rl, now, used)
+			r.shared.forget(prev, key)
+			r.m.promoted.Inc()
+			return
+		}
+	}
+	if v.inGrace(now, r.cfg.Grace) && r.handoff.fetch(ctx, v, prev, key, l, now) {
+		return
+	}
+	// The previous owner did not answer (it is leaving or cut off): its
+	// replica, if this node holds one, is the best state there is.
+	if rl, used, ok := r.shared.state(prev, key, now); ok {
+		r.cfg.Store.Merge(key, &rl, now, used)
+	}
 }
 
 // refundLease gives a lease's unused tokens back to the key's owner, in

@@ -475,9 +475,23 @@ func TestHopLimitOne(t *testing.T) {
 			key = k
 		}
 	}
-	res := check1(t, a.r, key, hourly(10), 1)
-	if res.Owner != "B" || !res.Allowed || res.Remaining != 9 || res.Degraded {
-		t.Fatalf("check on A for %s (A: owner B, B: owner C) = %+v, want decided by B with 9 left", key, res)
+	// B holds no copy of the key: it redirects to C, which A does not
+	// know; A's ring does not change within half the peer deadline, so A
+	// answers in the key's failure mode: 10 per hour over 2 members.
+	done := make(chan Result, 1)
+	go func() { done <- check1(t, a.r, key, hourly(10), 1) }()
+	waitRedirected(t, b, 1)
+	var res Result
+	for waiting := true; waiting; {
+		clock.Advance(time.Second) // A's wait is on the test's clock
+		select {
+		case res = <-done:
+			waiting = false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if res.Owner != "A" || !res.Allowed || res.Remaining != 4 || !res.Degraded {
+		t.Fatalf("check on A for %s (A: owner B, B: owner C) = %+v, want degraded on A with 4 of 5 left", key, res)
 	}
 	if got := testkit.Metric(t, c.reg, "ringlimit_peer_checks_total"); got != 0 {
 		t.Fatalf("C received %v peer checks: B forwarded again", got)
@@ -485,15 +499,65 @@ func TestHopLimitOne(t *testing.T) {
 	if got := testkit.Metric(t, b.reg, "ringlimit_forward_rpcs_total"); got != 0 {
 		t.Fatalf("B sent %v check RPCs", got)
 	}
-	if got := testkit.Metric(t, b.reg, "ringlimit_peer_checks_total"); got != 1 {
-		t.Fatalf("B received %v peer checks, want 1", got)
+	if got := testkit.Metric(t, b.reg, "ringlimit_redirects_total"); got != 1 {
+		t.Fatalf("B redirected %v checks, want 1", got)
 	}
-	if !b.store.Has(key) || c.store.Has(key) || a.store.Has(key) {
-		t.Fatalf("key held by A=%v B=%v C=%v, want B only", a.store.Has(key), b.store.Has(key), c.store.Has(key))
+	if b.store.Has(key) {
+		t.Fatal("B spent on a key it redirected")
 	}
+	// goleak (TestMain) checks that nothing Close should stop is left running.
 }
 
-// ---- 7. invalid batches -----------------------------------------------------------
+// waitRedirected waits until n has redirected want checks.
+func waitRedirected(t *testing.T, n *node, want float64) {
+	t.Helper()
+	testkit.WaitFor(t, 5*time.Second, n.name+" redirecting", func() error {
+		if got := testkit.Metric(t, n.reg, "ringlimit_redirects_total"); got != want {
+			return fmt.Errorf("%v redirects, want %v", got, want)
+		}
+		return nil
+	})
+}
+
+// A check whose owner's ring names another owner is redirected there and
+// decided by it as the last hop: two hops, never more. A sender that does
+// not know the member named yet waits for its own ring to change.
+func TestRedirectFollowedOnce(t *testing.T) {
+	clock := testkit.NewClock(0)
+	nodes := startNodes(t, clock, nil, "A", "B", "C")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	// C has joined; B and C know, A does not yet.
+	a.r.SetMembers(membersOf(a, b))
+	setMembers(membersOf(a, b, c), b, c)
+	clock.Advance(testGrace)
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("redirect-%d", i)
+		oa, _ := a.r.Owner(k)
+		ob, _ := b.r.Owner(k)
+		if oa == "B" && ob == "C" {
+			key = k
+		}
+	}
+	// The first check waits on A until A's ring has C.
+	done := make(chan Result, 1)
+	go func() { done <- check1(t, a.r, key, hourly(10), 1) }()
+	waitRedirected(t, b, 1)
+	a.r.SetMembers(membersOf(a, b, c))
+	if res := <-done; res.Owner != "C" || !res.Allowed || res.Remaining != 9 || res.Degraded {
+		t.Fatalf("first check on A: %+v, want decided by C with 9 left", res)
+	}
+	// A's ring now agrees with B's: no more redirects.
+	if res := check1(t, a.r, key, hourly(10), 1); res.Owner != "C" || res.Remaining != 8 {
+		t.Fatalf("second check on A: %+v, want decided by C with 8 left", res)
+	}
+	if got := testkit.Metric(t, a.reg, "ringlimit_redirects_followed_total"); got != 1 {
+		t.Fatalf("A followed %v redirects, want 1", got)
+	}
+	if b.store.Has(key) {
+		t.Fatal("B spent on a key it redirected")
+	}
+}
 
 func TestValidateChecksNamesIndex(t *testing.T) {
 	good := Check{Key: "k", Limit: hourly(10), Cost: 1}
@@ -596,7 +660,8 @@ func TestCloseIdempotent(t *testing.T) {
 // a connection closed under it, is peer's TestCheckOnClosedConnDoesNotHang.)
 func TestCheckAfterCloseDoesNotHang(t *testing.T) {
 	clock := testkit.NewClock(0)
-	nodes := startNodes(t, clock, nil, "A", "B")
+	// Without replication: nobody stands in for B.
+	nodes := startNodes(t, clock, func(c *nodeConfig) { c.Replication.Off = true }, "A", "B")
 	formCluster(clock, nodes...)
 	a := nodes[0]
 	key := keysOwnedBy(t, a.r, "B", "closed", 1)[0]

@@ -2,30 +2,49 @@ package forward
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/peer"
 )
 
 // The Router is the peer service's Handler: it decides the batches other
-// nodes forward to it (hop limit 1: on this node's store, whatever this
-// node's ring says, so ring views that are still converging cannot make a
-// check loop), merges handoffs and answers fetches.
+// nodes forward to it, takes their pushes and replicas, and answers
+// fetches. A check reaches its decider in at most two hops: a receiver
+// whose ring names another owner redirects it (unless it still holds a
+// copy of the key it has not pushed), and the sender sends it to that
+// owner as a last hop, which decides whatever its ring says.
 
 // Decide implements peer.Handler.
-func (r *Router) Decide(ctx context.Context, from string, reqs []peer.Request, out []peer.Answer) {
+func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs []peer.Request, out []peer.Answer) {
 	v := r.awaitMember(ctx, from)
 	now := r.cfg.Clock.Now()
 	r.lastPeerCheck.Store(int64(now))
+	if version != 0 && version != v.version() {
+		r.m.ringDisagreements.Inc()
+	}
 	for i := range reqs {
 		q, a := &reqs[i], &out[i]
-		if q.Refund {
-			r.cfg.Store.Refund(q.Key, &q.Limit, now, q.Cost)
-			*a = peer.Answer{}
+		*a = peer.Answer{}
+		owner := ownerIn(v.ring, r.cfg.Self, q.Key)
+		if owner != r.cfg.Self && !q.Final && (!r.cfg.Store.Has(q.Key) || r.handoff.isPushed(q.Key)) {
+			a.Redirect = owner
+			r.m.redirects.Inc()
 			continue
 		}
-		res := r.decideLocal(ctx, v, q.Key, &q.Limit, q.Cost, now)
-		*a = peer.Answer{}
+		if q.Refund {
+			r.cfg.Store.Refund(q.Key, &q.Limit, now, q.Cost)
+			if owner == r.cfg.Self {
+				r.repl.mark(q.Key, now)
+			}
+			continue
+		}
+		var res Result
+		if owner == r.cfg.Self {
+			res = r.decideLocal(ctx, v, q.Key, &q.Limit, q.Cost, now)
+		} else {
+			res = r.decideFor(ctx, v, owner, &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost}, now)
+		}
 		if q.Lease > 0 && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
 			if a.LeaseGranted = r.cfg.Store.Grant(q.Key, &q.Limit, now, min(q.Lease, q.Limit.Burst())); a.LeaseGranted > 0 {
 				a.LeaseTTL = r.cfg.Lease.TTL
@@ -47,22 +66,54 @@ func (r *Router) MayWait(from string) bool {
 	return v.inGrace(r.cfg.Clock.Now(), r.cfg.Grace)
 }
 
-// Merge implements peer.Handler: the more spent side wins.
+// Merge implements peer.Handler: each state is spend the sender made on
+// its copy that this node has not seen, and is added to this node's copy.
 func (r *Router) Merge(from string, states []peer.State) int {
 	now := r.cfg.Clock.Now()
+	v := r.view.Load()
 	merged := 0
 	for i := range states {
 		s := &states[i]
-		if r.cfg.Store.Merge(s.Key, &s.Limit, now, s.Used) == nil {
+		if r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil {
 			merged++
+			if ownerIn(v.ring, r.cfg.Self, s.Key) == r.cfg.Self {
+				r.repl.mark(s.Key, now)
+			}
 		}
 	}
 	return merged
 }
 
-// Lookup implements peer.Handler.
-func (r *Router) Lookup(key string) (peer.State, bool) {
-	l, used, ok := r.cfg.Store.Used(key, r.cfg.Clock.Now())
+// Replicate implements peer.Handler: from, the owner of the keys, keeps
+// their state here, its successor. A key this node also holds a copy of
+// (it stood in for from) gets what from spent since its last replica.
+func (r *Router) Replicate(from string, states []peer.State) (int, error) {
+	v := r.view.Load()
+	if !v.has(from) {
+		r.m.replicasRefused.Add(float64(len(states)))
+		return 0, fmt.Errorf("forward: %s is not a member of %s's ring", from, r.cfg.Self)
+	}
+	now := r.cfg.Clock.Now()
+	for i := range states {
+		s := &states[i]
+		if r.cfg.Store.Has(s.Key) {
+			seen, _ := r.shared.used(from, s.Key, now)
+			r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used-seen)
+		}
+		r.shared.set(from, s.Key, &s.Limit, now, s.Used)
+	}
+	return len(states), nil
+}
+
+// Lookup implements peer.Handler. The state given to from is what from
+// and this node now share: this node's later push is only what it spends
+// after.
+func (r *Router) Lookup(from, key string) (peer.State, bool) {
+	now := r.cfg.Clock.Now()
+	l, used, ok := r.cfg.Store.Used(key, now)
+	if ok && from != "" {
+		r.shared.set(from, key, &l, now, used)
+	}
 	return peer.State{Key: key, Limit: l, Used: used}, ok
 }
 

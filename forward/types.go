@@ -19,19 +19,25 @@ type Owners interface {
 	Len() int
 	Members() []string
 	Version() uint64
+	// Successors returns up to n members that would own key, in order, if
+	// the owner and the successors before each left the ring.
+	Successors(key string, n int) []string
 }
 
 // Peers reaches the other members (peer.Pool). Its methods are safe for
 // concurrent use.
 type Peers interface {
-	// SetMembers tells it the members and their peer addresses.
-	SetMembers(addrs map[string]string)
+	// SetMembers tells it the ring version every batch carries, and the
+	// members and their peer addresses.
+	SetMembers(version uint64, addrs map[string]string)
 	// Check sends checks to their owner name and returns who decided.
 	Check(ctx context.Context, name string, reqs []peer.Request, out []peer.Answer) (string, error)
 	// Fetch asks name (a member or one that just left) for key's state.
 	Fetch(ctx context.Context, name, key string, l *bucket.Limit) (peer.State, bool, error)
 	// Handoff pushes states to the member name.
 	Handoff(ctx context.Context, name string, states []peer.State) error
+	// Replicate sends an owner's absolute key states to its successor name.
+	Replicate(ctx context.Context, name string, states []peer.State) (int, error)
 	// Keys asks every member how many keys it holds.
 	Keys(ctx context.Context) map[string]int64
 	// Addr returns a member's peer address.
@@ -87,10 +93,15 @@ type Result struct {
 	Leased bool
 }
 
-// Member is a node on the ring and the address of its peer service.
+// Member is a node and the address of its peer service.
 type Member struct {
 	Name string
 	Addr string
+	// Down is true for a member that died (not one that left): it is off
+	// the ring, but it still counts towards the quorum, so that the side of
+	// a partition that sees fewer than a majority does not take over the
+	// keys of the side it cannot see.
+	Down bool
 }
 
 // ErrInvalid wraps every error caused by a bad check; callers map it to

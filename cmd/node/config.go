@@ -26,6 +26,8 @@ type config struct {
 	auditPath       string
 	pprofAddr       string
 	gcHeadroomMiB   int
+	replication     int
+	clusterSize     int
 
 	// failAt, set only by tests, makes startNode fail at the step of that
 	// name (see startSteps), to show that it releases what it opened.
@@ -49,6 +51,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.policyPath, "policy", "", "policy file (YAML): tiers, routes, global ceiling; reloaded on change and on SIGHUP")
 	fs.StringVar(&c.auditPath, "audit-log", "", "file to append the audit log to (JSON lines); empty logs audit entries with the other logs")
 	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")
+	fs.IntVar(&c.replication, "replication-factor", 1, "successors that keep a copy of each key's state, so that a crash loses at most the last few milliseconds of spend (0: off)")
+	fs.IntVar(&c.clusterSize, "cluster-size", 0, "members the quorum is counted against: a node that sees fewer than a majority up does not take over the keys of the others (0: the members it last knew)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
 	if err := fs.Parse(args); err != nil {
@@ -87,6 +91,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.gcHeadroomMiB < 0 || c.gcHeadroomMiB > 1<<20 {
 		return c, fmt.Errorf("--gc-headroom: must be from 0 to 1048576 MiB, got %d", c.gcHeadroomMiB)
+	}
+	if c.replication < 0 || c.replication > 8 {
+		return c, fmt.Errorf("--replication-factor: must be from 0 to 8, got %d", c.replication)
+	}
+	if c.clusterSize < 0 {
+		return c, fmt.Errorf("--cluster-size: must not be negative, got %d", c.clusterSize)
 	}
 	if c.maxKeys < 1 {
 		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)

@@ -174,8 +174,10 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	ringCfg := ring.DefaultConfig()
 	n.router, err = forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
-		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
-		Logger:  log, Registerer: reg})
+		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
+		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0},
+		ClusterSize: cfg.clusterSize,
+		Logger:      log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +287,9 @@ func (n *node) shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("handoff: %w", err))
 	}
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	n.router.Quiesce(qctx, 150*time.Millisecond)
+	if err := n.router.Quiesce(qctx, 150*time.Millisecond); err != nil {
+		n.log.Warn("quiesce", "err", err)
+	}
 	cancel()
 	n.log.Info("handed off", "keys", n.store.Len())
 	n.peerServer.Drain() // peers end their Check streams, or GracefulStop would wait for them

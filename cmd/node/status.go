@@ -23,7 +23,11 @@ func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
 	for _, name := range s.router.RingMembers() {
 		onRing[name] = true
 	}
-	st := api.ClusterStatus{Self: s.router.Self(), RingVersion: s.router.RingVersion()}
+	fs := s.router.Status()
+	st := api.ClusterStatus{Self: s.router.Self(), RingVersion: s.router.RingVersion(),
+		Replication: api.ReplicationStatus{Factor: fs.ReplicationFactor, LagMs: float64(fs.ReplicationLag.Microseconds()) / 1000,
+			Pending: fs.ReplicationPending, Replicas: fs.Replicas, SuccessorKeys: fs.StandingIn, SuccessorFor: fs.Successor},
+		Quorum: api.QuorumStatus{ClusterSize: fs.ClusterSize, Minority: fs.Minority, Down: fs.Down}}
 	for _, m := range s.cluster.Members() {
 		k, ok := keys[m.Name]
 		if !ok {

@@ -40,6 +40,19 @@ type Options struct {
 	Router func(*forward.Config)
 }
 
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = clock.System()
+	}
+	if o.PeerTimeout == 0 {
+		o.PeerTimeout = 200 * time.Millisecond
+	}
+	if o.Grace == 0 {
+		o.Grace = 300 * time.Millisecond
+	}
+	return o
+}
+
 // Node is one member of a Cluster.
 type Node struct {
 	Name   string
@@ -69,15 +82,7 @@ type Cluster struct {
 // full member list. The cluster stops when the test ends.
 func Start(t testing.TB, opts Options, names ...string) *Cluster {
 	t.Helper()
-	if opts.Clock == nil {
-		opts.Clock = clock.System()
-	}
-	if opts.PeerTimeout == 0 {
-		opts.PeerTimeout = 200 * time.Millisecond
-	}
-	if opts.Grace == 0 {
-		opts.Grace = 300 * time.Millisecond
-	}
+	opts = opts.withDefaults()
 	c := &Cluster{Net: faultnet.New(), Clock: opts.Clock, t: t}
 	t.Cleanup(c.Net.Close)
 	for _, name := range names {
@@ -205,6 +210,66 @@ func (c *Cluster) SetMembers(nodes ...*Node) {
 	for _, n := range c.Nodes {
 		n.Router.SetMembers(ms)
 	}
+}
+
+// SetView gives the nodes on the member list made of up, with the members
+// named in down as dead: what each would hear from failure detection.
+func SetView(on, up []*Node, down ...string) {
+	ms := make([]forward.Member, 0, len(up)+len(down))
+	for _, n := range up {
+		ms = append(ms, forward.Member{Name: n.Name, Addr: n.Addr})
+	}
+	for _, name := range down {
+		ms = append(ms, forward.Member{Name: name, Down: true})
+	}
+	for _, n := range on {
+		n.Router.SetMembers(ms)
+	}
+}
+
+// Restart replaces the node named name, which must be stopped, with a new
+// one of that name and an empty store (a process started again), and
+// returns it. It is on no ring until the test says so.
+func (c *Cluster) Restart(name string, opts Options) *Node {
+	c.t.Helper()
+	opts = opts.withDefaults()
+	for i, n := range c.Nodes {
+		if n.Name == name {
+			n2 := c.start(name, opts)
+			c.Nodes[i] = n2
+			return n2
+		}
+	}
+	c.t.Fatalf("harness: no node %q", name)
+	return nil
+}
+
+// KeyWith returns the first key "prefix-N" that owner owns on the
+// cluster's ring and succ would own without owner.
+func (c *Cluster) KeyWith(owner, succ, prefix string) string {
+	names := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		names[i] = n.Name
+	}
+	rg, err := ring.New(ring.DefaultConfig(), names)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for i := range 100000 {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if o, _ := rg.Owner(k); o == owner && rg.Successors(k, 1)[0] == succ {
+			return k
+		}
+	}
+	c.t.Fatalf("harness: no key of %s with successor %s found", owner, succ)
+	return ""
+}
+
+// Used returns what the store of the node named name says key has spent
+// (0 when it holds no copy).
+func (c *Cluster) Used(name, key string) int64 {
+	_, used, _ := c.Node(name).Store.Used(key, c.Clock.Now())
+	return used
 }
 
 // Node returns the node named name.

@@ -1,0 +1,271 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/peer"
+)
+
+// errBackoff fails a call to a member that failed to answer moments ago,
+// without waiting on it again.
+var errBackoff = errors.New("member did not answer moments ago")
+
+// forwardGroup sends one owner's checks and fills their results. A check
+// the owner redirects (its ring names another owner) is sent once more, to
+// that member, as a last hop. When the owner cannot be reached, its keys'
+// successors decide them from their replicas; when they cannot either (or
+// this node is in a minority), the checks' failure modes decide.
+func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []Check, out []Result, now clock.Instant) error {
+	redirects, err := r.ask(ctx, v, g.owner, g.idx, checks, out, false, now)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.log.Debug("owner unreachable", "owner", g.owner, "err", err)
+		return r.standIn(ctx, v, g.owner, g.idx, checks, out, now)
+	}
+	for to, idx := range redirects {
+		r.m.redirectsFollowed.Add(float64(len(idx)))
+		if err := r.follow(ctx, v, g.owner, to, idx, checks, out, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// follow sends redirected checks to to, the owner the receiver named, as a
+// last hop. When to is not a member this node knows yet (the receiver's
+// ring is newer), it first waits, at most half the peer deadline, for its
+// own ring to change, and routes them by the new ring.
+func (r *Router) follow(ctx context.Context, v *view, from, to string, idx []int, checks []Check, out []Result, now clock.Instant) error {
+	if to != r.cfg.Self && !v.has(to) {
+		nv := r.awaitChange(ctx, v)
+		if nv == v {
+			for _, i := range idx {
+				out[i] = r.unreachable(v, &checks[i], to, now)
+			}
+			return ctx.Err()
+		}
+		v = nv
+		byOwner := map[string][]int{}
+		for _, i := range idx {
+			o := ownerIn(v.ring, r.cfg.Self, checks[i].Key)
+			byOwner[o] = append(byOwner[o], i)
+		}
+		for o, idx := range byOwner {
+			if err := r.follow(ctx, v, from, o, idx, checks, out, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if to == r.cfg.Self {
+		for _, i := range idx {
+			out[i] = r.decideFor(ctx, v, ownerIn(v.ring, r.cfg.Self, checks[i].Key), &checks[i], now)
+		}
+		return nil
+	}
+	if _, err := r.ask(ctx, v, to, idx, checks, out, true, now); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		for _, i := range idx {
+			out[i] = r.unreachable(v, &checks[i], to, now)
+		}
+	}
+	return nil
+}
+
+// awaitChange waits, at most half the peer deadline, for a view newer than
+// v, and returns it (v itself when none came).
+func (r *Router) awaitChange(ctx context.Context, v *view) *view {
+	changed := *r.viewChanged.Load()
+	if nv := r.view.Load(); nv != v {
+		return nv
+	}
+	timer := r.cfg.Clock.NewTimer(r.cfg.PeerTimeout / 2)
+	defer timer.Stop()
+	select {
+	case <-changed:
+	case <-timer.C():
+	case <-ctx.Done():
+	}
+	return r.view.Load()
+}
+
+// ask sends the checks idx to the member name and fills their results.
+// With final set, name decides them whatever its ring says. It returns the
+// checks name redirected, by the member it named, or an error when name
+// could not be reached (no result is filled then).
+func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, checks []Check, out []Result, final bool, now clock.Instant) (map[string][]int, error) {
+	if v.isDown(name) || r.reach.failedRecently(name, now) {
+		return nil, errBackoff
+	}
+	reqs := make([]peer.Request, len(idx))
+	answers := make([]peer.Answer, len(idx))
+	var asked []string // keys this call asks a lease for
+	for j, i := range idx {
+		c := &checks[i]
+		reqs[j] = peer.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final}
+		if !final && c.Lease && !c.Refund && r.leases.ask(c.Key) {
+			reqs[j].Lease = r.leases.size(c, v.len())
+			asked = append(asked, c.Key)
+		}
+	}
+	defer r.leases.done(asked)
+	decider, err := r.cfg.Peers.Check(ctx, name, reqs, answers)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.reach.failed(name, r.cfg.Clock.Now().Add(r.cfg.PeerTimeout))
+		}
+		return nil, err
+	}
+	r.reach.answered(name)
+	addr := r.cfg.Peers.Addr(name)
+	var redirects map[string][]int
+	for j, i := range idx {
+		c, a := &checks[i], &answers[j]
+		if a.Redirect != "" && !final {
+			if redirects == nil {
+				redirects = map[string][]int{}
+			}
+			redirects[a.Redirect] = append(redirects[a.Redirect], i)
+			continue
+		}
+		if a.LeaseGranted > 0 {
+			r.leases.install(c, a.LeaseGranted, a.LeaseTTL, r.cfg.Clock.Now())
+		}
+		out[i] = Result{Decision: a.Decision(c.Limit.Count()), Owner: decider, OwnerAddr: addr}
+		r.known.note(c.Key, &out[i].Decision, now)
+		r.pre.after(c, &out[i], now)
+	}
+	return redirects, nil
+}
+
+// standIn decides the checks of an owner that cannot be reached: each on
+// the key's successor, which holds its replica (this node, or another
+// member asked as a last hop), or in its failure mode when the successor
+// cannot be reached either, this node is in a minority, or nothing is
+// replicated.
+func (r *Router) standIn(ctx context.Context, v *view, owner string, idx []int, checks []Check, out []Result, now clock.Instant) error {
+	bySucc := map[string][]int{}
+	for _, i := range idx {
+		c := &checks[i]
+		var succ string
+		if !v.minority && !c.Refund && v.ring != nil && r.repl.on() {
+			if s := v.ring.Successors(c.Key, 1); len(s) > 0 {
+				succ = s[0]
+			}
+		}
+		switch succ {
+		case "":
+			out[i] = r.unreachable(v, c, owner, now)
+		case r.cfg.Self:
+			out[i] = r.decideFor(ctx, v, owner, c, now)
+		default:
+			bySucc[succ] = append(bySucc[succ], i)
+		}
+	}
+	for succ, idx := range bySucc {
+		if _, err := r.ask(ctx, v, succ, idx, checks, out, true, now); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			for _, i := range idx {
+				out[i] = r.unreachable(v, &checks[i], owner, now)
+			}
+			continue
+		}
+		r.m.standInForwarded.Add(float64(len(idx)))
+	}
+	return nil
+}
+
+// unreachable answers a check that no member could decide: a refund is
+// dropped (best effort), a check is decided by its failure mode.
+func (r *Router) unreachable(v *view, c *Check, owner string, now clock.Instant) Result {
+	if c.Refund {
+		return Result{Owner: owner}
+	}
+	return r.degrade(v, c, now)
+}
+
+// decideFor decides a check on this node's store for a key owner owns on
+// this node's ring: as owner's successor while owner cannot be reached,
+// or as the last hop of a redirected check. A key this node holds no copy
+// of starts from its replica of owner's state; what is spent on it here is
+// pushed to owner once it answers again (the handoff).
+func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check, now clock.Instant) Result {
+	if c.Refund {
+		r.cfg.Store.Refund(c.Key, &c.Limit, now, c.Cost)
+		return Result{Owner: r.cfg.Self}
+	}
+	if owner == r.cfg.Self {
+		return r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, now)
+	}
+	r.adopt(owner, c.Key, now)
+	d, err := r.cfg.Store.Take(c.Key, &c.Limit, now, c.Cost)
+	if err != nil {
+		r.log.Error("stand-in check failed", "key", c.Key, "err", err)
+	}
+	r.m.standInChecks.Inc()
+	r.standing.Store(c.Key, owner)
+	r.handoff.trigger()
+	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
+}
+
+// adopt gives this node a copy of key from its replica of owner's state,
+// if it has none yet.
+func (r *Router) adopt(owner, key string, now clock.Instant) {
+	if r.cfg.Store.Has(key) {
+		return
+	}
+	if l, used, ok := r.shared.state(owner, key, now); ok {
+		r.cfg.Store.Set(key, &l, now, used)
+	}
+}
+
+// promote makes this node's replicas of a member that died its own copies
+// of the keys it now owns, and forgets what it shared with that member (a
+// restarted member knows nothing of it).
+func (r *Router) promote(v *view, member string) {
+	now := r.cfg.Clock.Now()
+	var drop []string
+	n := 0
+	r.shared.each(member, now, func(key string, l bucket.Limit, used int64) {
+		drop = append(drop, key)
+		if ownerIn(v.ring, r.cfg.Self, key) == r.cfg.Self && !r.cfg.Store.Has(key) {
+			r.cfg.Store.Set(key, &l, now, used)
+			r.repl.mark(key, now)
+			n++
+		}
+	})
+	for _, k := range drop {
+		r.shared.forget(member, k)
+	}
+	r.m.promoted.Add(float64(n))
+	if n > 0 {
+		r.log.Info("replicas promoted", "from", member, "keys", n)
+	}
+}
+
+// reach remembers the members that failed to answer, until when checks go
+// straight to their keys' successors instead of waiting on them again.
+type reach struct{ until sync.Map } // name → clock.Instant
+
+func (r *reach) failed(name string, until clock.Instant) { r.until.Store(name, until) }
+
+func (r *reach) answered(name string) {
+	if _, ok := r.until.Load(name); ok {
+		r.until.Delete(name)
+	}
+}
+
+func (r *reach) failedRecently(name string, now clock.Instant) bool {
+	u, ok := r.until.Load(name)
+	return ok && now.Before(u.(clock.Instant))
+}

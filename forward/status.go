@@ -1,0 +1,79 @@
+package forward
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// Status is what a node reports about surviving crashes and partitions.
+type Status struct {
+	// ReplicationFactor is how many successors hold a copy of each key
+	// this node owns (0: replication is off).
+	ReplicationFactor int
+	// ReplicationLag is how long the last replication round's oldest
+	// change waited until its successors acknowledged it.
+	ReplicationLag time.Duration
+	// ReplicationPending is how many changed keys wait for the next round.
+	ReplicationPending int64
+	// Replicas is how many key states this node holds for other members.
+	Replicas int
+	// StandingIn is how many keys this node holds a copy of for an owner
+	// that could not be reached, not yet handed back; Successor lists up
+	// to 10 of them, with their owners.
+	StandingIn int
+	Successor  []StandIn
+	// Minority is true while this node sees fewer than a majority of
+	// ClusterSize members up.
+	Minority    bool
+	ClusterSize int
+	// Down is the members that died and still count towards the quorum.
+	Down []string
+}
+
+// StandIn is a key this node decides for its owner.
+type StandIn struct {
+	Key   string `json:"key"`
+	Owner string `json:"owner"`
+}
+
+// Status reports the router's replication and quorum state.
+func (r *Router) Status() Status {
+	v := r.view.Load()
+	st := Status{Replicas: r.shared.s.Len(), Minority: v.minority, ClusterSize: v.size}
+	if r.repl.on() {
+		st.ReplicationFactor = r.cfg.Replication.Factor
+		st.ReplicationLag = r.repl.lag()
+		st.ReplicationPending = r.repl.pending.Load()
+	}
+	for name := range v.down {
+		st.Down = append(st.Down, name)
+	}
+	slices.Sort(st.Down)
+	r.standing.Range(func(k, o any) bool {
+		key, owner := k.(string), o.(string)
+		if !r.cfg.Store.Has(key) || ownerIn(v.ring, r.cfg.Self, key) == r.cfg.Self {
+			r.standing.Delete(k)
+			return true
+		}
+		st.StandingIn++
+		if len(st.Successor) < 10 {
+			st.Successor = append(st.Successor, StandIn{Key: key, Owner: owner})
+		}
+		return true
+	})
+	slices.SortFunc(st.Successor, func(a, b StandIn) int {
+		if a.Key < b.Key {
+			return -1
+		}
+		if a.Key > b.Key {
+			return 1
+		}
+		return 0
+	})
+	return st
+}
+
+// SyncReplicas sends every change not yet replicated now, and returns once
+// the successors have acknowledged it (or ctx ends).
+func (r *Router) SyncReplicas(ctx context.Context) { r.repl.flush(ctx) }
