@@ -155,6 +155,15 @@ func (r *Router) rebuildLocked() {
 	if !ringChanged && minority == old.minority && size == old.size && maps.Equal(down, old.down) {
 		return
 	}
+	if rg != nil {
+		// What this node shared with a member that joins was shared with
+		// an earlier process of that name, which took it along.
+		for _, name := range rg.Members() {
+			if name != self && !old.has(name) {
+				r.shared.forgetAll(name, r.cfg.Clock.Now())
+			}
+		}
+	}
 	nv := &view{ring: rg, prev: old.prev, others: old.others, changed: old.changed, fetchDown: old.fetchDown,
 		down: down, size: size, minority: minority}
 	if ringChanged && rg != nil {

@@ -92,3 +92,12 @@ func (sh shared) each(member string, now clock.Instant, fn func(key string, l bu
 		return true
 	})
 }
+
+// forgetAll drops everything shared with member.
+func (sh shared) forgetAll(member string, now clock.Instant) {
+	var keys []string
+	sh.each(member, now, func(key string, _ bucket.Limit, _ int64) { keys = append(keys, key) })
+	for _, k := range keys {
+		sh.forget(member, k)
+	}
+}
