@@ -10,7 +10,7 @@ import (
 // limit's capacity): a copy of another node's state that replaces the one
 // held. It returns an error, changing nothing, for a bad key or limit.
 func (s *Store) Set(key string, l *Limit, now clock.Instant, used int64) error {
-	return s.adjust(key, l, now, func(int64, bool) int64 { return used })
+	return s.adjust(key, l, now, func(int64, bool) (int64, bool) { return used, true })
 }
 
 // Charge adds spend to key's state under l at time now, without an
@@ -22,11 +22,12 @@ func (s *Store) Charge(key string, l *Limit, now clock.Instant, spend int64) err
 	if spend <= 0 {
 		return nil
 	}
-	return s.adjust(key, l, now, func(cur int64, _ bool) int64 { return cur + spend })
+	return s.adjust(key, l, now, func(cur int64, _ bool) (int64, bool) { return cur + spend, true })
 }
 
-// adjust sets key's used to fn(current used, fresh).
-func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64, fresh bool) int64) error {
+// adjust sets key's used to what fn returns from its current used (0 for
+// a key not held, fresh), unless fn says to leave it.
+func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64, fresh bool) (used int64, set bool)) error {
 	now := int64(at)
 	if err := CheckKey(key); err != nil {
 		return err
@@ -44,7 +45,11 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 	if !fresh {
 		cur = l.used(&e.st, log, now)
 	}
-	l.setUsed(&e.st, &log, now, fn(cur, fresh))
+	used, set := fn(cur, fresh)
+	if !set {
+		return nil
+	}
+	l.setUsed(&e.st, &log, now, used)
 	if l.alg == SlidingWindowLog {
 		sh.logs[i] = log
 	}

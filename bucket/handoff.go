@@ -44,26 +44,7 @@ func (s *Store) Used(key string, now clock.Instant) (l Limit, used int64, ok boo
 // spent before. It returns an error, changing nothing, for a bad key or
 // limit.
 func (s *Store) Merge(key string, l *Limit, at clock.Instant, used int64) error {
-	now := int64(at)
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if !l.Valid() {
-		return ErrLimit
-	}
-	h := xxhash.Sum64String(key)
-	sh := s.shard(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, e, fresh := sh.entry(h, key, l, now)
-	log := sh.logs[i]
-	if fresh || used > l.used(&e.st, log, now) {
-		l.setUsed(&e.st, &log, now, used)
-		if l.alg == SlidingWindowLog {
-			sh.logs[i] = log
-		}
-	}
-	return nil
+	return s.adjust(key, l, at, func(cur int64, fresh bool) (int64, bool) { return used, fresh || used > cur })
 }
 
 // Delete drops key's state. It reports whether the key was held.

@@ -101,21 +101,31 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	}
 	now := h.cfg.Clock.Now()
 	out := map[string][]peer.State{}
-	full := map[string][]int64{} // the copies' whole spend, per state in out
+	seen := map[string][]int64{} // what the owner had seen, per state in out
 	var stale []string           // pushed at least Grace ago and pushed again now: delete after
 	flush := func(owner string) {
-		states, used := out[owner], full[owner]
+		states, before := out[owner], seen[owner]
 		delete(out, owner)
-		delete(full, owner)
+		delete(seen, owner)
+		// The owner counts the push as soon as it arrives, and may
+		// replicate the sum back before the call returns: what both
+		// account for is set first, and put back if the push fails.
+		for i := range states {
+			s := &states[i]
+			h.shared.set(owner, s.Key, &s.Limit, now, before[i]+s.Used)
+		}
 		if err := h.cfg.Peers.Handoff(ctx, owner, states); err != nil {
 			h.cfg.Logger.Warn("handoff failed", "to", owner, "keys", len(states), "err", err)
+			for i := range states {
+				s := &states[i]
+				h.shared.set(owner, s.Key, &s.Limit, now, before[i])
+			}
 			pending = true
 			failed += len(states)
 			return
 		}
 		for i := range states {
 			s := &states[i]
-			h.shared.set(owner, s.Key, &s.Limit, now, used[i])
 			at, ok := h.pushed.Load(s.Key)
 			switch {
 			case !ok:
@@ -137,9 +147,9 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			// Push what the owner has not seen of every key we hold but do
 			// not own; one pushed at least Grace ago is pushed a last time
 			// (what last hops spent on our copy meanwhile) and then deleted.
-			seen, _ := h.shared.used(owner, s.Key, now)
-			out[owner] = append(out[owner], peer.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-seen, 0)})
-			full[owner] = append(full[owner], s.Used)
+			had, _ := h.shared.used(owner, s.Key, now)
+			out[owner] = append(out[owner], peer.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0)})
+			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)
 			}

@@ -329,7 +329,7 @@ func TestFaultPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.heal(t)
-	// Logged before the wait for agreement, which fails the test today.
+	// Logged before the wait for agreement, so that a failure there still reports it.
 	t.Logf("partition of node-3 for 12 s: admitted %d (bound 45): %s=%d (owner node-1), %s=%d (owner node-3); %v; node-3 saw %v at the end; first failure: %v",
 		during.admitted, k1, during.byKey[k1], k3, during.byKey[k3], during, s3, during.firstFailure)
 	if during.admitted > 45 {
