@@ -3,6 +3,8 @@
 #
 #   scripts/bench-compare.sh                        # BENCH_DURATION per run (default 10s)
 #   BENCH_BASE_REV=HEAD~1 scripts/bench-compare.sh  # and against the node of that revision
+#   BENCH_BASE_REV=HEAD BENCH_BASE_NODE_FLAGS=--replication-factor=0 scripts/bench-compare.sh
+#                                                   # this build against itself with other flags
 #
 # Starts redis-server (loopback, no persistence) and a local 3-node cluster
 # on their own ports, then for each workload runs ringlimit (through the
@@ -35,7 +37,14 @@
 # round by round (ratio_checks_vs_base_by_round). Every port is below 32768
 # (above it the kernel picks outgoing source ports); the script refuses to
 # start when two of its port ranges overlap. RINGLIMIT_NODE_FLAGS, if set,
-# goes to the nodes of both builds.
+# goes to the nodes of both builds. BENCH_BASE_NODE_FLAGS, if set, goes to
+# the base build's nodes only, after RINGLIMIT_NODE_FLAGS (so a flag given
+# in both takes the base's value there): the base's local-cluster.sh gets
+# RINGLIMIT_NODE_FLAGS="$RINGLIMIT_NODE_FLAGS $BENCH_BASE_NODE_FLAGS", so the
+# base revision's script must pass RINGLIMIT_NODE_FLAGS to its nodes (the
+# script refuses to start otherwise, and checks each base node's command
+# line for the flags). With BENCH_BASE_REV=HEAD it compares one build with
+# two sets of flags; each workload's line then also carries base_node_flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,6 +63,7 @@ export RINGLIMIT_GRPC_BASE=${RINGLIMIT_GRPC_BASE:-29090}
 export RINGLIMIT_GOSSIP_BASE=${RINGLIMIT_GOSSIP_BASE:-27946}
 export RINGLIMIT_POLICY=""
 base_rev=""
+base_flags=${BENCH_BASE_NODE_FLAGS:-}
 base_dir="$out/cluster-base"
 base_http=${BENCH_BASE_HTTP_BASE:-30080}
 base_grpc=${BENCH_BASE_GRPC_BASE:-31090}
@@ -61,6 +71,9 @@ base_gossip=${BENCH_BASE_GOSSIP_BASE:-30946}
 if [ -n "${BENCH_BASE_REV:-}" ]; then
 	base_rev=$(git rev-parse --verify --quiet "${BENCH_BASE_REV}^{commit}") ||
 		{ echo "BENCH_BASE_REV=$BENCH_BASE_REV is not a commit" >&2; exit 2; }
+elif [ -n "$base_flags" ]; then
+	echo "BENCH_BASE_NODE_FLAGS needs BENCH_BASE_REV (BENCH_BASE_REV=HEAD for this build with other flags)" >&2
+	exit 2
 fi
 
 # The ports every process of the run listens on (node I of a cluster on
@@ -87,10 +100,13 @@ pids=()
 base_tmp=""
 base_src=""
 # base_cluster runs the base revision's own scripts/local-cluster.sh on the
-# base cluster's directory and ports.
+# base cluster's directory and ports, with BENCH_BASE_NODE_FLAGS after
+# RINGLIMIT_NODE_FLAGS for its nodes.
 base_cluster() {
 	RINGLIMIT_CLUSTER_DIR="$base_dir" RINGLIMIT_HTTP_BASE="$base_http" RINGLIMIT_GRPC_BASE="$base_grpc" \
-		RINGLIMIT_GOSSIP_BASE="$base_gossip" "$base_src/scripts/local-cluster.sh" "$@"
+		RINGLIMIT_GOSSIP_BASE="$base_gossip" \
+		RINGLIMIT_NODE_FLAGS="${RINGLIMIT_NODE_FLAGS:-}${base_flags:+ $base_flags}" \
+		"$base_src/scripts/local-cluster.sh" "$@"
 }
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -122,9 +138,14 @@ if [ -n "$base_rev" ]; then
 		echo "BENCH_BASE_REV=$BENCH_BASE_REV has no scripts/local-cluster.sh to start its nodes with" >&2
 		exit 2
 	fi
+	if [ -n "$base_flags" ] && ! grep -q RINGLIMIT_NODE_FLAGS "$base_src/scripts/local-cluster.sh"; then
+		echo "BENCH_BASE_REV=$BENCH_BASE_REV: its scripts/local-cluster.sh does not read RINGLIMIT_NODE_FLAGS, so BENCH_BASE_NODE_FLAGS cannot reach its nodes" >&2
+		exit 2
+	fi
 	current="working tree at $(git rev-parse --short HEAD)"
 	[ -n "$(git status --porcelain --untracked-files=no)" ] && current+=" with uncommitted changes"
-	echo "current build: $current; base build: $(git rev-parse --short "$base_rev") ($BENCH_BASE_REV)" >&2
+	echo "current build: $current${RINGLIMIT_NODE_FLAGS:+, node flags: $RINGLIMIT_NODE_FLAGS};" \
+		"base build: $(git rev-parse --short "$base_rev") ($BENCH_BASE_REV)${RINGLIMIT_NODE_FLAGS:+, node flags: $RINGLIMIT_NODE_FLAGS}${base_flags:+, base-only node flags: $base_flags}" >&2
 fi
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$out/redis.log" 2>&1 &
 pids+=($!)
@@ -153,6 +174,31 @@ if [ -n "$base_rev" ]; then
 		base_metrics+="${base_metrics:+,}http://127.0.0.1:$((base_http + i))/metrics"
 	done
 	base_node_pids=$(cat "$base_dir"/node-*.pid | paste -sd,)
+	# The base-only flags must be on every base node's command line and on
+	# none of the current build's (unless RINGLIMIT_NODE_FLAGS has them too).
+	if [ -n "$base_flags" ]; then
+		cmdline() { tr '\0' ' ' <"/proc/$1/cmdline"; }
+		read -ra words <<<"$base_flags"
+		want=" ${words[*]} "
+		for p in ${base_node_pids//,/ }; do
+			case " $(cmdline "$p")" in *"$want"*) ;; *)
+				echo "base node (pid $p) was started without$want; its command line: $(cmdline "$p")" >&2
+				exit 1
+				;;
+			esac
+		done
+		read -ra words <<<"${RINGLIMIT_NODE_FLAGS:-}"
+		case " ${words[*]} " in *"$want"*) ;; *)
+			for p in ${node_pids//,/ }; do
+				case " $(cmdline "$p")" in *"$want"*)
+					echo "current node (pid $p) has the base-only flags$want" >&2
+					exit 1
+					;;
+				esac
+			done
+			;;
+		esac
+	fi
 fi
 
 run() { # name, extra flags...
@@ -202,10 +248,11 @@ for round in $(seq 1 "$rounds"); do
 done
 
 "$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
-python3 - "$results" "$base_rev" <<'PY'
+python3 - "$results" "$base_rev" "$base_flags" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 base_rev = sys.argv[2]
+base_flags = sys.argv[3]
 def vals(name, field):
     return [r[field] for r in runs if r["name"] == name]
 def med(name, field):
@@ -228,6 +275,8 @@ def row(workload, a, b, base):
         # and round by round (the two runs of a round are back to back).
         c = "base-" + a.removeprefix("ringlimit-")
         r["base_rev"] = base_rev[:12]
+        if base_flags:
+            r["base_node_flags"] = base_flags
         r["base_checks_per_s"] = med(c, "checks_per_s")
         r["ratio_checks_vs_base"] = ratio(med(a, "checks_per_s"), med(c, "checks_per_s"))
         r["ratio_checks_vs_base_by_round"] = [ratio(x, y) for x, y in zip(vals(a, "checks_per_s"), vals(c, "checks_per_s"))]
