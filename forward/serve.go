@@ -100,7 +100,10 @@ func (r *Router) Replicate(from string, states []peer.State) (int, error) {
 			seen, _ := r.shared.used(from, s.Key, now)
 			r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used-seen)
 		}
-		r.shared.set(from, s.Key, &s.Limit, now, s.Used)
+		// Never lower: a replica sent before a push of this node's spend
+		// may arrive after it (refunds at the owner are then not seen, in
+		// the safe direction).
+		r.shared.raise(from, s.Key, &s.Limit, now, s.Used)
 	}
 	return len(states), nil
 }

@@ -65,6 +65,14 @@ func (sh shared) set(member, key string, l *bucket.Limit, now clock.Instant, use
 	}
 }
 
+// raise records that member and this node both account for at least used
+// on key.
+func (sh shared) raise(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
+	if k := sharedKey(member, key); k != "" {
+		sh.s.Merge(k, l, now, used)
+	}
+}
+
 // forget drops what this node shares with member about key.
 func (sh shared) forget(member, key string) {
 	if k := sharedKey(member, key); k != "" {
