@@ -44,7 +44,7 @@ type handoffConfig struct {
 type handoff struct {
 	cfg    handoffConfig
 	ring   func() Owners // the current ring
-	shared shared
+	shared *shared
 	m      *metrics
 	wake   chan struct{}
 
@@ -52,7 +52,7 @@ type handoff struct {
 	pushed sync.Map   // key → clock.Instant it was first pushed
 }
 
-func newHandoff(cfg handoffConfig, ring func() Owners, sh shared, m *metrics) *handoff {
+func newHandoff(cfg handoffConfig, ring func() Owners, sh *shared, m *metrics) *handoff {
 	return &handoff{cfg: cfg, ring: ring, shared: sh, m: m, wake: make(chan struct{}, 1)}
 }
 

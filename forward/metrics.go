@@ -124,7 +124,7 @@ func (m *metrics) watch(r *Router) error {
 		{"ringlimit_replication_last_lag_seconds", "How long the last replication round's oldest change waited until acknowledged.",
 			func() float64 { return r.repl.lag().Seconds() }},
 		{"ringlimit_replicas", "Key states this node holds for other members: replicas of their keys, and what it shares with them after fetches and pushes.",
-			func() float64 { return float64(r.shared.s.Len()) }},
+			func() float64 { return float64(r.shared.len()) }},
 		{"ringlimit_successor_keys", "Keys this node holds a copy of, decided for an owner that could not be reached, not yet handed back.",
 			func() float64 { return float64(r.Status().StandingIn) }},
 		{"ringlimit_minority", "1 while this node sees fewer than a majority of the cluster's members and does not take over their keys.",

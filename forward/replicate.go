@@ -172,6 +172,7 @@ func (p *replicator) flush(ctx context.Context) {
 	}
 	now := p.clock.Now()
 	out := map[string][]peer.State{}
+	succs := make([]string, 0, p.cfg.Factor)
 	for _, k := range keys {
 		if ownerIn(v.ring, p.self, k) != p.self {
 			continue // no longer ours: the handoff moves it
@@ -180,7 +181,8 @@ func (p *replicator) flush(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		for _, s := range v.ring.Successors(k, p.cfg.Factor) {
+		succs = v.ring.AppendSuccessors(succs[:0], k, p.cfg.Factor)
+		for _, s := range succs {
 			if s != p.self && !v.isDown(s) {
 				out[s] = append(out[s], peer.State{Key: k, Limit: l, Used: used})
 			}

@@ -26,7 +26,7 @@ type Router struct {
 	leases   *leases
 	handoff  *handoff
 	repl     *replicator
-	shared   shared    // what this node and each other member both account for
+	shared   *shared   // what this node and each other member both account for
 	known    *refusals // keys their owners refused moments ago
 	reach    reach     // members that failed to answer moments ago
 	standing sync.Map  // key → owner: keys decided here for an owner that did not answer
@@ -75,11 +75,7 @@ func New(cfg Config) (*Router, error) {
 	r.view.Store(&view{fetchDown: &sync.Map{}})
 	first := make(chan struct{})
 	r.viewChanged.Store(&first)
-	sharedStore, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.Store.Capacity(), Shards: 16})
-	if err != nil {
-		return nil, err
-	}
-	r.shared = shared{sharedStore}
+	r.shared = newShared(cfg.Store.Capacity())
 	r.known = newRefusals(cfg.LocalKeys)
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,
@@ -160,7 +156,7 @@ func (r *Router) rebuildLocked() {
 		// an earlier process of that name, which took it along.
 		for _, name := range rg.Members() {
 			if name != self && !old.has(name) {
-				r.shared.forgetAll(name, r.cfg.Clock.Now())
+				r.shared.forgetAll(name)
 			}
 		}
 	}

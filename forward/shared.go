@@ -1,7 +1,8 @@
 package forward
 
 import (
-	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
@@ -25,87 +26,120 @@ import (
 //     only what it spent after the fetch.
 //
 // Entries are buckets under the key's limit, so that they refill exactly
-// like the copies they are compared with. The store is bounded (LRU): an
-// entry evicted makes the next push send the whole spend, which counts it
-// twice rather than not at all.
+// like the copies they are compared with. There is one store per member,
+// each bounded like the node's own store (LRU): an entry evicted makes
+// the next push send the whole spend, which counts it twice rather than
+// not at all. Safe for concurrent use.
 type shared struct {
-	s *bucket.Store
+	capacity int
+	mu       sync.Mutex                               // serialises changes to stores
+	stores   atomic.Pointer[map[string]*bucket.Store] // by member; replaced whole
 }
 
-// sharedKey is the store key of (member, key), or "" when it would be too
-// long (the pair is then not remembered).
-func sharedKey(member, key string) string {
-	if len(member)+1+len(key) > bucket.MaxKeyLen {
-		return ""
+func newShared(capacity int) *shared {
+	sh := &shared{capacity: capacity}
+	sh.stores.Store(&map[string]*bucket.Store{})
+	return sh
+}
+
+// store returns member's store, creating it when create is set (nil
+// otherwise when there is none).
+func (sh *shared) store(member string, create bool) *bucket.Store {
+	if s := (*sh.stores.Load())[member]; s != nil || !create {
+		return s
 	}
-	return member + "\x00" + key
-}
-
-// splitShared returns the member and key of a store key.
-func splitShared(k string) (member, key string) {
-	member, key, _ = strings.Cut(k, "\x00")
-	return member, key
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	cur := *sh.stores.Load()
+	if s := cur[member]; s != nil {
+		return s
+	}
+	shards := 16
+	for shards > 1 && sh.capacity < shards {
+		shards /= 2
+	}
+	s, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: sh.capacity, Shards: shards})
+	if err != nil { // capacity came from a valid store
+		panic(err)
+	}
+	next := make(map[string]*bucket.Store, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	next[member] = s
+	sh.stores.Store(&next)
+	return s
 }
 
 // used returns the spend member and this node both account for on key at
 // now (0 when none).
-func (sh shared) used(member, key string, now clock.Instant) (int64, bool) {
-	k := sharedKey(member, key)
-	if k == "" {
-		return 0, false
-	}
-	_, u, ok := sh.s.Used(k, now)
+func (sh *shared) used(member, key string, now clock.Instant) (int64, bool) {
+	_, u, ok := sh.state(member, key, now)
 	return u, ok
 }
 
-// set records that member and this node both account for used on key.
-func (sh shared) set(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
-	if k := sharedKey(member, key); k != "" {
-		sh.s.Set(k, l, now, used)
+// state returns the state this node shares with member about key.
+func (sh *shared) state(member, key string, now clock.Instant) (bucket.Limit, int64, bool) {
+	if s := sh.store(member, false); s != nil {
+		return s.Used(key, now)
 	}
+	return bucket.Limit{}, 0, false
+}
+
+// set records that member and this node both account for used on key.
+func (sh *shared) set(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
+	sh.store(member, true).Set(key, l, now, used)
 }
 
 // raise records that member and this node both account for at least used
 // on key.
-func (sh shared) raise(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
-	if k := sharedKey(member, key); k != "" {
-		sh.s.Merge(k, l, now, used)
-	}
+func (sh *shared) raise(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
+	sh.store(member, true).Merge(key, l, now, used)
 }
 
 // forget drops what this node shares with member about key.
-func (sh shared) forget(member, key string) {
-	if k := sharedKey(member, key); k != "" {
-		sh.s.Delete(k)
+func (sh *shared) forget(member, key string) {
+	if s := sh.store(member, false); s != nil {
+		s.Delete(key)
 	}
 }
 
-// state returns the state this node shares with member about key.
-func (sh shared) state(member, key string, now clock.Instant) (bucket.Limit, int64, bool) {
-	k := sharedKey(member, key)
-	if k == "" {
-		return bucket.Limit{}, 0, false
+// forgetAll drops everything shared with member.
+func (sh *shared) forgetAll(member string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	cur := *sh.stores.Load()
+	if cur[member] == nil {
+		return
 	}
-	return sh.s.Used(k, now)
+	next := make(map[string]*bucket.Store, len(cur))
+	for k, v := range cur {
+		if k != member {
+			next[k] = v
+		}
+	}
+	sh.stores.Store(&next)
 }
 
 // each calls fn for every entry shared with member.
-func (sh shared) each(member string, now clock.Instant, fn func(key string, l bucket.Limit, used int64)) {
-	sh.s.Range(now, func(batch []bucket.Snapshot) bool {
+func (sh *shared) each(member string, now clock.Instant, fn func(key string, l bucket.Limit, used int64)) {
+	s := sh.store(member, false)
+	if s == nil {
+		return
+	}
+	s.Range(now, func(batch []bucket.Snapshot) bool {
 		for i := range batch {
-			if m, key := splitShared(batch[i].Key); m == member {
-				fn(key, batch[i].Limit, batch[i].Used)
-			}
+			fn(batch[i].Key, batch[i].Limit, batch[i].Used)
 		}
 		return true
 	})
 }
 
-// forgetAll drops everything shared with member.
-func (sh shared) forgetAll(member string, now clock.Instant) {
-	var keys []string
-	sh.each(member, now, func(key string, _ bucket.Limit, _ int64) { keys = append(keys, key) })
-	for _, k := range keys {
-		sh.forget(member, k)
+// len returns how many entries are shared with every member.
+func (sh *shared) len() int {
+	n := 0
+	for _, s := range *sh.stores.Load() {
+		n += s.Len()
 	}
+	return n
 }

@@ -157,7 +157,8 @@ func (r *Router) standIn(ctx context.Context, v *view, owner string, idx []int, 
 		c := &checks[i]
 		var succ string
 		if !v.minority && !c.Refund && v.ring != nil && r.repl.on() {
-			if s := v.ring.Successors(c.Key, 1); len(s) > 0 {
+			var buf [1]string
+			if s := v.ring.AppendSuccessors(buf[:0], c.Key, 1); len(s) > 0 {
 				succ = s[0]
 			}
 		}

@@ -40,7 +40,7 @@ type StandIn struct {
 // Status reports the router's replication and quorum state.
 func (r *Router) Status() Status {
 	v := r.view.Load()
-	st := Status{Replicas: r.shared.s.Len(), Minority: v.minority, ClusterSize: v.size}
+	st := Status{Replicas: r.shared.len(), Minority: v.minority, ClusterSize: v.size}
 	if r.repl.on() {
 		st.ReplicationFactor = r.cfg.Replication.Factor
 		st.ReplicationLag = r.repl.lag()

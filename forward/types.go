@@ -19,9 +19,9 @@ type Owners interface {
 	Len() int
 	Members() []string
 	Version() uint64
-	// Successors returns up to n members that would own key, in order, if
-	// the owner and the successors before each left the ring.
-	Successors(key string, n int) []string
+	// AppendSuccessors appends to dst up to n members that would own key,
+	// in order, if the owner and the successors before each left the ring.
+	AppendSuccessors(dst []string, key string, n int) []string
 }
 
 // Peers reaches the other members (peer.Pool). Its methods are safe for

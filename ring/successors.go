@@ -32,9 +32,17 @@ func (r *Ring) Successors(key string, n int) []string {
 	if r == nil || n <= 0 || len(r.names) < 2 {
 		return nil
 	}
+	return r.AppendSuccessors(make([]string, 0, min(n, len(r.names)-1)), key, n)
+}
+
+// AppendSuccessors appends Successors(key, n) to dst and returns the
+// extended slice; it allocates nothing when dst has room.
+func (r *Ring) AppendSuccessors(dst []string, key string, n int) []string {
+	if r == nil || n <= 0 || len(r.names) < 2 {
+		return dst
+	}
 	n = min(n, len(r.names)-1)
 	p := xxhash.Sum64String(key) % uint64(len(r.table))
-	out := make([]string, 0, n)
 
 	// The set left out so far, as a bitmask of member indexes.
 	var small [32]byte
@@ -45,7 +53,7 @@ func (r *Ring) Successors(key string, n int) []string {
 		mask = make([]byte, need)
 	}
 	name := r.table[p]
-	for len(out) < n {
+	for found := 0; found < n; found++ {
 		i, _ := slices.BinarySearch(r.names, name)
 		mask[i/8] |= 1 << (i % 8)
 		sub := r.without(mask)
@@ -53,9 +61,9 @@ func (r *Ring) Successors(key string, n int) []string {
 			break // the library could not spread the partitions: see without
 		}
 		name = sub.table[p]
-		out = append(out, name)
+		dst = append(dst, name)
 	}
-	return out
+	return dst
 }
 
 // without returns the ring over r's members minus those set in mask,
