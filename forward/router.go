@@ -317,7 +317,9 @@ func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
-	r.repl.mark(key, now)
+	if d.Allowed { // a refusal spends nothing: the replica refills as the copy does
+		r.repl.mark(key, now)
+	}
 	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
 }
 
