@@ -222,18 +222,16 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 }
 
 // replicate sends states to the peer in one call and returns how many it
-// took.
+// took. The call is encoded by hand (replicate.go), from states directly.
 func (c *conn) replicate(ctx context.Context, version uint64, states []State) (int, error) {
-	req := &peerv1.ReplicateRequest{From: c.cfg.Self, RingVersion: version, Buckets: make([]*peerv1.BucketState, len(states))}
-	for i := range states {
-		s := &states[i]
-		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used}
-	}
-	resp, err := c.rpc.Replicate(ctx, req)
+	req := replicateBatch{from: c.cfg.Self, version: version, states: states}
+	var resp replicateAck
+	err := c.cc.Invoke(ctx, peerv1.Peer_Replicate_FullMethodName, &req, &resp,
+		grpc.StaticMethod(), grpc.CallContentSubtype(codecName))
 	if err != nil {
 		return 0, err
 	}
-	return int(resp.GetAccepted()), nil
+	return int(resp.accepted), nil
 }
 
 // keys asks the peer how many keys it holds.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,7 +108,10 @@ func (h *storeHandler) Replicate(from string, states []peer.State) (int, error) 
 		h.mu.Unlock()
 		return 0, fmt.Errorf("%s is not a member", from)
 	}
-	h.replicas = append(h.replicas, states...)
+	for _, s := range states {
+		s.Key = strings.Clone(s.Key) // points into a reused buffer
+		h.replicas = append(h.replicas, s)
+	}
 	h.mu.Unlock()
 	return h.take(states), nil
 }

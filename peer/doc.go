@@ -16,7 +16,11 @@
 // when a slot frees up leaves in the same message (internal/batcher), on one
 // Check stream per member that stays open, encoded by hand (wire.go; the
 // bytes are those of the generated messages, and wire_test.go checks both
-// directions against the generated code).
+// directions against the generated code). Replicate calls are encoded by
+// hand too (replicate.go) when made on content-subtype "ringlimit-peer", as
+// Pool makes them; a generated client on the default content-subtype is
+// served by the generated code. The keys a Handler is given point into
+// reused buffers: it copies those it keeps.
 //
 // Invariants:
 //   - Every call has a deadline (Config.Timeout): a stream whose oldest

@@ -2,13 +2,18 @@ package peer_test
 
 import (
 	"context"
+	"fmt"
+	"path"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
@@ -157,6 +162,98 @@ func TestReplicate(t *testing.T) {
 	}})
 	if err != nil || resp.GetAccepted() != 1 || b.store.Has("r-3") || !b.store.Has("r-4") {
 		t.Fatalf("Replicate with invalid states: %v, %v; want the valid one alone taken", resp, err)
+	}
+}
+
+// A generated client reaches Replicate on either content-subtype: on
+// "ringlimit-peer" the call is read by hand, on the default one by
+// protobuf; both skip invalid states and refuse a non-member alike. A
+// unary interceptor runs around it, as around the generated handler; one
+// that reads the request as protobuf sees an empty message when the call
+// was read by hand.
+func TestReplicateGeneratedClient(t *testing.T) {
+	clock := testkit.NewClock(0)
+	var mu sync.Mutex
+	var seen []string // "method bytes" of each call the interceptor saw
+	icpt := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		seen = append(seen, fmt.Sprint(path.Base(info.FullMethod), " ", proto.Size(req.(proto.Message))))
+		mu.Unlock()
+		return h(ctx, req)
+	}
+	a, b := startNode(t, "A", clock, nil), startNode(t, "B", clock, nil, grpc.UnaryInterceptor(icpt))
+	formCluster(a, b)
+	b.h.members = map[string]bool{"A": true, "B": true}
+	lim := hourlyLimit(10)
+	w := &peerv1.Limit{Algorithm: uint32(lim.Algorithm()), Limit: lim.Count(), PerNs: int64(lim.Per()), Burst: lim.Burst()}
+	client := peerClient(t, b.addr)
+	ctx := context.Background()
+	for i, opts := range [][]grpc.CallOption{{grpc.CallContentSubtype(peer.CodecName)}, nil} {
+		k := fmt.Sprint("g", i, "-")
+		req := &peerv1.ReplicateRequest{From: "A", RingVersion: testVersion, Buckets: []*peerv1.BucketState{
+			{Key: k + "bad-limit", Limit: &peerv1.Limit{Algorithm: 1}, Used: 1},
+			{Key: k + "1", Limit: w, Used: 4},
+			{Key: "", Limit: w, Used: 1},
+			{Key: k + "2", Limit: w},
+		}}
+		resp, err := client.Replicate(ctx, req, opts...)
+		if err != nil || resp.GetAccepted() != 2 || b.store.Has(k+"bad-limit") || !b.store.Has(k+"1") {
+			t.Fatalf("call %d (%v): %v, %v; want the two valid states taken", i, opts, resp, err)
+		}
+		if _, used, _ := b.store.Used(k+"1", clock.Now()); used != 4 {
+			t.Fatalf("call %d: %s1 at %d, want 4", i, k, used)
+		}
+		req.From = "C"
+		if _, err := client.Replicate(ctx, req, opts...); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("call %d from a non-member: %v, want FailedPrecondition", i, err)
+		}
+	}
+	if _, err := a.pool.Replicate(ctx, "B", []peer.State{{Key: "p-1", Limit: lim, Used: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 5 || seen[0] != "Replicate 0" || seen[1] != "Replicate 0" || seen[2] == "Replicate 0" ||
+		seen[3] == "Replicate 0" || seen[4] != "Replicate 0" {
+		t.Fatalf("the interceptor saw %q; want 5 Replicate calls, the 2nd pair (protobuf) alone non-empty", seen)
+	}
+}
+
+// The keys handed to Handler.Replicate stay what they were for the
+// duration of the call, under concurrent calls from two owners (the
+// buffers they point into are pooled).
+func TestReplicateConcurrentKeys(t *testing.T) {
+	clock := testkit.NewClock(0)
+	a, b, c := startNode(t, "A", clock, nil), startNode(t, "B", clock, nil), startNode(t, "C", clock, nil)
+	formCluster(a, b, c)
+	lim := hourlyLimit(1000)
+	var wg sync.WaitGroup
+	for _, n := range []*node{a, c} {
+		wg.Go(func() {
+			for round := range 20 {
+				states := make([]peer.State, 50)
+				for i := range states {
+					states[i] = peer.State{Key: fmt.Sprintf("%s-%d-%d", n.name, round, i), Limit: lim, Used: int64(i + 1)}
+				}
+				if k, err := n.pool.Replicate(context.Background(), "B", states); err != nil || k != len(states) {
+					t.Errorf("%s round %d: %d, %v", n.name, round, k, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	for _, s := range b.h.replicas {
+		var from string
+		var round, i int
+		if _, err := fmt.Sscanf(strings.ReplaceAll(s.Key, "-", " "), "%s %d %d", &from, &round, &i); err != nil || s.Used != int64(i+1) {
+			t.Fatalf("B kept %q with %d spent: a key changed under the handler (%v)", s.Key, s.Used, err)
+		}
+	}
+	if len(b.h.replicas) != 2*20*50 {
+		t.Fatalf("B took %d states, want %d", len(b.h.replicas), 2*20*50)
 	}
 }
 

@@ -37,7 +37,10 @@ type Handler interface {
 	Merge(from string, states []State) int
 	// Replicate stores the states the owner from replicates to this node
 	// (its successor). It returns how many it took, or an error when it
-	// refuses the whole batch (from is not a current member).
+	// refuses the whole batch (from is not a current member). Every state
+	// is valid (key and limit were checked). The keys point into a buffer
+	// that is reused after Replicate returns: copy a key to keep it (from
+	// may be kept).
 	Replicate(from string, states []State) (int, error)
 	// Lookup returns key's state, for the node from (a new owner) that
 	// asks.
@@ -68,9 +71,11 @@ func NewServer(self string, h Handler, m *Metrics) *Server {
 	return &Server{self: self, h: h, m: m, draining: make(chan struct{})}
 }
 
-// Register registers the service on s. Serve it on a listener only other
-// nodes reach.
-func (s *Server) Register(r grpc.ServiceRegistrar) { peerv1.RegisterPeerServer(r, s) }
+// Register registers the service on r. Serve it on a listener only other
+// nodes reach. Replicate is decoded by hand (replicate.go) for calls on
+// content-subtype "ringlimit-peer", as nodes make them; a generated client
+// on the default content-subtype takes the generated path.
+func (s *Server) Register(r grpc.ServiceRegistrar) { r.RegisterService(serviceDesc(), s) }
 
 // Drain asks every peer with a Check stream open to this node to end it:
 // the peer sends nothing more on it, the batches in flight are answered,
@@ -199,7 +204,9 @@ func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peer
 }
 
 // Replicate stores the states an owner keeps on this node, its successor.
-// A refusal by the handler answers FailedPrecondition.
+// A refusal by the handler answers FailedPrecondition. Register serves
+// calls read by hand without it (Server.replicate); it takes those of
+// generated clients on content-subtype "proto".
 func (s *Server) Replicate(ctx context.Context, req *peerv1.ReplicateRequest) (*peerv1.ReplicateResponse, error) {
 	n, err := s.h.Replicate(req.GetFrom(), statesFromProto(req.GetBuckets()))
 	if err != nil {
