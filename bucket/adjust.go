@@ -53,5 +53,6 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 	if l.alg == SlidingWindowLog {
 		sh.logs[i] = log
 	}
+	s.markSlot(sh, i, now)
 	return nil
 }

@@ -131,9 +131,10 @@ func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error
 		log := sh.logs[i]
 		l.refundLog(&log, cost)
 		sh.logs[i] = log
-		return nil
+	} else {
+		l.refund(&e.st, now, cost)
 	}
-	l.refund(&e.st, now, cost)
+	s.markSlot(sh, i, now)
 	return nil
 }
 
@@ -148,9 +149,12 @@ func (s *Store) Grant(key string, l *Limit, now clock.Instant, most int64) int64
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	_, e, fresh := sh.entry(h, key, l, int64(now))
+	i, e, fresh := sh.entry(h, key, l, int64(now))
 	level, at := l.refill(&e.st, fresh, int64(now))
 	n := min(level/l.den, most)
 	e.st.a, e.st.b = level-n*l.den, at
+	if n > 0 {
+		s.markSlot(sh, i, int64(now))
+	}
 	return n
 }

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -19,6 +20,11 @@ import (
 type Store struct {
 	shards []shard
 	shift  uint // the top bits of a key's hash pick its shard
+
+	// With StoreConfig.Track: keys marked since the last Changed, and when
+	// the first of them was.
+	pending atomic.Int64
+	first   atomic.Int64
 }
 
 // NewStore validates cfg and returns an empty Store.
@@ -34,6 +40,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	per := cfg.MaxKeys / cfg.Shards
 	for i := range s.shards {
 		s.shards[i].init(per)
+		s.shards[i].track.on = cfg.Track
 	}
 	return s, nil
 }
@@ -55,7 +62,10 @@ func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decis
 	h := xxhash.Sum64String(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
-	d := sh.take(h, key, l, int64(now), cost)
+	i, d := sh.take(h, key, l, int64(now), cost)
+	if d.Allowed {
+		s.markSlot(sh, i, int64(now))
+	}
 	sh.mu.Unlock()
 	return d, nil
 }
@@ -190,6 +200,8 @@ type shard struct {
 	// (16 bytes a slot); pages that never held one stay nil.
 	long [][]string
 
+	track tracked
+
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -244,15 +256,15 @@ func (sh *shard) entry(h uint64, key string, l *Limit, now int64) (i uint32, e *
 	return i, e, false
 }
 
-func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) Decision {
+func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) (uint32, Decision) {
 	i, e, fresh := sh.entry(h, key, l, now)
 	if l.alg == SlidingWindowLog {
 		log := sh.logs[i]
 		d := l.takeLog(&log, now, cost)
 		sh.logs[i] = log
-		return d
+		return i, d
 	}
-	return l.take(&e.st, nil, fresh, now, cost)
+	return i, l.take(&e.st, nil, fresh, now, cost)
 }
 
 // convert rewrites e's state, built under another limit, for l: see

@@ -142,16 +142,16 @@ func testHashCollision(t *testing.T, px, py string) {
 	var sh shard
 	sh.init(2)
 	lim := MustLimit(FixedWindow, 2, time.Hour, 0)
-	if d := sh.take(hx, x, &lim, 0, 2); !d.Allowed {
+	if _, d := sh.take(hx, x, &lim, 0, 2); !d.Allowed {
 		t.Fatal(d)
 	}
-	if d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+	if _, d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("%s shares %s's state: %+v", y, x, d)
 	}
 	if sh.idx.n != 2 {
 		t.Fatalf("index holds %d keys, want 2", sh.idx.n)
 	}
-	if d := sh.take(hx, x, &lim, 0, 1); d.Allowed {
+	if _, d := sh.take(hx, x, &lim, 0, 1); d.Allowed {
 		t.Fatalf("%s lost its state: %+v", x, d)
 	}
 	// x is most recent, y least: a third key evicts y.
@@ -159,7 +159,7 @@ func testHashCollision(t *testing.T, px, py string) {
 	if sh.idx.n != 2 || sh.n != 2 || sh.lookup(hy, y) != none || sh.lookup(hx, x) == none {
 		t.Fatalf("after evicting %s: index %d n %d", y, sh.idx.n, sh.n)
 	}
-	if d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+	if _, d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("%s after eviction = %+v, want fresh", y, d)
 	}
 }

@@ -16,6 +16,9 @@ type StoreConfig struct {
 	// More shards mean less lock contention between cores. Zero means
 	// DefaultShards.
 	Shards int
+	// Track makes the store remember which keys' spend changed, for
+	// Changed (see track.go).
+	Track bool
 }
 
 // Defaults for StoreConfig.

@@ -21,7 +21,9 @@ type Config struct {
 	// decisions so that clients can send a key's checks straight to its
 	// owner. Optional.
 	SelfAddr string
-	// Store holds the buckets of the keys this node owns. Required.
+	// Store holds the buckets of the keys this node owns. Required. Unless
+	// replication is off, New turns on its tracking of changed keys
+	// (bucket.Store.SetTrack), which replication reads.
 	Store *bucket.Store
 	// NewRing builds the ring over a member list. Required (cmd/node
 	// passes the ring package's constructor).

@@ -120,7 +120,7 @@ func (m *metrics) watch(r *Router) error {
 		f          func() float64
 	}{
 		{"ringlimit_replication_pending_keys", "Keys changed and not yet sent to their successors.",
-			func() float64 { return float64(r.repl.pending.Load()) }},
+			func() float64 { return float64(r.repl.pending()) }},
 		{"ringlimit_replication_last_lag_seconds", "How long the last replication round's oldest change waited until acknowledged.",
 			func() float64 { return r.repl.lag().Seconds() }},
 		{"ringlimit_replicas", "Key states this node holds for other members: replicas of their keys, and what it shares with them after fetches and pushes.",

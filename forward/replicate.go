@@ -3,12 +3,9 @@ package forward
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
@@ -19,13 +16,14 @@ import (
 const replicateChunk = 1024
 
 // replicator keeps a copy of the state of every key this node owns on the
-// key's successors (the members that own it if this node dies): each
-// change marks the key, and every Interval, or as soon as MaxPending keys
-// are marked, the marked keys' states are sent to their successors, as
-// absolute spend, in batches. A crash therefore loses at most the changes
-// of one Interval (or MaxPending keys) plus one round trip. Marking costs
-// a map insert under one of 16 locks; nothing is sent for a key that did
-// not change.
+// key's successors (the members that own it if this node dies). The store
+// marks each key whose spend changes (bucket.StoreConfig.Track: one bit
+// test under the lock the change already holds), and every Interval, or as
+// soon as MaxPending keys are marked, the marked keys' states are sent to
+// their successors, as absolute spend, in batches. A crash therefore loses
+// at most the changes of one Interval (or MaxPending keys) plus one round
+// trip. After a ring change every key this node owns is sent once: a new
+// successor holds none of them.
 type replicator struct {
 	cfg   ReplicationConfig
 	self  string
@@ -36,62 +34,22 @@ type replicator struct {
 	log   *slog.Logger
 	m     *metrics
 
-	shards  [16]markShard
-	pending atomic.Int64 // keys marked and not yet taken by a flush
-	first   atomic.Int64 // when the oldest pending mark was made
-	kick    chan struct{}
+	mu      sync.Mutex // one round at a time
 	resync  chan struct{}
-	lastLag atomic.Int64 // of the last flush, ns
-	sent    atomic.Int64 // states acknowledged by successors
-}
-
-type markShard struct {
-	mu   sync.Mutex
-	keys map[string]struct{}
+	lastLag atomic.Int64 // of the last round, ns
 }
 
 func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers Peers, view func() *view,
 	c clock.Clock, log *slog.Logger, m *metrics) *replicator {
-	p := &replicator{cfg: cfg, self: self, store: store, peers: peers, view: view, clock: c, log: log, m: m,
-		kick: make(chan struct{}, 1), resync: make(chan struct{}, 1)}
-	for i := range p.shards {
-		p.shards[i].keys = map[string]struct{}{}
-	}
-	return p
+	store.SetTrack(!cfg.Off)
+	return &replicator{cfg: cfg, self: self, store: store, peers: peers, view: view, clock: c, log: log, m: m,
+		resync: make(chan struct{}, 1)}
 }
 
 // on reports whether keys are replicated at all.
 func (p *replicator) on() bool { return p != nil && !p.cfg.Off }
 
-// mark records that key changed at now.
-func (p *replicator) mark(key string, now clock.Instant) {
-	if !p.on() {
-		return
-	}
-	sh := &p.shards[xxhash.Sum64String(key)&15]
-	sh.mu.Lock()
-	_, ok := sh.keys[key]
-	if !ok {
-		sh.keys[strings.Clone(key)] = struct{}{} // key may point into a reused buffer
-	}
-	sh.mu.Unlock()
-	if ok {
-		return
-	}
-	n := p.pending.Add(1)
-	if n == 1 {
-		p.first.Store(int64(now))
-	}
-	if n == int64(p.cfg.MaxPending) {
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// ringChanged makes the next round send every key this node owns: a new
-// successor holds none of them yet.
+// ringChanged makes the next round send every key this node owns.
 func (p *replicator) ringChanged() {
 	if !p.on() {
 		return
@@ -102,121 +60,109 @@ func (p *replicator) ringChanged() {
 	}
 }
 
+// loop runs a round every Interval, and sooner when MaxPending keys are
+// marked (looked at four times an Interval).
 func (p *replicator) loop(ctx context.Context) {
 	if !p.on() {
 		return
 	}
-	tick := p.clock.NewTicker(p.cfg.Interval)
+	tick := p.clock.NewTicker(max(p.cfg.Interval/4, time.Millisecond))
 	defer tick.Stop()
+	last := p.clock.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.resync:
-			p.markOwned()
-			p.flush(ctx)
-		case <-p.kick:
-			p.flush(ctx)
+			p.sendOwned(ctx)
+			last = p.clock.Now()
 		case <-tick.C():
-			if p.pending.Load() > 0 {
+			now := p.clock.Now()
+			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || (n > 0 && now.Sub(last) >= p.cfg.Interval) {
 				p.flush(ctx)
+				last = now
 			}
 		}
 	}
 }
 
-// markOwned marks every key this node owns.
-func (p *replicator) markOwned() {
+// sendOwned sends the state of every key this node owns.
+func (p *replicator) sendOwned(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	v := p.view()
-	now := p.clock.Now()
-	p.store.Range(now, func(batch []bucket.Snapshot) bool {
-		for i := range batch {
-			if ownerIn(v.ring, p.self, batch[i].Key) == p.self {
-				p.mark(batch[i].Key, now)
-			}
-		}
-		return true
-	})
-}
-
-// take empties the marked set and returns its keys and when the oldest
-// was marked.
-func (p *replicator) take() ([]string, clock.Instant) {
-	first := clock.Instant(p.first.Load())
-	var keys []string
-	for i := range p.shards {
-		sh := &p.shards[i]
-		sh.mu.Lock()
-		if len(sh.keys) > 0 {
-			for k := range sh.keys {
-				keys = append(keys, k)
-			}
-			sh.keys = make(map[string]struct{}, len(sh.keys))
-		}
-		sh.mu.Unlock()
-	}
-	p.pending.Add(-int64(len(keys)))
-	return keys, first
-}
-
-// flush sends the marked keys' states to their successors, one goroutine
-// per successor, and waits for them.
-func (p *replicator) flush(ctx context.Context) {
-	keys, first := p.take()
-	if len(keys) == 0 {
-		return
-	}
-	v := p.view()
-	if v.ring == nil || v.ring.Len() < 2 {
-		return
-	}
 	now := p.clock.Now()
 	out := map[string][]peer.State{}
-	succs := make([]string, 0, p.cfg.Factor)
-	for _, k := range keys {
-		if ownerIn(v.ring, p.self, k) != p.self {
-			continue // no longer ours: the handoff moves it
-		}
-		l, used, ok := p.store.Used(k, now)
-		if !ok {
-			continue
-		}
-		succs = v.ring.AppendSuccessors(succs[:0], k, p.cfg.Factor)
-		for _, s := range succs {
-			if s != p.self && !v.isDown(s) {
-				out[s] = append(out[s], peer.State{Key: k, Limit: l, Used: used})
-			}
-		}
+	p.store.Range(now, func(batch []bucket.Snapshot) bool {
+		p.add(v, out, batch)
+		return ctx.Err() == nil
+	})
+	p.send(ctx, out)
+}
+
+// flush sends the marked keys' states to their successors and waits for
+// their acknowledgements.
+func (p *replicator) flush(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.view()
+	out := map[string][]peer.State{}
+	first := p.store.Changed(p.clock.Now(), func(batch []bucket.Snapshot) { p.add(v, out, batch) })
+	if first == 0 {
+		return
 	}
-	var wg sync.WaitGroup
-	for succ, states := range out {
-		wg.Go(func() { p.send(ctx, succ, states) })
-	}
-	wg.Wait()
+	p.send(ctx, out)
 	lag := p.clock.Now().Sub(first)
 	p.lastLag.Store(int64(lag))
 	p.m.replicationLag.Observe(lag.Seconds())
 }
 
-// send replicates states to succ in chunks; on failure it marks them again
-// (the next round retries) unless the successor is gone or this node is
-// stopping.
-func (p *replicator) send(ctx context.Context, succ string, states []peer.State) {
+// add appends the states of the keys this node owns to out, by successor.
+func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Snapshot) {
+	if v.ring == nil || v.ring.Len() < 2 {
+		return
+	}
+	var buf [4]string
+	for i := range batch {
+		s := &batch[i]
+		if ownerIn(v.ring, p.self, s.Key) != p.self {
+			continue // not ours: a copy the handoff moves
+		}
+		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
+			if succ != p.self && !v.isDown(succ) {
+				out[succ] = append(out[succ], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+			}
+		}
+	}
+}
+
+// send replicates out, one goroutine per successor.
+func (p *replicator) send(ctx context.Context, out map[string][]peer.State) {
+	var wg sync.WaitGroup
+	for succ, states := range out {
+		wg.Go(func() { p.sendTo(ctx, succ, states) })
+	}
+	wg.Wait()
+}
+
+// sendTo replicates states to succ in chunks; on failure it marks them
+// again (the next round retries) unless the successor is gone or this node
+// is stopping.
+func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State) {
 	for off := 0; off < len(states); off += replicateChunk {
 		chunk := states[off:min(off+replicateChunk, len(states))]
-		n, err := p.peers.Replicate(ctx, succ, chunk)
-		if err == nil {
-			p.sent.Add(int64(n))
+		if _, err := p.peers.Replicate(ctx, succ, chunk); err == nil {
 			continue
+		} else {
+			p.m.replicationErrors.Inc()
+			p.log.Debug("replication failed", "to", succ, "keys", len(chunk), "err", err)
 		}
-		p.m.replicationErrors.Inc()
-		p.log.Debug("replication failed", "to", succ, "keys", len(chunk), "err", err)
 		if ctx.Err() != nil || !p.view().has(succ) {
 			return
 		}
 		now := p.clock.Now()
 		for _, s := range states[off:] {
-			p.mark(s.Key, now)
+			p.store.Mark(s.Key, now)
 		}
 		return
 	}
@@ -229,4 +175,12 @@ func (p *replicator) lag() time.Duration {
 		return 0
 	}
 	return time.Duration(p.lastLag.Load())
+}
+
+// pending is how many changed keys wait for the next round.
+func (p *replicator) pending() int64 {
+	if !p.on() {
+		return 0
+	}
+	return p.store.Pending()
 }

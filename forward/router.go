@@ -317,9 +317,6 @@ func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
-	if d.Allowed { // a refusal spends nothing: the replica refills as the copy does
-		r.repl.mark(key, now)
-	}
 	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
 }
 

@@ -34,9 +34,6 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		}
 		if q.Refund {
 			r.cfg.Store.Refund(q.Key, &q.Limit, now, q.Cost)
-			if owner == r.cfg.Self {
-				r.repl.mark(q.Key, now)
-			}
 			continue
 		}
 		var res Result
@@ -70,15 +67,11 @@ func (r *Router) MayWait(from string) bool {
 // its copy that this node has not seen, and is added to this node's copy.
 func (r *Router) Merge(from string, states []peer.State) int {
 	now := r.cfg.Clock.Now()
-	v := r.view.Load()
 	merged := 0
 	for i := range states {
 		s := &states[i]
 		if r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil {
 			merged++
-			if ownerIn(v.ring, r.cfg.Self, s.Key) == r.cfg.Self {
-				r.repl.mark(s.Key, now)
-			}
 		}
 	}
 	return merged

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -214,7 +215,9 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 		r.log.Error("stand-in check failed", "key", c.Key, "err", err)
 	}
 	r.m.standInChecks.Inc()
-	r.standing.Store(c.Key, owner)
+	if o, ok := r.standing.Load(c.Key); !ok || o != owner {
+		r.standing.Store(strings.Clone(c.Key), owner) // c.Key may point into a reused buffer
+	}
 	r.handoff.trigger()
 	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
 }
@@ -241,7 +244,6 @@ func (r *Router) promote(v *view, member string) {
 		drop = append(drop, key)
 		if ownerIn(v.ring, r.cfg.Self, key) == r.cfg.Self && !r.cfg.Store.Has(key) {
 			r.cfg.Store.Set(key, &l, now, used)
-			r.repl.mark(key, now)
 			n++
 		}
 	})

@@ -44,7 +44,7 @@ func (r *Router) Status() Status {
 	if r.repl.on() {
 		st.ReplicationFactor = r.cfg.Replication.Factor
 		st.ReplicationLag = r.repl.lag()
-		st.ReplicationPending = r.repl.pending.Load()
+		st.ReplicationPending = r.repl.pending()
 	}
 	for name := range v.down {
 		st.Down = append(st.Down, name)
