@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -50,7 +51,30 @@ type handoff struct {
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
+
+	// foreign is how many keys the store holds that this node does not own
+	// (as the last pass counted them, or 1 since a copy may have appeared):
+	// when 0, a replica received needs no look at the store. fmu orders
+	// its writes; gen counts the copies that may have appeared.
+	foreign atomic.Int64
+	fmu     sync.Mutex
+	gen     uint64
 }
+
+// mayHoldForeign records that the store may now hold a key this node does
+// not own.
+func (h *handoff) mayHoldForeign() {
+	h.fmu.Lock()
+	h.gen++
+	if h.foreign.Load() == 0 {
+		h.foreign.Store(1)
+	}
+	h.fmu.Unlock()
+}
+
+// holdsForeign reports whether the store may hold a key this node does not
+// own.
+func (h *handoff) holdsForeign() bool { return h.foreign.Load() != 0 }
 
 func newHandoff(cfg handoffConfig, ring func() Owners, sh *shared, m *metrics) *handoff {
 	return &handoff{cfg: cfg, ring: ring, shared: sh, m: m, wake: make(chan struct{}, 1)}
@@ -95,11 +119,15 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	self := h.cfg.Self
+	h.fmu.Lock()
+	gen := h.gen
+	h.fmu.Unlock()
 	rg := h.ring()
 	if rg == nil {
 		return false, 0
 	}
 	now := h.cfg.Clock.Now()
+	foreign := int64(0)
 	out := map[string][]peer.State{}
 	seen := map[string][]int64{} // what the owner had seen, per state in out
 	var stale []string           // pushed at least Grace ago and pushed again now: delete after
@@ -144,6 +172,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 				h.pushed.Delete(s.Key)
 				continue
 			}
+			foreign++
 			// Push what the owner has not seen of every key we hold but do
 			// not own; one pushed at least Grace ago is pushed a last time
 			// (what last hops spent on our copy meanwhile) and then deleted.
@@ -165,11 +194,16 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	for _, k := range stale {
 		// What this node shares with the owner stays: it is this node's
 		// replica of the key when it is the key's successor.
-		if ownerIn(cur, self, k) != self {
-			h.cfg.Store.Delete(k)
+		if ownerIn(cur, self, k) != self && h.cfg.Store.Delete(k) {
+			foreign--
 		}
 		h.pushed.Delete(k)
 	}
+	h.fmu.Lock()
+	if h.gen == gen {
+		h.foreign.Store(max(foreign, 0))
+	}
+	h.fmu.Unlock()
 	left := false
 	h.pushed.Range(func(k, _ any) bool {
 		if !h.cfg.Store.Has(k.(string)) {

@@ -188,6 +188,7 @@ func (r *Router) rebuildLocked() {
 			r.wg.Go(func() { r.promote(nv, name) })
 		}
 	}
+	r.handoff.mayHoldForeign()
 	r.handoff.trigger()
 	r.repl.ringChanged()
 }

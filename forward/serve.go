@@ -67,9 +67,13 @@ func (r *Router) MayWait(from string) bool {
 // its copy that this node has not seen, and is added to this node's copy.
 func (r *Router) Merge(from string, states []peer.State) int {
 	now := r.cfg.Clock.Now()
+	v := r.view.Load()
 	merged := 0
 	for i := range states {
 		s := &states[i]
+		if ownerIn(v.ring, r.cfg.Self, s.Key) != r.cfg.Self {
+			r.handoff.mayHoldForeign() // rings disagree: the next pass pushes it on
+		}
 		if r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil {
 			merged++
 		}
@@ -89,7 +93,7 @@ func (r *Router) Replicate(from string, states []peer.State) (int, error) {
 	now := r.cfg.Clock.Now()
 	for i := range states {
 		s := &states[i]
-		if r.cfg.Store.Has(s.Key) {
+		if r.handoff.holdsForeign() && r.cfg.Store.Has(s.Key) {
 			seen, _ := r.shared.used(from, s.Key, now)
 			r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used-seen)
 		}

@@ -209,6 +209,7 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 	if owner == r.cfg.Self {
 		return r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, now)
 	}
+	r.handoff.mayHoldForeign()
 	r.adopt(owner, c.Key, now)
 	d, err := r.cfg.Store.Take(c.Key, &c.Limit, now, c.Cost)
 	if err != nil {
