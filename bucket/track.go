@@ -55,7 +55,10 @@ func (s *Store) Pending() int64 { return s.pending.Load() }
 // Range does), and forgets them. It returns when the oldest of them
 // changed (0 when none did). A key that changed and was then evicted or
 // deleted is not reported; a slot reused by another key reports that key.
-func (s *Store) Changed(at clock.Instant, fn func(batch []Snapshot)) (first clock.Instant) {
+// With spentOnly, a key that is full again at time at is not reported
+// either: any state of it taken earlier and refilled to at is full too
+// (it spent no more), so a copy made from that state needs nothing.
+func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapshot)) (first clock.Instant) {
 	now := int64(at)
 	first = clock.Instant(s.first.Swap(0))
 	var batch []Snapshot
@@ -76,7 +79,11 @@ func (s *Store) Changed(at clock.Instant, fn func(batch []Snapshot)) (first cloc
 			if !ok {
 				continue
 			}
-			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: l.used(&e.st, sh.logs[j], now)})
+			used := l.used(&e.st, sh.logs[j], now)
+			if used == 0 && spentOnly {
+				continue
+			}
+			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: used})
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 {

@@ -12,7 +12,7 @@ import (
 // changed drains s and returns each reported key's used.
 func changed(s *Store, now clock.Instant) (map[string]int64, clock.Instant) {
 	got := map[string]int64{}
-	first := s.Changed(now, func(batch []Snapshot) {
+	first := s.Changed(now, false, func(batch []Snapshot) {
 		for _, b := range batch {
 			got[b.Key] = b.Used
 		}
@@ -79,5 +79,26 @@ func TestUntrackedStoreReportsNothing(t *testing.T) {
 	s.Take("a", &l, 1, 1)
 	if got, first := changed(s, 2); len(got) != 0 || first != 0 || s.Pending() != 0 {
 		t.Fatalf("untracked store reported %v first %v", got, first)
+	}
+}
+
+func TestChangedSpentOnlySkipsFullKeys(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 4, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := MustLimit(TokenBucket, 10, time.Second, 10) // one token every 100ms
+	s.Take("refilled", &l, 0, 1)
+	s.Take("spent", &l, 0, 1)
+	s.Take("spent", &l, 50*clock.Instant(time.Millisecond), 3)
+	got := map[string]int64{}
+	s.Changed(clock.Instant(150*time.Millisecond), true, func(batch []Snapshot) {
+		for _, b := range batch {
+			got[b.Key] = b.Used
+		}
+	})
+	// At 150ms "refilled" has its token back; "spent" spent 4, got 1 back.
+	if !maps.Equal(got, map[string]int64{"spent": 3}) || s.Pending() != 0 {
+		t.Fatalf("Changed(spentOnly) = %v, pending %d; want only spent with 3", got, s.Pending())
 	}
 }

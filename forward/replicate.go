@@ -23,7 +23,9 @@ const replicateChunk = 1024
 // their successors, as absolute spend, in batches. A crash therefore loses
 // at most the changes of one Interval (or MaxPending keys) plus one round
 // trip. After a ring change every key this node owns is sent once: a new
-// successor holds none of them.
+// successor holds none of them. A key that is full when its round comes is
+// not sent: every earlier state of it, refilled to now, is full too (it
+// spent no more since), so the successor's replica is already right.
 type replicator struct {
 	cfg   ReplicationConfig
 	self  string
@@ -107,7 +109,8 @@ func (p *replicator) flush(ctx context.Context) {
 	defer p.mu.Unlock()
 	v := p.view()
 	out := map[string][]peer.State{}
-	first := p.store.Changed(p.clock.Now(), func(batch []bucket.Snapshot) { p.add(v, out, batch) })
+	// A key full again needs no replica: the successor's, refilled, is full.
+	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
 	if first == 0 {
 		return
 	}
@@ -125,8 +128,8 @@ func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Sn
 	var buf [4]string
 	for i := range batch {
 		s := &batch[i]
-		if ownerIn(v.ring, p.self, s.Key) != p.self {
-			continue // not ours: a copy the handoff moves
+		if s.Used == 0 || ownerIn(v.ring, p.self, s.Key) != p.self {
+			continue // full (so is the replica), or not ours: a copy the handoff moves
 		}
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {

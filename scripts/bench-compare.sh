@@ -241,6 +241,10 @@ for round in $(seq 1 "$rounds"); do
 		run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"
 	done
 	ringlimit hot-nolease --proto client --dist hot
+	# Uniform keys that keep what they spend (10,000 an hour: about 10
+	# checks a second per key, 2.8 refilled): every check changes a key's
+	# spend, so replication sends every key checked.
+	ringlimit uniform-spent --proto client --dist uniform --keys 10000 --limit 10000 --per 1h
 	# The floor runs between the two runs compared with it, next to each.
 	ringlimit unary-uniform --proto grpc --dist uniform --keys 10000
 	run "grpc-floor" --target-health --targets "$health_addr" --pids "${pids[1]}"
@@ -288,6 +292,7 @@ def ratio(x, y):
 rows = [row("uniform", "ringlimit-uniform", "redis-uniform", "redis"),
         row("hot", "ringlimit-hot", "redis-hot", "redis"),
         row("hot-nolease", "ringlimit-hot-nolease", "redis-hot", "redis"),
+        row("uniform-spent", "ringlimit-uniform-spent", "redis-uniform", "redis"),
         row("unary-routed-vs-grpc-floor", "ringlimit-unary-routed", "grpc-floor", "grpc_floor"),
         row("unary-vs-grpc-floor", "ringlimit-unary-uniform", "grpc-floor", "grpc_floor")]
 for r in rows:
