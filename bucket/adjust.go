@@ -56,3 +56,56 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 	s.markSlot(sh, i, now)
 	return nil
 }
+
+// MergeEach merges n states into the store as Merge does, state(i) giving
+// the i-th, taking each shard's lock once for all its states. States with
+// a bad key or limit are skipped. It returns how many were merged.
+func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string, l *Limit, used int64)) int {
+	now := int64(at)
+	hashes := make([]uint64, n)
+	start := make([]int, len(s.shards)+1) // counting sort of the states by shard
+	for i := range n {
+		key, l, _ := state(i)
+		if CheckKey(key) != nil || !l.Valid() {
+			hashes[i] = 0
+			continue
+		}
+		h := xxhash.Sum64String(key) | 1 // 0 marks a skipped state
+		hashes[i] = h
+		start[s.shardIndex(h)+1]++
+	}
+	for j := 1; j < len(start); j++ {
+		start[j] += start[j-1]
+	}
+	order := make([]int32, start[len(s.shards)])
+	next := append([]int(nil), start[:len(s.shards)]...)
+	for i, h := range hashes {
+		if h != 0 {
+			j := s.shardIndex(h)
+			order[next[j]] = int32(i)
+			next[j]++
+		}
+	}
+	for j := range s.shards {
+		if start[j] == start[j+1] {
+			continue
+		}
+		sh := &s.shards[j]
+		sh.mu.Lock()
+		for _, i := range order[start[j]:start[j+1]] {
+			key, l, used := state(int(i))
+			h := xxhash.Sum64String(key)
+			k, e, fresh := sh.entry(h, key, l, now)
+			log := sh.logs[k]
+			if fresh || used > l.used(&e.st, log, now) {
+				l.setUsed(&e.st, &log, now, used)
+				if l.alg == SlidingWindowLog {
+					sh.logs[k] = log
+				}
+				s.markSlot(sh, k, now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return len(order)
+}

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,5 +54,57 @@ func TestSetAndCharge(t *testing.T) {
 				t.Fatal("Charge accepted a zero limit or stored the key")
 			}
 		})
+	}
+}
+
+func TestMergeEachMatchesMerge(t *testing.T) {
+	l := MustLimit(TokenBucket, 100, time.Hour, 100)
+	w := MustLimit(FixedWindow, 100, time.Hour, 0)
+	type st struct {
+		key  string
+		l    *Limit
+		used int64
+	}
+	states := []st{{"a", &l, 5}, {"b", &l, 7}, {"", &l, 1}, {"c", &Limit{}, 1}, {"a", &l, 3}, {"d", &w, 9}, {"e", &l, 0}}
+	for i := range 200 {
+		states = append(states, st{fmt.Sprintf("k%d", i), &l, int64(i % 50)})
+	}
+	one, _ := NewStore(StoreConfig{MaxKeys: 1024, Shards: 16})
+	each, _ := NewStore(StoreConfig{MaxKeys: 1024, Shards: 16, Track: true})
+	now := clock.Instant(time.Hour)
+	one.Merge("b", &l, now, 9) // held before: the larger stays
+	each.Merge("b", &l, now, 9)
+	each.Changed(now, false, func([]Snapshot) {})
+	merged := 0
+	for _, s := range states {
+		if one.Merge(s.key, s.l, now, s.used) == nil {
+			merged++
+		}
+	}
+	if got := each.MergeEach(now, len(states), func(i int) (string, *Limit, int64) {
+		return states[i].key, states[i].l, states[i].used
+	}); got != merged {
+		t.Fatalf("MergeEach merged %d, Merge %d", got, merged)
+	}
+	if one.Len() != each.Len() {
+		t.Fatalf("%d keys held, want %d", each.Len(), one.Len())
+	}
+	one.Range(now, func(batch []Snapshot) bool {
+		for _, b := range batch {
+			if _, u, ok := each.Used(b.Key, now); !ok || u != b.Used {
+				t.Errorf("%s: used %d (held %v), want %d", b.Key, u, ok, b.Used)
+			}
+		}
+		return true
+	})
+	// b kept its 9; every key that took a state is marked, b is not.
+	reported := map[string]bool{}
+	each.Changed(now, false, func(batch []Snapshot) {
+		for _, b := range batch {
+			reported[b.Key] = true
+		}
+	})
+	if reported["b"] || !reported["a"] || !reported["k199"] {
+		t.Fatalf("marked after MergeEach: b %v, a %v, k199 %v; want false, true, true", reported["b"], reported["a"], reported["k199"])
 	}
 }

@@ -95,9 +95,9 @@ func (s *Store) Range(at clock.Instant, fn func(batch []Snapshot) bool) {
 	}
 }
 
-func (s *Store) shard(h uint64) *shard {
-	return &s.shards[h>>s.shift&uint64(len(s.shards)-1)]
-}
+func (s *Store) shard(h uint64) *shard { return &s.shards[s.shardIndex(h)] }
+
+func (s *Store) shardIndex(h uint64) int { return int(h >> s.shift & uint64(len(s.shards)-1)) }
 
 // Refund gives back cost that an earlier admitted check of key spent under
 // l, at time now: a request rejected by another layer must not keep the

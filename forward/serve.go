@@ -91,9 +91,13 @@ func (r *Router) Replicate(from string, states []peer.State) (int, error) {
 		return 0, fmt.Errorf("forward: %s is not a member of %s's ring", from, r.cfg.Self)
 	}
 	now := r.cfg.Clock.Now()
+	if !r.handoff.holdsForeign() { // no local copy to charge: the replicas alone
+		r.shared.raiseAll(from, now, states)
+		return len(states), nil
+	}
 	for i := range states {
 		s := &states[i]
-		if r.handoff.holdsForeign() && r.cfg.Store.Has(s.Key) {
+		if r.cfg.Store.Has(s.Key) {
 			seen, _ := r.shared.used(from, s.Key, now)
 			r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used-seen)
 		}

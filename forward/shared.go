@@ -6,6 +6,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/peer"
 )
 
 // shared remembers, for a key and another member, the spend both this
@@ -95,6 +96,13 @@ func (sh *shared) set(member, key string, l *bucket.Limit, now clock.Instant, us
 // on key.
 func (sh *shared) raise(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
 	sh.store(member, true).Merge(key, l, now, used)
+}
+
+// raiseAll raises, as raise does, every state of states.
+func (sh *shared) raiseAll(member string, now clock.Instant, states []peer.State) {
+	sh.store(member, true).MergeEach(now, len(states), func(i int) (string, *bucket.Limit, int64) {
+		return states[i].Key, &states[i].Limit, states[i].Used
+	})
 }
 
 // forget drops what this node shares with member about key.

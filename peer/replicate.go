@@ -165,9 +165,18 @@ func (m *replicateIn) decode(dec func(any) error) error {
 // keys point into m.buf; the slice is m's, reused by the next call.
 func (m *replicateIn) validStates() []State {
 	m.valid = m.valid[:0]
+	var (
+		last  wireLimit // the states of a batch mostly share a limit: build it once
+		l     bucket.Limit
+		err   error
+		built bool
+	)
 	for i := range m.states {
 		w := &m.states[i]
-		l, err := w.limit.toLimit()
+		if !built || w.limit != last {
+			last, built = w.limit, true
+			l, err = w.limit.toLimit()
+		}
 		if err != nil || bucket.CheckKey(w.key) != nil {
 			continue
 		}
