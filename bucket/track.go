@@ -41,8 +41,9 @@ func (t *tracked) mark(i uint32) bool {
 
 // markSlot marks slot i of sh, at now.
 func (s *Store) markSlot(sh *shard, i uint32, now int64) {
-	if sh.track.mark(i) && s.pending.Add(1) == 1 {
-		s.first.Store(now)
+	if sh.track.mark(i) {
+		s.pending.Add(1)
+		s.first.CompareAndSwap(0, now) // the oldest mark since the last Changed
 	}
 }
 

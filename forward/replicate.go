@@ -111,13 +111,15 @@ func (p *replicator) flush(ctx context.Context) {
 	out := map[string][]peer.State{}
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
-	if first == 0 {
+	if len(out) == 0 {
 		return
 	}
 	p.send(ctx, out)
-	lag := p.clock.Now().Sub(first)
-	p.lastLag.Store(int64(lag))
-	p.m.replicationLag.Observe(lag.Seconds())
+	if first != 0 { // 0: marked while the previous round drained the store
+		lag := p.clock.Now().Sub(first)
+		p.lastLag.Store(int64(lag))
+		p.m.replicationLag.Observe(lag.Seconds())
+	}
 }
 
 // add appends the states of the keys this node owns to out, by successor.
