@@ -373,28 +373,7 @@ func startFaultProc(t *testing.T, bin string, f *netFault, s procSpec) *proc {
 		}
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("%s (pid %d) still running 10s after SIGKILL", s.name, p.cmd.Process.Pid)
-		}
-		if t.Failed() {
-			t.Logf("last log lines of %s (pid %d):\n%s", s.name, p.cmd.Process.Pid, strings.Join(p.logs.tail(30), "\n"))
-		}
-	})
+	p.run(t, s.name)
 	testkit.WaitFor(t, 20*time.Second, s.name+"'s \"node started\" line", func() error {
 		select {
 		case <-p.exited:

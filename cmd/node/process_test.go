@@ -62,28 +62,7 @@ func startProc(t *testing.T, bin, name string, join ...string) *proc {
 		}
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("%s (pid %d) still running 10s after SIGKILL", name, p.cmd.Process.Pid)
-		}
-		if t.Failed() {
-			t.Logf("last log lines of %s:\n%s", name, strings.Join(p.logs.tail(40), "\n"))
-		}
-	})
+	p.run(t, name)
 	deadline := time.Now().Add(20 * time.Second)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -110,6 +89,34 @@ func startProc(t *testing.T, bin, name string, join ...string) *proc {
 
 // stop sends sig and waits up to timeout for the process to exit,
 // returning cmd.Wait's error.
+// run starts p's command and makes the test's end reap it: killed if it
+// still runs, its last log lines shown if the test failed.
+func (p *proc) run(t *testing.T, name string) {
+	t.Helper()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s (pid %d) still running 10s after SIGKILL", name, p.cmd.Process.Pid)
+		}
+		if t.Failed() {
+			t.Logf("last log lines of %s (pid %d):\n%s", name, p.cmd.Process.Pid, strings.Join(p.logs.tail(40), "\n"))
+		}
+	})
+}
+
 func (p *proc) stop(t *testing.T, sig os.Signal, timeout time.Duration) error {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
