@@ -45,6 +45,9 @@ type Cluster struct {
 	ml        *memberlist.Memberlist
 	localAddr string
 
+	keyring *memberlist.Keyring // nil without Config.Keys; memberlist reads it
+	keyMu   sync.Mutex          // serialises keyring changes (keyring.go)
+
 	// Broadcasts (messages.go).
 	queue    *memberlist.TransmitLimitedQueue
 	seen     *seenSet
@@ -109,6 +112,14 @@ func New(cfg Config) (*Cluster, error) {
 		RetransmitMult: memberlist.DefaultLANConfig().RetransmitMult,
 	}
 
+	if len(cfg.Keys) > 0 {
+		kr, err := newKeyring(cfg.Keys)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: Keys: %w", err)
+		}
+		c.keyring = kr
+	}
+
 	if cfg.Transport != nil {
 		ip, port, err := cfg.Transport.FinalAdvertiseAddr("", 0)
 		if err != nil {
@@ -162,6 +173,12 @@ func (c *Cluster) memberlistConfig() *memberlist.Config {
 	if cfg.Transport != nil {
 		mc.Transport = cfg.Transport
 	}
+	mc.Label = cfg.Label
+	// Encryption is all or nothing: memberlist's defaults (verify incoming
+	// and outgoing) refuse plaintext once a keyring is set.
+	mc.Keyring = c.keyring
+	mc.GossipVerifyIncoming = c.keyring != nil
+	mc.GossipVerifyOutgoing = c.keyring != nil
 
 	d := &delegate{c: c}
 	mc.Delegate = d

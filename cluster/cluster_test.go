@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -626,6 +627,15 @@ func TestConfigValidate(t *testing.T) {
 		{"transport ignores a bad BindAddr", func(c *Config) { c.Transport = (*faultnet.Transport)(nil); c.BindAddr = "x" }, ""},
 		{"probe timeout ≥ interval", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }, "below ProbeInterval"},
 		{"negative suspicion mult", func(c *Config) { c.SuspicionMult = -1 }, "SuspicionMult"},
+		{"keys of 16, 24 and 32 bytes", func(c *Config) {
+			c.Keys = [][]byte{make([]byte, 16), bytes.Repeat([]byte{1}, 24), bytes.Repeat([]byte{2}, 32)}
+		}, ""},
+		{"key of 15 bytes", func(c *Config) { c.Keys = [][]byte{make([]byte, 32), make([]byte, 15)} }, "Keys[1]: must be 16, 24 or 32 bytes"},
+		{"key of 33 bytes", func(c *Config) { c.Keys = [][]byte{make([]byte, 33)} }, "Keys[0]: must be 16, 24 or 32 bytes"},
+		{"empty key", func(c *Config) { c.Keys = [][]byte{{}} }, "Keys[0]"},
+		{"repeated key", func(c *Config) { c.Keys = [][]byte{make([]byte, 16), make([]byte, 16)} }, "Keys[1] repeats Keys[0]"},
+		{"label of 255 bytes", func(c *Config) { c.Label = strings.Repeat("l", 255) }, ""},
+		{"label of 256 bytes", func(c *Config) { c.Label = strings.Repeat("l", 256) }, "Label must be at most 255 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

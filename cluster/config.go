@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,6 +175,25 @@ type Config struct {
 	// minutes.
 	DepartedRetention time.Duration
 
+	// Keys is the gossip keyring: when not empty, all gossip (UDP packets
+	// and TCP streams) is encrypted with AES-GCM under the first key, the
+	// primary, and incoming gossip is decrypted with whichever key fits;
+	// unencrypted gossip is refused, and so is gossip under a key not listed.
+	// Each key is 16, 24 or 32 bytes (AES-128, -192, -256; NewKey makes 32).
+	// The keys are copied. A running Cluster's keyring is changed with
+	// AddKey, UseKey, RemoveKey and SetKeys (see the package documentation
+	// for rotating a key). Empty: no encryption, and the keyring cannot be
+	// set later; anyone who can reach the gossip port can join.
+	Keys [][]byte
+
+	// Label is this cluster's name on the wire: every gossip packet and
+	// stream carries it, and gossip with another label (or none) is refused,
+	// so that two clusters on one network never merge, even with one key.
+	// With Keys it is also authenticated. At most memberlist.LabelMaxSize
+	// (255) bytes; it is sent in clear. Empty: no label (and gossip with a
+	// label is refused).
+	Label string
+
 	// Listener is told every member known (what Members returns, with each
 	// member's State) after every change. Nil: no notifications (Members
 	// and Alive still work).
@@ -280,6 +300,9 @@ func (c *Config) withDefaults() Config {
 	d := DefaultLANConfig()
 	out := *c
 	out.Seeds = append([]string(nil), c.Seeds...)
+	if c.Keys != nil {
+		out.Keys = cloneKeys(c.Keys)
+	}
 	setDur := func(v *time.Duration, def time.Duration) {
 		if *v == 0 {
 			*v = def
@@ -351,6 +374,19 @@ func (c *Config) Validate() error {
 		if d.v < 0 {
 			return fmt.Errorf("cluster: %s must not be negative, got %v", d.name, d.v)
 		}
+	}
+	for i, k := range v.Keys {
+		if err := checkKey(k); err != nil {
+			return fmt.Errorf("cluster: Keys[%d]: %w", i, err)
+		}
+		for j := range i {
+			if bytes.Equal(v.Keys[j], k) {
+				return fmt.Errorf("cluster: Keys[%d] repeats Keys[%d]", i, j)
+			}
+		}
+	}
+	if len(v.Label) > memberlist.LabelMaxSize {
+		return fmt.Errorf("cluster: Label must be at most %d bytes, got %d", memberlist.LabelMaxSize, len(v.Label))
 	}
 	if v.ProbeTimeout >= v.ProbeInterval {
 		return fmt.Errorf("cluster: ProbeTimeout (%v) must be below ProbeInterval (%v)", v.ProbeTimeout, v.ProbeInterval)

@@ -42,6 +42,27 @@
 //     joining later) gets the state at its next push/pull sync, and at its
 //     join. The state (at most MaxStateLen bytes) goes over TCP.
 //
+// # Gossip encryption
+//
+// With Config.Keys, every gossip packet and stream is encrypted (AES-GCM)
+// with the primary key, the first, and the others are tried on what comes
+// in; unencrypted gossip is refused. With Config.Label, every packet and
+// stream carries the label and a member refuses those with another label (or
+// none), so that two clusters sharing a network or a key stay apart. A
+// refused member is never listed, and never lists the refusing ones.
+//
+// To replace key K1 by K2 without any member refusing another's gossip, do
+// each step on every member before the next:
+//
+//  1. AddKey(K2): every member reads K2, still writes K1;
+//  2. UseKey(K2): members write K2, which all of them can read;
+//  3. RemoveKey(K1): nobody writes K1 any more.
+//
+// A new member that has only K2 can join once step 1 has reached every
+// member. Keyring changes apply to this member only; nothing is gossiped, and
+// Config.Keys is not updated. SetKeys does the three steps on one member for
+// a whole keyring (what cmd/node does when its key file changes).
+//
 // # Timings
 //
 // DefaultLANConfig keeps memberlist's LAN defaults (crash detected in about
