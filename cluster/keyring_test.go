@@ -211,4 +211,3 @@ func TestNewKey(t *testing.T) {
 		t.Error(err)
 	}
 }
-
