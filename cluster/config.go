@@ -189,8 +189,8 @@ type Config struct {
 	// Label is this cluster's name on the wire: every gossip packet and
 	// stream carries it, and gossip with another label (or none) is refused,
 	// so that two clusters on one network never merge, even with one key.
-	// With Keys it is also authenticated. At most memberlist.LabelMaxSize
-	// (255) bytes; it is sent in clear. Empty: no label (and gossip with a
+	// With Keys it is also authenticated. At most MaxLabelLen (255)
+	// bytes; it is sent in clear. Empty: no label (and gossip with a
 	// label is refused).
 	Label string
 
@@ -385,8 +385,8 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	if len(v.Label) > memberlist.LabelMaxSize {
-		return fmt.Errorf("cluster: Label must be at most %d bytes, got %d", memberlist.LabelMaxSize, len(v.Label))
+	if len(v.Label) > MaxLabelLen {
+		return fmt.Errorf("cluster: Label must be at most %d bytes, got %d", MaxLabelLen, len(v.Label))
 	}
 	if v.ProbeTimeout >= v.ProbeInterval {
 		return fmt.Errorf("cluster: ProbeTimeout (%v) must be below ProbeInterval (%v)", v.ProbeTimeout, v.ProbeInterval)

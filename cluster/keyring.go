@@ -13,6 +13,9 @@ import (
 // KeyLen is the length of the keys NewKey makes, in bytes (AES-256).
 const KeyLen = 32
 
+// MaxLabelLen is the longest Config.Label, in bytes (memberlist.LabelMaxSize).
+const MaxLabelLen = memberlist.LabelMaxSize
+
 // ErrNoEncryption is returned by the keyring methods of a Cluster started
 // without Config.Keys: encryption cannot be turned on in a running cluster.
 var ErrNoEncryption = errors.New("cluster: gossip encryption is off (Config.Keys is empty)")

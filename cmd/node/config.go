@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/cluster"
 )
 
 // config is everything the node reads from flags and the environment.
@@ -28,6 +29,14 @@ type config struct {
 	gcHeadroomMiB   int
 	replication     int
 	clusterSize     int
+	gossipKeyFile   string
+	gossipKeys      [][]byte // read from gossipKeyFile at startup
+	clusterName     string
+	newGossipKey    bool
+
+	// keyFilePoll is how often gossipKeyFile is re-read (keyFilePoll when
+	// zero); tests shorten it.
+	keyFilePoll time.Duration
 
 	// failAt, set only by tests, makes startNode fail at the step of that
 	// name (see startSteps), to show that it releases what it opened.
@@ -53,6 +62,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")
 	fs.IntVar(&c.replication, "replication-factor", 1, "successors that keep a copy of each key's state, so that a crash loses at most the last few milliseconds of spend (0: off)")
 	fs.IntVar(&c.clusterSize, "cluster-size", 0, "members the quorum is counted against: a node that sees fewer than a majority up does not take over the keys of the others (0: the members it last knew)")
+	fs.StringVar(&c.gossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys (16, 24 or 32 bytes), one per line, the first used to encrypt, all tried to decrypt; re-read every 2s and applied to the running keyring (off when empty: gossip in clear)")
+	fs.StringVar(&c.clusterName, "cluster-name", "", "label carried by all gossip; nodes with another name (or none) are refused (at most 255 bytes)")
+	fs.BoolVar(&c.newGossipKey, "new-gossip-key", false, "print a new random gossip key (32 bytes, base64) for --gossip-key-file and exit")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
 	if err := fs.Parse(args); err != nil {
@@ -97,6 +109,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.clusterSize < 0 {
 		return c, fmt.Errorf("--cluster-size: must not be negative, got %d", c.clusterSize)
+	}
+	if len(c.clusterName) > cluster.MaxLabelLen {
+		return c, fmt.Errorf("--cluster-name: must be at most %d bytes, got %d", cluster.MaxLabelLen, len(c.clusterName))
+	}
+	if c.gossipKeyFile != "" {
+		if c.gossipKeys, err = readKeyFile(c.gossipKeyFile); err != nil {
+			return c, fmt.Errorf("--gossip-key-file: %w", err)
+		}
 	}
 	if c.maxKeys < 1 {
 		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.newGossipKey {
+		return printNewKey(os.Stdout)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	if tune != nil {
@@ -196,6 +200,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	ccfg.GRPCAddr = grpcAddr
 	ccfg.Seeds = cfg.join
 	ccfg.Logger = log
+	ccfg.Keys = cfg.gossipKeys
+	ccfg.Label = cfg.clusterName
 	// Alive and suspect members are on the ring; dead ones (not left) are
 	// off it but still counted for the quorum; left ones are gone.
 	ccfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) {
@@ -252,10 +258,14 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if n.policy != nil {
 		n.bg.Go(func() { runPolicy(bgCtx, log, n.policy) })
 	}
+	if cfg.gossipKeyFile != "" {
+		n.bg.Go(func() { watchKeyFile(bgCtx, log, cfg.gossipKeyFile, cmp.Or(cfg.keyFilePoll, keyFilePoll), n.cluster) })
+	}
 	go func() { n.served <- n.httpServer.Serve(n.httpLn) }()
 	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
 	log.Info("node started", "name", cfg.name, "http", n.httpLn.Addr().String(), "grpc", grpcAddr,
-		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity())
+		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity(),
+		"gossip_keys", fingerprints(cfg.gossipKeys), "cluster_name", cfg.clusterName)
 	return n, nil
 }
 

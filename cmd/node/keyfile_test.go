@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/cluster"
+)
+
+func b64(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
+
+func TestParseKeys(t *testing.T) {
+	k16, k32 := bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 32)
+	for i, tt := range []struct {
+		file    string
+		want    [][]byte
+		wantErr string
+	}{
+		{b64(k32) + "\n", [][]byte{k32}, ""},
+		{"# primary first\n\n  " + b64(k16) + "  \r\n" + b64(k32), [][]byte{k16, k32}, ""},
+		{"", nil, "no key"},
+		{"# only a comment\n", nil, "no key"},
+		{"not base64!\n", nil, "line 1: not base64"},
+		{b64(k32) + "\n" + b64(make([]byte, 20)), nil, "line 2: key of 20 bytes"},
+		{b64(k16) + "\n" + b64(k16), nil, "line 2: key listed twice"},
+	} {
+		got, err := parseKeys([]byte(tt.file))
+		switch {
+		case tt.wantErr == "" && (err != nil || !slices.EqualFunc(got, tt.want, bytes.Equal)):
+			t.Errorf("step %d: parseKeys(%q) = %x, %v want %x", i, tt.file, got, err, tt.want)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("step %d: parseKeys(%q) = %v, want an error containing %q", i, tt.file, err, tt.wantErr)
+		}
+	}
+}
+
+func writeKeys(t *testing.T, path string, keys ...[]byte) {
+	t.Helper()
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(b64(k) + "\n")
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newTestKey(t *testing.T) []byte {
+	t.Helper()
+	k, err := cluster.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestParseConfigGossipFlags(t *testing.T) {
+	dir := t.TempDir()
+	k := newTestKey(t)
+	good := filepath.Join(dir, "good")
+	writeKeys(t, good, k)
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("c2hvcnQ=\n"), 0o600); err != nil { // "short"
+		t.Fatal(err)
+	}
+	env := map[string]string{"RINGLIMIT_GOSSIP_KEY_FILE": good, "RINGLIMIT_CLUSTER_NAME": "prod"}
+	c, err := parseConfig(nil, func(v string) string { return env[v] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.clusterName != "prod" || c.gossipKeyFile != good || !slices.EqualFunc(c.gossipKeys, [][]byte{k}, bytes.Equal) {
+		t.Errorf("config from the environment = %q %q %x", c.clusterName, c.gossipKeyFile, c.gossipKeys)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-name", strings.Repeat("x", 256)}, "--cluster-name: must be at most 255 bytes, got 256"},
+		{[]string{"--gossip-key-file", filepath.Join(dir, "missing")}, "--gossip-key-file: open"},
+		{[]string{"--gossip-key-file", bad}, "--gossip-key-file: line 1: key of 5 bytes"},
+	} {
+		_, err := parseConfig(tt.args, func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+func TestPrintNewKey(t *testing.T) {
+	var a, b bytes.Buffer
+	if err := printNewKey(&a); err != nil {
+		t.Fatal(err)
+	}
+	if err := printNewKey(&b); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := parseKeys(append(a.Bytes(), b.Bytes()...))
+	if err != nil || len(keys) != 2 || len(keys[0]) != 32 {
+		t.Errorf("two printed keys parse as %x, %v; want two different 32-byte keys", keys, err)
+	}
+}
+
+// startArgs starts an in-process node on 127.0.0.1:0 with extra flags and
+// closes it when the test ends.
+func (h *harness) startArgs(name string, extra ...string) (*node, *logSink) {
+	t := h.t
+	t.Helper()
+	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
+	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.keyFilePoll = 100 * time.Millisecond
+	sink := &logSink{}
+	n, err := startNode(cfg, newJSONLogger(sink, cfg.logLevel))
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := n.Close(ctx); err != nil {
+			t.Errorf("close %s: %v", name, err)
+		}
+		if t.Failed() {
+			t.Logf("last log lines of %s:\n%s", name, strings.Join(sink.tail(40), "\n"))
+		}
+	})
+	return n, sink
+}
+
+// memberNames returns the names n's cluster lists, in any state.
+func memberNames(n *node) []string {
+	var out []string
+	for _, m := range n.cluster.Members() {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+// TestClusterNameSeparates: a node with another --cluster-name never joins,
+// and a node with the same name does.
+func TestClusterNameSeparates(t *testing.T) {
+	h := newHarness(t)
+	blue, _ := h.startArgs("blue-1", "--cluster-name", "blue")
+	green, _ := h.startArgs("green-1", "--cluster-name", "green", "--join", blue.cluster.LocalAddr())
+	blue2, _ := h.startArgs("blue-2", "--cluster-name", "blue", "--join", blue.cluster.LocalAddr())
+	h.waitRing([]*node{blue, blue2}, []string{"blue-1", "blue-2"}, 10*time.Second)
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		for _, n := range []*node{blue, blue2} {
+			if got := memberNames(n); !slices.Equal(got, []string{"blue-1", "blue-2"}) {
+				t.Fatalf("%s lists %v, want [blue-1 blue-2]", n.router.Self(), got)
+			}
+		}
+		if got := memberNames(green); !slices.Equal(got, []string{"green-1"}) {
+			t.Fatalf("green-1 lists %v, want only itself", got)
+		}
+	}
+}
+
+// TestKeyFileRotation rewrites the key files of 3 running nodes (add K2,
+// make it primary, remove K1), each step on every node before the next,
+// and checks every 50 ms that they stay one cluster with no member suspect
+// or dead; a file that does not parse is ignored; then a node with only K2
+// joins.
+func TestKeyFileRotation(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	k1, k2 := newTestKey(t), newTestKey(t)
+	names := []string{"a", "b", "c"}
+	files := make([]string, len(names))
+	nodes := make([]*node, len(names))
+	sinks := make([]*logSink, len(names))
+	for i, name := range names {
+		files[i] = filepath.Join(dir, name+".keys")
+		writeKeys(t, files[i], k1)
+		extra := []string{"--cluster-name", "prod", "--gossip-key-file", files[i]}
+		if i > 0 {
+			extra = append(extra, "--join", nodes[0].cluster.LocalAddr())
+		}
+		nodes[i], sinks[i] = h.startArgs(name, extra...)
+	}
+	h.waitRing(nodes, names, 10*time.Second)
+
+	oneCluster := func() error {
+		for _, n := range nodes {
+			ms := n.cluster.Members()
+			if len(ms) != len(names) {
+				return fmt.Errorf("%s lists %v", n.router.Self(), ms)
+			}
+			for _, m := range ms {
+				if m.State != cluster.StateAlive {
+					return fmt.Errorf("%s sees %s %s", n.router.Self(), m.Name, m.State)
+				}
+			}
+		}
+		return nil
+	}
+	stop := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() {
+		for {
+			if err := oneCluster(); err != nil {
+				watched <- err
+				return
+			}
+			select {
+			case <-stop:
+				watched <- nil
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	waitKeys := func(step string, want [][]byte) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for _, n := range nodes {
+			for !slices.EqualFunc(n.cluster.Keys(), want, bytes.Equal) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %s's keyring is %v, want %v", step, n.router.Self(), fingerprints(n.cluster.Keys()), fingerprints(want))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		time.Sleep(time.Second) // gossip and probes under the new keyrings
+	}
+
+	for _, step := range []struct {
+		name string
+		keys [][]byte
+	}{
+		{"add K2", [][]byte{k1, k2}},
+		{"use K2", [][]byte{k2, k1}},
+		{"remove K1", [][]byte{k2}},
+	} {
+		for _, f := range files {
+			writeKeys(t, f, step.keys...)
+		}
+		waitKeys(step.name, step.keys)
+	}
+	// A file that does not parse leaves the keyring as it was.
+	if err := os.WriteFile(files[0], []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sinks[0].records("gossip key file ignored; keyring unchanged")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the bad key file was not reported")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := nodes[0].cluster.Keys(); !slices.EqualFunc(got, [][]byte{k2}, bytes.Equal) {
+		t.Errorf("after a bad key file: keyring %v, want [K2]", fingerprints(got))
+	}
+	close(stop)
+	if err := <-watched; err != nil {
+		t.Fatalf("during the rotation: %v", err)
+	}
+
+	d2 := filepath.Join(dir, "d.keys")
+	writeKeys(t, d2, k2)
+	d, _ := h.startArgs("d", "--cluster-name", "prod", "--gossip-key-file", d2, "--join", nodes[1].cluster.LocalAddr())
+	h.waitRing(append(slices.Clone(nodes), d), append(slices.Clone(names), "d"), 10*time.Second)
+}
