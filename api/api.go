@@ -115,6 +115,13 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors. Nil discards them.
 	Logger *slog.Logger
+	// CheckTimeout is the server's own deadline for one request's checks
+	// (the caller's deadline still applies when sooner): a check not
+	// decided by then fails as abandoned (HTTP 503, gRPC
+	// DeadlineExceeded). It should exceed the peer deadline, so that an
+	// unreachable owner is answered by the failure mode first. Zero means
+	// none.
+	CheckTimeout time.Duration
 }
 
 // API holds what the HTTP and gRPC surfaces share. It is safe for
@@ -127,6 +134,8 @@ type API struct {
 	log         *slog.Logger
 	m           *metrics
 	gather      prometheus.Gatherer
+	// checkTimeout bounds each request's checks (Config.CheckTimeout).
+	checkTimeout time.Duration
 }
 
 // New validates cfg and returns an API.
@@ -148,7 +157,11 @@ func New(cfg Config) (*API, error) {
 	if cfg.Policy != nil && cfg.AddOverride == nil {
 		return nil, errors.New("api: AddOverride is required with Policy")
 	}
-	return &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, log: cfg.Logger, m: m, gather: cfg.Gatherer}, nil
+	if cfg.CheckTimeout < 0 {
+		return nil, fmt.Errorf("api: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
+	}
+	return &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, log: cfg.Logger, m: m, gather: cfg.Gatherer,
+		checkTimeout: cfg.CheckTimeout}, nil
 }
 
 // check runs checks through the checker and records the metrics. The

@@ -17,6 +17,10 @@ import (
 // handoffChunk is the most bucket states one Handoff call carries.
 const handoffChunk = 512
 
+// A Handoff call is never larger than a peer accepts (a negative uint
+// constant does not compile).
+const _ = uint(peer.MaxHandoffStates - handoffChunk)
+
 // handoffConfig is what a handoff needs; the Router fills it from its own
 // Config.
 type handoffConfig struct {

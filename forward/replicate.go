@@ -15,6 +15,10 @@ import (
 // replicateChunk is the most states one Replicate call carries.
 const replicateChunk = 1024
 
+// A Replicate call is never larger than a peer accepts (a negative uint
+// constant does not compile).
+const _ = uint(peer.MaxReplicateStates - replicateChunk)
+
 // replicator keeps a copy of the state of every key this node owns on the
 // key's successors (the members that own it if this node dies). The store
 // marks each key whose spend changes (bucket.StoreConfig.Track: one bit

@@ -19,12 +19,21 @@ var errBackoff = errors.New("member did not answer moments ago")
 // the owner redirects (its ring names another owner) is sent once more, to
 // that member, as a last hop. When the owner cannot be reached, its keys'
 // successors decide them from their replicas; when they cannot either (or
-// this node is in a minority), the checks' failure modes decide.
+// this node is in a minority), the checks' failure modes decide. When the
+// owner's queue is full (peer.ErrBusy) the owner is alive and holds the
+// keys' state: the failure modes decide at once, without a successor.
 func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []Check, out []Result, now clock.Instant) error {
 	redirects, err := r.ask(ctx, v, g.owner, g.idx, checks, out, false, now)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, peer.ErrBusy) {
+			r.log.Debug("owner busy", "owner", g.owner, "err", err)
+			for _, i := range g.idx {
+				out[i] = r.unreachable(v, &checks[i], g.owner, now)
+			}
+			return nil
 		}
 		r.log.Debug("owner unreachable", "owner", g.owner, "err", err)
 		return r.standIn(ctx, v, g.owner, g.idx, checks, out, now)
@@ -101,7 +110,8 @@ func (r *Router) awaitChange(ctx context.Context, v *view) *view {
 // ask sends the checks idx to the member name and fills their results.
 // With final set, name decides them whatever its ring says. It returns the
 // checks name redirected, by the member it named, or an error when name
-// could not be reached (no result is filled then).
+// could not be reached (no result is filled then). A member whose queue is
+// full (peer.ErrBusy) is not backed off from: it is slow, not known down.
 func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, checks []Check, out []Result, final bool, now clock.Instant) (map[string][]int, error) {
 	if v.isDown(name) || r.reach.failedRecently(name, now) {
 		return nil, errBackoff
@@ -120,7 +130,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 	defer r.leases.done(asked)
 	decider, err := r.cfg.Peers.Check(ctx, name, reqs, answers)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, peer.ErrBusy) {
 			r.reach.failed(name, r.cfg.Clock.Now().Add(r.cfg.PeerTimeout))
 		}
 		return nil, err

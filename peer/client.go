@@ -39,6 +39,13 @@ type conn struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup // stream receivers
 
+	// quietUntil is when a batch may next try to open a stream, after a
+	// stream could not be opened or its oldest batch went unanswered for
+	// Timeout (a clock.Instant; 0: now). Until then a batch that has no
+	// open stream fails at once: the calls queued behind a peer that does
+	// not answer wait at most about twice Timeout, not Timeout per batch.
+	quietUntil atomic.Int64
+
 	retireAt  clock.Instant // set under Pool.mu when the peer leaves the member list
 	closeOnce sync.Once
 
@@ -49,10 +56,8 @@ type conn struct {
 }
 
 func dial(cfg *Config, version *atomic.Uint64, name, addr string) (*conn, error) {
-	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow),
-	}, cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOptions()...)
+	opts = append(opts, cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
@@ -92,8 +97,12 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 		}
 		call := batcher.NewCall(ctx, in, make([]wireDecision, n))
 		if err := c.b.Do(call); err != nil {
-			if errors.Is(err, batcher.ErrClosed) {
+			switch {
+			case errors.Is(err, batcher.ErrClosed):
 				err = errClosed
+			case errors.Is(err, batcher.ErrFull):
+				c.cfg.Metrics.busy.Add(float64(n))
+				err = fmt.Errorf("peer %s: %w", c.name, ErrBusy)
 			}
 			return "", err
 		}
@@ -132,8 +141,13 @@ func (c *conn) flush(calls []*call, n int, release func()) {
 	c.cfg.Metrics.batchSize.Observe(float64(n))
 	s := c.st
 	if s == nil || !s.add(m.id, b) {
+		if now := c.cfg.Clock.Now(); now.Before(clock.Instant(c.quietUntil.Load())) {
+			c.finish(b, nil, fmt.Errorf("peer %s did not answer within %v moments ago", c.name, c.cfg.Timeout))
+			return
+		}
 		var err error
 		if s, err = c.open(); err != nil {
+			c.quiet()
 			c.finish(b, nil, err)
 			return
 		}
@@ -157,6 +171,11 @@ func (c *conn) flush(calls []*call, n int, release func()) {
 		// cancel makes sure returns; the receiver fails b with it.
 		s.cancel(nil)
 	}
+}
+
+// quiet makes batches without an open stream fail at once for Timeout.
+func (c *conn) quiet() {
+	c.quietUntil.Store(int64(c.cfg.Clock.Now().Add(c.cfg.Timeout)))
 }
 
 // testHookOpened, when set by a test, runs after a new stream is open and

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -35,16 +36,22 @@ type Config struct {
 	// broken and its batches fail. Default 500ms.
 	Timeout time.Duration
 	// Batch sizes the batcher in front of each peer: MaxBatch checks per
-	// batch (default 512) and MaxInFlight batches in flight per peer
-	// (default 1: one batch in flight per peer made the batches about half
-	// as large again as two did, 3.1 against 2.2 checks on 10,000 uniform
-	// keys through every node, for less CPU per check).
+	// batch (default 512, at most MaxCheckBatch) and MaxInFlight batches
+	// in flight per peer (default 1: one batch in flight per peer made the
+	// batches about half as large again as two did, 3.1 against 2.2 checks
+	// on 10,000 uniform keys through every node, for less CPU per check).
+	// Queue is how many calls may wait for a slot (default 4 × MaxBatch ×
+	// MaxInFlight, 2,048 with the defaults: four full batches' worth when
+	// every call is a single check; at least 1,024); a call that finds it full fails at once with ErrBusy, so a
+	// peer that stopped answering holds at most Queue callers until
+	// Timeout. NoWait is always set.
 	Batch batcher.Config
 	// Grace is how long a peer that left the member list stays dialable
 	// (a new owner may still fetch state from it). Default 3s.
 	Grace time.Duration
 	// DialOptions are added to every peer connection after the defaults
-	// (insecure transport credentials and fixed flow-control windows).
+	// (insecure transport credentials, fixed flow-control windows,
+	// keepalive pings every KeepaliveTime, MaxMessageBytes received).
 	DialOptions []grpc.DialOption
 	// Clock times deadlines and retirement. Nil means clock.System().
 	Clock clock.Clock
@@ -53,6 +60,9 @@ type Config struct {
 	// Metrics receives the transport's counters. Nil counts nothing.
 	Metrics *Metrics
 }
+
+// minQueue is the least default Queue, for a small MaxBatch.
+const minQueue = 1024
 
 // DefaultConfig returns a Config with every default filled in but Self.
 func DefaultConfig() Config {
@@ -68,6 +78,8 @@ func (c *Config) Validate() error {
 		return errors.New("peer: Timeout must not be negative")
 	case c.Grace < 0:
 		return errors.New("peer: Grace must not be negative")
+	case c.Batch.MaxBatch > MaxCheckBatch:
+		return fmt.Errorf("peer: Batch.MaxBatch must be at most %d (MaxCheckBatch), got %d", MaxCheckBatch, c.Batch.MaxBatch)
 	}
 	return c.Batch.Validate()
 }
@@ -84,6 +96,10 @@ func (c Config) withDefaults() Config {
 	if c.Batch.MaxInFlight == 0 {
 		c.Batch.MaxInFlight = d.Batch.MaxInFlight
 	}
+	if c.Batch.Queue == 0 {
+		c.Batch.Queue = max(4*c.Batch.MaxBatch*c.Batch.MaxInFlight, minQueue)
+	}
+	c.Batch.NoWait = true
 	if c.Grace == 0 {
 		c.Grace = d.Grace
 	}

@@ -8,6 +8,8 @@ type Metrics struct {
 	batches         prometheus.Counter
 	forwarded       prometheus.Counter
 	abandoned       prometheus.Counter
+	busy            prometheus.Counter
+	refused         prometheus.Counter
 	batchSize       prometheus.Histogram
 	received        prometheus.Counter
 	handoffSent     prometheus.Counter
@@ -30,6 +32,14 @@ func newMetrics() *Metrics {
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_forward_abandoned_checks_total",
 			Help: "Checks not sent to their owners because their caller gave up (deadline or cancel) while they waited for a batch.",
+		}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_forward_busy_checks_total",
+			Help: "Checks not sent to their owners because the owner's queue was full (ErrBusy); they were answered by their failure mode.",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_oversize_refused_total",
+			Help: "Peer messages (check batches, handoffs, replicas) refused whole because they carried more than the limit.",
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ringlimit_forward_batch_checks",
@@ -70,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
+	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.busy, m.refused, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
 		m.replicated, m.replicateErrors, m.replicas} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -263,6 +263,9 @@ func (s *Server) replicate(ctx context.Context, in *replicateIn) (any, error) {
 	if !in.hand {
 		return s.Replicate(ctx, in.pb)
 	}
+	if err := s.checkReplicate(len(in.states)); err != nil {
+		return nil, err
+	}
 	// The Handler may keep from (as a member's name); it is copied.
 	n, err := s.h.Replicate(strings.Clone(in.from), in.validStates())
 	if err != nil {

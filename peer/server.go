@@ -153,6 +153,11 @@ var receivedPool = sync.Pool{New: func() any { return new(received) }}
 func (s *Server) decide(ctx context.Context, pb *received) {
 	in, out := &pb.in, &pb.out
 	out.owner, out.id, out.err, out.decisions = s.self, in.id, "", out.decisions[:0]
+	if len(in.checks) > MaxCheckBatch {
+		s.m.refused.Inc()
+		out.err = fmt.Sprintf("batch of %d checks, the most is %d", len(in.checks), MaxCheckBatch)
+		return
+	}
 	s.m.received.Add(float64(len(in.checks)))
 	pb.reqs = pb.reqs[:0]
 	for i := range in.checks {
@@ -196,24 +201,44 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 	return states
 }
 
-// Handoff merges pushed bucket state.
+// Handoff merges pushed bucket state. A call with more than
+// MaxHandoffStates states is refused whole (InvalidArgument).
 func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peerv1.HandoffResponse, error) {
+	if n := len(req.GetBuckets()); n > MaxHandoffStates {
+		s.m.refused.Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "peer: handoff of %d states, the most is %d", n, MaxHandoffStates)
+	}
 	merged := s.h.Merge(req.GetFrom(), statesFromProto(req.GetBuckets()))
 	s.m.handoffReceived.Add(float64(merged))
 	return &peerv1.HandoffResponse{Merged: int64(merged)}, nil
 }
 
 // Replicate stores the states an owner keeps on this node, its successor.
-// A refusal by the handler answers FailedPrecondition. Register serves
+// A call with more than MaxReplicateStates states is refused whole
+// (InvalidArgument); a refusal by the handler answers FailedPrecondition.
+// Register serves
 // calls read by hand without it (Server.replicate); it takes those of
 // generated clients on content-subtype "proto".
 func (s *Server) Replicate(ctx context.Context, req *peerv1.ReplicateRequest) (*peerv1.ReplicateResponse, error) {
+	if err := s.checkReplicate(len(req.GetBuckets())); err != nil {
+		return nil, err
+	}
 	n, err := s.h.Replicate(req.GetFrom(), statesFromProto(req.GetBuckets()))
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	s.m.replicas.Add(float64(n))
 	return &peerv1.ReplicateResponse{Accepted: int64(n)}, nil
+}
+
+// checkReplicate refuses a Replicate call of n states when n is over
+// MaxReplicateStates.
+func (s *Server) checkReplicate(n int) error {
+	if n > MaxReplicateStates {
+		s.m.refused.Inc()
+		return status.Errorf(codes.InvalidArgument, "peer: replicate of %d states, the most is %d", n, MaxReplicateStates)
+	}
+	return nil
 }
 
 // Fetch answers a new owner asking for a key's state.

@@ -95,6 +95,7 @@ func (s *stream) overdue() {
 		return
 	}
 	s.mu.Unlock()
+	s.c.quiet()
 	s.cancel(fmt.Errorf("peer %s: no answer within %v", s.c.name, s.c.cfg.Timeout))
 }
 

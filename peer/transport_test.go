@@ -172,8 +172,9 @@ func TestDrainEndsPeerStreams(t *testing.T) {
 }
 
 // An owner that takes batches on its Check stream and never answers them:
-// each batch fails once it has waited Timeout (the stream breaks, and the
-// next batch opens a new one, held again).
+// each batch fails once it has waited Timeout (the stream breaks). A batch
+// sent within Timeout of that fails at once without a stream; the first
+// one after it opens a new stream, held again.
 func TestOwnerHoldsBatches(t *testing.T) {
 	clock := testkit.NewClock(0)
 	// The deadline is the point: A's transport runs on real time.
@@ -182,6 +183,13 @@ func TestOwnerHoldsBatches(t *testing.T) {
 	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(slow.interceptStream))
 	formCluster(a, b)
 	for i, key := range testKeys("held", 2) {
+		if i > 0 {
+			quick := testKeys("held-quick", 1)[0]
+			if _, el, err := timedCheck(a, "B", quick, hourlyLimit(10), 5*time.Second); err == nil || el > failTimeout/2 {
+				t.Fatalf("check right after a held batch failed: %v after %v, want a failure at once", err, el)
+			}
+			time.Sleep(failTimeout) // the quiet window after the broken stream
+		}
 		ans, el, err := timedCheck(a, "B", key, hourlyLimit(10), 5*time.Second)
 		if err == nil || errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("check %d on a held batch: %+v, %v; want the transport's failure", i, ans, err)
@@ -265,6 +273,9 @@ func TestDrainedStreamKeepsDeadline(t *testing.T) {
 	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(hold))
 	formCluster(a, b)
 	for i, key := range testKeys("drained", 2) {
+		if i > 0 {
+			time.Sleep(failTimeout) // the quiet window after the overdue stream
+		}
 		ans, el, err := timedCheck(a, "B", key, hourlyLimit(10), 3*time.Second)
 		if err == nil || errors.Is(err, context.DeadlineExceeded) || el < failTimeout || el > failTimeout+time.Second {
 			t.Fatalf("check %d: %+v, err %v after %v, want the transport's failure after Timeout (%v)", i, ans, err, el, failTimeout)

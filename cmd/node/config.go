@@ -38,6 +38,13 @@ type config struct {
 	// zero); tests shorten it.
 	keyFilePoll time.Duration
 
+	// HTTP server timeouts (http.Server's fields of the same names) and
+	// the server's own deadline for a request's checks.
+	httpReadTimeout  time.Duration
+	httpWriteTimeout time.Duration
+	httpIdleTimeout  time.Duration
+	checkTimeout     time.Duration
+
 	// failAt, set only by tests, makes startNode fail at the step of that
 	// name (see startSteps), to show that it releases what it opened.
 	failAt string
@@ -66,6 +73,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.clusterName, "cluster-name", "", "label carried by all gossip; nodes with another name (or none) are refused (at most 255 bytes)")
 	fs.BoolVar(&c.newGossipKey, "new-gossip-key", false, "print a new random gossip key (32 bytes, base64) for --gossip-key-file and exit")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&c.httpReadTimeout, "http-read-timeout", 10*time.Second, "most time an HTTP client may take to send a whole request, headers and body (a slow client is disconnected)")
+	fs.DurationVar(&c.httpWriteTimeout, "http-write-timeout", 10*time.Second, "most time from the end of a request's headers to the end of its response")
+	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", 60*time.Second, "how long an idle keep-alive HTTP connection stays open")
+	fs.DurationVar(&c.checkTimeout, "check-timeout", 2*time.Second, "the server's deadline for one request's checks, HTTP and gRPC alike; keep it above the peer deadline (500ms) so that an unreachable owner is answered by the failure mode")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -117,6 +128,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if c.gossipKeys, err = readKeyFile(c.gossipKeyFile); err != nil {
 			return c, fmt.Errorf("--gossip-key-file: %w", err)
 		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"http-read-timeout", c.httpReadTimeout}, {"http-write-timeout", c.httpWriteTimeout}, {"http-idle-timeout", c.httpIdleTimeout}, {"check-timeout", c.checkTimeout}} {
+		if d.v <= 0 {
+			return c, fmt.Errorf("--%s: must be positive, got %v", d.flag, d.v)
+		}
+	}
+	if c.checkTimeout >= c.httpWriteTimeout {
+		return c, fmt.Errorf("--check-timeout (%v) must be less than --http-write-timeout (%v), or a late answer could not be written", c.checkTimeout, c.httpWriteTimeout)
 	}
 	if c.maxKeys < 1 {
 		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)

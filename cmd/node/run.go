@@ -230,7 +230,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}}
+		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout}
 	if n.policy != nil {
 		acfg.Policy = n.policy
 		acfg.AddOverride = func(_ context.Context, o policy.Override) (policy.Override, error) { return osync.Add(o) }
@@ -244,13 +244,20 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	n.httpServer = &http.Server{
 		Handler:           a.Handler(nil),
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout(cfg.httpReadTimeout),
+		ReadTimeout:       cfg.httpReadTimeout,
+		WriteTimeout:      cfg.httpWriteTimeout,
+		IdleTimeout:       cfg.httpIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ConnState:         n.trackConn,
 	}
-	n.grpcServer = grpc.NewServer(grpc.NumStreamWorkers(streamWorkers),
+	opts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers),
 		// Fixed flow-control windows: no BDP pings on every connection.
-		grpc.StaticStreamWindowSize(peer.StreamWindow), grpc.StaticConnWindowSize(peer.ConnWindow))
+		grpc.StaticStreamWindowSize(peer.StreamWindow), grpc.StaticConnWindowSize(peer.ConnWindow),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams)},
+		peer.ServerOptions()...) // keepalive policy and the largest message
+	n.grpcServer = grpc.NewServer(opts...)
 	a.RegisterGRPC(n.grpcServer)
 	n.peerServer.Register(n.grpcServer)
 	bgCtx, stopBg := context.WithCancel(context.Background())
@@ -283,6 +290,18 @@ func (n *node) Close(ctx context.Context) error {
 // one unary call per check. A call that finds every worker busy (a check
 // waiting on its owner holds one) gets a goroutine of its own, as before.
 const streamWorkers = 256
+
+// maxConcurrentStreams is the most gRPC calls one client connection may
+// have open at once. A peer holds one Check stream and a few unary calls
+// (handoff, replicate, fetch); a public client multiplexes its checks on a
+// connection. A client over it waits for a stream (HTTP/2 flow control)
+// instead of making the node start a goroutine per call without bound.
+const maxConcurrentStreams = 1024
+
+// maxHeaderBytes bounds an HTTP request's headers. The API's requests carry
+// a few short headers; the body (JSON, at most api.MaxBodyBytes) holds the
+// checks.
+const maxHeaderBytes = 64 << 10
 
 // shutdown leaves in order: announce the leave, hand every bucket to its new
 // owner (still serving peers, who may fetch state meanwhile), stop the
@@ -354,6 +373,15 @@ func (n *node) shutdown(ctx context.Context) error {
 		n.log.Info("node stopped")
 	}
 	return err
+}
+
+// readHeaderTimeout is how long a client may take to send a request's
+// headers: 5 s, or the whole request's read timeout when that is shorter.
+func readHeaderTimeout(read time.Duration) time.Duration {
+	if read > 0 && read < 5*time.Second {
+		return read
+	}
+	return 5 * time.Second
 }
 
 func hostOf(addr string) string {

@@ -23,6 +23,10 @@ import (
 // ErrClosed fails the calls still queued, or queued after, Close.
 var ErrClosed = errors.New("batcher: closed")
 
+// ErrFull fails a call that finds Queue calls already waiting, when the
+// batcher was configured with NoWait.
+var ErrFull = errors.New("batcher: queue full")
+
 // Call is one caller's items and, once Done is closed, their results. The
 // flush function writes Out (len(In) results) or fails the call; the
 // caller reads them after Do returns.
@@ -51,9 +55,14 @@ type Config struct {
 	MaxBatch int
 	// MaxInFlight is the most batches out at once. Default 1.
 	MaxInFlight int
-	// Queue is how many calls may wait for a batch before Do blocks.
-	// Default 4096.
+	// Queue is how many calls may wait for a batch before Do blocks (or,
+	// with NoWait, fails with ErrFull). Default 4096.
 	Queue int
+	// NoWait makes Do fail at once with ErrFull when Queue calls are
+	// already waiting, instead of waiting for room: a destination that
+	// stopped answering then costs its callers nothing more than the
+	// calls already queued. False (the zero value) waits.
+	NoWait bool
 }
 
 // DefaultConfig returns the defaults.
@@ -134,14 +143,28 @@ func NewCall[Q, R any](ctx context.Context, in []Q, out []R) *Call[Q, R] {
 }
 
 // Do queues c and waits until it is answered, its context ends, or the
-// batcher closes. It returns c's error.
+// batcher closes. It returns c's error. With NoWait, a call that finds the
+// queue full fails with ErrFull at once and is never sent.
 func (b *Batcher[Q, R]) Do(c *Call[Q, R]) error {
-	select {
-	case b.queue <- c:
-	case <-b.done:
-		return ErrClosed
-	case <-c.ctx.Done():
-		return c.ctx.Err()
+	if b.cfg.NoWait {
+		select {
+		case <-b.done:
+			return ErrClosed
+		default:
+		}
+		select {
+		case b.queue <- c:
+		default:
+			return ErrFull
+		}
+	} else {
+		select {
+		case b.queue <- c:
+		case <-b.done:
+			return ErrClosed
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
 	}
 	select {
 	case <-c.done:

@@ -200,3 +200,40 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New with a nil flush succeeded")
 	}
 }
+
+// TestNoWaitFailsWhenFull fills the queue behind a batch that holds the
+// only slot and checks that the next call fails with ErrFull at once, is
+// never sent, and that the queued calls are still answered.
+func TestNoWaitFailsWhenFull(t *testing.T) {
+	r := newRecorder()
+	b, err := New(Config{MaxBatch: 10, MaxInFlight: 1, Queue: 2, NoWait: true}, r.flush, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	first, _ := do(b, context.Background(), 1)
+	release := <-r.held // the one slot is busy
+	e2, _ := do(b, context.Background(), 2)
+	waitQueued(t, b, 1)
+	e3, _ := do(b, context.Background(), 3)
+	waitQueued(t, b, 2)
+	start := time.Now()
+	err = b.Do(NewCall(context.Background(), []int{4}, make([]int, 1)))
+	if took := time.Since(start); !errors.Is(err, ErrFull) || took > 100*time.Millisecond {
+		t.Fatalf("Do on a full queue = %v after %v, want ErrFull at once", err, took)
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	(<-r.held)()
+	for _, e := range []chan error{e2, e3} {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := r.seen()
+	if len(got) != 2 || len(got[1]) != 2 || got[1][0] != 2 || got[1][1] != 3 {
+		t.Fatalf("batches %v, want [[1] [2 3]]: the refused call must not be sent", got)
+	}
+}
