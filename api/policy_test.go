@@ -62,8 +62,10 @@ func newPolicyEnvAudited(t *testing.T, audit io.Writer) (*testEnv, *httpServer, 
 	tokens := &Tokens{}
 	tokens.Set([]Token{{Name: "ops", Token: testAdminToken}})
 	e.api, err = New(Config{Checker: e.router, Policy: mgr, Logger: slog.New(slog.DiscardHandler), AdminTokens: tokens,
-		AddOverride:    func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) },
-		RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) { return mgr.RevokeOverride(id, actor) }})
+		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) },
+		RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
+			return mgr.RevokeOverride(id, actor)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
