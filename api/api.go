@@ -106,6 +106,13 @@ type Config struct {
 	// AddOverride installs incident overrides (POST /v1/overrides); required
 	// with Policy.
 	AddOverride OverrideFunc
+	// RevokeOverride revokes an incident override by ID (DELETE
+	// /v1/overrides/{id}); required with Policy.
+	RevokeOverride RevokeFunc
+	// AdminTokens are the bearer tokens the state-changing endpoints (POST
+	// and DELETE /v1/overrides) require (see RequireAdmin). Nil, or never
+	// Set, refuses those endpoints with 403; the read-only ones stay open.
+	AdminTokens *Tokens
 	// Registerer receives the API's metrics. Nil means a private registry
 	// (metrics still served on /metrics).
 	Registerer prometheus.Registerer
@@ -131,6 +138,8 @@ type API struct {
 	cluster     Cluster
 	policy      PolicySource
 	addOverride OverrideFunc
+	revoke      RevokeFunc
+	admin       *Tokens
 	log         *slog.Logger
 	m           *metrics
 	gather      prometheus.Gatherer
@@ -154,14 +163,14 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Policy != nil && cfg.AddOverride == nil {
-		return nil, errors.New("api: AddOverride is required with Policy")
+	if cfg.Policy != nil && (cfg.AddOverride == nil || cfg.RevokeOverride == nil) {
+		return nil, errors.New("api: AddOverride and RevokeOverride are required with Policy")
 	}
 	if cfg.CheckTimeout < 0 {
 		return nil, fmt.Errorf("api: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
-	return &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, log: cfg.Logger, m: m, gather: cfg.Gatherer,
-		checkTimeout: cfg.CheckTimeout}, nil
+	return &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
+		admin: cfg.AdminTokens, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout}, nil
 }
 
 // check runs checks through the checker and records the metrics. The

@@ -24,6 +24,7 @@ const (
 	CodeRateLimited     = "RATE_LIMITED"
 	CodeUnavailable     = "UNAVAILABLE"
 	CodeInternal        = "INTERNAL"
+	CodeNotFound        = "NOT_FOUND"
 )
 
 // ScopeInline is the scope of a limit given inline in the request.
@@ -98,7 +99,9 @@ type ErrorResponse struct {
 }
 
 // Handler returns the HTTP surface: POST /v1/check, GET /healthz and
-// GET /metrics. extra, if not nil, is consulted for every other path (the
+// GET /metrics; with a policy, GET /v1/policy, GET /v1/overrides and the
+// state-changing POST /v1/overrides and DELETE /v1/overrides/{id}, which
+// require an admin token (RequireAdmin). extra, if not nil, is consulted for every other path (the
 // cluster endpoints register there).
 func (a *API) Handler(extra http.Handler) http.Handler {
 	mux := http.NewServeMux()
@@ -127,7 +130,8 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		mux.HandleFunc("GET /v1/overrides", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, a.policy.Overrides())
 		})
-		mux.HandleFunc("POST /v1/overrides", a.handleAddOverride)
+		mux.Handle("POST /v1/overrides", RequireAdmin(a.admin, http.HandlerFunc(a.handleAddOverride)))
+		mux.Handle("DELETE /v1/overrides/{id}", RequireAdmin(a.admin, http.HandlerFunc(a.handleRevokeOverride)))
 	}
 	if a.gather != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{}))

@@ -91,6 +91,7 @@ func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 type httpServer struct {
 	url    string
 	client *http.Client
+	auth   string // the Authorization header do sends, if any
 }
 
 func (e *testEnv) startHTTP(t testing.TB) *httpServer {
@@ -120,6 +121,9 @@ func (s *httpServer) do(t testing.TB, method, path, contentType string, body []b
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	if s.auth != "" {
+		req.Header.Set("Authorization", s.auth)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {

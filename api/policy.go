@@ -36,6 +36,11 @@ var _ PolicySource = (*policy.Manager)(nil)
 // returns it as installed.
 type OverrideFunc func(ctx context.Context, o policy.Override) (policy.Override, error)
 
+// RevokeFunc revokes the incident override with the given ID across the
+// cluster, audited as revoked by actor, and returns it. It returns an
+// error wrapping policy.ErrNoOverride when no override in force has that ID.
+type RevokeFunc func(ctx context.Context, id, actor string) (policy.Override, error)
+
 // unit is one public check: an inline limit (one forward check) or a policy
 // request (one forward check per layer), occupying checks[from:to] of the
 // flattened batch.
@@ -208,7 +213,9 @@ type PolicyStatus struct {
 
 // OverrideRequest is the body of POST /v1/overrides.
 type OverrideRequest struct {
-	Actor     string           `json:"actor"`
+	// Actor is accepted for compatibility and ignored: the override, and
+	// its audit line, name the admin token the request authenticated with.
+	Actor     string           `json:"actor,omitempty"`
 	Reason    string           `json:"reason"`
 	Policy    string           `json:"policy,omitempty"`
 	APIKey    string           `json:"api_key,omitempty"`
@@ -219,7 +226,7 @@ type OverrideRequest struct {
 }
 
 // MaxOverride is the longest an incident override may last.
-const MaxOverride = 7 * 24 * time.Hour
+const MaxOverride = policy.MaxOverrideTTL
 
 func (a *API) handlePolicy(w http.ResponseWriter, _ *http.Request) {
 	set := a.policy.Current()
@@ -248,7 +255,7 @@ func (a *API) handleAddOverride(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeInvalidArgument, fmt.Sprintf("expires_in: a Go duration between 1s and %v, got %q", MaxOverride, req.ExpiresIn))
 		return
 	}
-	o, err := a.addOverride(r.Context(), policy.Override{Actor: req.Actor, Reason: req.Reason, Policy: req.Policy,
+	o, err := a.addOverride(r.Context(), policy.Override{Actor: AdminName(r.Context()), Reason: req.Reason, Policy: req.Policy,
 		APIKey: req.APIKey, User: req.User, Tier: req.Tier, Limit: req.Limit, Expires: a.policy.Now().Add(d).Time()})
 	if err != nil {
 		if errors.Is(err, policy.ErrRequest) {
@@ -256,6 +263,21 @@ func (a *API) handleAddOverride(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Installed here but not everywhere: say so, the caller may retry.
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, &o)
+}
+
+func (a *API) handleRevokeOverride(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	o, err := a.revoke(r.Context(), id, AdminName(r.Context()))
+	if err != nil {
+		if errors.Is(err, policy.ErrNoOverride) {
+			writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no override in force has id %q", id))
+			return
+		}
+		// Revoked here but not everywhere: say so, the caller may retry.
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 		return
 	}

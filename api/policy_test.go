@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -32,25 +33,45 @@ policies:
     global: { limit: 1000, per: 1h }
 `
 
+// testAdminToken is the admin token of newPolicyEnv, named "ops"; the
+// httpServer newPolicyEnv returns sends it.
+const testAdminToken = "s3cret-token-of-ops"
+
 // newPolicyEnv is newTestEnv with a policy.Manager on the env's fake clock
-// and POST /v1/overrides installing straight into it.
+// and POST and DELETE /v1/overrides going straight to it, with one admin
+// token (testAdminToken, named "ops").
 func newPolicyEnv(t *testing.T) (*testEnv, *httpServer, *policy.Manager) {
+	t.Helper()
+	e, s, mgr, _ := newPolicyEnvAudited(t, nil)
+	return e, s, mgr
+}
+
+// newPolicyEnvAudited is newPolicyEnv with the Manager's audit log in audit
+// and the admin tokens returned, to rotate.
+func newPolicyEnvAudited(t *testing.T, audit io.Writer) (*testEnv, *httpServer, *policy.Manager, *Tokens) {
 	t.Helper()
 	e := newTestEnv(t, nil)
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(path, []byte(headerPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := policy.NewManager(policy.ManagerConfig{Path: path, Clock: e.clock, Logger: slog.New(slog.DiscardHandler)})
+	mgr, err := policy.NewManager(policy.ManagerConfig{Path: path, Clock: e.clock, Logger: slog.New(slog.DiscardHandler), AuditLog: audit})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.api, err = New(Config{Checker: e.router, Policy: mgr, Logger: slog.New(slog.DiscardHandler),
-		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) }})
+	tokens := &Tokens{}
+	tokens.Set([]Token{{Name: "ops", Token: testAdminToken}})
+	e.api, err = New(Config{Checker: e.router, Policy: mgr, Logger: slog.New(slog.DiscardHandler), AdminTokens: tokens,
+		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) },
+		RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
+			return mgr.RevokeOverride(id, actor)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e, e.startHTTP(t), mgr
+	s := e.startHTTP(t)
+	s.auth = "Bearer " + testAdminToken
+	return e, s, mgr, tokens
 }
 
 // A policy answer's headers: every enforced layer in RateLimit-Policy (a

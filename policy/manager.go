@@ -54,6 +54,7 @@ type Manager struct {
 	reloads      *prometheus.CounterVec
 	dryRun       *prometheus.CounterVec
 	versionGauge *prometheus.GaugeVec
+	refused      *prometheus.CounterVec // overrides from other members not installed, by reason
 }
 
 // NewManager loads the policy file; it fails if the file is missing or bad.
@@ -86,13 +87,17 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			Name: "ringlimit_policy_info",
 			Help: "The running policy version (value 1).",
 		}, []string{"version"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_policy_overrides_refused_total",
+			Help: "Overrides received from other members and not installed, by reason (too_long: beyond the expiry cap; too_many: the cap on overrides in force; invalid).",
+		}, []string{"reason"}),
 	}
 	set, err := m.read()
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.reloads, m.dryRun, m.versionGauge} {
+		for _, c := range []prometheus.Collector{m.reloads, m.dryRun, m.versionGauge, m.refused} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -603,6 +604,11 @@ func TestOverrideValidation(t *testing.T) {
 		{"per -1s", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: 5, Per: "-1s"} }), `limit.per:`, ""},
 		{"bad algorithm", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Algorithm: "gcra", Limit: 5, Per: "1s"} }), "limit.algorithm:", ""},
 		{"negative burst", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: 5, Per: "1s", Burst: -1} }), "limit.burst:", ""},
+		{"beyond the expiry cap", with(func(o *Override) { o.Expires = t0.Add(MaxOverrideTTL + time.Second) }), "expires: at most 168h0m0s after it is created", ""},
+		{"created long ago, beyond the cap", with(func(o *Override) { o.Created = t0.Add(-MaxOverrideTTL) }), "expires: at most 168h0m0s", ""},
+		{"created in the future, beyond the cap from now", with(func(o *Override) {
+			o.Created, o.Expires = t0.Add(2*time.Minute), t0.Add(MaxOverrideTTL+2*time.Minute)
+		}), "expires: at most 168h0m0s", ""},
 		{"negative burst on a window", with(func(o *Override) {
 			o.Tier, o.Limit = "", &LimitArg{Algorithm: "fixed_window", Limit: 5, Per: "1s", Burst: -1}
 		}), "limit.burst:", ""},
@@ -618,6 +624,70 @@ func TestOverrideValidation(t *testing.T) {
 	}
 	if got := f.m.Overrides(); len(got) != 0 {
 		t.Errorf("refused overrides: Overrides() = %+v, want none", got)
+	}
+}
+
+// TestOverrideCaps: exactly MaxOverrideTTL is accepted, and MaxOverrides
+// overrides are; the next one, for a new caller, is refused with
+// ErrTooManyOverrides and changes nothing, while one replacing a caller's
+// override still goes in; once one expires there is room again.
+func TestOverrideCaps(t *testing.T) {
+	f := newFixture(t)
+	longest := Override{Actor: "alice", Reason: "r", User: "u0", Tier: "enterprise", Expires: t0.Add(MaxOverrideTTL)}
+	if _, err := f.m.AddOverride(longest); err != nil {
+		t.Fatalf("an override of exactly %v: %v", MaxOverrideTTL, err)
+	}
+	short := Override{Actor: "alice", Reason: "r", User: "u1", Tier: "enterprise", Expires: t0.Add(time.Minute)}
+	if _, err := f.m.AddOverride(short); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i < MaxOverrides; i++ {
+		if _, err := f.m.AddOverride(Override{Actor: "alice", Reason: "r", User: fmt.Sprint("u", i), Tier: "enterprise", Expires: t0.Add(time.Hour)}); err != nil {
+			t.Fatalf("override %d: %v", i+1, err)
+		}
+	}
+	extra := Override{Actor: "alice", Reason: "r", User: "one-too-many", Tier: "enterprise", Expires: t0.Add(time.Hour)}
+	_, err := f.m.AddOverride(extra)
+	if !errors.Is(err, ErrTooManyOverrides) || !errors.Is(err, ErrRequest) {
+		t.Fatalf("override %d: err %v, want ErrTooManyOverrides and ErrRequest", MaxOverrides+1, err)
+	}
+	if n := len(f.m.Overrides()); n != MaxOverrides {
+		t.Fatalf("%d overrides after the refusal, want %d", n, MaxOverrides)
+	}
+	replace := short
+	replace.Tier = "free"
+	if _, err := f.m.AddOverride(replace); err != nil {
+		t.Fatalf("replacing a caller's override at the cap: %v", err)
+	}
+	f.setClock(t, t0.Add(2*time.Hour)) // all but the longest expire
+	extra.Expires = t0.Add(3 * time.Hour)
+	if _, err := f.m.AddOverride(extra); err != nil {
+		t.Fatalf("after the others expired: %v", err)
+	}
+}
+
+// TestRevokeOverride: revoking by ID removes the override at once, audits
+// who revoked it, and a second revocation, or an unknown ID, is
+// ErrNoOverride.
+func TestRevokeOverride(t *testing.T) {
+	f := newFixture(t)
+	o, err := f.m.AddOverride(Override{Actor: "alice", Reason: "incident", User: "42", Tier: "enterprise", Expires: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.m.RevokeOverride(o.ID, "bob")
+	if err != nil || got.ID != o.ID {
+		t.Fatalf("RevokeOverride(%s) = %+v, %v", o.ID, got, err)
+	}
+	if n := len(f.m.Overrides()); n != 0 {
+		t.Fatalf("%d overrides after the revocation, want 0", n)
+	}
+	lines := f.auditLines(t)
+	wantAudit(t, "revocation", lines[len(lines)-1], map[string]any{"time": "2026-11-29T12:00:00Z", "actor": "bob", "action": "override_revoked", "what": "api|user:42", "old": "tier enterprise", "reason": "incident"})
+	for _, id := range []string{o.ID, "nope"} {
+		if _, err := f.m.RevokeOverride(id, "bob"); !errors.Is(err, ErrNoOverride) {
+			t.Errorf("RevokeOverride(%s) again: %v, want ErrNoOverride", id, err)
+		}
 	}
 }
 

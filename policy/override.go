@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -8,8 +9,37 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
+// Caps on incident overrides, enforced by Manager.AddOverride on every path
+// an override arrives by (an HTTP request, another member's broadcast or
+// push/pull sync).
+const (
+	// MaxOverrides is the most overrides in force on a member at once. An
+	// override for a caller that already has one replaces it and does not
+	// count twice.
+	MaxOverrides = 10000
+	// MaxOverrideTTL is the longest an override may last: Expires at most
+	// this long after Created, and (with maxClockSkew for a member whose
+	// clock is behind the one that took it) after this member's now.
+	MaxOverrideTTL = 7 * 24 * time.Hour
+	// maxClockSkew is how far ahead of this member's clock another member's
+	// may be when it stamps an override.
+	maxClockSkew = time.Minute
+)
+
+// Errors an override may be refused with; both wrap ErrRequest too.
+var (
+	// ErrTooManyOverrides: MaxOverrides are in force already.
+	ErrTooManyOverrides = errors.New("policy: too many overrides in force")
+	// ErrOverrideTooLong: the override would last beyond MaxOverrideTTL.
+	ErrOverrideTooLong = errors.New("policy: override lasts too long")
+	// ErrNoOverride: no override in force has the ID given to revoke.
+	ErrNoOverride = errors.New("policy: no such override")
+)
+
 // Override is an incident override: for a bounded time, one caller (by API
 // key or user) gets another tier, or an explicit limit, instead of its own.
+// Actor is who installed it: the name of the admin token the request
+// authenticated with (the API sets it; a caller cannot choose it).
 type Override struct {
 	ID      string    `json:"id"`
 	Actor   string    `json:"actor"`
@@ -54,6 +84,14 @@ func (m *Manager) AddOverride(o Override) (Override, error) {
 	}
 	if !o.Expires.After(now) {
 		return o, fmt.Errorf("%w: expires: must be in the future", ErrRequest)
+	}
+	created := o.Created
+	if created.IsZero() {
+		created = now
+	}
+	if o.Expires.Sub(created) > MaxOverrideTTL || o.Expires.Sub(now) > MaxOverrideTTL+maxClockSkew {
+		return o, fmt.Errorf("%w: %w: expires: at most %v after it is created, got %v after",
+			ErrRequest, ErrOverrideTooLong, MaxOverrideTTL, o.Expires.Sub(created).Round(time.Second))
 	}
 	set := m.Current()
 	if o.Policy == "" {
@@ -106,6 +144,13 @@ func (m *Manager) AddOverride(o Override) (Override, error) {
 	if old != nil && old.ID == o.ID {
 		return *old, nil // already installed (a broadcast seen twice)
 	}
+	if old == nil && len(m.overrides) >= MaxOverrides {
+		m.expireLocked(now)
+		if len(m.overrides) >= MaxOverrides {
+			return o, fmt.Errorf("%w: %w: %d are in force, at most %d; revoke one (DELETE /v1/overrides/{id}) or wait for one to expire",
+				ErrRequest, ErrTooManyOverrides, len(m.overrides), MaxOverrides)
+		}
+	}
 	m.overrides[k] = &o
 	entry := auditEntry{Actor: o.Actor, Action: "override", What: k, Reason: o.Reason, New: o.summary(), Expires: &o.Expires}
 	if old != nil {
@@ -136,11 +181,45 @@ func (m *Manager) Overrides() []Override {
 	return out
 }
 
+// RevokeOverride removes the override in force with the given ID before
+// its expiry, audits it as revoked by actor, and returns it. It returns an
+// error wrapping ErrNoOverride when no override in force has that ID.
+func (m *Manager) RevokeOverride(id, actor string) (Override, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, o := range m.overrides {
+		if o.ID == id {
+			delete(m.overrides, k)
+			m.auditLocked(auditEntry{Actor: actor, Action: "override_revoked", What: k, Old: o.summary(), Reason: o.Reason})
+			return *o, nil
+		}
+	}
+	return Override{}, fmt.Errorf("%w: %q", ErrNoOverride, id)
+}
+
+// revokeUpTo removes the override for caller k if it is the one with the
+// given ID and Created or an older one (which that one replaced where it
+// was taken), and audits it as revoked by actor.
+func (m *Manager) revokeUpTo(k, id string, created time.Time, actor string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.overrides[k]
+	if o == nil || (o.ID != id && newer(*o, stamp{id: id, created: created})) {
+		return
+	}
+	delete(m.overrides, k)
+	m.auditLocked(auditEntry{Actor: actor, Action: "override_revoked", What: k, Old: o.summary(), Reason: o.Reason})
+}
+
 // Expire drops the overrides whose time is up and audits each.
 func (m *Manager) Expire() {
 	now := m.wallNow()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.expireLocked(now)
+}
+
+func (m *Manager) expireLocked(now time.Time) {
 	for k, o := range m.overrides {
 		if !now.Before(o.Expires) {
 			delete(m.overrides, k)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -18,19 +19,44 @@ const MaxOverrideMessageLen = 1024
 // The messages OverrideSync sends, each a kind byte then JSON:
 //
 //	syncOverride  one Override (as POST /v1/overrides answers it): a broadcast
-//	syncState     {"overrides": [Override, ...]}: the overrides in force, for a push/pull sync
+//	syncRevoke    one revocation: a broadcast
+//	syncState     {"overrides": [Override, ...], "revoked": [revocation, ...]}:
+//	              the overrides in force and the revocations of overrides
+//	              that would still be, for a push/pull sync
 //
 // A member ignores (and logs) a message of a kind it does not know, so a
-// new kind needs a new byte, not a new meaning for an old one.
+// new kind needs a new byte, not a new meaning for an old one. syncRevoke
+// and the "revoked" field were added after the others: a member that
+// predates them logs and ignores the first and skips the second (JSON
+// decoding ignores fields it does not know), so it keeps a revoked
+// override until it expires; the members that know revocations do not
+// take it back from it.
 const (
 	syncOverride byte = 'o'
+	syncRevoke   byte = 'r'
 	syncState    byte = 's'
 )
 
 // syncStateBody is the JSON of a syncState message.
 type syncStateBody struct {
 	Overrides []json.RawMessage `json:"overrides"`
+	Revoked   []revocation      `json:"revoked,omitempty"`
 }
+
+// revocation says that an override was revoked before its expiry: its ID,
+// its caller and its times (so that a member that has not heard of it yet
+// does not install it later), and who revoked it.
+type revocation struct {
+	ID      string    `json:"id"`
+	Actor   string    `json:"actor"`
+	Policy  string    `json:"policy"`
+	APIKey  string    `json:"api_key,omitempty"`
+	User    string    `json:"user,omitempty"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+}
+
+func (r *revocation) key() string { return overrideKey(r.Policy, r.APIKey, r.User) }
 
 // OverrideSync replicates a Manager's incident overrides to every member of
 // a cluster. It is what cluster.Config.Messages wants (Receive, LocalState,
@@ -49,8 +75,14 @@ type syncStateBody struct {
 //     late copy, or a member that missed the newer one) is not installed, so
 //     two members that hold different versions converge on the newer one.
 //   - An override is validated again on each member (Manager.AddOverride):
-//     an expired one, one naming a tier this member's policy lacks, or bytes
-//     that do not decode change nothing and are logged.
+//     an expired one, one naming a tier this member's policy lacks, one
+//     beyond the caps (MaxOverrideTTL, MaxOverrides), or bytes that do not
+//     decode change nothing, are logged and counted in
+//     ringlimit_policy_overrides_refused_total.
+//   - A revocation (Revoke) removes the override it names, and any older
+//     one for the same caller, and is remembered until that override would
+//     have expired: the override, heard again later from a member that
+//     missed the revocation, is not installed again.
 //
 // Concurrency: safe for concurrent use; installs are serialised. Receive,
 // LocalState and MergeState never call broadcast, so they may run before the
@@ -75,7 +107,8 @@ type OverrideSync struct {
 type stamp struct {
 	id      string
 	created time.Time
-	until   time.Time // the latest Expires of any version heard
+	until   time.Time   // the latest Expires of any version heard
+	revoked *revocation // not nil when the newest override was revoked
 }
 
 // NewOverrideSync returns an OverrideSync for m that sends its broadcasts
@@ -154,6 +187,15 @@ func encodeOverride(o Override) ([]byte, error) {
 // Receive installs an override another member broadcast (see the rules on
 // OverrideSync). msg is not kept.
 func (s *OverrideSync) Receive(msg []byte) {
+	if len(msg) > 0 && msg[0] == syncRevoke {
+		var r revocation
+		if err := json.Unmarshal(msg[1:], &r); err != nil {
+			s.log.Warn("policy: ignoring a revocation that does not decode", "bytes", len(msg), "err", err)
+			return
+		}
+		s.revoke(r, "broadcast")
+		return
+	}
 	if len(msg) == 0 || msg[0] != syncOverride {
 		s.log.Warn("policy: ignoring a cluster message that is not an override", "bytes", len(msg))
 		return
@@ -166,8 +208,8 @@ func (s *OverrideSync) Receive(msg []byte) {
 	s.install(o, "broadcast")
 }
 
-// LocalState returns every override in force here, for a member this one
-// syncs with.
+// LocalState returns every override in force here, and the revocations of
+// overrides that would still be, for a member this one syncs with.
 func (s *OverrideSync) LocalState() []byte {
 	var body syncStateBody
 	for _, o := range s.m.Overrides() {
@@ -177,7 +219,15 @@ func (s *OverrideSync) LocalState() []byte {
 		}
 		body.Overrides = append(body.Overrides, b)
 	}
-	if len(body.Overrides) == 0 {
+	now := s.m.wallNow()
+	s.mu.Lock()
+	for _, st := range s.latest {
+		if st.revoked != nil && st.revoked.Expires.After(now) {
+			body.Revoked = append(body.Revoked, *st.revoked)
+		}
+	}
+	s.mu.Unlock()
+	if len(body.Overrides) == 0 && len(body.Revoked) == 0 {
 		return nil
 	}
 	b, err := json.Marshal(body)
@@ -187,8 +237,8 @@ func (s *OverrideSync) LocalState() []byte {
 	return append([]byte{syncState}, b...)
 }
 
-// MergeState installs the overrides of another member's LocalState (see
-// the rules on OverrideSync). An override in it that does not decode is
+// MergeState applies the revocations, then installs the overrides, of
+// another member's LocalState (see the rules on OverrideSync). An override in it that does not decode is
 // skipped; the others are still installed. state is not kept.
 func (s *OverrideSync) MergeState(state []byte) {
 	if len(state) == 0 || state[0] != syncState {
@@ -199,6 +249,9 @@ func (s *OverrideSync) MergeState(state []byte) {
 	if err := json.Unmarshal(state[1:], &body); err != nil {
 		s.log.Warn("policy: ignoring overrides that do not decode", "bytes", len(state), "err", err)
 		return
+	}
+	for _, r := range body.Revoked {
+		s.revoke(r, "sync")
 	}
 	for i, raw := range body.Overrides {
 		var o Override
@@ -232,10 +285,73 @@ func (s *OverrideSync) install(o Override, way string) {
 	}
 	installed, err := s.m.AddOverride(o)
 	if err != nil {
-		s.log.Warn("policy: override from another member not installed", "via", way, "id", o.ID, "caller", k, "err", err)
+		reason := "invalid"
+		switch {
+		case errors.Is(err, ErrOverrideTooLong):
+			reason = "too_long"
+		case errors.Is(err, ErrTooManyOverrides):
+			reason = "too_many"
+		}
+		s.m.refused.WithLabelValues(reason).Inc()
+		s.log.Warn("policy: override from another member not installed", "via", way, "id", o.ID, "caller", k, "reason", reason, "err", err)
 		return
 	}
 	s.rememberLocked(installed)
+}
+
+// Revoke removes the override in force with the given ID here
+// (Manager.RevokeOverride, audited with actor), then broadcasts the
+// revocation to every member. It returns the revoked override, or an error
+// wrapping ErrNoOverride when none in force has that ID.
+func (s *OverrideSync) Revoke(id, actor string) (Override, error) {
+	s.mu.Lock()
+	o, err := s.m.RevokeOverride(id, actor)
+	r := revocation{ID: o.ID, Actor: actor, Policy: o.Policy, APIKey: o.APIKey, User: o.User, Created: o.Created, Expires: o.Expires}
+	if err == nil {
+		s.tombstoneLocked(r)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return o, err
+	}
+	b, err := json.Marshal(r)
+	if err != nil { // cannot happen
+		return o, fmt.Errorf("policy: override %s revoked here, not on the other members: %w", id, err)
+	}
+	msg := append([]byte{syncRevoke}, b...)
+	if len(msg) > MaxOverrideMessageLen { // shorter than the override, which fit
+		return o, fmt.Errorf("policy: override %s revoked here, not on the other members: %d bytes, at most %d", id, len(msg), MaxOverrideMessageLen)
+	}
+	s.broadcast(msg)
+	return o, nil
+}
+
+// revoke applies a revocation heard from another member by way.
+func (s *OverrideSync) revoke(r revocation, way string) {
+	if r.ID == "" || r.Created.IsZero() || r.Policy == "" {
+		s.log.Warn("policy: ignoring a revocation without id, created or policy", "via", way, "id", r.ID)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.tombstoneLocked(r) {
+		s.log.Debug("policy: ignoring the revocation of an override older than the one heard", "via", way, "id", r.ID, "caller", r.key())
+		return
+	}
+	s.m.revokeUpTo(r.key(), r.ID, r.Created, r.Actor)
+}
+
+// tombstoneLocked records r as the newest version of its caller's
+// override, unless a newer override is known; it reports whether it did.
+func (s *OverrideSync) tombstoneLocked(r revocation) bool {
+	k := r.key()
+	st, ok := s.latest[k]
+	if ok && st.id != r.ID && !newer(Override{ID: r.ID, Created: r.Created}, st) {
+		return false
+	}
+	s.latest[k] = stamp{id: r.ID, created: r.Created, until: latestOf(st.until, r.Expires), revoked: &r}
+	s.advanceLocked(r.Created)
+	return true
 }
 
 // newer reports whether o is newer than the override st describes.
@@ -252,8 +368,14 @@ func (s *OverrideSync) rememberLocked(o Override) {
 	k := overrideKey(o.Policy, o.APIKey, o.User)
 	st := s.latest[k]
 	s.latest[k] = stamp{id: o.ID, created: o.Created, until: latestOf(st.until, o.Expires)}
-	if o.Created.After(s.horizon) {
-		s.horizon = o.Created
+	s.advanceLocked(o.Created)
+}
+
+// advanceLocked moves the horizon to created if that is later, and forgets
+// the callers whose every version expired before it.
+func (s *OverrideSync) advanceLocked(created time.Time) {
+	if created.After(s.horizon) {
+		s.horizon = created
 		for k, st := range s.latest {
 			if st.until.Before(s.horizon) {
 				delete(s.latest, k)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const syncTestPolicy = `version: sync
@@ -455,4 +457,86 @@ func FuzzOverrideSync(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOverrideSyncRevoke: a revocation on a reaches b by broadcast and c by
+// sync; none of them installs the override again when an old copy (the
+// broadcast, or a state taken before the revocation) comes later, and a
+// member that hears the revocation before the override never installs it.
+func TestOverrideSyncRevoke(t *testing.T) {
+	a, b, c, d := newSyncMember(t, "a"), newSyncMember(t, "b"), newSyncMember(t, "c"), newSyncMember(t, "d")
+	o, msg := a.add(enterprise("42", time.Hour))
+	keep, _ := a.add(enterprise("43", time.Hour))
+	stale := a.s.LocalState()
+	b.s.Receive(msg)
+	c.s.MergeState(stale)
+	b.wantOverrides("before the revocation", o)
+
+	if _, err := a.s.Revoke(o.ID, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.s.Revoke(o.ID, "bob"); !errors.Is(err, ErrNoOverride) {
+		t.Errorf("a second Revoke: %v, want ErrNoOverride", err)
+	}
+	sent := a.broadcasts()
+	revokeMsg := sent[len(sent)-1]
+	if len(sent) != 3 || revokeMsg[0] != syncRevoke {
+		t.Fatalf("a broadcast %d messages, the last %q; want the two overrides and one revocation", len(sent), revokeMsg)
+	}
+	a.wantOverrides("after Revoke", keep)
+
+	b.s.Receive(revokeMsg)
+	b.wantOverrides("after the revocation's broadcast")
+	c.s.MergeState(a.s.LocalState())
+	c.wantOverrides("after a sync with a", keep)
+	d.s.Receive(revokeMsg) // before it heard of the override
+	for _, m := range []*syncMember{b, c, d} {
+		m.s.Receive(msg)
+		m.s.MergeState(stale)
+		want := []Override{keep}
+		if m == b {
+			b.s.Receive(sent[1])
+		}
+		m.wantOverrides("after old copies of the revoked override", want...)
+		if got := m.scope("42"); got != "tier:free" {
+			t.Errorf("%s: user 42 resolves to %s after the revocation, want tier:free", m.name, got)
+		}
+	}
+	for _, m := range []*syncMember{a, b, c} {
+		if n := strings.Count(m.audit.String(), `"action":"override_revoked"`); n != 1 {
+			t.Errorf("%s: %d override_revoked audit lines, want 1:\n%s", m.name, n, m.audit.String())
+		}
+		if !strings.Contains(m.audit.String(), `"actor":"bob","action":"override_revoked"`) {
+			t.Errorf("%s: revocation not audited as bob's:\n%s", m.name, m.audit.String())
+		}
+	}
+	// A newer override for the same caller is installed over the revocation.
+	again, againMsg := a.add(enterprise("42", time.Hour))
+	b.s.Receive(againMsg)
+	b.wantOverrides("after a new override for the caller", keep, again)
+}
+
+// TestOverrideSyncRefusesBeyondCaps: an override from another member that
+// would last beyond MaxOverrideTTL is refused and counted by reason.
+func TestOverrideSyncRefusesBeyondCaps(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	b := newSyncMember(t, "b")
+	if err := reg.Register(b.m.refused); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	o := Override{ID: "ovr-1", Actor: "mallory", Reason: "forever", Policy: "api", User: "42", Tier: "enterprise",
+		Created: now, Expires: now.Add(MaxOverrideTTL + time.Hour)}
+	msg, err := encodeOverride(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.s.Receive(msg)
+	b.wantOverrides("after an override beyond the cap")
+	if got := metricValue(t, reg, "ringlimit_policy_overrides_refused_total", "reason", "too_long"); got != 1 {
+		t.Errorf("refused too_long = %v, want 1", got)
+	}
+	if !strings.Contains(b.logs.String(), "too_long") {
+		t.Errorf("refusal not logged with its reason:\n%s", b.logs.String())
+	}
 }

@@ -26,6 +26,7 @@ type config struct {
 	policyPath      string
 	auditPath       string
 	pprofAddr       string
+	adminTokenFile  string
 	gcHeadroomMiB   int
 	replication     int
 	clusterSize     int
@@ -64,6 +65,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
 	join := fs.String("join", "", "comma-separated gossip addresses of nodes to join; a node keeps retrying until one answers")
 	fs.StringVar(&c.pprofAddr, "pprof", "", "address to serve Go's /debug/pprof profiles on (off when empty; keep it private)")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file of admin bearer tokens, one a line, optionally name:token (the name goes in the audit log); re-read when it changes. Without it POST/DELETE /v1/overrides and --pprof answer 403")
 	fs.StringVar(&c.policyPath, "policy", "", "policy file (YAML): tiers, routes, global ceiling; reloaded on change and on SIGHUP")
 	fs.StringVar(&c.auditPath, "audit-log", "", "file to append the audit log to (JSON lines); empty logs audit entries with the other logs")
 	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")

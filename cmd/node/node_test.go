@@ -21,11 +21,12 @@ import (
 
 func TestParseConfig(t *testing.T) {
 	env := map[string]string{
-		"RINGLIMIT_NAME":        "from-env",
-		"RINGLIMIT_HTTP":        "127.0.0.1:1111",
-		"RINGLIMIT_MAX_KEYS":    "500",
-		"RINGLIMIT_LOG_LEVEL":   "debug",
-		"RINGLIMIT_GC_HEADROOM": "0",
+		"RINGLIMIT_NAME":             "from-env",
+		"RINGLIMIT_HTTP":             "127.0.0.1:1111",
+		"RINGLIMIT_MAX_KEYS":         "500",
+		"RINGLIMIT_LOG_LEVEL":        "debug",
+		"RINGLIMIT_GC_HEADROOM":      "0",
+		"RINGLIMIT_ADMIN_TOKEN_FILE": "/etc/ringlimit/admin-tokens",
 	}
 	c, err := parseConfig([]string{"--http", "127.0.0.1:2222"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
@@ -34,7 +35,7 @@ func TestParseConfig(t *testing.T) {
 	// A flag on the command line wins over the environment, which wins over
 	// the default.
 	if c.name != "from-env" || c.httpAddr != "127.0.0.1:2222" || c.grpcAddr != "127.0.0.1:9090" ||
-		c.maxKeys != 500 || c.logLevel != slog.LevelDebug || c.gcHeadroomMiB != 0 {
+		c.maxKeys != 500 || c.logLevel != slog.LevelDebug || c.gcHeadroomMiB != 0 || c.adminTokenFile != "/etc/ringlimit/admin-tokens" {
 		t.Fatalf("config = %+v", c)
 	}
 	for _, bad := range []struct {

@@ -29,13 +29,27 @@ import (
 	"github.com/ringlimit/ringlimit/policy"
 )
 
-// startPolicyNode is harness.start with --policy and --audit-log: an
+// testAdminToken is the admin token, named "oncall", of the nodes
+// startPolicyNode starts; postJSON sends it.
+const testAdminToken = "token-of-the-oncall-admin"
+
+// tokenPath is the admin token file startPolicyNode gives node name.
+func tokenPath(policyPath, name string) string {
+	return filepath.Join(filepath.Dir(policyPath), name+".admin-tokens")
+}
+
+// startPolicyNode is harness.start with --policy, --audit-log and
+// --admin-token-file (tokenPath, holding testAdminToken named "oncall"): an
 // in-process node on 127.0.0.1:0, closed in t.Cleanup.
 func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...string) (*node, *logSink) {
 	t := h.t
 	t.Helper()
+	tokens := tokenPath(policyPath, name)
+	if err := os.WriteFile(tokens, []byte("oncall:"+testAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0",
-		"--policy", policyPath, "--audit-log", auditPath}
+		"--policy", policyPath, "--audit-log", auditPath, "--admin-token-file", tokens}
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
 	}
@@ -184,15 +198,25 @@ func (c *policyCluster) waitVersion(version string, timeout time.Duration) {
 	})
 }
 
-// postJSON posts body to url and returns the status and the body.
+// postJSON posts body to url with testAdminToken and returns the status
+// and the body.
 func postJSON(client *http.Client, url, body string) (int, []byte, error) {
+	return send(client, http.MethodPost, url, body, "Bearer "+testAdminToken)
+}
+
+// send sends body (if not empty) to url with the Authorization header auth
+// (if not empty) and returns the status and the body.
+func send(client *http.Client, method, url, body, auth string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -523,7 +547,7 @@ func TestClusterOverride(t *testing.T) {
 	// Bad overrides, to every node: 400 naming the field, nothing
 	// installed, nothing audited.
 	for i, bad := range []struct{ body, field string }{
-		{`{"reason":"incident 12","user":"42","tier":"enterprise","expires_in":"2s"}`, "actor"},
+		{`{"actor":"oncall","user":"42","tier":"enterprise","expires_in":"2s"}`, "reason"},
 		{`{"actor":"oncall","reason":"incident 12","user":"42","tier":"gold","expires_in":"2s"}`, `tier: policy api has no tier "gold"`},
 		{`{"actor":"oncall","reason":"incident 12","user":"42","tier":"enterprise","expires_in":"-1s"}`, "expires_in"},
 		{`{"actor":"oncall","reason":"incident 12","api_key":"k","user":"42","tier":"enterprise","expires_in":"2s"}`, "api_key"},

@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	if cfg.pprofAddr != "" {
-		stop, err := servePprof(cfg.pprofAddr, log)
+		stop, _, err := servePprof(cfg.pprofAddr, log, n.admin)
 		if err != nil {
 			n.Close(context.Background())
 			return fmt.Errorf("--pprof: %w", err)
@@ -76,6 +76,7 @@ type node struct {
 	peerServer *peer.Server
 	cluster    *cluster.Cluster
 	policy     *policy.Manager // nil without --policy
+	admin      *api.Tokens     // never Set without --admin-token-file: admin endpoints answer 403
 	stopBg     context.CancelFunc
 	bg         sync.WaitGroup
 	audit      io.Closer  // nil without --policy
@@ -91,7 +92,7 @@ type node struct {
 var _ forward.Owners = (*ring.Ring)(nil)
 
 // startSteps names the steps of startNode in order, for config.failAt.
-var startSteps = []string{"store", "metrics", "policy", "http", "grpc", "peers", "router", "cluster", "api", "serve"}
+var startSteps = []string{"store", "metrics", "admin", "policy", "http", "grpc", "peers", "router", "cluster", "api", "serve"}
 
 // startNode binds the listeners (so that a bad address fails at once) and
 // starts serving in the background. When a step fails, everything the
@@ -131,6 +132,20 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	peerMetrics, err := peer.NewMetrics(reg)
 	if err != nil {
 		return nil, err
+	}
+
+	if err := step("admin"); err != nil {
+		return nil, err
+	}
+	n.admin = &api.Tokens{}
+	var adminFile *tokenFile
+	if cfg.adminTokenFile != "" {
+		adminFile = &tokenFile{path: cfg.adminTokenFile, tokens: n.admin, log: log}
+		if err := adminFile.load(); err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+	} else {
+		log.Warn("no --admin-token-file: POST and DELETE /v1/overrides and pprof answer 403")
 	}
 
 	if err := step("policy"); err != nil {
@@ -230,10 +245,11 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout}
+		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin}
 	if n.policy != nil {
 		acfg.Policy = n.policy
 		acfg.AddOverride = func(_ context.Context, o policy.Override) (policy.Override, error) { return osync.Add(o) }
+		acfg.RevokeOverride = func(_ context.Context, id, actor string) (policy.Override, error) { return osync.Revoke(id, actor) }
 	}
 	a, err := api.New(acfg)
 	if err != nil {
@@ -267,6 +283,9 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	if cfg.gossipKeyFile != "" {
 		n.bg.Go(func() { watchKeyFile(bgCtx, log, cfg.gossipKeyFile, cmp.Or(cfg.keyFilePoll, keyFilePoll), n.cluster) })
+	}
+	if adminFile != nil {
+		n.bg.Go(func() { adminFile.watch(bgCtx, tokenPoll) })
 	}
 	go func() { n.served <- n.httpServer.Serve(n.httpLn) }()
 	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
@@ -415,19 +434,21 @@ func (n *node) closeFresh() {
 	}
 }
 
-// servePprof serves net/http/pprof's handlers on their own listener.
-func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+// servePprof serves net/http/pprof's handlers on their own listener, to
+// requests with an admin token (api.RequireAdmin), and returns the address
+// it listens on.
+func servePprof(addr string, log *slog.Logger, admin *api.Tokens) (stop func(), bound string, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: api.RequireAdmin(admin, mux), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	log.Info("pprof listening", "addr", ln.Addr().String())
-	return func() { srv.Close() }, nil
+	return func() { srv.Close() }, ln.Addr().String(), nil
 }
