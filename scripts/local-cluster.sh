@@ -13,8 +13,11 @@
 # Binaries, logs, audit logs and pids go to RINGLIMIT_CLUSTER_DIR (default
 # ${TMPDIR:-/tmp}/ringlimit-cluster). Every node runs the policy file
 # RINGLIMIT_POLICY (default examples/policy.yaml; empty for none) and
-# appends its audit log to node-I.audit.log. Extra node flags can be given
-# in RINGLIMIT_NODE_FLAGS.
+# appends its audit log to node-I.audit.log. `up` also makes, once, a gossip
+# key (gossip.keys: gossip is encrypted, and labelled with the cluster name
+# "ringlimit-local") and an admin token (admin.tokens, as "local:<token>",
+# for POST/DELETE /v1/overrides and pprof) in that directory. Extra node
+# flags can be given in RINGLIMIT_NODE_FLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +50,7 @@ start_node() {
 	fi
 	# shellcheck disable=SC2086
 	"$dir/ringlimit-node" --name "node-$i" "${policy_flags[@]}" \
+		--gossip-key-file "$dir/gossip.keys" --cluster-name ringlimit-local --admin-token-file "$dir/admin.tokens" \
 		--http "127.0.0.1:$((http_base + i))" --grpc "127.0.0.1:$((grpc_base + i))" \
 		--gossip "127.0.0.1:$((gossip_base + i))" --join "$seeds" ${RINGLIMIT_NODE_FLAGS:-} \
 		>>"$dir/node-$i.log" 2>&1 &
@@ -113,11 +117,21 @@ for name,n in sorted(c.items()): print("  %-8s %5.1f%%" % (name, n/10))'
 	done
 }
 
+# secrets makes the gossip key and the admin token once, readable by the
+# owner only.
+secrets() {
+	umask 077
+	[ -s "$dir/gossip.keys" ] || "$dir/ringlimit-node" --new-gossip-key >"$dir/gossip.keys"
+	[ -s "$dir/admin.tokens" ] || echo "local:$("$dir/ringlimit-node" --new-gossip-key)" >"$dir/admin.tokens"
+	echo "admin token: ${dir}/admin.tokens (TOKEN=\$(cut -d: -f2 ${dir}/admin.tokens))"
+}
+
 cmd=${1:-}
 case "$cmd" in
 up)
 	n=${2:-3}
 	go build -o "$dir/ringlimit-node" ./cmd/node
+	secrets
 	echo "$n" >"$dir/count"
 	for i in $(seq 1 "$n"); do start_node "$i"; done
 	echo "logs and pids in $dir"
@@ -134,7 +148,7 @@ down)
 	done
 	;;
 *)
-	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
