@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"sync"
 	"time"
@@ -394,61 +393,3 @@ func (n *node) shutdown(ctx context.Context) error {
 	return err
 }
 
-// readHeaderTimeout is how long a client may take to send a request's
-// headers: 5 s, or the whole request's read timeout when that is shorter.
-func readHeaderTimeout(read time.Duration) time.Duration {
-	if read > 0 && read < 5*time.Second {
-		return read
-	}
-	return 5 * time.Second
-}
-
-func hostOf(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	return host
-}
-
-// trackConn remembers HTTP connections that have not sent a request yet.
-// http.Server.Shutdown waits up to 5 s for such a connection, which a
-// client's pool may hold open without using; shutdown closes them at once,
-// since no check is in flight on them.
-func (n *node) trackConn(c net.Conn, st http.ConnState) {
-	n.freshMu.Lock()
-	defer n.freshMu.Unlock()
-	if st == http.StateNew {
-		n.fresh[c] = struct{}{}
-	} else {
-		delete(n.fresh, c)
-	}
-}
-
-func (n *node) closeFresh() {
-	n.freshMu.Lock()
-	defer n.freshMu.Unlock()
-	for c := range n.fresh {
-		c.Close()
-		delete(n.fresh, c)
-	}
-}
-
-// servePprof serves net/http/pprof's handlers on their own listener, to
-// requests with an admin token (api.RequireAdmin), and returns the address
-// it listens on.
-func servePprof(addr string, log *slog.Logger, admin *api.Tokens) (stop func(), bound string, err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", err
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: api.RequireAdmin(admin, mux), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	log.Info("pprof listening", "addr", ln.Addr().String())
-	return func() { srv.Close() }, ln.Addr().String(), nil
-}
