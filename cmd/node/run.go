@@ -392,4 +392,3 @@ func (n *node) shutdown(ctx context.Context) error {
 	}
 	return err
 }
-
