@@ -203,7 +203,10 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 			return fail(err)
 		}
 		a, err := api.New(api.Config{Checker: router, Stats: store, Policy: mgr, Logger: discard,
-			AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) }})
+			AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) },
+			RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
+				return mgr.RevokeOverride(id, actor)
+			}})
 		if err != nil {
 			closeRouter()
 			return fail(err)

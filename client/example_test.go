@@ -132,7 +132,10 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		return "", nil, err
 	}
 	a, err := api.New(api.Config{Checker: router, Stats: store, Policy: pol, Logger: quiet,
-		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return pol.AddOverride(o) }})
+		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return pol.AddOverride(o) },
+		RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
+			return pol.RevokeOverride(id, actor)
+		}})
 	if err != nil {
 		cleanup()
 		return "", nil, err
