@@ -16,4 +16,11 @@
 // rate-limit headers (package ratelimitheader, as the node's HTTP API
 // writes them) on every response, answers 429 with a JSON body when the
 // cluster rejects, and applies its bucket.FailureMode when no node answers.
+//
+// The middleware believes no header by default. The caller is who
+// MiddlewareConfig.Identity says (the application's authenticated user or
+// key), else its IP: the connection's remote address, or, only when that is
+// one of MiddlewareConfig.TrustedProxies, the right-most X-Forwarded-For
+// address that is not itself a trusted proxy. A client therefore cannot
+// get fresh buckets by changing X-API-Key or X-Forwarded-For.
 package client

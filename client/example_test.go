@@ -33,10 +33,21 @@ policies:
       free: { limit: 2, per: 1h }
 `
 
+// authenticated is the Identity of the example: the user the application
+// has verified, here by looking its bearer token up. A real service asks
+// its session store or checks a signed token, or reads what its
+// authentication middleware put in the request's context. A caller without
+// a valid token is known by its IP.
+func authenticated(r *http.Request) (apiKey, user string) {
+	users := map[string]string{"Bearer alice-secret": "alice"}
+	return "", users[r.Header.Get("Authorization")]
+}
+
 // Example limits an HTTP handler with Middleware: a node (a cluster of one,
 // serving gRPC on a loopback port) runs the policy above; the third request
-// of the same caller within the hour is answered 429 by the middleware,
-// naming the layer that rejected it.
+// of the same user within the hour is answered 429 by the middleware,
+// naming the layer that rejected it. The user comes from the application's
+// own authentication (Identity), never from a header the client picks.
 func Example() {
 	addr, stop, err := startExampleNode(examplePolicy)
 	if err != nil {
@@ -49,17 +60,20 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer cl.Close()
-	limit := client.Middleware(client.MiddlewareConfig{
+	limit, err := client.Middleware(client.MiddlewareConfig{
 		Client:   cl,
-		Identity: client.HeaderIdentity("X-API-Key", ""),
+		Identity: authenticated,
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	hello := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello\n") })
 	srv := httptest.NewServer(limit(hello))
 	defer srv.Close()
 
 	for range 3 {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
-		req.Header.Set("X-API-Key", "alice")
+		req.Header.Set("Authorization", "Bearer alice-secret")
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			log.Fatal(err)

@@ -1,5 +1,18 @@
 package client
 
+import "net/http"
+
 // AbandonedChecks returns how many checks c never sent because their
 // caller gave up while they waited in a batcher's queue.
 func AbandonedChecks(c *Client) int64 { return c.abandoned.Load() }
+
+// ClientIP is the client IP the default IP function of a middleware with
+// these TrustedProxies derives from r.
+func ClientIP(r *http.Request, trustedProxies []string) (string, error) {
+	cfg := MiddlewareConfig{Client: &Client{}, TrustedProxies: trustedProxies}
+	trusted, err := cfg.trustedProxies()
+	if err != nil {
+		return "", err
+	}
+	return clientIP(r, trusted), nil
+}

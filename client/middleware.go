@@ -2,10 +2,12 @@ package client
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -17,15 +19,40 @@ import (
 	"github.com/ringlimit/ringlimit/ratelimitheader"
 )
 
-// MiddlewareConfig configures Middleware. Only Client is required.
+// MiddlewareConfig configures Middleware. Only Client is required. The
+// functions it holds are called from the server's goroutines, concurrently,
+// and must be safe for that.
+//
+// Who the caller is decides which buckets a request spends from, so nothing
+// the client can choose freely is believed by default: without Identity the
+// caller is its address, and without TrustedProxies that address is the
+// connection's remote address.
 type MiddlewareConfig struct {
 	Client *Client
 	// Policy names the policy; "" means the cluster's default.
 	Policy string
-	// Identity returns the caller's API key or user; both empty means the
-	// caller is known only by IP. Default: the X-API-Key header as API key.
+	// Identity returns the caller's API key or user as the application has
+	// authenticated them (from a verified token or session, typically put
+	// in the request's context by an authentication middleware that runs
+	// first); both empty means the caller is known only by IP.
+	// Default: nil, every caller is known by IP. HeaderIdentity reads
+	// headers, and is only for requests that an authenticating proxy has
+	// vetted: a header the client sets itself is an identity it can
+	// rotate, and each new one gets fresh buckets.
 	Identity func(r *http.Request) (apiKey, user string)
-	// IP returns the client IP. Default: the host of r.RemoteAddr.
+	// TrustedProxies lists the proxies (CIDR prefixes such as
+	// "10.0.0.0/8", or single addresses) whose X-Forwarded-For is
+	// believed. Only when the connection's remote address is inside one of
+	// them is the header read, and then the client IP is the right-most
+	// address in it that is not itself a trusted proxy (if every address
+	// is, the left-most; an entry that is not an address stops the walk at
+	// the last trusted hop). Otherwise the client IP is the remote address.
+	// Parsed by Middleware, which returns an error naming a bad entry.
+	// Default: none, X-Forwarded-For is never read. Must be empty when IP
+	// is set.
+	TrustedProxies []string
+	// IP returns the client IP, replacing the remote address and
+	// TrustedProxies. Default: nil, as TrustedProxies says.
 	IP func(r *http.Request) string
 	// Route returns the route matched against the policy. Default: r.URL.Path.
 	Route func(r *http.Request) string
@@ -48,10 +75,130 @@ type MiddlewareConfig struct {
 	//     live in the cluster's policy), so the local stage it can fall back
 	//     to is no limit at all. When the cluster is reachable but a key's
 	//     owner is not, the limit's own failure mode still applies there.
-	// Middleware panics on any other value.
+	// Any other value is an error.
 	FailureMode bucket.FailureMode
 	// OnError, if set, is told every error talking to the cluster.
 	OnError func(r *http.Request, err error)
+}
+
+// Validate reports the first thing wrong with cfg: no Client, an unknown
+// FailureMode, a TrustedProxies entry that is not a prefix or an address,
+// or TrustedProxies together with IP.
+func (cfg *MiddlewareConfig) Validate() error {
+	_, err := cfg.trustedProxies()
+	return err
+}
+
+// trustedProxies validates cfg and returns TrustedProxies parsed.
+func (cfg *MiddlewareConfig) trustedProxies() ([]netip.Prefix, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("client: MiddlewareConfig.Client is required")
+	}
+	if !cfg.FailureMode.Valid() {
+		return nil, fmt.Errorf("client: MiddlewareConfig.FailureMode: %v is not a failure mode", cfg.FailureMode)
+	}
+	if cfg.IP != nil && len(cfg.TrustedProxies) > 0 {
+		return nil, errors.New("client: MiddlewareConfig: TrustedProxies has no effect when IP is set")
+	}
+	var prefixes []netip.Prefix
+	for i, s := range cfg.TrustedProxies {
+		p, err := parseProxy(s)
+		if err != nil {
+			return nil, fmt.Errorf("client: MiddlewareConfig.TrustedProxies[%d]: %w", i, err)
+		}
+		prefixes = append(prefixes, p)
+	}
+	return prefixes, nil
+}
+
+// parseProxy parses a CIDR prefix or a single address (a prefix of its full
+// length).
+func parseProxy(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix: %w", s, err)
+		}
+		if p.Addr().Is4In6() {
+			if p.Bits() < 96 {
+				return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped prefix must be /96 or longer", s)
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither a CIDR prefix nor an address: %w", s, err)
+	}
+	a = a.Unmap().WithZone("")
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// clientIP is the client IP of r given the trusted proxies: the remote
+// address, unless it is a trusted proxy, in which case X-Forwarded-For is
+// walked from the right past the trusted proxies.
+func clientIP(r *http.Request, trusted []netip.Prefix) string {
+	peer, ok := parseHostAddr(r.RemoteAddr)
+	if !ok {
+		// Not an IP (a unix socket, a test's made-up address): the
+		// remote address as it is, host part if it has one.
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			return host
+		}
+		return r.RemoteAddr
+	}
+	if !isTrusted(peer, trusted) {
+		return peer.String()
+	}
+	hops := forwardedFor(r.Header)
+	ip := peer // the nearest address a trusted proxy vouches for
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, ok := parseHostAddr(hops[i])
+		if !ok {
+			break
+		}
+		ip = a
+		if !isTrusted(a, trusted) {
+			break
+		}
+	}
+	return ip.String()
+}
+
+// forwardedFor returns the entries of every X-Forwarded-For line, in order.
+func forwardedFor(h http.Header) []string {
+	var hops []string
+	for _, line := range h.Values("X-Forwarded-For") {
+		for hop := range strings.SplitSeq(line, ",") {
+			hops = append(hops, strings.TrimSpace(hop))
+		}
+	}
+	return hops
+}
+
+// parseHostAddr parses an address, with or without a port (and brackets
+// around an IPv6 one), unmapping IPv4-in-IPv6 and dropping any zone.
+func parseHostAddr(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		a = ap.Addr()
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // RejectBody is the JSON body of a 429 answer.
@@ -73,21 +220,19 @@ type RejectBody struct {
 // window, so w= is left out. A request the cluster refuses as invalid (an
 // identity or route the policy does not accept) gets 400; FailureMode
 // applies only when no node answers.
-func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
-	if !cfg.FailureMode.Valid() {
-		panic(fmt.Sprintf("client: Middleware: %v is not a failure mode", cfg.FailureMode))
+//
+// The caller is who cfg.Identity says, else its IP (see MiddlewareConfig).
+// Middleware returns cfg.Validate's error for a config that fails it.
+func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
+	trusted, err := cfg.trustedProxies()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Identity == nil {
-		cfg.Identity = func(r *http.Request) (string, string) { return r.Header.Get("X-API-Key"), "" }
+		cfg.Identity = func(*http.Request) (string, string) { return "", "" }
 	}
 	if cfg.IP == nil {
-		cfg.IP = func(r *http.Request) string {
-			host, _, err := net.SplitHostPort(r.RemoteAddr)
-			if err != nil {
-				return r.RemoteAddr
-			}
-			return host
-		}
+		cfg.IP = func(r *http.Request) string { return clientIP(r, trusted) }
 	}
 	if cfg.Route == nil {
 		cfg.Route = func(r *http.Request) string { return r.URL.Path }
@@ -144,7 +289,7 @@ func Middleware(cfg MiddlewareConfig) func(http.Handler) http.Handler {
 			}
 			next.ServeHTTP(w, r)
 		})
-	}
+	}, nil
 }
 
 // fromMillis turns a decision's milliseconds into a Duration: negative is
@@ -161,6 +306,12 @@ func fromMillis(ms int64) time.Duration {
 
 // HeaderIdentity returns an Identity function that reads the API key from
 // the named header and the user from another ("" to skip either).
+//
+// Use it only behind an authenticating proxy that verifies the caller and
+// sets (or strips) these headers itself on every request that reaches the
+// service. Facing clients directly, it lets a client name any identity it
+// likes: rotating the header gets it fresh buckets on every request, and
+// naming someone else's key spends theirs.
 func HeaderIdentity(apiKeyHeader, userHeader string) func(*http.Request) (string, string) {
 	return func(r *http.Request) (string, string) {
 		var k, u string

@@ -75,7 +75,11 @@ func newMW(t *testing.T, c *testCluster, targets []string, tweak func(*client.Mi
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	h := client.Middleware(cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mw, err := client.Middleware(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.served.Add(1)
 		io.WriteString(w, "served "+r.URL.Path)
 	}))
@@ -328,12 +332,11 @@ func TestMiddlewareFailureModes(t *testing.T) {
 		}
 	})
 	t.Run("not a failure mode", func(t *testing.T) {
-		defer func() {
-			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "failure_mode(7)") {
-				t.Fatalf("Middleware with failure mode 7: recovered %v, want a panic naming it", r)
-			}
-		}()
-		client.Middleware(client.MiddlewareConfig{FailureMode: bucket.FailureMode(7)})
+		cl := newClient(t, client.Config{Targets: dead})
+		mw, err := client.Middleware(client.MiddlewareConfig{Client: cl, FailureMode: bucket.FailureMode(7)})
+		if mw != nil || err == nil || !strings.Contains(err.Error(), "failure_mode(7)") {
+			t.Fatalf("Middleware with failure mode 7: %v, want an error naming it", err)
+		}
 	})
 }
 
