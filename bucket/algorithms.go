@@ -9,7 +9,7 @@ import "math/bits"
 //	LeakyBucket          a = queued cost in units of 1/den, b = time of last check
 //	FixedWindow          a = window start, b = count in that window
 //	SlidingWindowCounter a = window start, b = curr<<32 | prev
-//	SlidingWindowLog     a = 1 once the key has been seen (timestamps live apart)
+//	SlidingWindowLog     unused (the log's runs live apart)
 //
 // The zero state with seen == false means "never seen": full.
 type state struct {
@@ -18,7 +18,7 @@ type state struct {
 
 // take applies one check to st (and, for the log, to *log). It assumes l is
 // valid and 1 ≤ cost ≤ l.Capacity(); callers check both.
-func (l *Limit) take(st *state, log *[]int64, fresh bool, now, cost int64) Decision {
+func (l *Limit) take(st *state, log *[]logRun, fresh bool, now, cost int64) Decision {
 	switch l.alg {
 	case TokenBucket:
 		return l.takeToken(st, fresh, now, cost)
@@ -178,37 +178,86 @@ func (l *Limit) takeCounter(st *state, now, cost int64) Decision {
 	return d
 }
 
-func (l *Limit) takeLog(log *[]int64, now, cost int64) Decision {
-	ts := *log
-	if n := len(ts); n > 0 && now < ts[n-1] {
-		now = ts[n-1]
+// logRun is n units of cost admitted at one instant t: the sliding window
+// log keeps runs, oldest first, with t never decreasing, instead of one
+// timestamp per unit.
+type logRun struct {
+	t, n int64
+}
+
+// maxLogRuns bounds the runs a key's log holds (16 bytes each). A check that
+// would add a run beyond it first merges two adjacent runs into the later
+// one's time (see mergeRuns), so merging only ever keeps cost longer.
+const maxLogRuns = 64
+
+// mergeRuns merges the adjacent pair of runs whose merge delays the least
+// cost-time (the older run's n × the gap to the next run) into the later
+// run's time, and returns the log one run shorter. Units never move earlier,
+// so the merged log refuses whenever the exact one would.
+func mergeRuns(rs []logRun) []logRun {
+	best := 0
+	for i := 1; i < len(rs)-1; i++ {
+		if cmpMul(rs[i].n, rs[i+1].t-rs[i].t, rs[best].n, rs[best+1].t-rs[best].t) < 0 {
+			best = i
+		}
+	}
+	rs[best+1].n += rs[best].n
+	copy(rs[best:], rs[best+1:])
+	return rs[:len(rs)-1]
+}
+
+// appendRun adds cost at time t (no earlier than the newest run) to rs,
+// within maxLogRuns, reusing the array of *log when it has room.
+func appendRun(log *[]logRun, rs []logRun, t, cost int64) []logRun {
+	if k := len(rs); k > 0 && rs[k-1].t >= t {
+		rs[k-1].n += cost
+		return rs
+	}
+	if len(rs) >= maxLogRuns {
+		rs = mergeRuns(rs)
+	}
+	if len(rs) == cap(rs) && cap(*log) > len(rs) {
+		rs = append((*log)[:0], rs...) // compact in place
+	}
+	return append(rs, logRun{t, cost})
+}
+
+func (l *Limit) takeLog(log *[]logRun, now, cost int64) Decision {
+	rs := *log
+	if k := len(rs); k > 0 && now < rs[k-1].t {
+		now = rs[k-1].t
 	}
 	w := int64(l.per)
-	// Drop what left the window: a timestamp t counts while t > now − w.
+	// Drop what left the window: a run at t counts while t > now − w.
 	i := 0
-	for i < len(ts) && ts[i] <= now-w {
+	for i < len(rs) && rs[i].t <= now-w {
 		i++
 	}
-	ts = ts[i:]
-	n := int64(len(ts))
+	rs = rs[i:]
+	var n int64
+	for _, r := range rs {
+		n += r.n
+	}
 	d := Decision{Limit: l.limit}
 	if n+cost > l.limit {
-		// The (n+cost−limit)-th oldest entry must expire first.
-		d.RetryAfter = roundUpMs(ts[n+cost-l.limit-1] + w - now)
+		// The (n+cost−limit)-th oldest unit must expire first.
+		k := n + cost - l.limit
+		for _, r := range rs {
+			if k <= r.n {
+				d.RetryAfter = roundUpMs(r.t + w - now)
+				break
+			}
+			k -= r.n
+		}
 	} else {
 		d.Allowed = true
-		if int64(cap(ts)) < n+cost && cap(*log) >= len(ts)+int(cost) {
-			ts = append((*log)[:0], ts...) // compact in place
-		}
-		for range cost {
-			ts = append(ts, now)
-		}
+		rs = appendRun(log, rs, now, cost)
 		n += cost
 	}
-	*log = ts
+	*log = rs
 	d.Remaining = l.limit - n
 	if n > 0 {
-		d.ResetAfter = roundUpMs(ts[n-1] + w - now)
+		d.ResetAfter = roundUpMs(rs[len(rs)-1].t + w - now)
 	}
 	return d
 }

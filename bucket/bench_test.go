@@ -139,8 +139,8 @@ func BenchmarkClock(b *testing.B) {
 
 // BenchmarkMemoryPerKey fills a store with 1M keys of each algorithm and
 // reports the heap bytes per key (runtime.MemStats after a GC). The sliding
-// window log is measured at a limit of 10 with every key holding 10
-// timestamps; its memory grows by 8 bytes per admitted unit of cost.
+// window log is measured at a limit of 10 with every key holding one run
+// of 10; its memory grows by 16 bytes per run, up to 64 runs.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	for alg := range numAlgorithms {
 		b.Run(alg.String(), func(b *testing.B) { benchMemory(b, alg, "user:%d") })

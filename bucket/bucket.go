@@ -115,10 +115,11 @@ func (b *SlidingCounter) TakeAt(at clock.Instant, cost int64) (Decision, error) 
 func (b *SlidingCounter) Limit() Limit { return b.lim }
 
 // SlidingLog is a sliding window log: the exact count of cost admitted in the
-// last Per, one timestamp per unit of cost.
+// last Per, kept as runs of cost admitted at one instant (at most 64, see
+// maxLogRuns).
 type SlidingLog struct {
 	lim Limit
-	log []int64
+	log []logRun
 }
 
 // TakeAt implements Bucket.

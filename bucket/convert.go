@@ -8,7 +8,7 @@ package bucket
 // and a client cannot empty its own history by alternating limits.
 
 // used returns the cost spent (or queued) under l at time now, rounded up.
-func (l *Limit) used(st *state, log []int64, now int64) int64 {
+func (l *Limit) used(st *state, log []logRun, now int64) int64 {
 	switch l.alg {
 	case TokenBucket:
 		level := st.a + l.elapsedUnits(st.b, now, l.capUnits-st.a)
@@ -34,9 +34,9 @@ func (l *Limit) used(st *state, log []int64, now int64) int64 {
 		return 0
 	default:
 		var n int64
-		for _, t := range log {
-			if t > now-int64(l.per) {
-				n++
+		for _, r := range log {
+			if r.t > now-int64(l.per) {
+				n += r.n
 			}
 		}
 		return n
@@ -45,7 +45,7 @@ func (l *Limit) used(st *state, log []int64, now int64) int64 {
 
 // setUsed makes st (and *log) the state of a key under l that has spent used
 // at time now.
-func (l *Limit) setUsed(st *state, log *[]int64, now, used int64) {
+func (l *Limit) setUsed(st *state, log *[]logRun, now, used int64) {
 	used = min(max(used, 0), l.burst)
 	switch l.alg {
 	case TokenBucket:
@@ -57,20 +57,30 @@ func (l *Limit) setUsed(st *state, log *[]int64, now, used int64) {
 	case SlidingWindowCounter:
 		st.a, st.b = windowStart(now, int64(l.per)), used<<32
 	default:
-		// Keep the newest timestamps still in the new window, then pad with now.
-		ts := (*log)[:0]
-		for _, t := range *log {
-			if t > now-int64(l.per) {
-				ts = append(ts, t)
+		// Keep the newest units still in the new window, then add the rest
+		// as one run at now (or at the newest run, if the clock is behind
+		// it): at most one run more than the log held, within maxLogRuns.
+		rs := (*log)[:0]
+		var have int64
+		for _, r := range *log {
+			if r.t > now-int64(l.per) {
+				rs = append(rs, r)
+				have += r.n
 			}
 		}
-		if int64(len(ts)) > used {
-			ts = ts[int64(len(ts))-used:]
+		for have > used {
+			if drop := have - used; rs[0].n > drop {
+				rs[0].n -= drop
+				have = used
+			} else {
+				have -= rs[0].n
+				rs = rs[1:]
+			}
 		}
-		for int64(len(ts)) < used {
-			ts = append(ts, now)
+		if have < used {
+			rs = appendRun(log, rs, now, used-have)
 		}
-		*log = ts
+		*log = rs
 	}
 }
 
@@ -95,9 +105,17 @@ func (l *Limit) refund(st *state, now, cost int64) {
 	}
 }
 
-// refundLog drops the cost newest timestamps: the ones the refunded check
-// added.
-func (l *Limit) refundLog(log *[]int64, cost int64) {
-	n := max(int64(len(*log))-cost, 0)
-	*log = (*log)[:n]
+// refundLog drops the cost newest units: the ones the refunded check added.
+func (l *Limit) refundLog(log *[]logRun, cost int64) {
+	rs := *log
+	for cost > 0 && len(rs) > 0 {
+		last := &rs[len(rs)-1]
+		if last.n > cost {
+			last.n -= cost
+			break
+		}
+		cost -= last.n
+		rs = rs[:len(rs)-1]
+	}
+	*log = rs
 }

@@ -70,8 +70,8 @@ const (
 	MaxPer = 366 * 24 * time.Hour
 	// MaxCount is the largest Limit or Burst of any algorithm.
 	MaxCount = 1<<31 - 1
-	// MaxLogLimit is the largest Limit of a SlidingWindowLog: its memory per
-	// key grows with the limit (8 bytes per admitted unit of cost).
+	// MaxLogLimit is the largest Limit of a SlidingWindowLog. A key's log
+	// holds at most 64 runs of 16 bytes whatever the limit (see logRun).
 	MaxLogLimit = 100_000
 	// MaxKeyLen is the longest key, in bytes.
 	MaxKeyLen = 1024

@@ -192,8 +192,8 @@ type shard struct {
 	head, tail uint32
 	evictions  uint64
 
-	logs   map[uint32][]int64 // sliding window log timestamps by slot
-	limits map[uint64]Limit   // limits seen, by fingerprint, for conversion
+	logs   map[uint32][]logRun // sliding window log runs by slot
+	limits map[uint64]Limit    // limits seen, by fingerprint, for conversion
 
 	// long holds the keys longer than inlineKey, by page and slot. A page's
 	// strings are allocated when it first holds a long key and kept after
@@ -208,7 +208,7 @@ type shard struct {
 func (sh *shard) init(capacity int) {
 	sh.capacity = capacity
 	sh.idx.init(min(capacity, 1024))
-	sh.logs = make(map[uint32][]int64)
+	sh.logs = make(map[uint32][]logRun)
 	sh.limits = make(map[uint64]Limit)
 	sh.head, sh.tail = none, none
 }

@@ -88,8 +88,20 @@ func (ls *leases) size(c *Check, members int) int64 {
 }
 
 // install records a lease the owner granted, giving back what an older
-// lease on the key still held.
+// lease on the key still held. The grant is capped by this node's own
+// LeaseConfig: at most TTL long and Max tokens, so a peer cannot make this
+// node hold a lease longer or larger than it would grant itself. Tokens
+// granted beyond Max go straight back to the owner.
 func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.Instant) {
+	if extra := granted - ls.cfg.Max; extra > 0 {
+		granted = ls.cfg.Max
+		ls.m.leasesReturned.Add(float64(extra))
+		ls.giveBack(c.Key, c.Limit, extra)
+	}
+	ttl = min(ttl, ls.cfg.TTL)
+	if granted <= 0 || ttl <= 0 {
+		return
+	}
 	nl := &lease{expires: now.Add(ttl), limit: c.Limit}
 	nl.tokens.Store(granted)
 	if old, loaded := ls.held.Swap(c.Key, nl); loaded {

@@ -147,3 +147,57 @@ func TestLeaseOnlyTokenBucket(t *testing.T) {
 		t.Fatal("a leased fixed window was accepted")
 	}
 }
+
+// A lease is never longer than this node's own Lease.TTL, whatever the
+// owner's config grants.
+func TestLeaseTTLCappedByReceiver(t *testing.T) {
+	clock := testkit.NewClock(0)
+	nodes := startNodes(t, clock, func(c *nodeConfig) {
+		if c.Self == "B" {
+			c.Lease = LeaseConfig{TTL: time.Hour, Max: 1_000_000}
+		}
+	}, "A", "B", "C")
+	formCluster(clock, nodes...)
+	a := nodes[0]
+	ttl := a.r.cfg.Lease.TTL
+	key := keysOwnedBy(t, a.r, "B", "lease", 1)[0]
+	lim := bucket.MustLimit(bucket.TokenBucket, 6000, time.Minute, 600)
+	if res := checkLeased(t, a.r, key, lim); !res.Allowed || res.Owner != "B" {
+		t.Fatalf("first check: %+v, want admitted by B", res)
+	}
+	v, ok := a.r.leases.held.Load(key)
+	if !ok {
+		t.Fatal("A holds no lease after a leased check")
+	}
+	if got := v.(*lease).expires.Sub(clock.Now()); got > ttl {
+		t.Fatalf("lease expires in %v, want at most A's TTL %v (B grants %v)", got, ttl, time.Hour)
+	}
+	clock.Advance(ttl)
+	if res := checkLeased(t, a.r, key, lim); res.Leased {
+		t.Fatalf("check after A's TTL: %+v, want decided by the owner", res)
+	}
+}
+
+// A grant larger than this node's Lease.Max or longer than its Lease.TTL,
+// as a misbehaving peer might send, is cut down to both, and the tokens
+// beyond Max go back to the owner.
+func TestLeaseInstallCapped(t *testing.T) {
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, nil)
+	cfg := LeaseConfig{TTL: 100 * time.Millisecond, Max: 50}
+	var back int64
+	ls := newLeases(cfg, clock, a.r.leases.m, func(_ string, _ bucket.Limit, n int64) { back += n })
+	c := &Check{Key: "k", Limit: bucket.MustLimit(bucket.TokenBucket, 1_000_000, time.Second, 1_000_000), Cost: 1}
+	ls.install(c, 1_000_000, 24*time.Hour, clock.Now())
+	v, _ := ls.held.Load("k")
+	l := v.(*lease)
+	if got := l.tokens.Load(); got != cfg.Max {
+		t.Fatalf("lease holds %d tokens, want Max %d", got, cfg.Max)
+	}
+	if got := l.expires.Sub(clock.Now()); got != cfg.TTL {
+		t.Fatalf("lease expires in %v, want TTL %v", got, cfg.TTL)
+	}
+	if back != 1_000_000-cfg.Max {
+		t.Fatalf("gave back %d tokens, want %d", back, 1_000_000-cfg.Max)
+	}
+}
