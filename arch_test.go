@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"cluster":          {"clock"},
 	"proto":            {},
 	"internal/batcher": {},
+	"internal/devca":   {},
 	"peer":             {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":          {"bucket", "clock", "peer"},
 	"policy":           {"bucket", "clock"},
