@@ -109,15 +109,31 @@ func newHarness(t *testing.T) *harness {
 // so a test may close it earlier). On failure the tail of its log is
 // printed.
 func (h *harness) start(name string, join ...string) (*node, *logSink) {
+	h.t.Helper()
+	return h.startWith(name, joinArgs(join), nil)
+}
+
+// joinArgs is the --join flag for the gossip addresses join, if any.
+func joinArgs(join []string) []string {
+	if len(join) == 0 {
+		return nil
+	}
+	return []string{"--join", strings.Join(join, ",")}
+}
+
+// startWith starts an in-process node named name on 127.0.0.1:0 with the
+// extra flags, tweak (if not nil) editing the parsed config, and closes it
+// in t.Cleanup, printing the tail of its log if the test failed.
+func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*node, *logSink) {
 	t := h.t
 	t.Helper()
-	args := []string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}
-	if len(join) > 0 {
-		args = append(args, "--join", strings.Join(join, ","))
-	}
+	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
 	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tweak != nil {
+		tweak(&cfg)
 	}
 	sink := &logSink{}
 	n, err := startNode(cfg, newJSONLogger(sink, cfg.logLevel))

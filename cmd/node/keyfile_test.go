@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -113,33 +112,12 @@ func TestPrintNewKey(t *testing.T) {
 	}
 }
 
-// startArgs starts an in-process node on 127.0.0.1:0 with extra flags and
-// closes it when the test ends.
+// startArgs starts an in-process node on 127.0.0.1:0 with extra flags,
+// re-reading its gossip key file every 100ms, and closes it when the test
+// ends.
 func (h *harness) startArgs(name string, extra ...string) (*node, *logSink) {
-	t := h.t
-	t.Helper()
-	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
-	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.keyFilePoll = 100 * time.Millisecond
-	sink := &logSink{}
-	n, err := startNode(cfg, newJSONLogger(sink, cfg.logLevel))
-	if err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := n.Close(ctx); err != nil {
-			t.Errorf("close %s: %v", name, err)
-		}
-		if t.Failed() {
-			t.Logf("last log lines of %s:\n%s", name, strings.Join(sink.tail(40), "\n"))
-		}
-	})
-	return n, sink
+	h.t.Helper()
+	return h.startWith(name, extra, func(c *config) { c.keyFilePoll = 100 * time.Millisecond })
 }
 
 // memberNames returns the names n's cluster lists, in any state.

@@ -48,31 +48,8 @@ func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...st
 	if err := os.WriteFile(tokens, []byte("oncall:"+testAdminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0",
-		"--policy", policyPath, "--audit-log", auditPath, "--admin-token-file", tokens}
-	if len(join) > 0 {
-		args = append(args, "--join", strings.Join(join, ","))
-	}
-	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &logSink{}
-	n, err := startNode(cfg, newJSONLogger(sink, cfg.logLevel))
-	if err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := n.Close(ctx); err != nil {
-			t.Errorf("close %s: %v", name, err)
-		}
-		if t.Failed() {
-			t.Logf("last log lines of %s:\n%s", name, strings.Join(sink.tail(40), "\n"))
-		}
-	})
-	return n, sink
+	extra := append([]string{"--policy", policyPath, "--audit-log", auditPath, "--admin-token-file", tokens}, joinArgs(join)...)
+	return h.startWith(name, extra, nil)
 }
 
 // policyCluster is three nodes joined together, node i running the policy
