@@ -306,12 +306,14 @@ func findGroup(groups []*group, owner string) *group {
 	return nil
 }
 
-// decideLocal decides a check of a key this node owns on its store. A key
-// it holds no copy of first gets one from where its state is: the
-// replica of a previous owner that died, or, during the grace period after
-// a ring change, the previous owner itself.
+// decideLocal decides a check of a key this node owns on its store. During
+// the grace period after a ring change, or while a member is down, a key it
+// holds no copy of first gets one from where its state is: the replica of a
+// previous owner that died, or the previous owner itself.
 func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket.Limit, cost int64, now clock.Instant) Result {
-	if !r.cfg.Store.Has(key) {
+	// Only after a ring change (or while a member is down) can a key this
+	// node has no copy of have state elsewhere: no lookup otherwise.
+	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
 	}
 	d, err := r.cfg.Store.Take(key, l, now, cost)
