@@ -79,15 +79,24 @@ func (r *Router) follow(ctx context.Context, v *view, from, to string, idx []int
 		}
 		return nil
 	}
-	if _, err := r.ask(ctx, v, to, idx, checks, out, true, now); err != nil {
+	_, err := r.lastHop(ctx, v, to, to, idx, checks, out, now)
+	return err
+}
+
+// lastHop asks name to decide the checks idx whatever its ring says; when
+// it cannot be reached they are answered as unreachable checks of owner.
+// It reports whether name decided them, or ctx's error.
+func (r *Router) lastHop(ctx context.Context, v *view, name, owner string, idx []int, checks []Check, out []Result, now clock.Instant) (bool, error) {
+	if _, err := r.ask(ctx, v, name, idx, checks, out, true, now); err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 		for _, i := range idx {
-			out[i] = r.unreachable(v, &checks[i], to, now)
+			out[i] = r.unreachable(v, &checks[i], owner, now)
 		}
+		return false, nil
 	}
-	return nil
+	return true, nil
 }
 
 // awaitChange waits, at most half the peer deadline, for a view newer than
@@ -183,16 +192,13 @@ func (r *Router) standIn(ctx context.Context, v *view, owner string, idx []int, 
 		}
 	}
 	for succ, idx := range bySucc {
-		if _, err := r.ask(ctx, v, succ, idx, checks, out, true, now); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			for _, i := range idx {
-				out[i] = r.unreachable(v, &checks[i], owner, now)
-			}
-			continue
+		decided, err := r.lastHop(ctx, v, succ, owner, idx, checks, out, now)
+		if err != nil {
+			return err
 		}
-		r.m.standInForwarded.Add(float64(len(idx)))
+		if decided {
+			r.m.standInForwarded.Add(float64(len(idx)))
+		}
 	}
 	return nil
 }
