@@ -17,20 +17,21 @@ const module = "github.com/ringlimit/ringlimit/"
 // import. Imports go one way: the leaves (clock, ring, proto, the internal
 // helpers) import no project package; bucket only the clock.
 var allowed = map[string][]string{
-	"clock":            {},
-	"bucket":           {"clock"},
-	"ring":             {},
-	"cluster":          {"clock"},
-	"proto":            {},
-	"internal/batcher": {},
-	"internal/devca":   {},
-	"peer":             {"bucket", "clock", "proto", "internal/batcher"},
-	"forward":          {"bucket", "clock", "peer"},
-	"policy":           {"bucket", "clock"},
-	"ratelimitheader":  {"clock"},
-	"api":              {"policy", "forward", "proto", "bucket", "clock", "ratelimitheader"},
-	"client":           {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader"},
-	"cmd":              nil, // wires everything
+	"clock":             {},
+	"bucket":            {"clock"},
+	"ring":              {},
+	"cluster":           {"clock"},
+	"proto":             {},
+	"internal/batcher":  {},
+	"internal/devca":    {},
+	"internal/certfile": {},
+	"peer":              {"bucket", "clock", "proto", "internal/batcher"},
+	"forward":           {"bucket", "clock", "peer"},
+	"policy":            {"bucket", "clock"},
+	"ratelimitheader":   {"clock"},
+	"api":               {"policy", "forward", "proto", "bucket", "clock", "ratelimitheader"},
+	"client":            {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader"},
+	"cmd":               nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
 	"internal/testkit":  nil,
 	"internal/faultnet": {},

@@ -64,7 +64,8 @@ type QuorumStatus struct {
 // did not say.
 type ClusterMember struct {
 	Name   string `json:"name"`
-	GRPC   string `json:"grpc"`
+	GRPC   string `json:"grpc"` // public gRPC API
+	Peer   string `json:"peer"` // peer gRPC service (other nodes only)
 	Gossip string `json:"gossip"`
 	State  string `json:"state"`
 	OnRing bool   `json:"on_ring"`

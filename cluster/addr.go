@@ -54,8 +54,8 @@ func checkDialable(addr string) error {
 	if port == 0 {
 		return fmt.Errorf("%q has port 0", addr)
 	}
-	if len(addr) > MaxGRPCAddrLen {
-		return fmt.Errorf("%d bytes, longer than %d", len(addr), MaxGRPCAddrLen)
+	if len(addr) > MaxAddrLen {
+		return fmt.Errorf("%d bytes, longer than %d", len(addr), MaxAddrLen)
 	}
 	return nil
 }

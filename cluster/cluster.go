@@ -27,7 +27,7 @@ var ErrClosed = errors.New("cluster: closed")
 const leaveWaitWithoutDeadline = 5 * time.Second
 
 // Cluster is this process's membership in a ringlimit cluster: it gossips
-// with the other members, detects failures, advertises Config.GRPCAddr,
+// with the other members, detects failures, advertises Config.PeerAddr,
 // reports changes to Config.Listener, and carries Config.Messages
 // (Broadcast, push/pull state) to and from the other members.
 //
@@ -141,7 +141,7 @@ func New(cfg Config) (*Cluster, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopJoin = cancel
 	go c.joinLoop(ctx, len(seeds) > 0)
-	c.log.Info("cluster: started", "name", cfg.Name, "gossip", c.localAddr, "grpc", cfg.GRPCAddr, "seeds", seeds)
+	c.log.Info("cluster: started", "name", cfg.Name, "gossip", c.localAddr, "grpc", cfg.PeerAddr, "seeds", seeds)
 	return c, nil
 }
 

@@ -152,7 +152,7 @@ func startNode(t *testing.T, name string, opts ...nodeOpt) *testNode {
 	n := &testNode{name: name, grpc: name + ".grpc.test:9091", rec: &recorder{}, log: newTestLog(t, name)}
 	cfg := DefaultLocalConfig()
 	cfg.Name = name
-	cfg.GRPCAddr = n.grpc
+	cfg.PeerAddr = n.grpc
 	cfg.Listener = n.rec
 	cfg.Logger = slog.New(n.log)
 	for _, o := range opts {
@@ -220,7 +220,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error
 func expectAlive(observers []*testNode, want ...*testNode) error {
 	wantList := make([]Member, 0, len(want))
 	for _, w := range want {
-		wantList = append(wantList, Member{Name: w.name, GRPCAddr: w.grpc, GossipAddr: w.LocalAddr(), State: StateAlive})
+		wantList = append(wantList, Member{Name: w.name, PeerAddr: w.grpc, GossipAddr: w.LocalAddr(), State: StateAlive})
 	}
 	slices.SortFunc(wantList, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	for _, o := range observers {
@@ -593,7 +593,7 @@ func TestConfigValidate(t *testing.T) {
 	valid := func() Config {
 		c := DefaultLocalConfig()
 		c.Name = "n1"
-		c.GRPCAddr = "127.0.0.1:9091"
+		c.PeerAddr = "127.0.0.1:9091"
 		return c
 	}
 	tests := []struct {
@@ -602,17 +602,17 @@ func TestConfigValidate(t *testing.T) {
 		wantErr string // substring; "" means valid
 	}{
 		{"local defaults", func(*Config) {}, ""},
-		{"LAN defaults", func(c *Config) { *c = DefaultLANConfig(); c.Name = "n1"; c.GRPCAddr = "10.0.0.1:9091" }, ""},
+		{"LAN defaults", func(c *Config) { *c = DefaultLANConfig(); c.Name = "n1"; c.PeerAddr = "10.0.0.1:9091" }, ""},
 		{"zero timings take LAN defaults", func(c *Config) {
-			*c = Config{Name: "n1", BindAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:9091"}
+			*c = Config{Name: "n1", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:9091"}
 		}, ""},
 		{"hostname seed", func(c *Config) { c.Seeds = []string{"node-2.example:7946"} }, ""},
 		{"empty name", func(c *Config) { c.Name = "" }, "Name is required"},
-		{"missing GRPCAddr", func(c *Config) { c.GRPCAddr = "" }, "GRPCAddr is required"},
-		{"GRPCAddr without port", func(c *Config) { c.GRPCAddr = "127.0.0.1" }, "GRPCAddr"},
-		{"GRPCAddr port 0", func(c *Config) { c.GRPCAddr = "127.0.0.1:0" }, "port 0"},
-		{"GRPCAddr unspecified", func(c *Config) { c.GRPCAddr = "0.0.0.0:9091" }, "not dialable"},
-		{"GRPCAddr too long", func(c *Config) { c.GRPCAddr = strings.Repeat("h", MaxGRPCAddrLen) + ":9091" }, "longer than"},
+		{"missing PeerAddr", func(c *Config) { c.PeerAddr = "" }, "PeerAddr is required"},
+		{"PeerAddr without port", func(c *Config) { c.PeerAddr = "127.0.0.1" }, "PeerAddr"},
+		{"PeerAddr port 0", func(c *Config) { c.PeerAddr = "127.0.0.1:0" }, "port 0"},
+		{"PeerAddr unspecified", func(c *Config) { c.PeerAddr = "0.0.0.0:9091" }, "not dialable"},
+		{"PeerAddr too long", func(c *Config) { c.PeerAddr = strings.Repeat("h", MaxAddrLen) + ":9091" }, "longer than"},
 		{"missing BindAddr", func(c *Config) { c.BindAddr = "" }, "BindAddr is required"},
 		{"BindAddr without port", func(c *Config) { c.BindAddr = "127.0.0.1" }, "BindAddr"},
 		{"BindAddr hostname", func(c *Config) { c.BindAddr = "localhost:7946" }, "not an IP address"},
@@ -668,7 +668,7 @@ func TestNewBindError(t *testing.T) {
 	a := startNode(t, "a")
 	cfg := DefaultLocalConfig()
 	cfg.Name = "b"
-	cfg.GRPCAddr = "127.0.0.1:9091"
+	cfg.PeerAddr = "127.0.0.1:9091"
 	cfg.BindAddr = a.LocalAddr() // taken
 	if c, err := New(cfg); err == nil {
 		_ = c.Close(ctxTimeout(t, time.Second))
@@ -695,10 +695,11 @@ func TestDefaultLocalConfigIsBuiltFromLAN(t *testing.T) {
 
 func TestMetaRoundTrip(t *testing.T) {
 	for _, m := range []meta{
-		{grpcAddr: "127.0.0.1:9091"},
-		{grpcAddr: "node-1.example:9091", leaving: true},
-		{grpcAddr: "[::1]:9091"},
-		{grpcAddr: strings.Repeat("h", MaxGRPCAddrLen-5) + ":9091"},
+		{peerAddr: "127.0.0.1:9091"},
+		{peerAddr: "node-1.example:9091", leaving: true},
+		{peerAddr: "[::1]:9091"},
+		{peerAddr: strings.Repeat("h", MaxAddrLen-5) + ":9091", apiAddr: strings.Repeat("a", MaxAddrLen-5) + ":9090"},
+		{peerAddr: "10.0.0.1:9191", apiAddr: "10.0.0.1:9091"},
 	} {
 		b := encodeMeta(m)
 		if len(b) > memberlist.MetaMaxSize {
@@ -709,13 +710,14 @@ func TestMetaRoundTrip(t *testing.T) {
 			t.Errorf("decodeMeta(encodeMeta(%v)) = %v, %v", m, got, err)
 		}
 	}
-	for _, b := range [][]byte{nil, {1}, {2, 0, 'a', ':', '1'}, {1, 0}, []byte("\x01\x00no-port")} {
+	for _, b := range [][]byte{nil, {2}, {1, 0, 3, 'a', ':', '1'}, {2, 0}, []byte("\x02\x00\x07no-port"),
+		[]byte("\x02\x00\x09h:1"), []byte("\x02\x00\x03h:1no-port")} {
 		if m, err := decodeMeta(b); err == nil {
 			t.Errorf("decodeMeta(%q) = %v, want an error", b, m)
 		}
 	}
 	// Unknown flag bits are ignored (forward compatibility).
-	if m, err := decodeMeta([]byte("\x01\xfeh:1")); err != nil || m.leaving || m.grpcAddr != "h:1" {
+	if m, err := decodeMeta([]byte("\x02\xfe\x03h:1")); err != nil || m.leaving || m.peerAddr != "h:1" || m.apiAddr != "" {
 		t.Errorf("decodeMeta with unknown flags = %v, %v", m, err)
 	}
 }

@@ -12,17 +12,8 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 )
 
-// metaHeaderLen is the number of bytes encodeMeta puts before the gRPC
-// address (format version and flags).
-const metaHeaderLen = 2
-
-// MaxGRPCAddrLen is the longest GRPCAddr a member can advertise: memberlist
-// limits node metadata to memberlist.MetaMaxSize (512) bytes, and the metadata
-// carries a 2-byte header in front of the address.
-const MaxGRPCAddrLen = memberlist.MetaMaxSize - metaHeaderLen
-
 // Config configures one member of the cluster. Build it from DefaultLANConfig
-// or DefaultLocalConfig and set Name, BindAddr, GRPCAddr and Seeds; New
+// or DefaultLocalConfig and set Name, BindAddr, PeerAddr and Seeds; New
 // validates it (see Validate). New copies the Config: changing it afterwards
 // has no effect.
 //
@@ -80,11 +71,17 @@ type Config struct {
 	// (memberlist overrides it).
 	AdvertiseAddr string
 
-	// GRPCAddr is the host:port where this member serves the peer gRPC API.
+	// PeerAddr is the host:port where this member serves the peer gRPC API.
 	// It is advertised to the other members in the gossip metadata (at most
-	// MaxGRPCAddrLen bytes), so it must be dialable by them: a concrete host
+	// MaxAddrLen bytes), so it must be dialable by them: a concrete host
 	// and a non-zero port, not 0.0.0.0. Required.
-	GRPCAddr string
+	PeerAddr string
+
+	// APIAddr is the host:port of this member's public gRPC API, where
+	// clients send checks. It is advertised beside PeerAddr, for the
+	// members' status pages and for clients that route by owner. Optional;
+	// when set, the same rules as PeerAddr apply.
+	APIAddr string
 
 	// Seeds are host:port gossip addresses of members to join ("--join").
 	// Empty for the first member. Hostnames are resolved at every attempt
@@ -231,7 +228,7 @@ type Config struct {
 
 // DefaultLANConfig returns memberlist's LAN timings (memberlist.DefaultLANConfig:
 // 1s probes, 500ms probe timeout, suspicion 4 × log10(N) probe intervals) and
-// binds gossip to 0.0.0.0:7946. Name and GRPCAddr must still be set.
+// binds gossip to 0.0.0.0:7946. Name and PeerAddr must still be set.
 // A crash is detected in roughly 5 to 10 seconds in a small cluster.
 func DefaultLANConfig() Config {
 	ml := memberlist.DefaultLANConfig()

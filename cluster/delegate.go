@@ -25,10 +25,10 @@ var (
 	_ memberlist.PingDelegate  = (*delegate)(nil)
 )
 
-// NodeMeta advertises our gRPC address and whether we are leaving.
+// NodeMeta advertises our peer and API addresses and whether we are leaving.
 func (d *delegate) NodeMeta(limit int) []byte {
-	b := encodeMeta(meta{grpcAddr: d.c.cfg.GRPCAddr, leaving: d.c.leaving.Load()})
-	if len(b) > limit { // cannot happen: Validate bounds GRPCAddr
+	b := encodeMeta(meta{peerAddr: d.c.cfg.PeerAddr, apiAddr: d.c.cfg.APIAddr, leaving: d.c.leaving.Load()})
+	if len(b) > limit { // cannot happen: Validate bounds PeerAddr and APIAddr
 		return nil
 	}
 	return b
@@ -51,7 +51,7 @@ func (d *delegate) LocalState(join bool) []byte { return d.c.localState() }
 func (d *delegate) MergeRemoteState(buf []byte, join bool) { d.c.mergeState(buf) }
 
 // NotifyAlive admits only members whose metadata decodes (a ringlimit member
-// with a usable gRPC address). Anything else — a member of another
+// with a usable peer address). Anything else — a member of another
 // memberlist-based cluster pointed at our port, an incompatible version — is
 // refused and logged.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {

@@ -10,7 +10,8 @@
 //
 // Invariants the package keeps:
 //
-//   - Every member advertises its gRPC address in its gossip metadata; a
+//   - Every member advertises its peer gRPC address (and its public gRPC
+//     address, if set) in its gossip metadata; a
 //     member whose metadata does not decode is never admitted.
 //   - Alive is exactly the alive and suspect members, sorted by name: a
 //     suspect member keeps its keys until it is declared dead. The Listener
@@ -76,7 +77,8 @@
 //	cfg := cluster.DefaultLANConfig()
 //	cfg.Name = "node-1"
 //	cfg.BindAddr = "10.0.0.1:7946"
-//	cfg.GRPCAddr = "10.0.0.1:9091"
+//	cfg.PeerAddr = "10.0.0.1:9191"
+//	cfg.APIAddr = "10.0.0.1:9091"
 //	cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
 //	cfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) { ring.Set(onRing(all)) })
 //	cfg.Messages = overrides // Receive, LocalState, MergeState

@@ -54,7 +54,8 @@ func (c *Cluster) upsert(n *memberlist.Node, m meta) {
 	}
 	r.m = Member{
 		Name:       n.Name,
-		GRPCAddr:   m.grpcAddr,
+		PeerAddr:   m.peerAddr,
+		APIAddr:    m.apiAddr,
 		GossipAddr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
 		State:      StateAlive,
 	}

@@ -28,7 +28,8 @@ func (s State) onRing() bool { return s == StateAlive || s == StateSuspect }
 // fresh copies that the caller may keep and modify.
 type Member struct {
 	Name       string // unique name (Config.Name)
-	GRPCAddr   string // peer gRPC address, host:port, from the member's metadata
+	PeerAddr   string // peer gRPC address, host:port, from the member's metadata
+	APIAddr    string // public gRPC address, host:port, from the member's metadata ("" if not advertised)
 	GossipAddr string // gossip address, host:port
 	State      State
 }

@@ -8,13 +8,15 @@ import (
 // Gossip metadata, as carried in memberlist's node metadata (at most
 // memberlist.MetaMaxSize bytes):
 //
-//	byte 0     format version (metaVersion)
-//	byte 1     flags (flagLeaving; unknown bits are ignored)
-//	bytes 2..  the member's gRPC address, host:port
+//	byte 0       format version (metaVersion)
+//	byte 1       flags (flagLeaving; unknown bits are ignored)
+//	byte 2       n, the length of the peer address
+//	bytes 3..3+n the member's peer gRPC address, host:port
+//	the rest     the member's public gRPC address, host:port, or nothing
 //
 // A member whose metadata does not decode is not admitted to the cluster.
 const (
-	metaVersion = 1
+	metaVersion = 2
 
 	// flagLeaving is set by a member just before it leaves gracefully. Peers
 	// use it to tell a departure apart from a crash: memberlist v0.7.0 reports
@@ -23,20 +25,31 @@ const (
 	flagLeaving = 1 << 0
 )
 
+// metaHeaderLen is the number of bytes encodeMeta puts before the peer
+// address (format version, flags, the peer address's length).
+const metaHeaderLen = 3
+
+// MaxAddrLen is the longest PeerAddr or APIAddr a member can advertise: the
+// header and both addresses fit in memberlist's limit of
+// memberlist.MetaMaxSize (512) bytes of metadata.
+const MaxAddrLen = 254
+
 // meta is what one member advertises to the others.
 type meta struct {
-	grpcAddr string
+	peerAddr string
+	apiAddr  string
 	leaving  bool
 }
 
 func encodeMeta(m meta) []byte {
-	b := make([]byte, 0, metaHeaderLen+len(m.grpcAddr))
+	b := make([]byte, 0, metaHeaderLen+len(m.peerAddr)+len(m.apiAddr))
 	var flags byte
 	if m.leaving {
 		flags |= flagLeaving
 	}
-	b = append(b, metaVersion, flags)
-	return append(b, m.grpcAddr...)
+	b = append(b, metaVersion, flags, byte(len(m.peerAddr)))
+	b = append(b, m.peerAddr...)
+	return append(b, m.apiAddr...)
 }
 
 func decodeMeta(b []byte) (meta, error) {
@@ -46,9 +59,22 @@ func decodeMeta(b []byte) (meta, error) {
 	if b[0] != metaVersion {
 		return meta{}, fmt.Errorf("cluster: metadata format %d, want %d", b[0], metaVersion)
 	}
-	m := meta{grpcAddr: string(b[metaHeaderLen:]), leaving: b[1]&flagLeaving != 0}
-	if err := checkDialable(m.grpcAddr); err != nil {
-		return meta{}, fmt.Errorf("cluster: metadata gRPC address: %w", err)
+	n := int(b[2])
+	if len(b) < metaHeaderLen+n {
+		return meta{}, fmt.Errorf("cluster: metadata of %d bytes, too short for a peer address of %d", len(b), n)
+	}
+	m := meta{
+		peerAddr: string(b[metaHeaderLen : metaHeaderLen+n]),
+		apiAddr:  string(b[metaHeaderLen+n:]),
+		leaving:  b[1]&flagLeaving != 0,
+	}
+	if err := checkDialable(m.peerAddr); err != nil {
+		return meta{}, fmt.Errorf("cluster: metadata peer address: %w", err)
+	}
+	if m.apiAddr != "" {
+		if err := checkDialable(m.apiAddr); err != nil {
+			return meta{}, fmt.Errorf("cluster: metadata API address: %w", err)
+		}
 	}
 	return m, nil
 }

@@ -315,9 +315,9 @@ func TestListenerGetsDeadAndLeft(t *testing.T) {
 	}
 	c.crash()
 	want := []Member{
-		{Name: "a", GRPCAddr: a.grpc, GossipAddr: a.LocalAddr(), State: StateAlive},
-		{Name: "b", GRPCAddr: b.grpc, GossipAddr: b.LocalAddr(), State: StateLeft},
-		{Name: "c", GRPCAddr: c.grpc, GossipAddr: c.LocalAddr(), State: StateDead},
+		{Name: "a", PeerAddr: a.grpc, GossipAddr: a.LocalAddr(), State: StateAlive},
+		{Name: "b", PeerAddr: b.grpc, GossipAddr: b.LocalAddr(), State: StateLeft},
+		{Name: "c", PeerAddr: c.grpc, GossipAddr: c.LocalAddr(), State: StateDead},
 	}
 	waitFor(t, 10*time.Second, "a's listener told b left and c dead", func() error {
 		if got := a.rec.last(); !slices.Equal(got, want) {

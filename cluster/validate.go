@@ -19,11 +19,16 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	if v.GRPCAddr == "" {
-		return errors.New("cluster: GRPCAddr is required")
+	if v.PeerAddr == "" {
+		return errors.New("cluster: PeerAddr is required")
 	}
-	if err := checkDialable(v.GRPCAddr); err != nil {
-		return fmt.Errorf("cluster: GRPCAddr: %w", err)
+	if err := checkDialable(v.PeerAddr); err != nil {
+		return fmt.Errorf("cluster: PeerAddr: %w", err)
+	}
+	if v.APIAddr != "" {
+		if err := checkDialable(v.APIAddr); err != nil {
+			return fmt.Errorf("cluster: APIAddr: %w", err)
+		}
 	}
 	for i, s := range v.Seeds {
 		if err := checkSeed(s); err != nil {

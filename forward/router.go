@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,8 @@ type Router struct {
 	// lastPeerCheck is when the peer service last received a check;
 	// Quiesce waits for it to go quiet.
 	lastPeerCheck atomic.Int64
+	// apiAddrs is each member's Member.APIAddr (or Addr), by name.
+	apiAddrs atomic.Pointer[map[string]string]
 
 	mu      sync.Mutex // serialises SetMembers, Leave and Close
 	members []Member
@@ -96,6 +99,16 @@ func (r *Router) Self() string { return r.cfg.Self }
 
 func (r *Router) currentRing() Owners { return r.view.Load().ring }
 
+// apiAddr returns the address clients reach the member name at.
+func (r *Router) apiAddr(name string) string {
+	if m := r.apiAddrs.Load(); m != nil {
+		if a, ok := (*m)[name]; ok {
+			return a
+		}
+	}
+	return r.cfg.Peers.Addr(name)
+}
+
 // SetMembers replaces the ring with one over members (this node included
 // unless it is leaving), tells Peers their addresses, and starts handing
 // off the keys this node no longer owns. A member list that cannot form a
@@ -116,7 +129,9 @@ func (r *Router) rebuildLocked() {
 	var up []string
 	down := map[string]bool{}
 	addrs := make(map[string]string, len(r.members))
+	apiAddrs := make(map[string]string, len(r.members))
 	for _, m := range r.members {
+		apiAddrs[m.Name] = cmp.Or(m.APIAddr, m.Addr)
 		switch {
 		case m.Down && m.Name != self:
 			down[m.Name] = true
@@ -147,6 +162,7 @@ func (r *Router) rebuildLocked() {
 		version = rg.Version()
 	}
 	r.cfg.Peers.SetMembers(version, addrs)
+	r.apiAddrs.Store(&apiAddrs)
 	ringChanged := old.ring == nil || rg == nil || version != old.ring.Version()
 	if !ringChanged && minority == old.minority && size == old.size && maps.Equal(down, old.down) {
 		return

@@ -145,7 +145,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 		return nil, err
 	}
 	r.reach.answered(name)
-	addr := r.cfg.Peers.Addr(name)
+	addr := r.apiAddr(name)
 	var redirects map[string][]int
 	for j, i := range idx {
 		c, a := &checks[i], &answers[j]

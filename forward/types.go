@@ -97,6 +97,10 @@ type Result struct {
 type Member struct {
 	Name string
 	Addr string
+	// APIAddr is the address of the member's public API, reported to
+	// clients as the OwnerAddr of the checks it decides (so that a client
+	// can send a key's checks to its owner). Empty: Addr is reported.
+	APIAddr string
 	// Down is true for a member that died (not one that left): it is off
 	// the ring, but it still counts towards the quorum, so that the side of
 	// a partition that sees fewer than a majority does not take over the

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -56,7 +57,11 @@ type conn struct {
 }
 
 func dial(cfg *Config, version *atomic.Uint64, name, addr string) (*conn, error) {
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOptions()...)
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(clientTLS(cfg.TLS, name))
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, dialOptions()...)
 	opts = append(opts, cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {

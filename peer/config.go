@@ -49,8 +49,14 @@ type Config struct {
 	// Grace is how long a peer that left the member list stays dialable
 	// (a new owner may still fetch state from it). Default 3s.
 	Grace time.Duration
+	// TLS, when set, is this node's certificate and the CAs it trusts: every
+	// connection presents the certificate and accepts only a server whose
+	// certificate chains to the CAs and names the member dialled (mutual
+	// TLS; the other side's Server must Authenticate). Nil: connections in
+	// clear.
+	TLS Certs
 	// DialOptions are added to every peer connection after the defaults
-	// (insecure transport credentials, fixed flow-control windows,
+	// (transport credentials from TLS, fixed flow-control windows,
 	// keepalive pings every KeepaliveTime, MaxMessageBytes received).
 	DialOptions []grpc.DialOption
 	// Clock times deadlines and retirement. Nil means clock.System().

@@ -17,6 +17,7 @@ type Metrics struct {
 	replicated      prometheus.Counter
 	replicateErrors prometheus.Counter
 	replicas        prometheus.Counter
+	unauthenticated prometheus.Counter
 }
 
 func newMetrics() *Metrics {
@@ -70,6 +71,10 @@ func newMetrics() *Metrics {
 			Name: "ringlimit_peer_replicas_received_total",
 			Help: "Bucket states received from the owners this node succeeds and accepted.",
 		}),
+		unauthenticated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_unauthenticated_total",
+			Help: "Peer calls refused because the caller showed no verified certificate, or one that does not name the member it claimed to be or a member of this cluster.",
+		}),
 	}
 }
 
@@ -81,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.busy, m.refused, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
-		m.replicated, m.replicateErrors, m.replicas} {
+		m.replicated, m.replicateErrors, m.replicas, m.unauthenticated} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -266,6 +266,9 @@ func (s *Server) replicate(ctx context.Context, in *replicateIn) (any, error) {
 	if err := s.checkReplicate(len(in.states)); err != nil {
 		return nil, err
 	}
+	if err := s.authorize(ctx, in.from); err != nil {
+		return nil, err
+	}
 	// The Handler may keep from (as a member's name); it is copied.
 	n, err := s.h.Replicate(strings.Clone(in.from), in.validStates())
 	if err != nil {

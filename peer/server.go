@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -60,6 +61,7 @@ type Server struct {
 	m         *Metrics
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
+	known     func(name string) bool // set by Authenticate; nil: no authentication
 }
 
 // NewServer returns the peer service of the node self, deciding with h;
@@ -111,6 +113,7 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 		case <-stop:
 		}
 	})
+	var sender string // the last batch's sender, authorized
 	for {
 		pb := receivedPool.Get().(*received)
 		if err := st.RecvMsg(&pb.in); err != nil {
@@ -119,6 +122,13 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 				return nil
 			}
 			return err
+		}
+		if s.known != nil && (sender == "" || pb.in.from != sender) {
+			if err := s.authorize(ctx, pb.in.from); err != nil {
+				receivedPool.Put(pb)
+				return err
+			}
+			sender = strings.Clone(pb.in.from)
 		}
 		if s.h.MayWait(pb.in.from) {
 			wg.Go(func() {
@@ -208,6 +218,9 @@ func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peer
 		s.m.refused.Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "peer: handoff of %d states, the most is %d", n, MaxHandoffStates)
 	}
+	if err := s.authorize(ctx, req.GetFrom()); err != nil {
+		return nil, err
+	}
 	merged := s.h.Merge(req.GetFrom(), statesFromProto(req.GetBuckets()))
 	s.m.handoffReceived.Add(float64(merged))
 	return &peerv1.HandoffResponse{Merged: int64(merged)}, nil
@@ -221,6 +234,9 @@ func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peer
 // generated clients on content-subtype "proto".
 func (s *Server) Replicate(ctx context.Context, req *peerv1.ReplicateRequest) (*peerv1.ReplicateResponse, error) {
 	if err := s.checkReplicate(len(req.GetBuckets())); err != nil {
+		return nil, err
+	}
+	if err := s.authorize(ctx, req.GetFrom()); err != nil {
 		return nil, err
 	}
 	n, err := s.h.Replicate(req.GetFrom(), statesFromProto(req.GetBuckets()))
@@ -243,6 +259,9 @@ func (s *Server) checkReplicate(n int) error {
 
 // Fetch answers a new owner asking for a key's state.
 func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.FetchResponse, error) {
+	if err := s.authorize(ctx, req.GetFrom()); err != nil {
+		return nil, err
+	}
 	st, ok := s.h.Lookup(req.GetFrom(), req.GetKey())
 	if !ok {
 		return &peerv1.FetchResponse{}, nil
@@ -252,5 +271,8 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 
 // Stats reports this node's key count and ring version.
 func (s *Server) Stats(ctx context.Context, _ *peerv1.StatsRequest) (*peerv1.StatsResponse, error) {
+	if err := s.authorizeAny(ctx); err != nil {
+		return nil, err
+	}
 	return &peerv1.StatsResponse{Name: s.self, Keys: s.h.Keys(), RingVersion: s.h.RingVersion()}, nil
 }

@@ -127,7 +127,7 @@ func joinArgs(join []string) []string {
 func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*node, *logSink) {
 	t := h.t
 	t.Helper()
-	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
+	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
 	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

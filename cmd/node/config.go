@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ type config struct {
 	name            string
 	httpAddr        string
 	grpcAddr        string
+	peerAddr        string
 	maxKeys         int
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
@@ -34,6 +36,17 @@ type config struct {
 	gossipKeys      [][]byte // read from gossipKeyFile at startup
 	clusterName     string
 	newGossipKey    bool
+	insecure        bool
+
+	// Mutual TLS between nodes (all three or none), and TLS on the public
+	// HTTP and gRPC APIs (cert and key, optionally a CA that client
+	// certificates must chain to).
+	tlsCA, tlsCert, tlsKey                string
+	apiTLSCert, apiTLSKey, apiTLSClientCA string
+
+	// certPoll is how often the certificate files are re-read (certPoll
+	// when zero); tests shorten it.
+	certPoll time.Duration
 
 	// keyFilePoll is how often gossipKeyFile is re-read (keyFilePoll when
 	// zero); tests shorten it.
@@ -62,6 +75,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "address of the HTTP API")
 	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:9090", "address of the gRPC API")
 	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
+	fs.StringVar(&c.peerAddr, "peer", "127.0.0.1:9190", "address of the peer gRPC service, which only other nodes call (mutual TLS with --tls-*)")
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
 	join := fs.String("join", "", "comma-separated gossip addresses of nodes to join; a node keeps retrying until one answers")
 	fs.StringVar(&c.pprofAddr, "pprof", "", "address to serve Go's /debug/pprof profiles on (off when empty; keep it private)")
@@ -74,6 +88,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.gossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys (16, 24 or 32 bytes), one per line, the first used to encrypt, all tried to decrypt; re-read every 2s and applied to the running keyring (off when empty: gossip in clear)")
 	fs.StringVar(&c.clusterName, "cluster-name", "", "label carried by all gossip; nodes with another name (or none) are refused (at most 255 bytes)")
 	fs.BoolVar(&c.newGossipKey, "new-gossip-key", false, "print a new random gossip key (32 bytes, base64) for --gossip-key-file and exit")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM file of the CA certificates that node certificates must chain to (mutual TLS on the peer listener); re-read every 2s")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM file of this node's certificate, naming the node (--name) as a DNS name or common name; re-read every 2s")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM file of the key of --tls-cert; re-read every 2s")
+	fs.StringVar(&c.apiTLSCert, "api-tls-cert", "", "PEM certificate served on the public HTTP and gRPC APIs (TLS; off when empty); re-read every 2s")
+	fs.StringVar(&c.apiTLSKey, "api-tls-key", "", "PEM file of the key of --api-tls-cert")
+	fs.StringVar(&c.apiTLSClientCA, "api-tls-client-ca", "", "PEM CA certificates: when set, the public APIs require a client certificate that chains to one of them")
+	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.httpReadTimeout, "http-read-timeout", 10*time.Second, "most time an HTTP client may take to send a whole request, headers and body (a slow client is disconnected)")
 	fs.DurationVar(&c.httpWriteTimeout, "http-write-timeout", 10*time.Second, "most time from the end of a request's headers to the end of its response")
@@ -142,8 +163,70 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.checkTimeout >= c.httpWriteTimeout {
 		return c, fmt.Errorf("--check-timeout (%v) must be less than --http-write-timeout (%v), or a late answer could not be written", c.checkTimeout, c.httpWriteTimeout)
 	}
+	if err := c.checkTLS(); err != nil {
+		return c, err
+	}
 	if c.maxKeys < 1 {
 		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)
 	}
 	return c, nil
+}
+
+// checkTLS checks that TLS files come in complete sets, and refuses a node
+// whose peer or gossip address other machines can reach without mutual TLS
+// and a gossip key, unless --insecure is given.
+func (c *config) checkTLS() error {
+	n := 0
+	for _, f := range []string{c.tlsCA, c.tlsCert, c.tlsKey} {
+		if f != "" {
+			n++
+		}
+	}
+	if n != 0 && n != 3 {
+		return fmt.Errorf("--tls-ca, --tls-cert and --tls-key go together: give all three or none")
+	}
+	if (c.apiTLSCert == "") != (c.apiTLSKey == "") {
+		return fmt.Errorf("--api-tls-cert and --api-tls-key go together: give both or neither")
+	}
+	if c.apiTLSClientCA != "" && c.apiTLSCert == "" {
+		return fmt.Errorf("--api-tls-client-ca needs --api-tls-cert and --api-tls-key")
+	}
+	if c.insecure {
+		return nil
+	}
+	for _, l := range []struct{ flag, addr string }{{"peer", c.peerAddr}, {"gossip", c.gossipAddr}} {
+		if isLoopback(hostOf(l.addr)) {
+			continue
+		}
+		var missing []string
+		if !c.peerTLS() {
+			missing = append(missing, "--tls-ca, --tls-cert and --tls-key (mutual TLS between nodes)")
+		}
+		if len(c.gossipKeys) == 0 {
+			missing = append(missing, "--gossip-key-file (encrypted gossip)")
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("--%s %s is reachable from other machines: give %s, or --insecure to run in clear", l.flag, l.addr, strings.Join(missing, " and "))
+		}
+	}
+	return nil
+}
+
+// peerTLS reports whether the peer listener and connections use mutual TLS.
+func (c *config) peerTLS() bool { return c.tlsCert != "" }
+
+// exposed reports whether a peer or gossip address is not loopback and
+// runs in clear (with --insecure).
+func (c *config) exposed() bool {
+	open := !c.peerTLS() || len(c.gossipKeys) == 0
+	return open && (!isLoopback(hostOf(c.peerAddr)) || !isLoopback(hostOf(c.gossipAddr)))
+}
+
+// isLoopback reports whether host, an IP address or a name, is this
+// machine's loopback: an IP address in 127.0.0.0/8 or ::1, or "localhost".
+func isLoopback(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
 }

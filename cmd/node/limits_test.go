@@ -17,7 +17,7 @@ import (
 // closes it when the test ends.
 func startLimited(t *testing.T, extra ...string) *node {
 	t.Helper()
-	args := append([]string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
+	args := append([]string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
 	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -334,13 +334,13 @@ func (f *netFault) sweep() {
 // procSpec says how startFaultProc starts a node: "" addresses are
 // 127.0.0.1:0; a restart passes the ones the node had.
 type procSpec struct {
-	name, http, grpc, gossip string
-	join                     []string
+	name, http, grpc, peer, gossip string
+	join                           []string
 }
 
 // restartSpec is old's name and addresses, joining join.
 func restartSpec(old *proc, join ...string) procSpec {
-	return procSpec{name: old.name, http: old.http, grpc: old.grpc, gossip: old.gossip, join: join}
+	return procSpec{name: old.name, http: old.http, grpc: old.grpc, peer: old.peer, gossip: old.gossip, join: join}
 }
 
 // startFaultProc is startProc with fixed addresses and, when f is not nil,
@@ -355,7 +355,7 @@ func startFaultProc(t *testing.T, bin string, f *netFault, s procSpec) *proc {
 		}
 		return addr
 	}
-	args := []string{"--name", s.name, "--http", or(s.http), "--grpc", or(s.grpc), "--gossip", or(s.gossip)}
+	args := []string{"--name", s.name, "--http", or(s.http), "--grpc", or(s.grpc), "--peer", or(s.peer), "--gossip", or(s.gossip)}
 	if len(s.join) > 0 {
 		args = append(args, "--join", strings.Join(s.join, ","))
 	}
@@ -386,8 +386,9 @@ func startFaultProc(t *testing.T, bin string, f *netFault, s procSpec) *proc {
 		}
 		p.http, _ = recs[0]["http"].(string)
 		p.grpc, _ = recs[0]["grpc"].(string)
+		p.peer, _ = recs[0]["peer"].(string)
 		p.gossip, _ = recs[0]["gossip"].(string)
-		if p.http == "" || p.grpc == "" || p.gossip == "" {
+		if p.http == "" || p.grpc == "" || p.peer == "" || p.gossip == "" {
 			t.Fatalf("%s: node started without addresses: %v", s.name, recs[0])
 		}
 		return nil

@@ -119,7 +119,7 @@ func TestRunServesAndStopsOnCancel(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0", "--gc-headroom", "16"},
+		done <- run(ctx, []string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0", "--gc-headroom", "16"},
 			func(string) string { return "" }, pw, tune)
 		pw.Close()
 	}()
@@ -154,11 +154,11 @@ func TestRunRefusesTakenAddress(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--name", "a", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, pw, nil)
+		done <- run(ctx, []string{"--name", "a", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, pw, nil)
 		pw.Close()
 	}()
 	addr := waitStarted(t, pr)
-	err := run(ctx, []string{"--name", "b", "--http", addr.HTTP, "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard, nil)
+	err := run(ctx, []string{"--name", "b", "--http", addr.HTTP, "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "--http") {
 		t.Fatalf("second node on a taken address: %v, want an error naming --http", err)
 	}
@@ -179,7 +179,7 @@ func TestBinarySIGTERM(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0")
+	cmd := exec.Command(bin, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "RINGLIMIT_NAME=proc-node")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

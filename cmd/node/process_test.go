@@ -7,7 +7,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/ringlimit/ringlimit/internal/testkit"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // TestProcesses builds cmd/node once and runs the multi-process scenarios
@@ -44,6 +44,7 @@ type proc struct {
 	err    error // cmd.Wait's result, set before exited is closed
 	http   string
 	grpc   string
+	peer   string
 	gossip string
 }
 
@@ -51,7 +52,7 @@ type proc struct {
 // its "node started" line, and kills it in t.Cleanup if it is still running.
 func startProc(t *testing.T, bin, name string, join ...string) *proc {
 	t.Helper()
-	args := []string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}
+	args := []string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
 	}
@@ -70,8 +71,9 @@ func startProc(t *testing.T, bin, name string, join ...string) *proc {
 		if recs := p.logs.records("node started"); len(recs) > 0 {
 			p.http, _ = recs[0]["http"].(string)
 			p.grpc, _ = recs[0]["grpc"].(string)
+			p.peer, _ = recs[0]["peer"].(string)
 			p.gossip, _ = recs[0]["gossip"].(string)
-			if p.http == "" || p.grpc == "" || p.gossip == "" {
+			if p.http == "" || p.grpc == "" || p.peer == "" || p.gossip == "" {
 				t.Fatalf("%s: node started without addresses: %v", name, recs[0])
 			}
 			return p

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -67,8 +66,12 @@ type node struct {
 	log        *slog.Logger
 	httpLn     net.Listener
 	grpcLn     net.Listener
+	peerLn     net.Listener
 	httpServer *http.Server
 	grpcServer *grpc.Server
+	peerGRPC   *grpc.Server // serves the peer service on peerLn
+	certs      certs
+	known      atomic.Pointer[map[string]bool] // members gossip knows, in any state
 	store      *bucket.Store
 	router     *forward.Router
 	peers      *peer.Pool
@@ -91,7 +94,7 @@ type node struct {
 var _ forward.Owners = (*ring.Ring)(nil)
 
 // startSteps names the steps of startNode in order, for config.failAt.
-var startSteps = []string{"store", "metrics", "admin", "policy", "http", "grpc", "peers", "router", "cluster", "api", "serve"}
+var startSteps = []string{"store", "metrics", "admin", "tls", "policy", "http", "grpc", "peer", "peers", "router", "cluster", "api", "serve"}
 
 // startNode binds the listeners (so that a bad address fails at once) and
 // starts serving in the background. When a step fails, everything the
@@ -111,7 +114,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		}
 		return nil
 	}
-	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 2)}
+	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3)}
 
 	shards := bucket.DefaultShards
 	for shards > 1 && cfg.maxKeys < shards {
@@ -147,6 +150,20 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		log.Warn("no --admin-token-file: POST and DELETE /v1/overrides and pprof answer 403")
 	}
 
+	if err := step("tls"); err != nil {
+		return nil, err
+	}
+	if n.certs, err = loadCerts(cfg); err != nil {
+		return nil, err
+	}
+	if err := n.certs.registerSecurity(reg, cfg); err != nil {
+		return nil, err
+	}
+	if cfg.exposed() {
+		log.Warn("INSECURE: --insecure given, and a peer or gossip address other machines reach runs without mutual TLS or a gossip key: anyone who reaches it can read and change every limit",
+			"peer", cfg.peerAddr, "gossip", cfg.gossipAddr, "peer_tls", cfg.peerTLS(), "gossip_encrypted", len(cfg.gossipKeys) > 0)
+	}
+
 	if err := step("policy"); err != nil {
 		return nil, err
 	}
@@ -179,11 +196,19 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	undo = append(undo, func() { n.grpcLn.Close() })
 	grpcAddr := n.grpcLn.Addr().String()
+	if err := step("peer"); err != nil {
+		return nil, err
+	}
+	if n.peerLn, err = net.Listen("tcp", cfg.peerAddr); err != nil {
+		return nil, fmt.Errorf("--peer: %w", err)
+	}
+	undo = append(undo, func() { n.peerLn.Close() })
+	peerAddr := n.peerLn.Addr().String()
 
 	if err := step("peers"); err != nil {
 		return nil, err
 	}
-	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Logger: log, Metrics: peerMetrics}); err != nil {
+	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts()}); err != nil {
 		return nil, err
 	}
 	undo = append(undo, n.peers.Close)
@@ -201,6 +226,10 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	undo = append(undo, func() { n.router.Close(context.Background()) })
 	n.peerServer = peer.NewServer(cfg.name, n.router, peerMetrics)
+	if n.certs.peer != nil {
+		n.peerServer.Authenticate(func(name string) bool { return (*n.known.Load())[name] })
+	}
+	n.known.Store(&map[string]bool{})
 
 	if err := step("cluster"); err != nil {
 		return nil, err
@@ -211,7 +240,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	ccfg.Name = cfg.name
 	ccfg.BindAddr = cfg.gossipAddr
-	ccfg.GRPCAddr = grpcAddr
+	ccfg.PeerAddr = peerAddr
+	ccfg.APIAddr = grpcAddr
 	ccfg.Seeds = cfg.join
 	ccfg.Logger = log
 	ccfg.Keys = cfg.gossipKeys
@@ -220,14 +250,17 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	// off it but still counted for the quorum; left ones are gone.
 	ccfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) {
 		members := make([]forward.Member, 0, len(all))
+		known := make(map[string]bool, len(all))
 		for _, m := range all {
+			known[m.Name] = true
 			switch m.State {
 			case cluster.StateAlive, cluster.StateSuspect:
-				members = append(members, forward.Member{Name: m.Name, Addr: m.GRPCAddr})
+				members = append(members, forward.Member{Name: m.Name, Addr: m.PeerAddr, APIAddr: m.APIAddr})
 			case cluster.StateDead:
-				members = append(members, forward.Member{Name: m.Name, Addr: m.GRPCAddr, Down: true})
+				members = append(members, forward.Member{Name: m.Name, Addr: m.PeerAddr, APIAddr: m.APIAddr, Down: true})
 			}
 		}
+		n.known.Store(&known)
 		n.router.SetMembers(members)
 	})
 	var osync *policy.OverrideSync
@@ -267,14 +300,13 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ConnState:         n.trackConn,
 	}
-	opts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers),
-		// Fixed flow-control windows: no BDP pings on every connection.
-		grpc.StaticStreamWindowSize(peer.StreamWindow), grpc.StaticConnWindowSize(peer.ConnWindow),
-		grpc.MaxConcurrentStreams(maxConcurrentStreams)},
-		peer.ServerOptions()...) // keepalive policy and the largest message
-	n.grpcServer = grpc.NewServer(opts...)
+	if n.certs.api != nil {
+		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.apiTLSClientCA != "", "h2", "http/1.1")
+	}
+	n.grpcServer = grpc.NewServer(append(grpcOptions(), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)...)
 	a.RegisterGRPC(n.grpcServer)
-	n.peerServer.Register(n.grpcServer)
+	n.peerGRPC = grpc.NewServer(append(grpcOptions(), n.certs.peerCreds()...)...)
+	n.peerServer.Register(n.peerGRPC)
 	bgCtx, stopBg := context.WithCancel(context.Background())
 	n.stopBg = stopBg
 	if n.policy != nil {
@@ -286,9 +318,18 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if adminFile != nil {
 		n.bg.Go(func() { adminFile.watch(bgCtx, tokenPoll) })
 	}
-	go func() { n.served <- n.httpServer.Serve(n.httpLn) }()
+	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log) })
+	go func() {
+		if n.certs.api != nil {
+			n.served <- n.httpServer.ServeTLS(n.httpLn, "", "")
+			return
+		}
+		n.served <- n.httpServer.Serve(n.httpLn)
+	}()
 	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
-	log.Info("node started", "name", cfg.name, "http", n.httpLn.Addr().String(), "grpc", grpcAddr,
+	go func() { n.served <- n.peerGRPC.Serve(n.peerLn) }()
+	log.Info("node started", "name", cfg.name, "http", n.httpLn.Addr().String(), "grpc", grpcAddr, "peer", peerAddr,
+		"peer_tls", n.certs.peer != nil, "api_tls", n.certs.api != nil,
 		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity(),
 		"gossip_keys", fingerprints(cfg.gossipKeys), "cluster_name", cfg.clusterName)
 	return n, nil
@@ -300,95 +341,4 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 func (n *node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() { n.closeErr = n.shutdown(ctx) })
 	return n.closeErr
-}
-
-// streamWorkers is how many goroutines serve gRPC calls, reused from call
-// to call. Without them grpc-go starts a goroutine per call, whose stack
-// grows (and is copied) on every call: about a tenth of a node's CPU under
-// one unary call per check. A call that finds every worker busy (a check
-// waiting on its owner holds one) gets a goroutine of its own, as before.
-const streamWorkers = 256
-
-// maxConcurrentStreams is the most gRPC calls one client connection may
-// have open at once. A peer holds one Check stream and a few unary calls
-// (handoff, replicate, fetch); a public client multiplexes its checks on a
-// connection. A client over it waits for a stream (HTTP/2 flow control)
-// instead of making the node start a goroutine per call without bound.
-const maxConcurrentStreams = 1024
-
-// maxHeaderBytes bounds an HTTP request's headers. The API's requests carry
-// a few short headers; the body (JSON, at most api.MaxBodyBytes) holds the
-// checks.
-const maxHeaderBytes = 64 << 10
-
-// shutdown leaves in order: announce the leave, hand every bucket to its new
-// owner (still serving peers, who may fetch state meanwhile), stop the
-// public surfaces after the checks in flight, then close the peer
-// connections and the gossip.
-func (n *node) shutdown(ctx context.Context) error {
-	var errs []error
-	if err := n.cluster.Leave(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("leave: %w", err))
-	}
-	if err := n.router.Leave(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("handoff: %w", err))
-	}
-	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := n.router.Quiesce(qctx, 150*time.Millisecond); err != nil {
-		n.log.Warn("quiesce", "err", err)
-	}
-	cancel()
-	n.log.Info("handed off", "keys", n.store.Len())
-	n.peerServer.Drain() // peers end their Check streams, or GracefulStop would wait for them
-	grpcDone := make(chan struct{})
-	go func() {
-		n.grpcServer.GracefulStop()
-		close(grpcDone)
-	}()
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- n.httpServer.Shutdown(ctx) }()
-	tick := time.NewTicker(50 * time.Millisecond)
-	for waiting := true; waiting; {
-		n.closeFresh()
-		select {
-		case err := <-httpDone:
-			if err != nil {
-				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-			}
-			waiting = false
-		case <-tick.C:
-		}
-	}
-	tick.Stop()
-	select {
-	case <-grpcDone:
-	case <-ctx.Done():
-		n.grpcServer.Stop()
-		<-grpcDone
-		errs = append(errs, fmt.Errorf("grpc shutdown: %w", ctx.Err()))
-	}
-	for range 2 {
-		if err := <-n.served; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
-			errs = append(errs, err)
-		}
-	}
-	if err := n.router.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	n.peers.Close()
-	if err := n.cluster.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("cluster: %w", err))
-	}
-	n.stopBg()
-	n.bg.Wait()
-	if n.audit != nil {
-		if err := n.audit.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("audit log: %w", err))
-		}
-	}
-	err := errors.Join(errs...)
-	if err == nil {
-		n.log.Info("node stopped")
-	}
-	return err
 }

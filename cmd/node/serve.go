@@ -7,7 +7,10 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/peer"
 )
 
 // readHeaderTimeout is how long a client may take to send a request's
@@ -67,4 +70,33 @@ func servePprof(addr string, log *slog.Logger, admin *api.Tokens) (stop func(), 
 	go srv.Serve(ln)
 	log.Info("pprof listening", "addr", ln.Addr().String())
 	return func() { srv.Close() }, ln.Addr().String(), nil
+}
+
+// streamWorkers is how many goroutines serve gRPC calls, reused from call
+// to call. Without them grpc-go starts a goroutine per call, whose stack
+// grows (and is copied) on every call: about a tenth of a node's CPU under
+// one unary call per check. A call that finds every worker busy (a check
+// waiting on its owner holds one) gets a goroutine of its own, as before.
+const streamWorkers = 256
+
+// maxConcurrentStreams is the most gRPC calls one client connection may
+// have open at once. A peer holds one Check stream and a few unary calls
+// (handoff, replicate, fetch); a public client multiplexes its checks on a
+// connection. A client over it waits for a stream (HTTP/2 flow control)
+// instead of making the node start a goroutine per call without bound.
+const maxConcurrentStreams = 1024
+
+// maxHeaderBytes bounds an HTTP request's headers. The API's requests carry
+// a few short headers; the body (JSON, at most api.MaxBodyBytes) holds the
+// checks.
+const maxHeaderBytes = 64 << 10
+
+// grpcOptions are the options of both gRPC servers, the public one and the
+// peer one, before their transport credentials.
+func grpcOptions() []grpc.ServerOption {
+	return append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers),
+		// Fixed flow-control windows: no BDP pings on every connection.
+		grpc.StaticStreamWindowSize(peer.StreamWindow), grpc.StaticConnWindowSize(peer.ConnWindow),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams)},
+		peer.ServerOptions()...) // keepalive policy and the largest message
 }

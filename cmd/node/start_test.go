@@ -45,7 +45,7 @@ func TestStartNodeReleasesOnFailure(t *testing.T) {
 	for _, step := range startSteps {
 		t.Run(step, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-			cfg := config{name: "n1", httpAddr: testkit.DeadAddr(t), grpcAddr: testkit.DeadAddr(t), gossipAddr: testkit.DeadAddr(t),
+			cfg := config{name: "n1", httpAddr: testkit.DeadAddr(t), grpcAddr: testkit.DeadAddr(t), peerAddr: testkit.DeadAddr(t), gossipAddr: testkit.DeadAddr(t),
 				maxKeys: 1000, policyPath: pol, auditPath: audit, failAt: step}
 			n, err := startNode(cfg, log)
 			if err == nil {
@@ -55,7 +55,7 @@ func TestStartNodeReleasesOnFailure(t *testing.T) {
 			if !strings.Contains(err.Error(), step) {
 				t.Fatalf("error %q does not name the step %q", err, step)
 			}
-			for _, addr := range []string{cfg.httpAddr, cfg.grpcAddr} {
+			for _, addr := range []string{cfg.httpAddr, cfg.grpcAddr, cfg.peerAddr} {
 				ln, err := net.Listen("tcp", addr)
 				if err != nil {
 					t.Fatalf("%s still bound after a failure at %q: %v", addr, step, err)

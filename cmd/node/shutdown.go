@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// shutdown leaves in order: announce the leave, hand every bucket to its new
+// owner (still serving peers, who may fetch state meanwhile), stop the
+// public surfaces after the checks in flight, then close the peer
+// connections and the gossip.
+func (n *node) shutdown(ctx context.Context) error {
+	var errs []error
+	if err := n.cluster.Leave(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("leave: %w", err))
+	}
+	if err := n.router.Leave(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("handoff: %w", err))
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := n.router.Quiesce(qctx, 150*time.Millisecond); err != nil {
+		n.log.Warn("quiesce", "err", err)
+	}
+	cancel()
+	n.log.Info("handed off", "keys", n.store.Len())
+	n.peerServer.Drain() // peers end their Check streams, or GracefulStop would wait for them
+	grpcDone := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		wg.Go(n.grpcServer.GracefulStop)
+		wg.Go(n.peerGRPC.GracefulStop)
+		wg.Wait()
+		close(grpcDone)
+	}()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- n.httpServer.Shutdown(ctx) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	for waiting := true; waiting; {
+		n.closeFresh()
+		select {
+		case err := <-httpDone:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			}
+			waiting = false
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		n.grpcServer.Stop()
+		n.peerGRPC.Stop()
+		<-grpcDone
+		errs = append(errs, fmt.Errorf("grpc shutdown: %w", ctx.Err()))
+	}
+	for range 3 {
+		if err := <-n.served; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+			errs = append(errs, err)
+		}
+	}
+	if err := n.router.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	n.peers.Close()
+	if err := n.cluster.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: %w", err))
+	}
+	n.stopBg()
+	n.bg.Wait()
+	if n.audit != nil {
+		if err := n.audit.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("audit log: %w", err))
+		}
+	}
+	err := errors.Join(errs...)
+	if err == nil {
+		n.log.Info("node stopped")
+	}
+	return err
+}

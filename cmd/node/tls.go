@@ -1,0 +1,147 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/ringlimit/ringlimit/internal/certfile"
+	"github.com/ringlimit/ringlimit/peer"
+)
+
+// certPoll is how often certificate files are re-read.
+const certPoll = 2 * time.Second
+
+// certs are a node's TLS material: for mutual TLS on the peer listener and
+// its connections, and for the public APIs. Either may be nil (in clear).
+type certs struct {
+	peer *certfile.Set
+	api  *certfile.Set
+}
+
+// loadCerts reads the files the flags name.
+func loadCerts(cfg config) (c certs, err error) {
+	if cfg.peerTLS() {
+		check := func(cert *tls.Certificate, roots *x509.CertPool) error {
+			return checkNodeCert(cert, roots, cfg.name)
+		}
+		if c.peer, err = certfile.Load(certfile.Files{CA: cfg.tlsCA, Cert: cfg.tlsCert, Key: cfg.tlsKey, Check: check}); err != nil {
+			return c, fmt.Errorf("--tls-*: %w", err)
+		}
+	}
+	if cfg.apiTLSCert != "" {
+		if c.api, err = certfile.Load(certfile.Files{CA: cfg.apiTLSClientCA, Cert: cfg.apiTLSCert, Key: cfg.apiTLSKey}); err != nil {
+			return c, fmt.Errorf("--api-tls-*: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// checkNodeCert accepts a node certificate that names the node and chains
+// to one of its CAs for both TLS uses: loading one that does not (a
+// certificate for another node, or a CA removed before the certificates it
+// signed were replaced) would cut the node off from the others.
+func checkNodeCert(cert *tls.Certificate, roots *x509.CertPool, name string) error {
+	leaf := cert.Leaf
+	inter := x509.NewCertPool()
+	for _, der := range cert.Certificate[1:] {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("the certificate's chain: %w", err)
+		}
+		inter.AddCert(c)
+	}
+	if !slices.Contains(leaf.DNSNames, name) && leaf.Subject.CommonName != name {
+		return fmt.Errorf("the certificate names %q and %q, not this node's --name %q", leaf.DNSNames, leaf.Subject.CommonName, name)
+	}
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			return fmt.Errorf("the certificate does not verify against --tls-ca: %w", err)
+		}
+	}
+	return nil
+}
+
+// peerCerts is what the peer pool presents and trusts (nil: in clear).
+func (c certs) peerCerts() peer.Certs {
+	if c.peer == nil {
+		return nil
+	}
+	return c.peer
+}
+
+// peerCreds returns the peer server's transport credentials: mutual TLS,
+// or none.
+func (c certs) peerCreds() []grpc.ServerOption {
+	if c.peer == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(c.peer.ServerConfig(true)))}
+}
+
+// apiCreds returns the public gRPC server's transport credentials.
+func (c certs) apiCreds(clientAuth bool) []grpc.ServerOption {
+	if c.api == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(c.api.ServerConfig(clientAuth)))}
+}
+
+// watch re-reads the files until ctx ends.
+func (c certs) watch(ctx context.Context, cfg config, log *slog.Logger) {
+	every := cmp.Or(cfg.certPoll, certPoll)
+	done := make(chan struct{}, 2)
+	for _, s := range []*certfile.Set{c.peer, c.api} {
+		if s == nil {
+			done <- struct{}{}
+			continue
+		}
+		go func() {
+			s.Watch(ctx, every, log, nil)
+			done <- struct{}{}
+		}()
+	}
+	<-done
+	<-done
+}
+
+// registerSecurity exports whether the node runs exposed in clear
+// (--insecure) and when its certificates expire.
+func (c certs) registerSecurity(reg prometheus.Registerer, cfg config) error {
+	insecure := 0.0
+	if cfg.exposed() {
+		insecure = 1
+	}
+	cs := []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ringlimit_insecure",
+		Help: "1 when a peer or gossip address other machines reach runs without mutual TLS or a gossip key (--insecure).",
+	}, func() float64 { return insecure })}
+	for _, l := range []struct {
+		name string
+		set  *certfile.Set
+	}{{"peer", c.peer}, {"api", c.api}} {
+		if l.set == nil {
+			continue
+		}
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "ringlimit_tls_certificate_expiry_timestamp_seconds",
+			Help:        "When the certificate the listener presents expires (Unix time); re-read with the files.",
+			ConstLabels: prometheus.Labels{"listener": l.name},
+		}, func() float64 { return float64(l.set.NotAfter().Unix()) }))
+	}
+	for _, col := range cs {
+		if err := reg.Register(col); err != nil {
+			return err
+		}
+	}
+	return nil
+}

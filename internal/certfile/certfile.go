@@ -1,0 +1,215 @@
+// Package certfile loads a TLS certificate with its key, and a pool of CA
+// certificates, from PEM files, and loads them again when the files change,
+// so that certificates and CAs rotate without a restart.
+//
+// A reload reads every file; when any of them does not parse, or the key
+// does not match the certificate, the reload fails and the set keeps what
+// it had. Replacing a certificate and its key takes two writes: a reload
+// that reads between them sees a mismatched pair, fails, and the next one
+// takes both.
+package certfile
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Files names the PEM files of a Set. Cert and Key go together: both or
+// neither. CA is a bundle of one or more CA certificates (during a CA
+// rotation, the old and the new one).
+type Files struct {
+	CA   string
+	Cert string
+	Key  string
+	// Check, when set, is given the certificate and the CA pool of every
+	// load (either nil when its files are not given); an error refuses
+	// the load.
+	Check func(cert *tls.Certificate, roots *x509.CertPool) error
+}
+
+// Set is a certificate, its key and a pool of CA certificates, as last
+// loaded from Files. It is safe for concurrent use; readers take no lock.
+type Set struct {
+	files Files
+	cert  atomic.Pointer[tls.Certificate]
+	roots atomic.Pointer[x509.CertPool]
+
+	mu  sync.Mutex // serialises Reload
+	sum [sha256.Size]byte
+}
+
+// Load reads the files. At least one of CA and Cert must be given.
+func Load(f Files) (*Set, error) {
+	if (f.Cert == "") != (f.Key == "") {
+		return nil, errors.New("certfile: a certificate and its key go together: give both files or neither")
+	}
+	if f.Cert == "" && f.CA == "" {
+		return nil, errors.New("certfile: no files")
+	}
+	s := &Set{files: f}
+	if _, err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Certificate returns the certificate and key last loaded (nil without
+// Files.Cert). The caller must not modify it.
+func (s *Set) Certificate() *tls.Certificate { return s.cert.Load() }
+
+// Roots returns the CA pool last loaded (nil without Files.CA).
+func (s *Set) Roots() *x509.CertPool { return s.roots.Load() }
+
+// NotAfter returns when the certificate last loaded expires (zero without
+// one).
+func (s *Set) NotAfter() time.Time {
+	if c := s.cert.Load(); c != nil && c.Leaf != nil {
+		return c.Leaf.NotAfter
+	}
+	return time.Time{}
+}
+
+// Reload reads the files again and reports whether their content changed.
+// On an error nothing changes.
+func (s *Set) Reload() (changed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all [3][]byte
+	for i, path := range []string{s.files.CA, s.files.Cert, s.files.Key} {
+		if path == "" {
+			continue
+		}
+		if all[i], err = os.ReadFile(path); err != nil {
+			return false, fmt.Errorf("certfile: %w", err)
+		}
+	}
+	sum := sha256.Sum256(bytes.Join(all[:], []byte{0}))
+	if sum == s.sum && (s.cert.Load() != nil || s.roots.Load() != nil) {
+		return false, nil
+	}
+	var roots *x509.CertPool
+	if s.files.CA != "" {
+		if roots, err = parsePool(all[0]); err != nil {
+			return false, fmt.Errorf("certfile: %s: %w", s.files.CA, err)
+		}
+	}
+	var cert *tls.Certificate
+	if s.files.Cert != "" {
+		c, err := tls.X509KeyPair(all[1], all[2])
+		if err != nil {
+			return false, fmt.Errorf("certfile: %s and %s: %w", s.files.Cert, s.files.Key, err)
+		}
+		cert = &c
+	}
+	if s.files.Check != nil {
+		if err := s.files.Check(cert, roots); err != nil {
+			return false, fmt.Errorf("certfile: %w", err)
+		}
+	}
+	s.sum = sum
+	if roots != nil {
+		s.roots.Store(roots)
+	}
+	if cert != nil {
+		s.cert.Store(cert)
+	}
+	return true, nil
+}
+
+// parsePool reads every CERTIFICATE block of b into a pool; it fails on
+// anything else, or on no certificate at all.
+func parsePool(b []byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	n := 0
+	for rest := b; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			if len(bytes.TrimSpace(rest)) > 0 {
+				return nil, errors.New("data that is not PEM")
+			}
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("a %q block where CA certificates were expected", block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		if !c.IsCA {
+			return nil, fmt.Errorf("certificate %q is not a CA", c.Subject.CommonName)
+		}
+		pool.AddCert(c)
+		n++
+	}
+	if n == 0 {
+		return nil, errors.New("no CA certificate")
+	}
+	return pool, nil
+}
+
+// Watch reloads the set every interval until ctx ends, logging each change
+// and each failure (a failure is logged once until the files change
+// again); changed, when not nil, is called after each change.
+func (s *Set) Watch(ctx context.Context, every time.Duration, log *slog.Logger, changed func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var lastErr string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok, err := s.Reload()
+		switch {
+		case err != nil:
+			if err.Error() != lastErr {
+				log.Error("certificates not reloaded; keeping the ones loaded before", "err", err)
+				lastErr = err.Error()
+			}
+		case ok:
+			lastErr = ""
+			log.Info("certificates reloaded", "ca", s.files.CA, "cert", s.files.Cert, "not_after", s.NotAfter())
+			if changed != nil {
+				changed()
+			}
+		}
+	}
+}
+
+// ServerConfig returns a TLS configuration for a server that presents the
+// set's current certificate (TLS 1.2 at least) and offers nextProtos by
+// ALPN. With clientAuth, it requires a client certificate that chains to
+// the set's current CA pool, for TLS client authentication. Each handshake
+// takes what the set holds at that moment, so a reload applies to the next
+// connection.
+func (s *Set) ServerConfig(clientAuth bool, nextProtos ...string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: nextProtos,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: nextProtos}
+			if cert := s.cert.Load(); cert != nil {
+				c.Certificates = []tls.Certificate{*cert}
+			}
+			if clientAuth {
+				c.ClientAuth = tls.RequireAndVerifyClientCert
+				c.ClientCAs = s.roots.Load()
+			}
+			return c, nil
+		},
+	}
+}

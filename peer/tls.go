@@ -1,0 +1,167 @@
+package peer
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Certs is where the peer transport takes its TLS material: this node's
+// certificate and the CAs it trusts, read again at every handshake, so
+// that replacing them (internal/certfile.Set) rotates them with no
+// restart. A node's certificate names the node: its member name is one of
+// the certificate's DNS names or its subject common name.
+type Certs interface {
+	Certificate() *tls.Certificate
+	Roots() *x509.CertPool
+}
+
+// AuthWait is how long the peer service waits for gossip to tell it of a
+// member whose certificate it was shown before it refuses the call: a node
+// that just joined may dial the others before they hear of it.
+const AuthWait = 2 * time.Second
+
+// clientTLS is the TLS configuration to dial the member named member: it
+// presents this node's current certificate, and accepts only a server
+// certificate that chains to the current CAs and names member.
+func clientTLS(c Certs, member string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// The chain and the name are verified by VerifyConnection,
+		// against the CAs of the moment (a tls.Config's RootCAs is fixed).
+		InsecureSkipVerify: true,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if cert := c.Certificate(); cert != nil {
+				return cert, nil
+			}
+			return nil, errors.New("peer: no certificate to present")
+		},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			leaf, err := verifyChain(cs.PeerCertificates, c.Roots(), x509.ExtKeyUsageServerAuth)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(certNames(leaf), member) {
+				return fmt.Errorf("peer: the certificate of %s names %q, not %q", cs.ServerName, certNames(leaf), member)
+			}
+			return nil
+		},
+	}
+}
+
+// verifyChain verifies that certs (leaf first) chain to roots for usage,
+// and returns the leaf.
+func verifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) (*x509.Certificate, error) {
+	if len(certs) == 0 {
+		return nil, errors.New("peer: no certificate presented")
+	}
+	if roots == nil {
+		return nil, errors.New("peer: no CA to verify certificates against")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return nil, fmt.Errorf("peer: certificate %q: %w", certs[0].Subject.CommonName, err)
+	}
+	return certs[0], nil
+}
+
+// certNames returns the names a certificate gives its holder: its DNS
+// names, then its subject common name.
+func certNames(c *x509.Certificate) []string {
+	names := append([]string(nil), c.DNSNames...)
+	if c.Subject.CommonName != "" {
+		names = append(names, c.Subject.CommonName)
+	}
+	return names
+}
+
+// Authenticate makes s serve only calls that came over TLS with a verified
+// client certificate (serve it with credentials from
+// certfile.Set.ServerConfig(true)) whose names include the sender the call
+// names (a batch's, a handoff's, a replica's or a fetch's from), and only
+// when known reports that sender a member: one this node's gossip knows,
+// in any state. A sender gossip has not told this node of is waited for,
+// up to AuthWait. Call it before serving; known may be called
+// concurrently.
+func (s *Server) Authenticate(known func(name string) bool) { s.known = known }
+
+// authorize returns nil when the call of ctx may act as the member from,
+// or the status error that refuses it.
+func (s *Server) authorize(ctx context.Context, from string) error {
+	if s.known == nil {
+		return nil
+	}
+	if from == "" {
+		s.m.unauthenticated.Inc()
+		return status.Error(codes.PermissionDenied, "peer: the call names no sender")
+	}
+	return s.authorizeAs(ctx, func(names []string) (string, bool) {
+		return from, slices.Contains(names, from)
+	})
+}
+
+// authorizeAny returns nil when the call of ctx comes from any member.
+func (s *Server) authorizeAny(ctx context.Context) error {
+	if s.known == nil {
+		return nil
+	}
+	return s.authorizeAs(ctx, func(names []string) (string, bool) {
+		for _, n := range names {
+			if s.known(n) {
+				return n, true
+			}
+		}
+		return names[len(names)-1], true // waited for below
+	})
+}
+
+// authorizeAs checks the call's verified client certificate: pick chooses,
+// from the names it gives, the member the call acts as (false: the
+// certificate does not name the sender). That member is waited for up to
+// AuthWait.
+func (s *Server) authorizeAs(ctx context.Context, pick func(names []string) (string, bool)) error {
+	p, ok := grpcpeer.FromContext(ctx)
+	var info credentials.TLSInfo
+	if ok {
+		info, ok = p.AuthInfo.(credentials.TLSInfo)
+	}
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		s.m.unauthenticated.Inc()
+		return status.Error(codes.Unauthenticated, "peer: a verified client certificate is required")
+	}
+	names := certNames(info.State.VerifiedChains[0][0])
+	if len(names) == 0 {
+		s.m.unauthenticated.Inc()
+		return status.Error(codes.PermissionDenied, "peer: the certificate names no one")
+	}
+	name, ok := pick(names)
+	if !ok {
+		s.m.unauthenticated.Inc()
+		return status.Errorf(codes.PermissionDenied, "peer: the certificate names %q, not the sender %q", names, name)
+	}
+	deadline := time.Now().Add(AuthWait)
+	for !s.known(name) {
+		if time.Now().After(deadline) {
+			s.m.unauthenticated.Inc()
+			return status.Errorf(codes.PermissionDenied, "peer: %q is not a member of this cluster", name)
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
