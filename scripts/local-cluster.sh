@@ -6,18 +6,22 @@
 #   scripts/local-cluster.sh kill I   SIGKILL node I
 #   scripts/local-cluster.sh stop I   SIGTERM node I (graceful: hands its buckets off)
 #   scripts/local-cluster.sh start I  start node I again; it rejoins
+#   scripts/local-cluster.sh rotate   new node certificates and a new gossip key, nodes running
 #   scripts/local-cluster.sh down     stop every node, nothing left running
 #
-# Node I listens on HTTP 8080+I, gRPC 9090+I and gossip 7946+I; override the
-# bases with RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE, RINGLIMIT_GOSSIP_BASE.
+# Node I listens on HTTP 8080+I, gRPC 9090+I, peer gRPC 9190+I and gossip
+# 7946+I; override the bases with RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE,
+# RINGLIMIT_PEER_BASE (default: the gRPC base + 100), RINGLIMIT_GOSSIP_BASE.
 # Binaries, logs, audit logs and pids go to RINGLIMIT_CLUSTER_DIR (default
 # ${TMPDIR:-/tmp}/ringlimit-cluster). Every node runs the policy file
 # RINGLIMIT_POLICY (default examples/policy.yaml; empty for none) and
-# appends its audit log to node-I.audit.log. `up` also makes, once, a gossip
-# key (gossip.keys: gossip is encrypted, and labelled with the cluster name
+# appends its audit log to node-I.audit.log. `up` also makes, once, in that
+# directory: a development CA and a certificate per node (certs/, by
+# cmd/devcerts: nodes talk to each other over mutual TLS), a gossip key
+# (gossip.keys: gossip is encrypted, and labelled with the cluster name
 # "ringlimit-local") and an admin token (admin.tokens, as "local:<token>",
-# for POST/DELETE /v1/overrides and pprof) in that directory. Extra node
-# flags can be given in RINGLIMIT_NODE_FLAGS.
+# for POST/DELETE /v1/overrides and pprof). Extra node flags can be given
+# in RINGLIMIT_NODE_FLAGS; they come last, so they override the script's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +29,8 @@ dir=${RINGLIMIT_CLUSTER_DIR:-${TMPDIR:-/tmp}/ringlimit-cluster}
 http_base=${RINGLIMIT_HTTP_BASE:-8080}
 grpc_base=${RINGLIMIT_GRPC_BASE:-9090}
 gossip_base=${RINGLIMIT_GOSSIP_BASE:-7946}
+peer_base=${RINGLIMIT_PEER_BASE:-$((grpc_base + 100))}
+certs=$dir/certs
 policy=${RINGLIMIT_POLICY-examples/policy.yaml}
 mkdir -p "$dir"
 
@@ -51,7 +57,8 @@ start_node() {
 	# shellcheck disable=SC2086
 	"$dir/ringlimit-node" --name "node-$i" "${policy_flags[@]}" \
 		--gossip-key-file "$dir/gossip.keys" --cluster-name ringlimit-local --admin-token-file "$dir/admin.tokens" \
-		--http "127.0.0.1:$((http_base + i))" --grpc "127.0.0.1:$((grpc_base + i))" \
+		--tls-ca "$certs/ca.pem" --tls-cert "$certs/node-$i.pem" --tls-key "$certs/node-$i-key.pem" \
+		--http "127.0.0.1:$((http_base + i))" --grpc "127.0.0.1:$((grpc_base + i))" --peer "127.0.0.1:$((peer_base + i))" \
 		--gossip "127.0.0.1:$((gossip_base + i))" --join "$seeds" ${RINGLIMIT_NODE_FLAGS:-} \
 		>>"$dir/node-$i.log" 2>&1 &
 	echo $! >"$dir/node-$i.pid"
@@ -64,7 +71,7 @@ start_node() {
 		fi
 		sleep 0.1
 	done
-	echo "node-$i up: http 127.0.0.1:$((http_base + i)) grpc 127.0.0.1:$((grpc_base + i)) gossip 127.0.0.1:$((gossip_base + i)) (pid $(pidof_node "$i"), log $dir/node-$i.log)"
+	echo "node-$i up: http 127.0.0.1:$((http_base + i)) grpc 127.0.0.1:$((grpc_base + i)) peer 127.0.0.1:$((peer_base + i)) gossip 127.0.0.1:$((gossip_base + i)) (pid $(pidof_node "$i"), log $dir/node-$i.log)"
 }
 
 stop_node() { # stop_node I SIGNAL
@@ -101,7 +108,7 @@ status() {
 c=json.load(sys.stdin)
 print("  ring version %d" % c["ring_version"])
 for m in c["members"]:
-    print("  %-8s %-8s on ring: %-5s grpc %s gossip %s keys %s" % (m["name"], m["state"], m["on_ring"], m["grpc"], m["gossip"], m["keys"]))' || echo "  (no answer)"
+    print("  %-8s %-8s on ring: %-5s grpc %s peer %s gossip %s keys %s" % (m["name"], m["state"], m["on_ring"], m["grpc"], m["peer"], m["gossip"], m["keys"]))' || echo "  (no answer)"
 	done
 	for i in $(seq 1 "$n"); do
 		if running "$i"; then
@@ -117,13 +124,38 @@ for name,n in sorted(c.items()): print("  %-8s %5.1f%%" % (name, n/10))'
 	done
 }
 
-# secrets makes the gossip key and the admin token once, readable by the
-# owner only.
+# nodes lists node-1..node-N, comma-separated.
+nodes() { seq -f "node-%g" -s, 1 "$1"; }
+
+# secrets makes the CA, the node certificates, the gossip key and the admin
+# token once, readable by the owner only.
 secrets() {
 	umask 077
+	"$dir/ringlimit-devcerts" -dir "$certs" -nodes "$(nodes "$1")" >/dev/null
 	[ -s "$dir/gossip.keys" ] || "$dir/ringlimit-node" --new-gossip-key >"$dir/gossip.keys"
 	[ -s "$dir/admin.tokens" ] || echo "local:$("$dir/ringlimit-node" --new-gossip-key)" >"$dir/admin.tokens"
 	echo "admin token: ${dir}/admin.tokens (TOKEN=\$(cut -d: -f2 ${dir}/admin.tokens))"
+}
+
+# rotate gives every node a new certificate (same CA) and the cluster a new
+# gossip key, with the nodes running: the nodes re-read their files every
+# 2 s, so each step waits 3 s. The new key is first added (every node
+# decrypts with it), then used (every node encrypts with it), then the old
+# one is removed.
+rotate() {
+	local n old new
+	n=$(count)
+	umask 077
+	"$dir/ringlimit-devcerts" -dir "$certs" -nodes "$(nodes "$n")" -renew
+	old=$(head -1 "$dir/gossip.keys")
+	new=$("$dir/ringlimit-node" --new-gossip-key)
+	printf '%s\n%s\n' "$old" "$new" >"$dir/gossip.keys.tmp" && mv "$dir/gossip.keys.tmp" "$dir/gossip.keys"
+	sleep 3
+	printf '%s\n%s\n' "$new" "$old" >"$dir/gossip.keys.tmp" && mv "$dir/gossip.keys.tmp" "$dir/gossip.keys"
+	sleep 3
+	printf '%s\n' "$new" >"$dir/gossip.keys.tmp" && mv "$dir/gossip.keys.tmp" "$dir/gossip.keys"
+	sleep 3
+	echo "rotated: new node certificates in $certs, gossip key $dir/gossip.keys"
 }
 
 cmd=${1:-}
@@ -131,7 +163,8 @@ case "$cmd" in
 up)
 	n=${2:-3}
 	go build -o "$dir/ringlimit-node" ./cmd/node
-	secrets
+	go build -o "$dir/ringlimit-devcerts" ./cmd/devcerts
+	secrets "$n"
 	echo "$n" >"$dir/count"
 	for i in $(seq 1 "$n"); do start_node "$i"; done
 	echo "logs and pids in $dir"
@@ -140,6 +173,7 @@ status) status ;;
 kill) stop_node "${2:?node number}" KILL ;;
 stop) stop_node "${2:?node number}" TERM ;;
 start) start_node "${2:?node number}" ;;
+rotate) rotate ;;
 down)
 	for f in "$dir"/node-*.pid; do
 		[ -e "$f" ] || continue
@@ -148,7 +182,7 @@ down)
 	done
 	;;
 *)
-	sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
