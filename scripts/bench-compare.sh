@@ -5,6 +5,8 @@
 #   BENCH_BASE_REV=HEAD~1 scripts/bench-compare.sh  # and against the node of that revision
 #   BENCH_BASE_REV=HEAD BENCH_BASE_NODE_FLAGS=--replication-factor=0 scripts/bench-compare.sh
 #                                                   # this build against itself with other flags
+#   BENCH_BASE_REV=HEAD BENCH_BASE_NODE_FLAGS="--insecure --tls-ca= --tls-cert= --tls-key=" \
+#     scripts/bench-compare.sh                      # mutual TLS between nodes against peer links in clear
 #
 # Starts redis-server (loopback, no persistence) and a local 3-node cluster
 # on their own ports, then for each workload runs ringlimit (through the
@@ -27,7 +29,8 @@
 # build is started with the flags it knows) in a temporary git worktree,
 # which is removed on exit. The base build runs its own 3-node cluster on
 # its own ports (BENCH_BASE_HTTP_BASE, BENCH_BASE_GRPC_BASE,
-# BENCH_BASE_GOSSIP_BASE, default 30080, 31090 and 30946), and every
+# BENCH_BASE_GOSSIP_BASE, BENCH_BASE_PEER_BASE, default 30080, 31090, 30946
+# and 31190), and every
 # ringlimit workload runs against both clusters, one right after the other
 # (the current build first in odd rounds, the base first in even ones), with
 # the same bench binary, rounds and durations; Redis and the floor run once
@@ -61,6 +64,7 @@ export RINGLIMIT_CLUSTER_DIR="$out/cluster"
 export RINGLIMIT_HTTP_BASE=${RINGLIMIT_HTTP_BASE:-28080}
 export RINGLIMIT_GRPC_BASE=${RINGLIMIT_GRPC_BASE:-29090}
 export RINGLIMIT_GOSSIP_BASE=${RINGLIMIT_GOSSIP_BASE:-27946}
+export RINGLIMIT_PEER_BASE=${RINGLIMIT_PEER_BASE:-$((RINGLIMIT_GRPC_BASE + 100))}
 export RINGLIMIT_POLICY=""
 base_rev=""
 base_flags=${BENCH_BASE_NODE_FLAGS:-}
@@ -68,6 +72,7 @@ base_dir="$out/cluster-base"
 base_http=${BENCH_BASE_HTTP_BASE:-30080}
 base_grpc=${BENCH_BASE_GRPC_BASE:-31090}
 base_gossip=${BENCH_BASE_GOSSIP_BASE:-30946}
+base_peer=${BENCH_BASE_PEER_BASE:-$((base_grpc + 100))}
 if [ -n "${BENCH_BASE_REV:-}" ]; then
 	base_rev=$(git rev-parse --verify --quiet "${BENCH_BASE_REV}^{commit}") ||
 		{ echo "BENCH_BASE_REV=$BENCH_BASE_REV is not a commit" >&2; exit 2; }
@@ -79,9 +84,9 @@ fi
 # The ports every process of the run listens on (node I of a cluster on
 # base+I), none twice.
 ports=("$redis_port" "$health_port")
-for b in "$RINGLIMIT_HTTP_BASE" "$RINGLIMIT_GRPC_BASE" "$RINGLIMIT_GOSSIP_BASE"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
+for b in "$RINGLIMIT_HTTP_BASE" "$RINGLIMIT_GRPC_BASE" "$RINGLIMIT_PEER_BASE" "$RINGLIMIT_GOSSIP_BASE"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
 if [ -n "$base_rev" ]; then
-	for b in "$base_http" "$base_grpc" "$base_gossip"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
+	for b in "$base_http" "$base_grpc" "$base_peer" "$base_gossip"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
 fi
 if dup=$(printf '%s\n' "${ports[@]}" | sort -n | uniq -d | paste -sd,) && [ -n "$dup" ]; then
 	echo "port(s) $dup used twice; change RINGLIMIT_*_BASE, BENCH_BASE_*_BASE or BENCH_*_PORT" >&2
@@ -104,7 +109,7 @@ base_src=""
 # RINGLIMIT_NODE_FLAGS for its nodes.
 base_cluster() {
 	RINGLIMIT_CLUSTER_DIR="$base_dir" RINGLIMIT_HTTP_BASE="$base_http" RINGLIMIT_GRPC_BASE="$base_grpc" \
-		RINGLIMIT_GOSSIP_BASE="$base_gossip" \
+		RINGLIMIT_GOSSIP_BASE="$base_gossip" RINGLIMIT_PEER_BASE="$base_peer" \
 		RINGLIMIT_NODE_FLAGS="${RINGLIMIT_NODE_FLAGS:-}${base_flags:+ $base_flags}" \
 		"$base_src/scripts/local-cluster.sh" "$@"
 }
