@@ -256,3 +256,32 @@ func (s *syncBuf) lastAction(t *testing.T, action string) map[string]any {
 	}
 	return last
 }
+
+// TestHTTPPrivateReads: with PrivateReads, the read-only endpoints need an
+// admin token (401 without, 403 with a wrong one) while checks and
+// /healthz stay open.
+func TestHTTPPrivateReads(t *testing.T) {
+	e, _, _ := newPolicyEnv(t)
+	e.api.privReads = true
+	s := e.startHTTP(t)
+	s.auth = "Bearer " + testAdminToken
+	none, wrong := *s, *s
+	none.auth, wrong.auth = "", "Bearer not-the-token-of-ops"
+	for _, path := range []string{"/v1/overrides", "/v1/policy", "/metrics"} {
+		if got := none.do(t, http.MethodGet, path, "", nil); got.status != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token: %d, want 401", path, got.status)
+		}
+		if got := wrong.do(t, http.MethodGet, path, "", nil); got.status != http.StatusForbidden {
+			t.Errorf("GET %s with a wrong token: %d, want 403", path, got.status)
+		}
+		if got := s.do(t, http.MethodGet, path, "", nil); got.status != http.StatusOK {
+			t.Errorf("GET %s with the token: %d %s, want 200", path, got.status, got.body)
+		}
+	}
+	if got := none.do(t, http.MethodGet, "/healthz", "", nil); got.status != http.StatusOK {
+		t.Errorf("GET /healthz without a token: %d, want 200", got.status)
+	}
+	if r := none.check(t, `{"user":"42"}`); r.status != http.StatusOK {
+		t.Errorf("a check without a token: %d %s, want 200", r.status, r.body)
+	}
+}

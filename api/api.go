@@ -114,6 +114,10 @@ type Config struct {
 	// and DELETE /v1/overrides) require (see RequireAdmin). Nil, or never
 	// Set, refuses those endpoints with 403; the read-only ones stay open.
 	AdminTokens *Tokens
+	// PrivateReads makes the read-only endpoints (GET /v1/cluster,
+	// /v1/owner, /v1/policy, /v1/overrides and /metrics) require an admin
+	// token too. Checks and /healthz stay open.
+	PrivateReads bool
 	// Registerer receives the API's metrics. Nil means a private registry
 	// (metrics still served on /metrics).
 	Registerer prometheus.Registerer
@@ -141,6 +145,7 @@ type API struct {
 	addOverride OverrideFunc
 	revoke      RevokeFunc
 	admin       *Tokens
+	privReads   bool
 	log         *slog.Logger
 	m           *metrics
 	gather      prometheus.Gatherer
@@ -171,7 +176,7 @@ func New(cfg Config) (*API, error) {
 		return nil, fmt.Errorf("api: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
 	return &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout}, nil
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout}, nil
 }
 
 // check runs checks through the checker and records the metrics. The

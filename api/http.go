@@ -101,21 +101,28 @@ type ErrorResponse struct {
 // Handler returns the HTTP surface: POST /v1/check, GET /healthz and
 // GET /metrics; with a policy, GET /v1/policy, GET /v1/overrides and the
 // state-changing POST /v1/overrides and DELETE /v1/overrides/{id}, which
-// require an admin token (RequireAdmin). extra, if not nil, is consulted for every other path (the
+// require an admin token (RequireAdmin), as the read-only ones do with
+// Config.PrivateReads. extra, if not nil, is consulted for every other path (the
 // cluster endpoints register there).
 func (a *API) Handler(extra http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	read := func(h http.Handler) http.Handler { // a read-only endpoint
+		if a.privReads {
+			return RequireAdmin(a.admin, h)
+		}
+		return h
+	}
 	mux.HandleFunc("POST /v1/check", a.handleCheck)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
 	if a.cluster != nil {
-		mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle("GET /v1/cluster", read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := a.cluster.Status(r.Context())
 			writeJSON(w, http.StatusOK, &st)
-		})
-		mux.HandleFunc("GET /v1/owner", func(w http.ResponseWriter, r *http.Request) {
+		})))
+		mux.Handle("GET /v1/owner", read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key := r.URL.Query().Get("key")
 			if err := validateKey("key", key); err != nil {
 				writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
@@ -123,18 +130,18 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 			}
 			owner, version := a.cluster.Owner(key)
 			writeJSON(w, http.StatusOK, &OwnerResponse{Key: key, Owner: owner, RingVersion: version})
-		})
+		})))
 	}
 	if a.policy != nil {
-		mux.HandleFunc("GET /v1/policy", a.handlePolicy)
-		mux.HandleFunc("GET /v1/overrides", func(w http.ResponseWriter, _ *http.Request) {
+		mux.Handle("GET /v1/policy", read(http.HandlerFunc(a.handlePolicy)))
+		mux.Handle("GET /v1/overrides", read(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, a.policy.Overrides())
-		})
+		})))
 		mux.Handle("POST /v1/overrides", RequireAdmin(a.admin, http.HandlerFunc(a.handleAddOverride)))
 		mux.Handle("DELETE /v1/overrides/{id}", RequireAdmin(a.admin, http.HandlerFunc(a.handleRevokeOverride)))
 	}
 	if a.gather != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", read(promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{})))
 	}
 	if extra != nil {
 		mux.Handle("/", extra)

@@ -37,6 +37,7 @@ type config struct {
 	clusterName     string
 	newGossipKey    bool
 	insecure        bool
+	privateReads    bool
 
 	// Mutual TLS between nodes (all three or none), and TLS on the public
 	// HTTP and gRPC APIs (cert and key, optionally a CA that client
@@ -94,6 +95,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.apiTLSCert, "api-tls-cert", "", "PEM certificate served on the public HTTP and gRPC APIs (TLS; off when empty); re-read every 2s")
 	fs.StringVar(&c.apiTLSKey, "api-tls-key", "", "PEM file of the key of --api-tls-cert")
 	fs.StringVar(&c.apiTLSClientCA, "api-tls-client-ca", "", "PEM CA certificates: when set, the public APIs require a client certificate that chains to one of them")
+	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/owner, /v1/policy, /v1/overrides and /metrics need an admin token too (checks and /healthz stay open)")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.httpReadTimeout, "http-read-timeout", 10*time.Second, "most time an HTTP client may take to send a whole request, headers and body (a slow client is disconnected)")
