@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/certfile"
 )
 
 // tlsServer serves TLS with cfg on a loopback port: it completes each
@@ -121,5 +123,26 @@ func TestServerConfigMutualTLS(t *testing.T) {
 	}
 	if _, err := dial(addr, s.Roots(), stranger); err != nil {
 		t.Fatalf("client of a CA added to the bundle: %v", err)
+	}
+}
+
+// A set loaded without a CA file has no pool to verify client certificates
+// against: ServerConfig(true) must refuse every client rather than leave
+// tls.Config.ClientCAs nil, which verifies them against the system's roots.
+func TestServerConfigClientAuthWithoutCA(t *testing.T) {
+	f := newFiles(t)
+	ca := newCA(t, "CA")
+	writeSet(t, f, ca, issue(t, ca, "server"))
+	s := load(t, certfile.Files{Cert: f.cert, Key: f.key})
+	const want = "certfile: client certificates are required but no CA is loaded to verify them"
+	if cfg, err := s.ServerConfig(true).GetConfigForClient(&tls.ClientHelloInfo{}); err == nil || err.Error() != want {
+		t.Fatalf("GetConfigForClient without a CA: %v (ClientCAs %v), want the error %q", err, cfg.ClientCAs, want)
+	}
+	roots := load(t, certfile.Files{CA: f.ca}).Roots()
+	if _, err := dial(tlsServer(t, s.ServerConfig(true)), roots, keyPair(t, issue(t, ca, "client"))); err == nil {
+		t.Fatal("a client was accepted by a server with no CA to verify it")
+	}
+	if _, err := dial(tlsServer(t, s.ServerConfig(false)), roots, nil); err != nil {
+		t.Fatalf("without client authentication: %v", err)
 	}
 }
