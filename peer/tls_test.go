@@ -245,7 +245,8 @@ func TestTLSPoolRefusesServerNotNamingTheMember(t *testing.T) {
 	foreignB := startTLSNode(t, "B", newPKI(t, "another CA").certs(t, "B"), m)
 	l := hourlyLimit(5)
 	for _, tc := range []struct{ name, addr, msg string }{
-		{"certificate of another member", c.addr, `names [\"C\" \"C\"], not \"B\"`}, // quoted in the status
+		{"certificate of another member", c.addr, // quoted in the status:
+			`peer: the server dialled as member \"B\" presents a certificate for [\"C\" \"C\"]`},
 		{"certificate of another CA", foreignB.addr, "certificate signed by unknown authority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
