@@ -147,6 +147,15 @@ type node struct {
 // (-race under load must not fail a batch) unless tweak changes them.
 func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Config), sopts ...grpc.ServerOption) *node {
 	t.Helper()
+	n, lis := newNode(t, name, clk, tweak, sopts...)
+	n.serve(t, lis)
+	return n
+}
+
+// newNode is startNode up to serving: its peer service is registered and
+// its listener open, so that the test can set the service up first.
+func newNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Config), sopts ...grpc.ServerOption) (*node, net.Listener) {
+	t.Helper()
 	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +182,11 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Conf
 	n := &node{name: name, addr: lis.Addr().String(), h: h, pool: pool, psrv: peer.NewServer(name, h, pm),
 		store: store, reg: reg, srv: grpc.NewServer(sopts...)}
 	n.psrv.Register(n.srv)
+	return n, lis
+}
+
+// serve serves n on lis until the test ends.
+func (n *node) serve(t testing.TB, lis net.Listener) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -184,7 +198,6 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Conf
 		<-served
 		n.pool.Close()
 	})
-	return n
 }
 
 func startNodes(t testing.TB, clk clock.Clock, tweak func(*peer.Config), names ...string) []*node {

@@ -50,8 +50,9 @@ func clientTLS(c Certs, member string) *tls.Config {
 			if err != nil {
 				return err
 			}
+			// Not cs.ServerName: it is empty when the address is an IP.
 			if !slices.Contains(certNames(leaf), member) {
-				return fmt.Errorf("peer: the certificate of %s names %q, not %q", cs.ServerName, certNames(leaf), member)
+				return fmt.Errorf("peer: the server dialled as member %q presents a certificate for %q", member, certNames(leaf))
 			}
 			return nil
 		},

@@ -193,7 +193,8 @@ func (s *Set) Watch(ctx context.Context, every time.Duration, log *slog.Logger, 
 // ServerConfig returns a TLS configuration for a server that presents the
 // set's current certificate (TLS 1.2 at least) and offers nextProtos by
 // ALPN. With clientAuth, it requires a client certificate that chains to
-// the set's current CA pool, for TLS client authentication. Each handshake
+// the set's current CA pool, for TLS client authentication; a set loaded
+// without a CA file then fails every handshake. Each handshake
 // takes what the set holds at that moment, so a reload applies to the next
 // connection.
 func (s *Set) ServerConfig(clientAuth bool, nextProtos ...string) *tls.Config {
@@ -206,8 +207,14 @@ func (s *Set) ServerConfig(clientAuth bool, nextProtos ...string) *tls.Config {
 				c.Certificates = []tls.Certificate{*cert}
 			}
 			if clientAuth {
+				// A nil ClientCAs would verify client certificates
+				// against the system's roots.
+				roots := s.roots.Load()
+				if roots == nil {
+					return nil, errors.New("certfile: client certificates are required but no CA is loaded to verify them")
+				}
 				c.ClientAuth = tls.RequireAndVerifyClientCert
-				c.ClientCAs = s.roots.Load()
+				c.ClientCAs = roots
 			}
 			return c, nil
 		},
