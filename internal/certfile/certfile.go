@@ -42,8 +42,7 @@ type Files struct {
 // loaded from Files. It is safe for concurrent use; readers take no lock.
 type Set struct {
 	files Files
-	cert  atomic.Pointer[tls.Certificate]
-	roots atomic.Pointer[x509.CertPool]
+	cur   atomic.Pointer[material] // replaced whole, so readers never mix two loads
 
 	mu  sync.Mutex // serialises Reload
 	sum [sha256.Size]byte
@@ -66,15 +65,28 @@ func Load(f Files) (*Set, error) {
 
 // Certificate returns the certificate and key last loaded (nil without
 // Files.Cert). The caller must not modify it.
-func (s *Set) Certificate() *tls.Certificate { return s.cert.Load() }
+func (s *Set) Certificate() *tls.Certificate { return s.load().cert }
 
 // Roots returns the CA pool last loaded (nil without Files.CA).
-func (s *Set) Roots() *x509.CertPool { return s.roots.Load() }
+func (s *Set) Roots() *x509.CertPool { return s.load().roots }
+
+// material is what one load read.
+type material struct {
+	cert  *tls.Certificate
+	roots *x509.CertPool
+}
+
+func (s *Set) load() *material {
+	if m := s.cur.Load(); m != nil {
+		return m
+	}
+	return &material{}
+}
 
 // NotAfter returns when the certificate last loaded expires (zero without
 // one).
 func (s *Set) NotAfter() time.Time {
-	if c := s.cert.Load(); c != nil && c.Leaf != nil {
+	if c := s.load().cert; c != nil && c.Leaf != nil {
 		return c.Leaf.NotAfter
 	}
 	return time.Time{}
@@ -95,7 +107,7 @@ func (s *Set) Reload() (changed bool, err error) {
 		}
 	}
 	sum := sha256.Sum256(bytes.Join(all[:], []byte{0}))
-	if sum == s.sum && (s.cert.Load() != nil || s.roots.Load() != nil) {
+	if sum == s.sum && s.cur.Load() != nil {
 		return false, nil
 	}
 	var roots *x509.CertPool
@@ -118,12 +130,7 @@ func (s *Set) Reload() (changed bool, err error) {
 		}
 	}
 	s.sum = sum
-	if roots != nil {
-		s.roots.Store(roots)
-	}
-	if cert != nil {
-		s.cert.Store(cert)
-	}
+	s.cur.Store(&material{cert: cert, roots: roots})
 	return true, nil
 }
 
@@ -203,13 +210,14 @@ func (s *Set) ServerConfig(clientAuth bool, nextProtos ...string) *tls.Config {
 		NextProtos: nextProtos,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			c := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: nextProtos}
-			if cert := s.cert.Load(); cert != nil {
+			m := s.load()
+			if cert := m.cert; cert != nil {
 				c.Certificates = []tls.Certificate{*cert}
 			}
 			if clientAuth {
 				// A nil ClientCAs would verify client certificates
 				// against the system's roots.
-				roots := s.roots.Load()
+				roots := m.roots
 				if roots == nil {
 					return nil, errors.New("certfile: client certificates are required but no CA is loaded to verify them")
 				}
