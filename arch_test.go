@@ -28,8 +28,9 @@ var allowed = map[string][]string{
 	"peer":              {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":           {"bucket", "clock", "peer"},
 	"policy":            {"bucket", "clock"},
+	"rls":               {"bucket", "clock"},
 	"ratelimitheader":   {"clock"},
-	"api":               {"policy", "forward", "proto", "bucket", "clock", "ratelimitheader"},
+	"api":               {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader"},
 	"client":            {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader"},
 	"cmd":               nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
