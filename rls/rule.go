@@ -1,9 +1,3 @@
-// Package rls reads envoyproxy/ratelimit's configuration format (a domain,
-// nested descriptors, their rate limits) and matches the descriptors of an
-// Envoy rate limit request (envoy.service.ratelimit.v3) against it, with
-// the same rules: an entry's key and value before its key alone, nested
-// descriptors by prefix, the limit of the last entry. Each matched
-// descriptor becomes a Rule: a bucket key on the ring and its limit.
 package rls
 
 import (
