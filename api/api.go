@@ -118,6 +118,12 @@ type Config struct {
 	// /v1/owner, /v1/policy, /v1/overrides and /metrics) require an admin
 	// token too. Checks and /healthz stay open.
 	PrivateReads bool
+	// RLS, when set, serves envoy.service.ratelimit.v3.RateLimitService
+	// on the gRPC server (RegisterGRPC) with the configuration it returns.
+	RLS RLSConfig
+	// RLSHeaders adds the RateLimit-Limit, -Remaining and -Reset headers
+	// of the descriptor closest to its limit to every RLS answer.
+	RLSHeaders bool
 	// Registerer receives the API's metrics. Nil means a private registry
 	// (metrics still served on /metrics).
 	Registerer prometheus.Registerer
@@ -146,6 +152,7 @@ type API struct {
 	revoke      RevokeFunc
 	admin       *Tokens
 	privReads   bool
+	rls         *rlsServer // nil without Config.RLS
 	log         *slog.Logger
 	m           *metrics
 	gather      prometheus.Gatherer
@@ -175,8 +182,16 @@ func New(cfg Config) (*API, error) {
 	if cfg.CheckTimeout < 0 {
 		return nil, fmt.Errorf("api: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
-	return &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout}, nil
+	a := &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout}
+	if cfg.RLS != nil {
+		rm, err := newRLSMetrics(cfg.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		a.rls = &rlsServer{api: a, config: cfg.RLS, headers: cfg.RLSHeaders, m: rm}
+	}
+	return a, nil
 }
 
 // check runs checks through the checker and records the metrics. The

@@ -18,9 +18,11 @@ import (
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
-// RegisterGRPC registers the public RateLimiter service on s.
+// RegisterGRPC registers the public RateLimiter service on s, and with
+// Config.RLS Envoy's rate limit service.
 func (a *API) RegisterGRPC(s grpc.ServiceRegistrar) {
 	pb.RegisterRateLimiterServer(s, &grpcServer{api: a})
+	a.registerRLS(s)
 }
 
 type grpcServer struct {

@@ -38,6 +38,8 @@ type config struct {
 	newGossipKey    bool
 	insecure        bool
 	privateReads    bool
+	rlsPath         string
+	rlsHeaders      bool
 
 	// Mutual TLS between nodes (all three or none), and TLS on the public
 	// HTTP and gRPC APIs (cert and key, optionally a CA that client
@@ -95,6 +97,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.apiTLSCert, "api-tls-cert", "", "PEM certificate served on the public HTTP and gRPC APIs (TLS; off when empty); re-read every 2s")
 	fs.StringVar(&c.apiTLSKey, "api-tls-key", "", "PEM file of the key of --api-tls-cert")
 	fs.StringVar(&c.apiTLSClientCA, "api-tls-client-ca", "", "PEM CA certificates: when set, the public APIs require a client certificate that chains to one of them")
+	fs.StringVar(&c.rlsPath, "rls-config", "", "envoyproxy/ratelimit configuration (a YAML file, or a directory of them, one domain each): serves Envoy's rate limit service (envoy.service.ratelimit.v3) on --grpc; reloaded on change and on SIGHUP")
+	fs.BoolVar(&c.rlsHeaders, "rls-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the rate limit service's answers (response_headers_to_add)")
 	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/owner, /v1/policy, /v1/overrides and /metrics need an admin token too (checks and /healthz stay open)")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

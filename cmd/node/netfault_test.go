@@ -336,6 +336,7 @@ func (f *netFault) sweep() {
 type procSpec struct {
 	name, http, grpc, peer, gossip string
 	join                           []string
+	extra                          []string // more flags
 }
 
 // restartSpec is old's name and addresses, joining join.
@@ -359,6 +360,7 @@ func startFaultProc(t *testing.T, bin string, f *netFault, s procSpec) *proc {
 	if len(s.join) > 0 {
 		args = append(args, "--join", strings.Join(s.join, ","))
 	}
+	args = append(args, s.extra...)
 	p := &proc{name: s.name, cmd: exec.Command(bin, args...), logs: &logSink{}, exited: make(chan struct{})}
 	for _, kv := range os.Environ() { // only the flags configure the node
 		if !strings.HasPrefix(kv, "RINGLIMIT_") {

@@ -23,6 +23,7 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rls"
 )
 
 // run starts a node and serves until ctx is cancelled, then shuts down
@@ -78,6 +79,7 @@ type node struct {
 	peerServer *peer.Server
 	cluster    *cluster.Cluster
 	policy     *policy.Manager // nil without --policy
+	rls        *rls.Manager    // nil without --rls-config
 	admin      *api.Tokens     // never Set without --admin-token-file: admin endpoints answer 403
 	stopBg     context.CancelFunc
 	bg         sync.WaitGroup
@@ -94,7 +96,7 @@ type node struct {
 var _ forward.Owners = (*ring.Ring)(nil)
 
 // startSteps names the steps of startNode in order, for config.failAt.
-var startSteps = []string{"store", "metrics", "admin", "tls", "policy", "http", "grpc", "peer", "peers", "router", "cluster", "api", "serve"}
+var startSteps = []string{"store", "metrics", "admin", "tls", "policy", "rls", "http", "grpc", "peer", "peers", "router", "cluster", "api", "serve"}
 
 // startNode binds the listeners (so that a bad address fails at once) and
 // starts serving in the background. When a step fails, everything the
@@ -178,6 +180,15 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		n.audit = audit
 		if n.policy, err = policy.NewManager(policy.ManagerConfig{Path: cfg.policyPath, AuditLog: audit, Logger: log, Registerer: reg}); err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
+		}
+	}
+
+	if err := step("rls"); err != nil {
+		return nil, err
+	}
+	if cfg.rlsPath != "" {
+		if n.rls, err = rls.NewManager(rls.ManagerConfig{Path: cfg.rlsPath, Logger: log, Registerer: reg}); err != nil {
+			return nil, fmt.Errorf("--rls-config: %w", err)
 		}
 	}
 
@@ -277,7 +288,10 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads}
+		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads, RLSHeaders: cfg.rlsHeaders}
+	if n.rls != nil {
+		acfg.RLS = rlsConfig(n.rls)
+	}
 	if n.policy != nil {
 		acfg.Policy = n.policy
 		acfg.AddOverride = func(_ context.Context, o policy.Override) (policy.Override, error) { return osync.Add(o) }
@@ -311,6 +325,9 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	n.stopBg = stopBg
 	if n.policy != nil {
 		n.bg.Go(func() { runPolicy(bgCtx, log, n.policy) })
+	}
+	if n.rls != nil {
+		n.bg.Go(func() { runRLS(bgCtx, log, n.rls) })
 	}
 	if cfg.gossipKeyFile != "" {
 		n.bg.Go(func() { watchKeyFile(bgCtx, log, cfg.gossipKeyFile, cmp.Or(cfg.keyFilePoll, keyFilePoll), n.cluster) })

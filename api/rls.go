@@ -1,0 +1,280 @@
+package api
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/rls"
+)
+
+// RLSMatcher is a configuration of Envoy's rate limit service: it matches
+// a request's descriptor to a rule (*rls.Config).
+type RLSMatcher interface {
+	Match(domain string, d *rlcommon.RateLimitDescriptor) (rls.Rule, bool)
+}
+
+// RLSConfig returns the configuration in force at each call
+// (rls.Manager.Current); nil matches nothing.
+type RLSConfig func() RLSMatcher
+
+// The response headers the rate limit service adds with
+// Config.RLSHeaders, named as envoyproxy/ratelimit names them by default.
+const (
+	rlsLimitHeader     = "RateLimit-Limit"
+	rlsRemainingHeader = "RateLimit-Remaining"
+	rlsResetHeader     = "RateLimit-Reset"
+)
+
+// rlsServer is envoy.service.ratelimit.v3.RateLimitService: every
+// descriptor a rule matches is a check of its bucket key on the ring, so
+// any node answers for the whole cluster.
+type rlsServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	api     *API
+	config  RLSConfig
+	headers bool
+	m       *rlsMetrics
+}
+
+type rlsMetrics struct {
+	requests *prometheus.CounterVec // by overall code
+	shadow   *prometheus.CounterVec // by domain
+}
+
+func newRLSMetrics(reg prometheus.Registerer) (*rlsMetrics, error) {
+	m := &rlsMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_rls_requests_total",
+			Help: "ShouldRateLimit calls, by answer: ok, over_limit, or the gRPC code of an error.",
+		}, []string{"code"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_rls_shadow_over_limit_total",
+			Help: "Descriptors in shadow mode that were over their limit and answered OK, by domain.",
+		}, []string{"domain"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.shadow} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// registerRLS registers the rate limit service on s.
+func (a *API) registerRLS(s grpc.ServiceRegistrar) {
+	if a.rls != nil {
+		rlsv3.RegisterRateLimitServiceServer(s, a.rls)
+	}
+}
+
+// rlsItem is what one descriptor of a request became.
+type rlsItem struct {
+	rule      rls.Rule
+	matched   bool // a rule applies: not unlimited, not replaced
+	unlimited bool
+	check   int // index in the checks sent, or -1
+	over    bool
+}
+
+// ShouldRateLimit answers one Envoy rate limit request. A descriptor no
+// rule matches, an unlimited one and one whose rule another matched rule
+// replaces are OK and cost nothing; the others are checked together, each
+// with its hits (the descriptor's hits_addend, else the request's, else 1).
+// The overall code is OVER_LIMIT when any descriptor is; shadow-mode
+// descriptors answer OK. A failure to decide (an owner that could not be
+// reached, a deadline) answers UNAVAILABLE, for Envoy's failure_mode_deny
+// to decide.
+func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.should(ctx, req)
+	code := "ok"
+	switch {
+	case err != nil:
+		code = status.Code(err).String()
+	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+		code = "over_limit"
+	}
+	s.m.requests.WithLabelValues(code).Inc()
+	return resp, err
+}
+
+func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domain, descs := req.GetDomain(), req.GetDescriptors()
+	switch {
+	case domain == "":
+		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
+	case len(descs) == 0:
+		return nil, status.Error(codes.InvalidArgument, "descriptors: at least one is required")
+	case len(descs) > MaxBatch:
+		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d, got %d", MaxBatch, len(descs))
+	}
+	cfg := s.config()
+	items := make([]rlsItem, len(descs))
+	var replaced map[string]bool
+	for i, d := range descs {
+		for j, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d].key: must not be empty", i, j)
+			}
+		}
+		it := &items[i]
+		it.check = -1
+		if cfg == nil {
+			continue
+		}
+		it.rule, it.matched = cfg.Match(domain, d)
+		for _, r := range it.rule.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+	}
+	checks := make([]forward.Check, 0, len(items))
+	for i := range items {
+		it := &items[i]
+		if !it.matched || it.rule.Unlimited || (it.rule.Name != "" && replaced[it.rule.Name]) {
+			it.unlimited = it.matched && it.rule.Unlimited
+			it.matched = false
+			continue
+		}
+		hits := rlsHits(req, descs[i])
+		switch {
+		case hits == 0: // checked, not counted: nothing to spend
+		case it.rule.RequestsPerUnit == 0 || it.rule.Limit.CheckCost(int64(min(hits, math.MaxInt64))) != nil:
+			it.over = true // more than the limit can ever hold
+		default:
+			if err := bucket.CheckKey(it.rule.Key); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %v", i, err)
+			}
+			it.check = len(checks)
+			checks = append(checks, forward.Check{Key: it.rule.Key, Limit: it.rule.Limit, Cost: int64(hits), Mode: bucket.FailClosed})
+		}
+	}
+	out := make([]forward.Result, len(checks))
+	if len(checks) > 0 {
+		if s.api.checkTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, s.api.checkTimeout)
+			defer cancel()
+		}
+		if err := s.api.check(ctx, "rls", checks, out); err != nil {
+			return nil, rlsError(err)
+		}
+		for i := range out {
+			if out[i].Degraded {
+				return nil, status.Errorf(codes.Unavailable, "the owner of %q could not be reached", checks[i].Key)
+			}
+		}
+	}
+	return s.answer(domain, items, out), nil
+}
+
+// rlsHits is what descriptor d of req costs: its own hits_addend when set
+// (0 included: checked, not counted), else the request's, at least 1.
+func rlsHits(req *rlsv3.RateLimitRequest, d *rlcommon.RateLimitDescriptor) uint64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return h.GetValue()
+	}
+	return uint64(max(1, req.GetHitsAddend()))
+}
+
+// rlsError maps a failure to decide to the status Envoy acts on.
+func rlsError(err error) error {
+	if code := status.Code(grpcError(err)); code == codes.InvalidArgument || code == codes.Canceled {
+		return grpcError(err)
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// answer builds the response from the items and the checks' results.
+func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	for i := range items {
+		it := &items[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		if !it.matched {
+			if it.unlimited {
+				st.LimitRemaining = math.MaxUint32
+			}
+			continue
+		}
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: it.rule.Name, RequestsPerUnit: it.rule.RequestsPerUnit, Unit: it.rule.Unit}
+		var reset time.Duration
+		switch {
+		case it.check >= 0:
+			d := &out[it.check].Decision
+			it.over = !d.Allowed
+			st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+			reset = d.ResetAfter
+			if it.over && d.RetryAfter > reset {
+				reset = d.RetryAfter
+			}
+		case !it.over: // hits 0: nothing counted
+			st.LimitRemaining = it.rule.RequestsPerUnit
+		}
+		if reset <= 0 {
+			reset = unitDuration(it.rule.Unit)
+		}
+		if reset > 0 {
+			st.DurationUntilReset = durationpb.New(reset)
+		}
+		if it.over {
+			if it.rule.Shadow {
+				s.m.shadow.WithLabelValues(domain).Inc()
+			} else {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		if closest == nil || st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && closest.Code != st.Code ||
+			st.Code == closest.Code && st.LimitRemaining < closest.LimitRemaining {
+			closest = st
+		}
+	}
+	if s.headers && closest != nil {
+		resp.ResponseHeadersToAdd = []*core.HeaderValue{
+			{Key: rlsLimitHeader, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: rlsRemainingHeader, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: rlsResetHeader, Value: strconv.FormatInt(int64(math.Ceil(closest.GetDurationUntilReset().AsDuration().Seconds())), 10)},
+		}
+	}
+	return resp
+}
+
+// unitDuration is the length of a unit (a month is 30 days, a year 365,
+// as envoyproxy/ratelimit counts them).
+func unitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	const day = 24 * time.Hour
+	switch u {
+	case rlsv3.RateLimitResponse_RateLimit_SECOND:
+		return time.Second
+	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
+		return time.Minute
+	case rlsv3.RateLimitResponse_RateLimit_HOUR:
+		return time.Hour
+	case rlsv3.RateLimitResponse_RateLimit_DAY:
+		return day
+	case rlsv3.RateLimitResponse_RateLimit_WEEK:
+		return 7 * day
+	case rlsv3.RateLimitResponse_RateLimit_MONTH:
+		return 30 * day
+	case rlsv3.RateLimitResponse_RateLimit_YEAR:
+		return 365 * day
+	}
+	return 0
+}
