@@ -85,8 +85,8 @@ type rlsItem struct {
 	rule      rls.Rule
 	matched   bool // a rule applies: not unlimited, not replaced
 	unlimited bool
-	check   int // index in the checks sent, or -1
-	over    bool
+	check     int // index in the checks sent, or -1
+	over      bool
 }
 
 // ShouldRateLimit answers one Envoy rate limit request. A descriptor no
