@@ -170,6 +170,10 @@ func (p *parser) descriptors(kv pair, parent *node, prefix string) error {
 }
 
 func (p *parser) descriptor(item *yaml.Node, parent *node, prefix string) error {
+	if err := p.enter(item); err != nil {
+		return err
+	}
+	defer p.leave()
 	pairs, err := p.mapping(item, "a descriptor")
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -225,6 +226,17 @@ descriptors:
     rate_limit:
       <<: {unit: second}
 `, `rls: f.yaml:5: YAML merge keys (<<) are not supported`},
+		{"descriptors nested in themselves", `
+domain: d
+descriptors: &all
+  - key: k
+    descriptors: *all
+`, `rls: f.yaml:3: nested more than 64 levels deep`},
+		{"a value holding itself", `
+domain: d
+unit: &x {unit: *x}
+`, `rls: f.yaml:2: nested more than 64 levels deep`},
+		{"aliases expanding too far", laughs(), `rls: f.yaml:4: more than 1048576 YAML nodes (aliases expand too far)`},
 		{"second document", `
 domain: d
 ---
@@ -346,4 +358,22 @@ func TestVersion(t *testing.T) {
 			t.Errorf("version(%q) = %q, the same as %q's", other, v, files)
 		}
 	}
+}
+
+// laughs is a file whose aliases expand to 10^8 descriptors.
+func laughs() string {
+	var b strings.Builder
+	b.WriteString("domain: d\nunit:\n  - descriptors: &l0 [{key: a}]\n")
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&b, "  - descriptors: &l%d [", i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "{descriptors: *l%d}", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString("descriptors: *l8\n")
+	return b.String()
 }

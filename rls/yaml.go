@@ -18,16 +18,30 @@ var validKeys = map[string]bool{
 	"algorithm": true,
 }
 
-// maxNodes bounds the YAML nodes one file may make Parse visit: aliases
-// can make a small file expand without end.
-const maxNodes = 1 << 20
+// Bounds on what one file may make Parse visit: aliases can make a small
+// file expand without end, or into itself.
+const (
+	maxNodes = 1 << 20
+	maxDepth = 64 // nested mappings and lists
+)
 
 // parser reads one file. It is used by one goroutine.
 type parser struct {
 	file     string
 	warnings []string
 	visited  int
+	depth    int
 }
+
+// enter counts one more level of nesting at n; leave when done.
+func (p *parser) enter(n *yaml.Node) error {
+	if p.depth++; p.depth > maxDepth {
+		return p.errorf(n, "nested more than %d levels deep", maxDepth)
+	}
+	return nil
+}
+
+func (p *parser) leave() { p.depth-- }
 
 // pair is one entry of a mapping.
 type pair struct{ k, v *yaml.Node }
@@ -114,6 +128,10 @@ func (p *parser) misplaced(kv pair) error {
 // known keys, scalars are strings, whole numbers, booleans or null.
 func (p *parser) anything(n *yaml.Node) error {
 	n = resolve(n)
+	if err := p.enter(n); err != nil {
+		return err
+	}
+	defer p.leave()
 	switch n.Kind {
 	case yaml.MappingNode:
 		pairs, err := p.mapping(n, "a value")
