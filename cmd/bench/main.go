@@ -3,11 +3,18 @@
 // server processes used in the measured window, and the batching factor of
 // the forwarding between nodes.
 //
-// cmd/bench is its own Go module (its Redis baseline and chart drawing stay
-// out of the library's go.mod), so it is built and run from its directory:
+// cmd/bench is its own Go module (its Redis baseline, chart drawing and
+// the envoyproxy/ratelimit baseline stay out of the library's go.mod), so
+// it is built and run from its directory:
 //
 //	cd cmd/bench && go run . --name uniform --pids "$(cat /tmp/ringlimit-cluster/node-*.pid | paste -sd,)" \
 //	    --metrics-urls http://127.0.0.1:8081/metrics,http://127.0.0.1:8082/metrics,http://127.0.0.1:8083/metrics
+//
+// The module also pins envoyproxy/ratelimit as a tool (the tool directive
+// in go.mod), the baseline of the Envoy rate limit service; its server is
+// built from here with
+//
+//	cd cmd/bench && go build -o /tmp/envoy-ratelimit github.com/envoyproxy/ratelimit/src/service_cmd
 //
 // Each of --concurrency goroutines makes one request at a time, round robin
 // over the entry nodes, for --warmup (discarded) and then --duration
