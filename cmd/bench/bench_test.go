@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
@@ -202,7 +205,8 @@ func TestParseFlags(t *testing.T) {
 	if c.limit != 1 || c.per != time.Hour || c.burst != 5 {
 		t.Errorf("reject mode: limit %d per %v burst %d, want 1 per 1h burst 5 (explicit)", c.limit, c.per, c.burst)
 	}
-	if len(c.targets) != 3 || c.concurrency != 64 || c.duration != 10*time.Second || c.warmup != 2*time.Second {
+	if len(c.targets) != 3 || c.concurrency != 64 || c.duration != 10*time.Second || c.warmup != 2*time.Second ||
+		c.rlsDomain != "bench" || c.rlsKey != "user_id" {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, bad := range [][]string{
@@ -212,6 +216,11 @@ func TestParseFlags(t *testing.T) {
 		{"--pids", "12,x"},
 		{"--algorithm", "gcra"},
 		{"--per", "1500us"},
+		{"--proto", "rls", "--batch", "2"},
+		{"--proto", "rls", "--rls-domain", ""},
+		{"--proto", "rls", "--rls-key", ""},
+		{"--proto", "rls", "--target-health"},
+		{"--proto", "gopher"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
@@ -456,6 +465,114 @@ func TestClientTargetDescribe(t *testing.T) {
 		tgt := &clientTarget{addrs: addrs, limit: &pb.Limit{Lease: c.lease}, unbatched: c.unbatched}
 		if got := tgt.Describe(); got != c.want {
 			t.Errorf("unbatched=%v lease=%v: %q, want %q", c.unbatched, c.lease, got, c.want)
+		}
+	}
+}
+
+// fakeRLS answers ShouldRateLimit: OK for a value ending in an even digit,
+// OVER_LIMIT for an odd one, and fails a request that is not the one
+// descriptor {user_id: bench:N} in domain bench.
+type fakeRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	calls atomic.Int64
+	code  rlsv3.RateLimitResponse_Code // if set, every answer's code
+}
+
+func (f *fakeRLS) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	f.calls.Add(1)
+	ds := req.GetDescriptors()
+	if req.GetDomain() != "bench" || len(ds) != 1 || len(ds[0].GetEntries()) != 1 || ds[0].GetEntries()[0].GetKey() != "user_id" ||
+		!strings.HasPrefix(ds[0].GetEntries()[0].GetValue(), "bench:") || req.GetHitsAddend() > 1 {
+		return nil, status.Errorf(codes.InvalidArgument, "unexpected request %v", req)
+	}
+	if f.code != rlsv3.RateLimitResponse_UNKNOWN {
+		return &rlsv3.RateLimitResponse{OverallCode: f.code}, nil
+	}
+	v := ds[0].GetEntries()[0].GetValue()
+	code := rlsv3.RateLimitResponse_OK
+	if (v[len(v)-1]-'0')%2 == 1 {
+		code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: code,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: code}}}, nil
+}
+
+// startRLS serves each fake on its own loopback port and returns the
+// addresses.
+func startRLS(t *testing.T, fakes ...*fakeRLS) []string {
+	t.Helper()
+	var addrs []string
+	for _, f := range fakes {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer()
+		rlsv3.RegisterRateLimitServiceServer(s, f)
+		go s.Serve(lis)
+		t.Cleanup(s.Stop)
+		addrs = append(addrs, lis.Addr().String())
+	}
+	return addrs
+}
+
+func TestRunRLS(t *testing.T) {
+	a, b := new(fakeRLS), new(fakeRLS)
+	addrs := startRLS(t, a, b)
+	res, err := run(context.Background(), shortConfig(t, "--proto", "rls", "--targets", strings.Join(addrs, ",")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommon(t, res)
+	if res.Checks != res.Requests || res.Allowed+res.Rejected != res.Checks || res.Degraded != 0 {
+		t.Errorf("checks %d requests %d allowed %d rejected %d degraded %d", res.Checks, res.Requests, res.Allowed, res.Rejected, res.Degraded)
+	}
+	// 50 uniform keys: half end in an even digit.
+	if f := float64(res.Allowed) / float64(res.Checks); f < 0.4 || f > 0.6 {
+		t.Errorf("allowed fraction %.2f, want ≈ 0.5", f)
+	}
+	// Round robin: each server had about half of the calls (warm-up included).
+	ca, cb := a.calls.Load(), b.calls.Load()
+	if ca == 0 || cb == 0 || ca > 2*cb+10 || cb > 2*ca+10 {
+		t.Errorf("calls per server %d and %d, want about even", ca, cb)
+	}
+	if res.Proto != "rls" || !strings.Contains(res.Target, `domain "bench" descriptor user_id=<key>`) {
+		t.Errorf("proto %q target %q", res.Proto, res.Target)
+	}
+}
+
+func TestRunRLSDomainAndKey(t *testing.T) {
+	addrs := startRLS(t, new(fakeRLS))
+	// The fake wants domain bench and key user_id: other values are refused.
+	for _, flags := range [][]string{{"--rls-domain", "other"}, {"--rls-key", "api_key"}} {
+		cfg := shortConfig(t, append([]string{"--proto", "rls", "--targets", addrs[0]}, flags...)...)
+		res, err := run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Errors == 0 || res.Requests != 0 || !strings.Contains(res.FirstError, "InvalidArgument") {
+			t.Errorf("%q: requests %d errors %d first error %q, want every request refused", flags, res.Requests, res.Errors, res.FirstError)
+		}
+	}
+}
+
+func TestRunRLSCodes(t *testing.T) {
+	for _, c := range []struct {
+		code                     rlsv3.RateLimitResponse_Code
+		allowed, rejected, error bool
+	}{
+		{rlsv3.RateLimitResponse_OK, true, false, false},
+		{rlsv3.RateLimitResponse_OVER_LIMIT, false, true, false},
+		{rlsv3.RateLimitResponse_UNKNOWN + 7, false, false, true},
+	} {
+		f := &fakeRLS{code: c.code}
+		addrs := startRLS(t, f)
+		res, err := run(context.Background(), shortConfig(t, "--proto", "rls", "--targets", addrs[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (res.Allowed > 0) != c.allowed || (res.Rejected > 0) != c.rejected || (res.Errors > 0) != c.error {
+			t.Errorf("code %v: allowed %d rejected %d errors %d (%s)", c.code, res.Allowed, res.Rejected, res.Errors, res.FirstError)
 		}
 	}
 }

@@ -48,6 +48,8 @@ func newTarget(cfg *config) (target, error) {
 		return newClientTarget(cfg)
 	case cfg.proto == "http":
 		return newHTTPTarget(cfg)
+	case cfg.proto == "rls":
+		return newRLSTarget(cfg)
 	default:
 		return newGRPCTarget(cfg)
 	}
