@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/api"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -217,9 +221,12 @@ func TestParseFlags(t *testing.T) {
 		{"--algorithm", "gcra"},
 		{"--per", "1500us"},
 		{"--proto", "rls", "--batch", "2"},
+		{"--proto", "authz", "--batch", "2"},
 		{"--proto", "rls", "--rls-domain", ""},
 		{"--proto", "rls", "--rls-key", ""},
+		{"--proto", "authz", "--target-health"},
 		{"--proto", "rls", "--target-health"},
+		{"--proto", "authz", "--http-targets", ""},
 		{"--proto", "gopher"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
@@ -575,4 +582,144 @@ func TestRunRLSCodes(t *testing.T) {
 			t.Errorf("code %v: allowed %d rejected %d errors %d (%s)", c.code, res.Allowed, res.Rejected, res.Errors, res.FirstError)
 		}
 	}
+}
+
+func TestRunAuthz(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/authz" || len(body) != 0 || !strings.HasPrefix(r.Header.Get("X-API-Key"), "bench:") {
+			http.Error(w, fmt.Sprintf("%s %s X-API-Key %q body %q", r.Method, r.URL.Path, r.Header.Get("X-API-Key"), body), http.StatusBadRequest)
+			return
+		}
+		if calls.Add(1)%2 == 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	res, err := run(context.Background(), shortConfig(t, "--proto", "authz", "--http-targets", strings.TrimPrefix(srv.URL, "http://")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommon(t, res)
+	if res.Allowed == 0 || res.Rejected == 0 || res.Degraded != 0 || res.Proto != "authz" {
+		t.Errorf("proto %s allowed %d rejected %d degraded %d", res.Proto, res.Allowed, res.Rejected, res.Degraded)
+	}
+}
+
+// startBare serves n bare HTTP servers on loopback ports and returns their
+// addresses.
+func startBare(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- serveBareHTTPOn(ctx, lis) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serveBareHTTPOn: %v", err)
+			}
+		})
+		addrs = append(addrs, lis.Addr().String())
+	}
+	return addrs
+}
+
+// TestRunBareHTTP drives three bare servers as the script does: POST
+// /v1/check and GET /v1/authz, round robin.
+func TestRunBareHTTP(t *testing.T) {
+	addrs := strings.Join(startBare(t, 3), ",")
+	for _, proto := range []string{"http", "authz"} {
+		res, err := run(context.Background(), shortConfig(t, "--proto", proto, "--http-targets", addrs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCommon(t, res)
+		if res.Allowed != res.Checks || res.Rejected != 0 {
+			t.Errorf("%s: checks %d allowed %d rejected %d", proto, res.Checks, res.Allowed, res.Rejected)
+		}
+	}
+}
+
+func TestBareHandler(t *testing.T) {
+	h := bareHandler()
+	for i, c := range []struct {
+		method, path, body, apiKey string
+		status                     int
+		headers                    []string
+	}{
+		{"POST", "/v1/check", `{"key":"bench:1","limit":{"algorithm":"token_bucket","limit":1000000000,"per":"1s","burst":0}}`, "", 200,
+			[]string{"Content-Type", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Ratelimit-Policy", "Ratelimit"}},
+		{"POST", "/v1/check", `{"key":"bench:1","limit":{"limit":1,"per":"1s"},"surprise":1}`, "", 400, nil},
+		{"POST", "/v1/check", `{"key":"bench:1","limit":{"limit":1,"per":"1s"}} {}`, "", 400, nil},
+		{"POST", "/v1/check", `{"key":"bench:1"}`, "", 400, nil},
+		{"POST", "/v1/check", `{"key":`, "", 400, nil},
+		{"GET", "/v1/check", "", "", 405, nil},
+		{"GET", "/v1/authz", "", "bench:1", 200, []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Ratelimit-Policy", "Ratelimit"}},
+		{"POST", "/v1/authz", "", "bench:1", 200, nil},
+		{"GET", "/v1/authz", "", "", 401, nil},
+	} {
+		req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+		if c.apiKey != "" {
+			req.Header.Set("X-API-Key", c.apiKey)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.status {
+			t.Errorf("step %d: %s %s %s = %d, want %d (%s)", i, c.method, c.path, c.body, rec.Code, c.status, rec.Body)
+		}
+		for _, name := range c.headers {
+			if rec.Header().Get(name) == "" {
+				t.Errorf("step %d: no %s header in %v", i, name, rec.Header())
+			}
+		}
+		if c.status == 200 && c.path == "/v1/check" {
+			var got api.CheckResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || !got.Allowed || got.Scope != "inline" {
+				t.Errorf("step %d: body %s: %+v, %v", i, rec.Body, got, err)
+			}
+		}
+	}
+}
+
+// TestBareCheckRequestMatchesAPI keeps the bare server's request body in
+// step with the node's: the same JSON names, the same Go kinds.
+func TestBareCheckRequestMatchesAPI(t *testing.T) {
+	var walk func(prefix string, a, b reflect.Type)
+	walk = func(prefix string, a, b reflect.Type) {
+		t.Helper()
+		if a.NumField() != b.NumField() {
+			t.Errorf("%s: api has %d fields, bare %d", prefix, a.NumField(), b.NumField())
+			return
+		}
+		for i := range a.NumField() {
+			fa, fb := a.Field(i), b.Field(i)
+			name := prefix + fa.Name
+			if fa.Name != fb.Name || fa.Tag.Get("json") != fb.Tag.Get("json") {
+				t.Errorf("%s: api %s %q, bare %s %q", name, fa.Name, fa.Tag.Get("json"), fb.Name, fb.Tag.Get("json"))
+				continue
+			}
+			ta, tb := fa.Type, fb.Type
+			if ta.Kind() == reflect.Pointer && tb.Kind() == reflect.Pointer {
+				ta, tb = ta.Elem(), tb.Elem()
+			}
+			switch {
+			case ta.Kind() == reflect.Struct && tb.Kind() == reflect.Struct:
+				walk(name+".", ta, tb)
+			case ta.Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) || reflect.PointerTo(ta).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()):
+				if tb.Kind() != reflect.String {
+					t.Errorf("%s: api decodes it from text, bare as %v", name, tb)
+				}
+			case ta.Kind() != tb.Kind():
+				t.Errorf("%s: api %v, bare %v", name, ta, tb)
+			}
+		}
+	}
+	walk("", reflect.TypeFor[api.CheckRequest](), reflect.TypeFor[bareCheckRequest]())
 }

@@ -25,6 +25,11 @@
 // (a bare unary no-op) until SIGINT/SIGTERM, and --target-health hammers
 // --targets with health checks instead of ringlimit checks: the floor of a
 // unary gRPC call on this machine, to read ringlimit's figures against.
+// --serve-bare-http ADDR is the same for HTTP: a bare net/http server whose
+// POST /v1/check decodes the node's request body and whose /v1/authz reads
+// X-API-Key, both answering a fixed admitting decision with the headers a
+// node writes; --proto http and --proto authz measure it as they measure
+// the nodes.
 //
 // --proto rls speaks Envoy's rate limit service (ShouldRateLimit, one
 // descriptor {--rls-key: key} in --rls-domain per request) to --targets:
@@ -52,7 +57,7 @@ import (
 // config is everything bench reads from its flags.
 type config struct {
 	name        string
-	proto       string // grpc, client, http or rls
+	proto       string // grpc, client, http, authz or rls
 	targets     []string
 	httpTargets []string
 	concurrency int
@@ -85,6 +90,7 @@ type config struct {
 	plotIn       string // --plot: JSON lines to draw
 	plotOut      string // --plot-out: the PNG
 	serveHealth  string
+	serveBare    string // --serve-bare-http: the address of a bare net/http server
 	cpuProfile   string
 }
 
@@ -97,7 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.name, "name", "", "label of this run, repeated in the output")
 	fs.StringVar(&c.proto, "proto", "grpc", "grpc (one unary call per request), client (the project's Go client, coalescing concurrent checks), "+
-		"http (POST /v1/check) or rls (Envoy's RateLimitService/ShouldRateLimit, one descriptor)")
+		"http (POST /v1/check), authz (GET /v1/authz with X-API-Key: <key>) or rls (Envoy's RateLimitService/ShouldRateLimit, one descriptor)")
 	fs.StringVar(&c.redis, "target", "", "redis://HOST:PORT: drive Redis with go-redis + redis_rate (GCRA) instead of ringlimit, same workload")
 	fs.BoolVar(&c.unbatched, "unbatched", false, "--proto client: one call per check (no coalescing)")
 	fs.BoolVar(&c.lease, "lease", false, "ask for token leases on the limit (token_bucket)")
@@ -105,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.plotOut, "plot-out", "bench.png", "--plot: the PNG to write")
 	fs.IntVar(&c.inflight, "client-inflight", 0, "--proto client: concurrent calls per node (0: the client's default)")
 	targets := fs.String("targets", "127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093", "comma-separated gRPC addresses of the entry nodes, used round robin")
-	httpTargets := fs.String("http-targets", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "comma-separated HTTP addresses of the entry nodes (--proto http), used round robin")
+	httpTargets := fs.String("http-targets", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "comma-separated HTTP addresses of the entry nodes (--proto http and authz), used round robin")
 	fs.StringVar(&c.rlsDomain, "rls-domain", "bench", "--proto rls: the domain of every request")
 	fs.StringVar(&c.rlsKey, "rls-key", "user_id", "--proto rls: the key of the one descriptor entry; its value is the workload's key")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "goroutines, each making one request at a time")
@@ -128,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the key choice (goroutine i uses seed+i)")
 	fs.BoolVar(&c.targetHealth, "target-health", false, "dev: call the gRPC health service of --targets instead of ringlimit (the bare unary floor)")
 	fs.StringVar(&c.serveHealth, "serve-health", "", "dev: serve the gRPC health service on this address until SIGINT/SIGTERM, and nothing else")
+	fs.StringVar(&c.serveBare, "serve-bare-http", "", "dev: serve a bare net/http POST /v1/check and /v1/authz with a fixed admitting answer on this address until SIGINT/SIGTERM, and nothing else")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "dev: write a CPU profile of the bench client to this file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -158,7 +165,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		c.pids = append(c.pids, p)
 	}
-	if c.serveHealth != "" {
+	if c.serveHealth != "" || c.serveBare != "" {
 		return c, nil
 	}
 	return c, c.validate()
@@ -166,8 +173,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 func (c *config) validate() error {
 	switch {
-	case c.proto != "grpc" && c.proto != "http" && c.proto != "client" && c.proto != "rls":
-		return fmt.Errorf("--proto: grpc, client, http or rls, got %q", c.proto)
+	case c.proto != "grpc" && c.proto != "http" && c.proto != "client" && c.proto != "authz" && c.proto != "rls":
+		return fmt.Errorf("--proto: grpc, client, http, authz or rls, got %q", c.proto)
 	case !c.overHTTP() && c.redis == "" && len(c.targets) == 0:
 		return errors.New("--targets: at least one address")
 	case c.overHTTP() && len(c.httpTargets) == 0:
@@ -207,7 +214,7 @@ func (c *config) validate() error {
 }
 
 // overHTTP says whether the load goes to --http-targets.
-func (c *config) overHTTP() bool { return c.proto == "http" }
+func (c *config) overHTTP() bool { return c.proto == "http" || c.proto == "authz" }
 
 func splitList(s string) []string {
 	var out []string
@@ -244,6 +251,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.serveHealth != "" {
 		if err := serveHealth(ctx, cfg.serveHealth, stderr); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.serveBare != "" {
+		if err := serveBareHTTP(ctx, cfg.serveBare, stderr); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return 1
 		}
