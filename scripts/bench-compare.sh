@@ -87,7 +87,8 @@
 #          their figures. The base build runs its own examples/policy.yaml,
 #          if it has one, for the same configuration on both sides.
 # Each pair runs alternately, ringlimit first in odd rounds and the other
-# first in even ones. Before the rounds, each side answers a short probe;
+# first in even ones; the runs are ringlimit-rls and envoy-ratelimit-rls,
+# ringlimit-http and nethttp-check, ringlimit-authz and nethttp-authz. Before the rounds, each side answers a short probe;
 # a node that does not know --rls-config, or does not answer ShouldRateLimit
 # or GET /v1/authz, stops the script there with the reason (leave that
 # workload out of BENCH_WORKLOADS to run the others). Their lines: rls with
@@ -447,9 +448,9 @@ uniform=(--dist uniform --keys 10000)
 rls_ringlimit() { run ringlimit-rls --proto rls --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" "${uniform[@]}"; }
 rls_envoy() { run envoy-ratelimit-rls --proto rls --targets "$envoy_targets" --pids "$envoy_pids,$redis_pid" "${uniform[@]}"; }
 http_ringlimit() { ringlimit http --proto http "${uniform[@]}"; }
-http_bare() { run bare-http --proto http --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
+http_bare() { run nethttp-check --proto http --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
 authz_ringlimit() { run ringlimit-authz --proto authz --http-targets "$http_targets" --pids "$node_pids" --metrics-urls "$metrics" "${uniform[@]}"; }
-authz_bare() { run bare-authz --proto authz --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
+authz_bare() { run nethttp-authz --proto authz --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
 
 for round in $(seq 1 "$rounds"); do
 	echo "round $round of $rounds" >&2
@@ -553,8 +554,8 @@ rows = [row(w, a, b, base) for w, a, b, base in [
         if measured(a, b)]
 rows += [pair(w, a, b, other, *targets) for w, a, b, other, targets in [
              ("rls", "ringlimit-rls", "envoy-ratelimit-rls", "envoy_ratelimit", (2, 0.5)),
-             ("http-vs-bare-http", "ringlimit-http", "bare-http", "bare_http", (0.85,)),
-             ("authz-vs-bare-http", "ringlimit-authz", "bare-authz", "bare_http", (0.85,))]
+             ("http-vs-bare-http", "ringlimit-http", "nethttp-check", "bare_http", (0.85,)),
+             ("authz-vs-bare-http", "ringlimit-authz", "nethttp-authz", "bare_http", (0.85,))]
          if measured(a) or measured(b)]
 for r in rows:
     print(json.dumps(r))
