@@ -48,6 +48,55 @@
 # script refuses to start otherwise, and checks each base node's command
 # line for the flags). With BENCH_BASE_REV=HEAD it compares one build with
 # two sets of flags; each workload's line then also carries base_node_flags.
+#
+# The gateway workloads, measured in the same run (BENCH_WORKLOADS picks
+# among core, rls, http and authz, comma-separated; default all four; core
+# is every workload above):
+#   rls    Envoy's rate limit service, RateLimitService/ShouldRateLimit on
+#          each node's --grpc port (bench --proto rls: domain bench, one
+#          descriptor {user_id: <key>}, 10,000 keys uniform, 64 callers,
+#          round robin), against envoyproxy/ratelimit itself: three of its
+#          processes sharing the script's redis-server, built from the
+#          version cmd/bench/go.mod pins (a tool of that module) and started
+#          with USE_STATSD=false DISABLE_STATS=true (no stats sink: without
+#          one it logs every timer sample to stdout), LOG_LEVEL=warn,
+#          BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=<that redis>,
+#          RUNTIME_WATCH_ROOT=false and its ports (BENCH_ENVOY_RATELIMIT_GRPC_BASE,
+#          BENCH_ENVOY_RATELIMIT_HTTP_BASE, BENCH_ENVOY_RATELIMIT_DEBUG_BASE,
+#          default 25090, 25080 and 25070, process I on base+I); its other
+#          settings (REDIS_POOL_SIZE, REDIS_PIPELINE_WINDOW, ...) are its
+#          defaults unless set in the environment. Both read
+#          scripts/bench-rls.yaml (a limit of 10^9 a second: nothing is
+#          refused): the nodes through --rls-config (the current build's
+#          nodes only, ahead of RINGLIMIT_NODE_FLAGS; the base build does not
+#          run rls), envoyproxy/ratelimit from a copy in its runtime
+#          directory ($OUT/envoy-ratelimit-runtime/ratelimit/config/). Its
+#          server CPU is the three processes' and Redis's.
+#   http   POST /v1/check (bench --proto http, round robin over the nodes'
+#          HTTP ports) against three bare net/http servers run by bench
+#          itself (--serve-bare-http, ports BENCH_BARE_HTTP_BASE+1..3,
+#          default 24081..24083), which decode the same body and answer a
+#          fixed admitting decision with the node's headers: the cost of the
+#          node over net/http alone. Also run on the base build.
+#   authz  the forward-auth call GET /v1/authz with X-API-Key: <key> (bench
+#          --proto authz) against the same bare servers' /v1/authz. The
+#          nodes then run examples/policy.yaml (RINGLIMIT_POLICY; its api
+#          policy decides these calls) in every workload, since they are
+#          started once: no other workload sends a policy request, and an
+#          inline check never consults the policy, so it changes none of
+#          their figures. The base build runs its own examples/policy.yaml,
+#          if it has one, for the same configuration on both sides.
+# Each pair runs alternately, ringlimit first in odd rounds and the other
+# first in even ones; the runs are ringlimit-rls and envoy-ratelimit-rls,
+# ringlimit-http and nethttp-check, ringlimit-authz and nethttp-authz. Before the rounds, each side answers a short probe;
+# a node that does not know --rls-config, or does not answer ShouldRateLimit
+# or GET /v1/authz, stops the script there with the reason (leave that
+# workload out of BENCH_WORKLOADS to run the others). Their lines: rls with
+# envoy_ratelimit_* figures, ratio_checks and ratio_p99 (targets: at least 2
+# and at most 0.5), http-vs-bare-http and authz-vs-bare-http with bare_http_*
+# figures and ratio_checks (target: at least 0.85); each with the ratios
+# round by round, the targets and whether the medians meet them (reported,
+# never enforced).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,6 +107,27 @@ out=${OUT:-${TMPDIR:-/tmp}/ringlimit-bench}
 redis_port=${BENCH_REDIS_PORT:-26379}
 health_port=${BENCH_HEALTH_PORT:-29190}
 health_addr=127.0.0.1:$health_port
+envoy_grpc=${BENCH_ENVOY_RATELIMIT_GRPC_BASE:-25090}
+envoy_http=${BENCH_ENVOY_RATELIMIT_HTTP_BASE:-25080}
+envoy_debug=${BENCH_ENVOY_RATELIMIT_DEBUG_BASE:-25070}
+bare_base=${BENCH_BARE_HTTP_BASE:-24080}
+rls_yaml=$(pwd)/scripts/bench-rls.yaml
+workloads=${BENCH_WORKLOADS:-core,rls,http,authz}
+for w in ${workloads//,/ }; do
+	case "$w" in core | rls | http | authz) ;; *)
+		echo "BENCH_WORKLOADS: core, rls, http or authz, comma-separated; got $w" >&2
+		exit 2
+		;;
+	esac
+done
+has() { case ",$workloads," in *",$1,"*) return 0 ;; esac; return 1; }
+# leave_out W: how to run the other workloads, for the messages that stop
+# the script because W cannot run.
+leave_out() {
+	local w r=""
+	for w in ${workloads//,/ }; do [ "$w" = "$1" ] || r+="${r:+,}$w"; done
+	if [ -n "$r" ]; then echo "BENCH_WORKLOADS=$r runs the other workloads"; else echo "leave $1 out of BENCH_WORKLOADS"; fi
+}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export RINGLIMIT_CLUSTER_DIR="$out/cluster"
@@ -65,7 +135,14 @@ export RINGLIMIT_HTTP_BASE=${RINGLIMIT_HTTP_BASE:-28080}
 export RINGLIMIT_GRPC_BASE=${RINGLIMIT_GRPC_BASE:-29090}
 export RINGLIMIT_GOSSIP_BASE=${RINGLIMIT_GOSSIP_BASE:-27946}
 export RINGLIMIT_PEER_BASE=${RINGLIMIT_PEER_BASE:-$((RINGLIMIT_GRPC_BASE + 100))}
-export RINGLIMIT_POLICY=""
+# GET /v1/authz resolves examples/policy.yaml's api policy; no other
+# workload sends a policy request (see above).
+if has authz; then
+	export RINGLIMIT_POLICY=examples/policy.yaml
+else
+	export RINGLIMIT_POLICY=""
+fi
+base_policy=""
 base_rev=""
 base_flags=${BENCH_BASE_NODE_FLAGS:-}
 base_dir="$out/cluster-base"
@@ -88,8 +165,18 @@ for b in "$RINGLIMIT_HTTP_BASE" "$RINGLIMIT_GRPC_BASE" "$RINGLIMIT_PEER_BASE" "$
 if [ -n "$base_rev" ]; then
 	for b in "$base_http" "$base_grpc" "$base_peer" "$base_gossip"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
 fi
+if has rls; then
+	for b in "$envoy_grpc" "$envoy_http" "$envoy_debug"; do ports+=($((b + 1)) $((b + 2)) $((b + 3))); done
+fi
+if has http || has authz; then
+	ports+=($((bare_base + 1)) $((bare_base + 2)) $((bare_base + 3)))
+fi
 if dup=$(printf '%s\n' "${ports[@]}" | sort -n | uniq -d | paste -sd,) && [ -n "$dup" ]; then
-	echo "port(s) $dup used twice; change RINGLIMIT_*_BASE, BENCH_BASE_*_BASE or BENCH_*_PORT" >&2
+	echo "port(s) $dup used twice; change RINGLIMIT_*_BASE, BENCH_BASE_*_BASE, BENCH_ENVOY_RATELIMIT_*_BASE, BENCH_BARE_HTTP_BASE or BENCH_*_PORT" >&2
+	exit 2
+fi
+if high=$(printf '%s\n' "${ports[@]}" | awk '$1 >= 32768' | paste -sd,) && [ -n "$high" ]; then
+	echo "port(s) $high at or above 32768, where the kernel picks outgoing source ports" >&2
 	exit 2
 fi
 
@@ -110,7 +197,7 @@ base_src=""
 base_cluster() {
 	RINGLIMIT_CLUSTER_DIR="$base_dir" RINGLIMIT_HTTP_BASE="$base_http" RINGLIMIT_GRPC_BASE="$base_grpc" \
 		RINGLIMIT_GOSSIP_BASE="$base_gossip" RINGLIMIT_PEER_BASE="$base_peer" \
-		RINGLIMIT_NODE_FLAGS="${RINGLIMIT_NODE_FLAGS:-}${base_flags:+ $base_flags}" \
+		RINGLIMIT_NODE_FLAGS="${RINGLIMIT_NODE_FLAGS:-}${base_flags:+ $base_flags}" RINGLIMIT_POLICY="$base_policy" \
 		"$base_src/scripts/local-cluster.sh" "$@"
 }
 cleanup() {
@@ -132,6 +219,19 @@ trap cleanup EXIT
 
 # cmd/bench is its own Go module: built from its directory.
 (cd cmd/bench && go build -o "$out/bench" .)
+if has rls; then
+	# envoyproxy/ratelimit at the version cmd/bench/go.mod pins.
+	(cd cmd/bench && go build -o "$out/envoy-ratelimit" github.com/envoyproxy/ratelimit/src/service_cmd)
+	# A node that does not know --rls-config would not start, and say so
+	# only in its log: ask it first (local-cluster.sh builds the same binary).
+	mkdir -p "$RINGLIMIT_CLUSTER_DIR"
+	go build -o "$RINGLIMIT_CLUSTER_DIR/ringlimit-node" ./cmd/node
+	usage=$("$RINGLIMIT_CLUSTER_DIR/ringlimit-node" -h 2>&1 || true)
+	if ! grep -q -- '-rls-config' <<<"$usage"; then
+		echo "the node of this tree has no --rls-config flag, so ringlimit cannot run the rls workload; $(leave_out rls)" >&2
+		exit 2
+	fi
+fi
 if [ -n "$base_rev" ]; then
 	# Pid files left by an earlier run name nothing of this one.
 	mkdir -p "$base_dir"
@@ -139,6 +239,9 @@ if [ -n "$base_rev" ]; then
 	base_tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-base.XXXXXX")
 	base_src="$base_tmp/src"
 	git worktree add --quiet --detach "$base_src" "$base_rev"
+	if has authz && [ -e "$base_src/$RINGLIMIT_POLICY" ]; then
+		base_policy=$RINGLIMIT_POLICY
+	fi
 	if [ ! -x "$base_src/scripts/local-cluster.sh" ]; then
 		echo "BENCH_BASE_REV=$BENCH_BASE_REV has no scripts/local-cluster.sh to start its nodes with" >&2
 		exit 2
@@ -152,30 +255,101 @@ if [ -n "$base_rev" ]; then
 	echo "current build: $current${RINGLIMIT_NODE_FLAGS:+, node flags: $RINGLIMIT_NODE_FLAGS};" \
 		"base build: $(git rev-parse --short "$base_rev") ($BENCH_BASE_REV)${RINGLIMIT_NODE_FLAGS:+, node flags: $RINGLIMIT_NODE_FLAGS}${base_flags:+, base-only node flags: $base_flags}" >&2
 fi
+# wait_up WHAT PID LOG URL [CURL ARGS]: waits until URL answers 2xx, and
+# stops the script with the end of LOG if PID exits or 15 s pass first.
+wait_up() {
+	local what=$1 pid=$2 log=$3 url=$4 deadline=$((SECONDS + 15))
+	shift 4
+	until curl -fsS -o /dev/null "$@" "$url" 2>/dev/null; do
+		if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+			echo "$what did not start; the end of $log:" >&2
+			tail -5 "$log" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$out/redis.log" 2>&1 &
 pids+=($!)
+redis_pid=${pids[0]}
 "$out/bench" --serve-health "$health_addr" >"$out/health.log" 2>&1 &
 pids+=($!)
-scripts/local-cluster.sh up 3 >/dev/null
+health_pid=${pids[1]}
+for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+# envoyproxy/ratelimit, three processes on the one Redis, each reading the
+# config directory RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config. Its settings
+# are environment variables (src/settings/settings.go); those not set here
+# keep their defaults unless the environment sets them.
+envoy_targets=""
+envoy_pids=""
+if has rls; then
+	rt="$out/envoy-ratelimit-runtime"
+	rm -rf "$rt"
+	mkdir -p "$rt/ratelimit/config"
+	cp "$rls_yaml" "$rt/ratelimit/config/bench-rls.yaml"
+	for i in 1 2 3; do
+		env RUNTIME_ROOT="$rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config \
+			RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true \
+			BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE REDIS_URL="127.0.0.1:$redis_port" \
+			USE_STATSD=false DISABLE_STATS=true LOG_LEVEL=warn \
+			HOST=127.0.0.1 PORT=$((envoy_http + i)) GRPC_HOST=127.0.0.1 GRPC_PORT=$((envoy_grpc + i)) \
+			DEBUG_HOST=127.0.0.1 DEBUG_PORT=$((envoy_debug + i)) \
+			"$out/envoy-ratelimit" >"$out/envoy-ratelimit-$i.log" 2>&1 &
+		pids+=($!)
+		envoy_pids+="${envoy_pids:+,}$!"
+		envoy_targets+="${envoy_targets:+,}127.0.0.1:$((envoy_grpc + i))"
+	done
+	i=1
+	for p in ${envoy_pids//,/ }; do
+		# Healthy once its configuration is loaded and Redis answers.
+		wait_up "envoyproxy/ratelimit $i (pid $p)" "$p" "$out/envoy-ratelimit-$i.log" "http://127.0.0.1:$((envoy_http + i))/healthcheck"
+		i=$((i + 1))
+	done
+fi
+
+# The bare net/http servers of the http and authz pairs.
+bare_targets=""
+bare_pids=""
+if has http || has authz; then
+	for i in 1 2 3; do
+		"$out/bench" --serve-bare-http "127.0.0.1:$((bare_base + i))" >"$out/bare-http-$i.log" 2>&1 &
+		pids+=($!)
+		bare_pids+="${bare_pids:+,}$!"
+		bare_targets+="${bare_targets:+,}127.0.0.1:$((bare_base + i))"
+		wait_up "bare HTTP server $i (pid $!)" "$!" "$out/bare-http-$i.log" "http://127.0.0.1:$((bare_base + i))/v1/authz" -H "X-API-Key: probe"
+	done
+fi
+
+# --rls-config for the current build's nodes only, before
+# RINGLIMIT_NODE_FLAGS (whose flags come last and win).
+node_flags=${RINGLIMIT_NODE_FLAGS:-}
+if has rls; then
+	node_flags="--rls-config $rls_yaml${node_flags:+ $node_flags}"
+fi
+RINGLIMIT_NODE_FLAGS="$node_flags" scripts/local-cluster.sh up 3 >/dev/null
 if [ -n "$base_rev" ]; then
 	base_cluster up 3 >/dev/null
 fi
-for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 targets=""
+http_targets=""
 metrics=""
 for i in 1 2 3; do
 	targets+="${targets:+,}127.0.0.1:$((RINGLIMIT_GRPC_BASE + i))"
+	http_targets+="${http_targets:+,}127.0.0.1:$((RINGLIMIT_HTTP_BASE + i))"
 	metrics+="${metrics:+,}http://127.0.0.1:$((RINGLIMIT_HTTP_BASE + i))/metrics"
 done
 node_pids=$(cat "$RINGLIMIT_CLUSTER_DIR"/node-*.pid | paste -sd,)
-redis_pid=${pids[0]}
 base_targets=""
+base_http_targets=""
 base_metrics=""
 base_node_pids=""
 if [ -n "$base_rev" ]; then
 	for i in 1 2 3; do
 		base_targets+="${base_targets:+,}127.0.0.1:$((base_grpc + i))"
+		base_http_targets+="${base_http_targets:+,}127.0.0.1:$((base_http + i))"
 		base_metrics+="${base_metrics:+,}http://127.0.0.1:$((base_http + i))/metrics"
 	done
 	base_node_pids=$(cat "$base_dir"/node-*.pid | paste -sd,)
@@ -218,12 +392,12 @@ run() { # name, extra flags...
 ringlimit() {
 	local w=$1
 	shift
-	local cur=(run "ringlimit-$w" --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" "$@")
+	local cur=(run "ringlimit-$w" --targets "$targets" --http-targets "$http_targets" --pids "$node_pids" --metrics-urls "$metrics" "$@")
 	if [ -z "$base_rev" ]; then
 		"${cur[@]}"
 		return
 	fi
-	local base=(run "base-$w" --targets "$base_targets" --pids "$base_node_pids" --metrics-urls "$base_metrics" "$@")
+	local base=(run "base-$w" --targets "$base_targets" --http-targets "$base_http_targets" --pids "$base_node_pids" --metrics-urls "$base_metrics" "$@")
 	if [ $((round % 2)) = 1 ]; then
 		"${cur[@]}"
 		"${base[@]}"
@@ -233,8 +407,57 @@ ringlimit() {
 	fi
 }
 
+# probe WHAT HINT BENCH-FLAGS...: one caller for 300 ms; a side that fails
+# more than 1% of its calls stops the script here, with bench's reason.
+probe() {
+	local what=$1 hint=$2
+	shift 2
+	if ! "$out/bench" --duration 300ms --warmup 0s --concurrency 1 --keys 10 "$@" >"$out/probe.log" 2>&1; then
+		echo "$what does not answer: $(tail -1 "$out/probe.log")" >&2
+		echo "$hint" >&2
+		exit 1
+	fi
+}
+if has rls; then
+	probe "ringlimit's RateLimitService/ShouldRateLimit (--rls-config $rls_yaml)" \
+		"$(leave_out rls); the nodes' logs are in $RINGLIMIT_CLUSTER_DIR" \
+		--proto rls --targets "$targets"
+	probe "envoyproxy/ratelimit's ShouldRateLimit" "its logs: $out/envoy-ratelimit-*.log" --proto rls --targets "$envoy_targets"
+fi
+if has http || has authz; then
+	probe "the bare HTTP servers' POST /v1/check" "their logs: $out/bare-http-*.log" --proto http --http-targets "$bare_targets"
+fi
+if has authz; then
+	probe "ringlimit's GET /v1/authz (policy $RINGLIMIT_POLICY)" \
+		"$(leave_out authz); the nodes' logs are in $RINGLIMIT_CLUSTER_DIR" \
+		--proto authz --http-targets "$http_targets"
+fi
+
+# ab A B runs the commands A and B (each a function), A first in odd
+# rounds and B first in even ones.
+ab() {
+	if [ $((round % 2)) = 1 ]; then
+		"$1"
+		"$2"
+	else
+		"$2"
+		"$1"
+	fi
+}
+uniform=(--dist uniform --keys 10000)
+rls_ringlimit() { run ringlimit-rls --proto rls --targets "$targets" --pids "$node_pids" --metrics-urls "$metrics" "${uniform[@]}"; }
+rls_envoy() { run envoy-ratelimit-rls --proto rls --targets "$envoy_targets" --pids "$envoy_pids,$redis_pid" "${uniform[@]}"; }
+http_ringlimit() { ringlimit http --proto http "${uniform[@]}"; }
+http_bare() { run nethttp-check --proto http --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
+authz_ringlimit() { run ringlimit-authz --proto authz --http-targets "$http_targets" --pids "$node_pids" --metrics-urls "$metrics" "${uniform[@]}"; }
+authz_bare() { run nethttp-authz --proto authz --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
+
 for round in $(seq 1 "$rounds"); do
 	echo "round $round of $rounds" >&2
+	if has rls; then ab rls_ringlimit rls_envoy; fi
+	if has http; then ab http_ringlimit http_bare; fi
+	if has authz; then ab authz_ringlimit authz_bare; fi
+	has core || continue
 	for w in uniform hot; do
 		dist=(--dist uniform --keys 10000)
 		lease=()
@@ -252,7 +475,7 @@ for round in $(seq 1 "$rounds"); do
 	ringlimit uniform-spent --proto client --dist uniform --keys 10000 --limit 10000 --per 1h
 	# The floor runs between the two runs compared with it, next to each.
 	ringlimit unary-uniform --proto grpc --dist uniform --keys 10000
-	run "grpc-floor" --target-health --targets "$health_addr" --pids "${pids[1]}"
+	run "grpc-floor" --target-health --targets "$health_addr" --pids "$health_pid"
 	ringlimit unary-routed --proto client --unbatched --dist uniform --keys 10000
 done
 
@@ -279,7 +502,10 @@ def row(workload, a, b, base):
          "ringlimit_p99_ms": med(a, "p99_ms"), f"{base}_p99_ms": med(b, "p99_ms")}
     if base == "redis":
         r["ratio_p99"] = round(med(a, "p99_ms") / med(b, "p99_ms"), 3)
-    if base_rev:
+    add_base(r, a)
+    return r
+def add_base(r, a):
+    if base_rev and vals("base-" + a.removeprefix("ringlimit-"), "checks_per_s"):
         # The same workload on the base build: ringlimit-X against base-X,
         # and round by round (the two runs of a round are back to back).
         c = "base-" + a.removeprefix("ringlimit-")
@@ -291,15 +517,46 @@ def row(workload, a, b, base):
         r["ratio_checks_vs_base_by_round"] = [ratio(x, y) for x, y in zip(vals(a, "checks_per_s"), vals(c, "checks_per_s"))]
         r["base_p99_ms"] = med(c, "p99_ms")
         r["ratio_p99_vs_base"] = ratio(med(a, "p99_ms"), med(c, "p99_ms"))
-    return r
 def ratio(x, y):
     return round(x / y, 3) if x is not None and y else None
-rows = [row("uniform", "ringlimit-uniform", "redis-uniform", "redis"),
-        row("hot", "ringlimit-hot", "redis-hot", "redis"),
-        row("hot-nolease", "ringlimit-hot-nolease", "redis-hot", "redis"),
-        row("uniform-spent", "ringlimit-uniform-spent", "redis-uniform", "redis"),
-        row("unary-routed-vs-grpc-floor", "ringlimit-unary-routed", "grpc-floor", "grpc_floor"),
-        row("unary-vs-grpc-floor", "ringlimit-unary-uniform", "grpc-floor", "grpc_floor")]
+def pair(workload, a, b, other, min_checks, max_p99=None):
+    # ringlimit (a) against another server (b) in the same rounds, the two
+    # runs of a round back to back in alternating order: medians, their
+    # ratios, the ratios round by round, and the targets the ratios are
+    # read against (reported, not enforced).
+    r = {"workload": workload,
+         "ringlimit_checks_per_s": med(a, "checks_per_s"), f"{other}_checks_per_s": med(b, "checks_per_s"),
+         "ratio_checks": ratio(med(a, "checks_per_s"), med(b, "checks_per_s")),
+         "ratio_checks_by_round": [ratio(x, y) for x, y in zip(vals(a, "checks_per_s"), vals(b, "checks_per_s"))],
+         "ringlimit_p99_ms": med(a, "p99_ms"), f"{other}_p99_ms": med(b, "p99_ms"),
+         "ratio_p99": ratio(med(a, "p99_ms"), med(b, "p99_ms")),
+         "ratio_p99_by_round": [ratio(x, y) for x, y in zip(vals(a, "p99_ms"), vals(b, "p99_ms"))],
+         # Refusals are decisions too (a check counts either way), but a
+         # side that refuses much is measuring another path.
+         "ringlimit_rejected_share": ratio(sum(vals(a, "rejected")), sum(vals(a, "checks"))),
+         "target_ratio_checks_min": min_checks}
+    meets = r["ratio_checks"] is not None and r["ratio_checks"] >= min_checks
+    if max_p99 is not None:
+        r["target_ratio_p99_max"] = max_p99
+        meets = meets and r["ratio_p99"] is not None and r["ratio_p99"] <= max_p99
+    r["meets_targets"] = meets
+    add_base(r, a)
+    return r
+def measured(*names):
+    return all(vals(n, "checks_per_s") for n in names)
+rows = [row(w, a, b, base) for w, a, b, base in [
+            ("uniform", "ringlimit-uniform", "redis-uniform", "redis"),
+            ("hot", "ringlimit-hot", "redis-hot", "redis"),
+            ("hot-nolease", "ringlimit-hot-nolease", "redis-hot", "redis"),
+            ("uniform-spent", "ringlimit-uniform-spent", "redis-uniform", "redis"),
+            ("unary-routed-vs-grpc-floor", "ringlimit-unary-routed", "grpc-floor", "grpc_floor"),
+            ("unary-vs-grpc-floor", "ringlimit-unary-uniform", "grpc-floor", "grpc_floor")]
+        if measured(a, b)]
+rows += [pair(w, a, b, other, *targets) for w, a, b, other, targets in [
+             ("rls", "ringlimit-rls", "envoy-ratelimit-rls", "envoy_ratelimit", (2, 0.5)),
+             ("http-vs-bare-http", "ringlimit-http", "nethttp-check", "bare_http", (0.85,)),
+             ("authz-vs-bare-http", "ringlimit-authz", "nethttp-authz", "bare_http", (0.85,))]
+         if measured(a) or measured(b)]
 for r in rows:
     print(json.dumps(r))
 PY

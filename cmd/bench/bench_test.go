@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"io"
@@ -11,13 +13,18 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/api"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -202,7 +209,8 @@ func TestParseFlags(t *testing.T) {
 	if c.limit != 1 || c.per != time.Hour || c.burst != 5 {
 		t.Errorf("reject mode: limit %d per %v burst %d, want 1 per 1h burst 5 (explicit)", c.limit, c.per, c.burst)
 	}
-	if len(c.targets) != 3 || c.concurrency != 64 || c.duration != 10*time.Second || c.warmup != 2*time.Second {
+	if len(c.targets) != 3 || c.concurrency != 64 || c.duration != 10*time.Second || c.warmup != 2*time.Second ||
+		c.rlsDomain != "bench" || c.rlsKey != "user_id" {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, bad := range [][]string{
@@ -212,6 +220,14 @@ func TestParseFlags(t *testing.T) {
 		{"--pids", "12,x"},
 		{"--algorithm", "gcra"},
 		{"--per", "1500us"},
+		{"--proto", "rls", "--batch", "2"},
+		{"--proto", "authz", "--batch", "2"},
+		{"--proto", "rls", "--rls-domain", ""},
+		{"--proto", "rls", "--rls-key", ""},
+		{"--proto", "authz", "--target-health"},
+		{"--proto", "rls", "--target-health"},
+		{"--proto", "authz", "--http-targets", ""},
+		{"--proto", "gopher"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
@@ -458,4 +474,252 @@ func TestClientTargetDescribe(t *testing.T) {
 			t.Errorf("unbatched=%v lease=%v: %q, want %q", c.unbatched, c.lease, got, c.want)
 		}
 	}
+}
+
+// fakeRLS answers ShouldRateLimit: OK for a value ending in an even digit,
+// OVER_LIMIT for an odd one, and fails a request that is not the one
+// descriptor {user_id: bench:N} in domain bench.
+type fakeRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	calls atomic.Int64
+	code  rlsv3.RateLimitResponse_Code // if set, every answer's code
+}
+
+func (f *fakeRLS) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	f.calls.Add(1)
+	ds := req.GetDescriptors()
+	if req.GetDomain() != "bench" || len(ds) != 1 || len(ds[0].GetEntries()) != 1 || ds[0].GetEntries()[0].GetKey() != "user_id" ||
+		!strings.HasPrefix(ds[0].GetEntries()[0].GetValue(), "bench:") || req.GetHitsAddend() > 1 {
+		return nil, status.Errorf(codes.InvalidArgument, "unexpected request %v", req)
+	}
+	if f.code != rlsv3.RateLimitResponse_UNKNOWN {
+		return &rlsv3.RateLimitResponse{OverallCode: f.code}, nil
+	}
+	v := ds[0].GetEntries()[0].GetValue()
+	code := rlsv3.RateLimitResponse_OK
+	if (v[len(v)-1]-'0')%2 == 1 {
+		code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: code,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: code}}}, nil
+}
+
+// startRLS serves each fake on its own loopback port and returns the
+// addresses.
+func startRLS(t *testing.T, fakes ...*fakeRLS) []string {
+	t.Helper()
+	var addrs []string
+	for _, f := range fakes {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer()
+		rlsv3.RegisterRateLimitServiceServer(s, f)
+		go s.Serve(lis)
+		t.Cleanup(s.Stop)
+		addrs = append(addrs, lis.Addr().String())
+	}
+	return addrs
+}
+
+func TestRunRLS(t *testing.T) {
+	a, b := new(fakeRLS), new(fakeRLS)
+	addrs := startRLS(t, a, b)
+	res, err := run(context.Background(), shortConfig(t, "--proto", "rls", "--targets", strings.Join(addrs, ",")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommon(t, res)
+	if res.Checks != res.Requests || res.Allowed+res.Rejected != res.Checks || res.Degraded != 0 {
+		t.Errorf("checks %d requests %d allowed %d rejected %d degraded %d", res.Checks, res.Requests, res.Allowed, res.Rejected, res.Degraded)
+	}
+	// 50 uniform keys: half end in an even digit.
+	if f := float64(res.Allowed) / float64(res.Checks); f < 0.4 || f > 0.6 {
+		t.Errorf("allowed fraction %.2f, want ≈ 0.5", f)
+	}
+	// Round robin: each server had about half of the calls (warm-up included).
+	ca, cb := a.calls.Load(), b.calls.Load()
+	if ca == 0 || cb == 0 || ca > 2*cb+10 || cb > 2*ca+10 {
+		t.Errorf("calls per server %d and %d, want about even", ca, cb)
+	}
+	if res.Proto != "rls" || !strings.Contains(res.Target, `domain "bench" descriptor user_id=<key>`) {
+		t.Errorf("proto %q target %q", res.Proto, res.Target)
+	}
+}
+
+func TestRunRLSDomainAndKey(t *testing.T) {
+	addrs := startRLS(t, new(fakeRLS))
+	// The fake wants domain bench and key user_id: other values are refused.
+	for _, flags := range [][]string{{"--rls-domain", "other"}, {"--rls-key", "api_key"}} {
+		cfg := shortConfig(t, append([]string{"--proto", "rls", "--targets", addrs[0]}, flags...)...)
+		res, err := run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Errors == 0 || res.Requests != 0 || !strings.Contains(res.FirstError, "InvalidArgument") {
+			t.Errorf("%q: requests %d errors %d first error %q, want every request refused", flags, res.Requests, res.Errors, res.FirstError)
+		}
+	}
+}
+
+func TestRunRLSCodes(t *testing.T) {
+	for _, c := range []struct {
+		code                     rlsv3.RateLimitResponse_Code
+		allowed, rejected, error bool
+	}{
+		{rlsv3.RateLimitResponse_OK, true, false, false},
+		{rlsv3.RateLimitResponse_OVER_LIMIT, false, true, false},
+		{rlsv3.RateLimitResponse_UNKNOWN + 7, false, false, true},
+	} {
+		f := &fakeRLS{code: c.code}
+		addrs := startRLS(t, f)
+		res, err := run(context.Background(), shortConfig(t, "--proto", "rls", "--targets", addrs[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (res.Allowed > 0) != c.allowed || (res.Rejected > 0) != c.rejected || (res.Errors > 0) != c.error {
+			t.Errorf("code %v: allowed %d rejected %d errors %d (%s)", c.code, res.Allowed, res.Rejected, res.Errors, res.FirstError)
+		}
+	}
+}
+
+func TestRunAuthz(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/authz" || len(body) != 0 || !strings.HasPrefix(r.Header.Get("X-API-Key"), "bench:") {
+			http.Error(w, fmt.Sprintf("%s %s X-API-Key %q body %q", r.Method, r.URL.Path, r.Header.Get("X-API-Key"), body), http.StatusBadRequest)
+			return
+		}
+		if calls.Add(1)%2 == 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	res, err := run(context.Background(), shortConfig(t, "--proto", "authz", "--http-targets", strings.TrimPrefix(srv.URL, "http://")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommon(t, res)
+	if res.Allowed == 0 || res.Rejected == 0 || res.Degraded != 0 || res.Proto != "authz" {
+		t.Errorf("proto %s allowed %d rejected %d degraded %d", res.Proto, res.Allowed, res.Rejected, res.Degraded)
+	}
+}
+
+// startBare serves n bare HTTP servers on loopback ports and returns their
+// addresses.
+func startBare(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- serveBareHTTPOn(ctx, lis) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serveBareHTTPOn: %v", err)
+			}
+		})
+		addrs = append(addrs, lis.Addr().String())
+	}
+	return addrs
+}
+
+// TestRunBareHTTP drives three bare servers as the script does: POST
+// /v1/check and GET /v1/authz, round robin.
+func TestRunBareHTTP(t *testing.T) {
+	addrs := strings.Join(startBare(t, 3), ",")
+	for _, proto := range []string{"http", "authz"} {
+		res, err := run(context.Background(), shortConfig(t, "--proto", proto, "--http-targets", addrs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCommon(t, res)
+		if res.Allowed != res.Checks || res.Rejected != 0 {
+			t.Errorf("%s: checks %d allowed %d rejected %d", proto, res.Checks, res.Allowed, res.Rejected)
+		}
+	}
+}
+
+func TestBareHandler(t *testing.T) {
+	h := bareHandler()
+	for i, c := range []struct {
+		method, path, body, apiKey string
+		status                     int
+		headers                    []string
+	}{
+		{"POST", "/v1/check", `{"key":"bench:1","limit":{"algorithm":"token_bucket","limit":1000000000,"per":"1s","burst":0}}`, "", 200,
+			[]string{"Content-Type", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Ratelimit-Policy", "Ratelimit"}},
+		{"POST", "/v1/check", `{"key":"bench:1","limit":{"limit":1,"per":"1s"},"surprise":1}`, "", 400, nil},
+		{"POST", "/v1/check", `{"key":"bench:1","limit":{"limit":1,"per":"1s"}} {}`, "", 400, nil},
+		{"POST", "/v1/check", `{"key":"bench:1"}`, "", 400, nil},
+		{"POST", "/v1/check", `{"key":`, "", 400, nil},
+		{"GET", "/v1/check", "", "", 405, nil},
+		{"GET", "/v1/authz", "", "bench:1", 200, []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Ratelimit-Policy", "Ratelimit"}},
+		{"POST", "/v1/authz", "", "bench:1", 200, nil},
+		{"GET", "/v1/authz", "", "", 401, nil},
+	} {
+		req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+		if c.apiKey != "" {
+			req.Header.Set("X-API-Key", c.apiKey)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.status {
+			t.Errorf("step %d: %s %s %s = %d, want %d (%s)", i, c.method, c.path, c.body, rec.Code, c.status, rec.Body)
+		}
+		for _, name := range c.headers {
+			if rec.Header().Get(name) == "" {
+				t.Errorf("step %d: no %s header in %v", i, name, rec.Header())
+			}
+		}
+		if c.status == 200 && c.path == "/v1/check" {
+			var got api.CheckResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || !got.Allowed || got.Scope != "inline" {
+				t.Errorf("step %d: body %s: %+v, %v", i, rec.Body, got, err)
+			}
+		}
+	}
+}
+
+// TestBareCheckRequestMatchesAPI keeps the bare server's request body in
+// step with the node's: the same JSON names, the same Go kinds.
+func TestBareCheckRequestMatchesAPI(t *testing.T) {
+	var walk func(prefix string, a, b reflect.Type)
+	walk = func(prefix string, a, b reflect.Type) {
+		t.Helper()
+		if a.NumField() != b.NumField() {
+			t.Errorf("%s: api has %d fields, bare %d", prefix, a.NumField(), b.NumField())
+			return
+		}
+		for i := range a.NumField() {
+			fa, fb := a.Field(i), b.Field(i)
+			name := prefix + fa.Name
+			if fa.Name != fb.Name || fa.Tag.Get("json") != fb.Tag.Get("json") {
+				t.Errorf("%s: api %s %q, bare %s %q", name, fa.Name, fa.Tag.Get("json"), fb.Name, fb.Tag.Get("json"))
+				continue
+			}
+			ta, tb := fa.Type, fb.Type
+			if ta.Kind() == reflect.Pointer && tb.Kind() == reflect.Pointer {
+				ta, tb = ta.Elem(), tb.Elem()
+			}
+			switch {
+			case ta.Kind() == reflect.Struct && tb.Kind() == reflect.Struct:
+				walk(name+".", ta, tb)
+			case ta.Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) || reflect.PointerTo(ta).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()):
+				if tb.Kind() != reflect.String {
+					t.Errorf("%s: api decodes it from text, bare as %v", name, tb)
+				}
+			case ta.Kind() != tb.Kind():
+				t.Errorf("%s: api %v, bare %v", name, ta, tb)
+			}
+		}
+	}
+	walk("", reflect.TypeFor[api.CheckRequest](), reflect.TypeFor[bareCheckRequest]())
 }

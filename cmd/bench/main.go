@@ -3,11 +3,18 @@
 // server processes used in the measured window, and the batching factor of
 // the forwarding between nodes.
 //
-// cmd/bench is its own Go module (its Redis baseline and chart drawing stay
-// out of the library's go.mod), so it is built and run from its directory:
+// cmd/bench is its own Go module (its Redis baseline, chart drawing and
+// the envoyproxy/ratelimit baseline stay out of the library's go.mod), so
+// it is built and run from its directory:
 //
 //	cd cmd/bench && go run . --name uniform --pids "$(cat /tmp/ringlimit-cluster/node-*.pid | paste -sd,)" \
 //	    --metrics-urls http://127.0.0.1:8081/metrics,http://127.0.0.1:8082/metrics,http://127.0.0.1:8083/metrics
+//
+// The module also pins envoyproxy/ratelimit as a tool (the tool directive
+// in go.mod), the baseline of the Envoy rate limit service; its server is
+// built from here with
+//
+//	cd cmd/bench && go build -o /tmp/envoy-ratelimit github.com/envoyproxy/ratelimit/src/service_cmd
 //
 // Each of --concurrency goroutines makes one request at a time, round robin
 // over the entry nodes, for --warmup (discarded) and then --duration
@@ -18,6 +25,15 @@
 // (a bare unary no-op) until SIGINT/SIGTERM, and --target-health hammers
 // --targets with health checks instead of ringlimit checks: the floor of a
 // unary gRPC call on this machine, to read ringlimit's figures against.
+// --serve-bare-http ADDR is the same for HTTP: a bare net/http server whose
+// POST /v1/check decodes the node's request body and whose /v1/authz reads
+// X-API-Key, both answering a fixed admitting decision with the headers a
+// node writes; --proto http and --proto authz measure it as they measure
+// the nodes.
+//
+// --proto rls speaks Envoy's rate limit service (ShouldRateLimit, one
+// descriptor {--rls-key: key} in --rls-domain per request) to --targets:
+// ringlimit's nodes started with --rls-config, or envoyproxy/ratelimit.
 //
 // The exit status is 1 when more than 1% of the requests in the window
 // failed, 2 on bad flags.
@@ -41,7 +57,7 @@ import (
 // config is everything bench reads from its flags.
 type config struct {
 	name        string
-	proto       string // grpc or http
+	proto       string // grpc, client, http, authz or rls
 	targets     []string
 	httpTargets []string
 	concurrency int
@@ -62,6 +78,8 @@ type config struct {
 	metricsURLs []string
 	json        bool
 	seed        uint64
+	rlsDomain   string // --proto rls: the request's domain
+	rlsKey      string // --proto rls: the descriptor entry's key
 
 	// dev
 	targetHealth bool
@@ -72,6 +90,7 @@ type config struct {
 	plotIn       string // --plot: JSON lines to draw
 	plotOut      string // --plot-out: the PNG
 	serveHealth  string
+	serveBare    string // --serve-bare-http: the address of a bare net/http server
 	cpuProfile   string
 }
 
@@ -83,7 +102,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.name, "name", "", "label of this run, repeated in the output")
-	fs.StringVar(&c.proto, "proto", "grpc", "grpc (one unary call per request), client (the project's Go client, coalescing concurrent checks) or http")
+	fs.StringVar(&c.proto, "proto", "grpc", "grpc (one unary call per request), client (the project's Go client, coalescing concurrent checks), "+
+		"http (POST /v1/check), authz (GET /v1/authz with X-API-Key: <key>) or rls (Envoy's RateLimitService/ShouldRateLimit, one descriptor)")
 	fs.StringVar(&c.redis, "target", "", "redis://HOST:PORT: drive Redis with go-redis + redis_rate (GCRA) instead of ringlimit, same workload")
 	fs.BoolVar(&c.unbatched, "unbatched", false, "--proto client: one call per check (no coalescing)")
 	fs.BoolVar(&c.lease, "lease", false, "ask for token leases on the limit (token_bucket)")
@@ -91,7 +111,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.plotOut, "plot-out", "bench.png", "--plot: the PNG to write")
 	fs.IntVar(&c.inflight, "client-inflight", 0, "--proto client: concurrent calls per node (0: the client's default)")
 	targets := fs.String("targets", "127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093", "comma-separated gRPC addresses of the entry nodes, used round robin")
-	httpTargets := fs.String("http-targets", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "comma-separated HTTP addresses of the entry nodes (--proto http), used round robin")
+	httpTargets := fs.String("http-targets", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "comma-separated HTTP addresses of the entry nodes (--proto http and authz), used round robin")
+	fs.StringVar(&c.rlsDomain, "rls-domain", "bench", "--proto rls: the domain of every request")
+	fs.StringVar(&c.rlsKey, "rls-key", "user_id", "--proto rls: the key of the one descriptor entry; its value is the workload's key")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "goroutines, each making one request at a time")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window, discarded from every figure")
@@ -99,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.keys, "keys", 10000, "number of distinct keys")
 	fs.StringVar(&c.dist, "dist", "uniform", "key distribution: uniform, hot (one key) or zipf")
 	fs.Float64Var(&c.zipfS, "zipf-s", 1.1, "Zipf exponent s (> 1) for --dist zipf")
-	fs.IntVar(&c.batch, "batch", 1, "checks per request (gRPC only; HTTP carries one)")
+	fs.IntVar(&c.batch, "batch", 1, "checks per request (--proto grpc and client only; the others carry one)")
 	fs.Int64Var(&c.limit, "limit", 1_000_000_000, "limit per --per; the default is so high that nothing is rejected")
 	fs.DurationVar(&c.per, "per", time.Second, "period of --limit")
 	fs.Int64Var(&c.burst, "burst", 0, "bucket capacity / queue size; 0 means --limit")
@@ -112,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the key choice (goroutine i uses seed+i)")
 	fs.BoolVar(&c.targetHealth, "target-health", false, "dev: call the gRPC health service of --targets instead of ringlimit (the bare unary floor)")
 	fs.StringVar(&c.serveHealth, "serve-health", "", "dev: serve the gRPC health service on this address until SIGINT/SIGTERM, and nothing else")
+	fs.StringVar(&c.serveBare, "serve-bare-http", "", "dev: serve a bare net/http POST /v1/check and /v1/authz with a fixed admitting answer on this address until SIGINT/SIGTERM, and nothing else")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "dev: write a CPU profile of the bench client to this file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -142,7 +165,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		c.pids = append(c.pids, p)
 	}
-	if c.serveHealth != "" {
+	if c.serveHealth != "" || c.serveBare != "" {
 		return c, nil
 	}
 	return c, c.validate()
@@ -150,16 +173,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 func (c *config) validate() error {
 	switch {
-	case c.proto != "grpc" && c.proto != "http" && c.proto != "client":
-		return fmt.Errorf("--proto: grpc, client or http, got %q", c.proto)
-	case c.proto != "http" && c.redis == "" && len(c.targets) == 0:
+	case c.proto != "grpc" && c.proto != "http" && c.proto != "client" && c.proto != "authz" && c.proto != "rls":
+		return fmt.Errorf("--proto: grpc, client, http, authz or rls, got %q", c.proto)
+	case !c.overHTTP() && c.redis == "" && len(c.targets) == 0:
 		return errors.New("--targets: at least one address")
-	case c.proto == "http" && len(c.httpTargets) == 0:
+	case c.overHTTP() && len(c.httpTargets) == 0:
 		return errors.New("--http-targets: at least one address")
-	case c.proto == "http" && c.batch != 1:
-		return errors.New("--batch: the HTTP API carries one check per request; use --proto grpc")
-	case c.proto == "http" && c.targetHealth:
+	case c.batch != 1 && (c.overHTTP() || c.proto == "rls"):
+		return fmt.Errorf("--batch: --proto %s carries one check per request; use --proto grpc", c.proto)
+	case c.targetHealth && (c.overHTTP() || c.proto == "rls"):
 		return errors.New("--target-health: gRPC only")
+	case c.proto == "rls" && (c.rlsDomain == "" || c.rlsKey == ""):
+		return errors.New("--rls-domain, --rls-key: must not be empty")
 	case c.concurrency < 1:
 		return fmt.Errorf("--concurrency: at least 1, got %d", c.concurrency)
 	case c.duration <= 0:
@@ -187,6 +212,9 @@ func (c *config) validate() error {
 	}
 	return nil
 }
+
+// overHTTP says whether the load goes to --http-targets.
+func (c *config) overHTTP() bool { return c.proto == "http" || c.proto == "authz" }
 
 func splitList(s string) []string {
 	var out []string
@@ -223,6 +251,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.serveHealth != "" {
 		if err := serveHealth(ctx, cfg.serveHealth, stderr); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.serveBare != "" {
+		if err := serveBareHTTP(ctx, cfg.serveBare, stderr); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return 1
 		}

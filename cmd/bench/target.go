@@ -46,8 +46,10 @@ func newTarget(cfg *config) (target, error) {
 		return newRedisTarget(cfg)
 	case cfg.proto == "client":
 		return newClientTarget(cfg)
-	case cfg.proto == "http":
+	case cfg.proto == "http", cfg.proto == "authz":
 		return newHTTPTarget(cfg)
+	case cfg.proto == "rls":
+		return newRLSTarget(cfg)
 	default:
 		return newGRPCTarget(cfg)
 	}
@@ -193,11 +195,15 @@ func algorithmFromName(name string) (pb.Algorithm, error) {
 	return 0, fmt.Errorf("--algorithm: unknown %q", name)
 }
 
-// httpTarget POSTs /v1/check, one check per request, over keep-alive
-// connections (as many per node as there are goroutines, so none is
-// closed for lack of an idle slot).
+// httpTarget POSTs /v1/check (--proto http) or sends GET /v1/authz with
+// the key as X-API-Key and no body (--proto authz: a forward-auth call, as
+// a proxy makes it), one check per request, over keep-alive connections
+// (as many per node as there are goroutines, so none is closed for lack
+// of an idle slot). 200 counts as allowed, 429 as rejected, any other
+// status as an error.
 type httpTarget struct {
 	urls      []string
+	authz     bool
 	client    *http.Client
 	transport *http.Transport
 	rr        roundRobin
@@ -227,9 +233,14 @@ func newHTTPTarget(cfg *config) (*httpTarget, error) {
 		transport: tr,
 		rr:        roundRobin{n: uint64(len(cfg.httpTargets))},
 		limitJSON: append(append([]byte(`,"limit":`), lim...), '}'),
+		authz:     cfg.proto == "authz",
+	}
+	path := "/v1/check"
+	if t.authz {
+		path = "/v1/authz"
 	}
 	for _, a := range cfg.httpTargets {
-		t.urls = append(t.urls, "http://"+a+"/v1/check")
+		t.urls = append(t.urls, "http://"+a+path)
 	}
 	return t, nil
 }
@@ -261,19 +272,27 @@ func (t *httpTarget) checkOne(ctx context.Context, key string) (allowed, degrade
 	}
 	defer t.bufs.Put(bp)
 	bp.Reset()
-	bp.WriteString(`{"key":`)
-	k, err := json.Marshal(key)
-	if err != nil {
-		return false, false, err
+	var req *http.Request
+	if t.authz {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, t.urls[t.rr.pick()], nil)
+		if err != nil {
+			return false, false, err
+		}
+		req.Header.Set("X-API-Key", key)
+	} else {
+		bp.WriteString(`{"key":`)
+		k, err := json.Marshal(key)
+		if err != nil {
+			return false, false, err
+		}
+		bp.Write(k)
+		bp.Write(t.limitJSON)
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, t.urls[t.rr.pick()], bytes.NewReader(bp.Bytes()))
+		if err != nil {
+			return false, false, err
+		}
+		req.Header.Set("Content-Type", "application/json")
 	}
-	bp.Write(k)
-	bp.Write(t.limitJSON)
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.urls[t.rr.pick()], bytes.NewReader(bp.Bytes()))
-	if err != nil {
-		return false, false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return false, false, err
@@ -295,7 +314,12 @@ func (t *httpTarget) checkOne(ctx context.Context, key string) (allowed, degrade
 	return allowed, bytes.Contains(bp.Bytes(), degradedTrue), nil
 }
 
-func (t *httpTarget) Describe() string { return fmt.Sprintf("http %v", t.urls) }
+func (t *httpTarget) Describe() string {
+	if t.authz {
+		return fmt.Sprintf("http GET, X-API-Key: <key> %v", t.urls)
+	}
+	return fmt.Sprintf("http %v", t.urls)
+}
 func (t *httpTarget) Close() error {
 	t.transport.CloseIdleConnections()
 	return nil
