@@ -80,12 +80,12 @@
 #          node over net/http alone. Also run on the base build.
 #   authz  the forward-auth call GET /v1/authz with X-API-Key: <key> (bench
 #          --proto authz) against the same bare servers' /v1/authz. The
-#          nodes then run examples/policy.yaml (RINGLIMIT_POLICY; its api
-#          policy decides these calls) in every workload, since they are
-#          started once: no other workload sends a policy request, and an
-#          inline check never consults the policy, so it changes none of
-#          their figures. The base build runs its own examples/policy.yaml,
-#          if it has one, for the same configuration on both sides.
+#          nodes then run scripts/bench-policy.yaml (RINGLIMIT_POLICY: one
+#          tier that admits everything, as the bare server does) in every
+#          workload, since they are started once: no other workload sends
+#          a policy request, and an inline check never consults the
+#          policy, so it changes none of their figures. The base build runs
+#          its own copy of that file, if it has one.
 # Each pair runs alternately, ringlimit first in odd rounds and the other
 # first in even ones; the runs are ringlimit-rls and envoy-ratelimit-rls,
 # ringlimit-http and nethttp-check, ringlimit-authz and nethttp-authz. Before the rounds, each side answers a short probe;
@@ -138,7 +138,7 @@ export RINGLIMIT_PEER_BASE=${RINGLIMIT_PEER_BASE:-$((RINGLIMIT_GRPC_BASE + 100))
 # GET /v1/authz resolves examples/policy.yaml's api policy; no other
 # workload sends a policy request (see above).
 if has authz; then
-	export RINGLIMIT_POLICY=examples/policy.yaml
+	export RINGLIMIT_POLICY=scripts/bench-policy.yaml
 else
 	export RINGLIMIT_POLICY=""
 fi
