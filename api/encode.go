@@ -12,7 +12,11 @@ import (
 // shape is fixed. TestCheckResponseEncoding checks that it matches what
 // encoding/json would write, field for field.
 
+// bufPool holds the buffers of request bodies and answers. A buffer that
+// grew beyond maxPooledBuf (a body far larger than a check) is dropped.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledBuf = 4 << 10
 
 func writeCheckResponse(w http.ResponseWriter, status int, r *CheckResponse) {
 	bp := bufPool.Get().(*[]byte)
