@@ -21,7 +21,7 @@ const maxPooledBuf = 4 << 10
 func writeCheckResponse(w http.ResponseWriter, status int, r *CheckResponse) {
 	bp := bufPool.Get().(*[]byte)
 	b := appendCheckResponse((*bp)[:0], r)
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = []string{"application/json"} // canonical already: Set would check
 	w.WriteHeader(status)
 	w.Write(b)
 	*bp = b
