@@ -201,7 +201,7 @@ func New(cfg Config) (*API, error) {
 func (a *API) check(ctx context.Context, surface string, checks []forward.Check, out []forward.Result) error {
 	start := time.Now()
 	err := a.checker.Check(ctx, checks, out)
-	a.m.latency.WithLabelValues(surface).Observe(time.Since(start).Seconds())
+	a.m.observeLatency(surface, time.Since(start).Seconds())
 	if err != nil {
 		if errors.Is(err, forward.ErrInvalid) {
 			a.m.invalid.WithLabelValues(surface).Inc()

@@ -12,12 +12,16 @@ import (
 // shape is fixed. TestCheckResponseEncoding checks that it matches what
 // encoding/json would write, field for field.
 
+// bufPool holds the buffers of request bodies and answers. A buffer that
+// grew beyond maxPooledBuf (a body far larger than a check) is dropped.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledBuf = 4 << 10
 
 func writeCheckResponse(w http.ResponseWriter, status int, r *CheckResponse) {
 	bp := bufPool.Get().(*[]byte)
 	b := appendCheckResponse((*bp)[:0], r)
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = []string{"application/json"} // canonical already: Set would check
 	w.WriteHeader(status)
 	w.Write(b)
 	*bp = b

@@ -189,26 +189,11 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 // decodeCheck reads and validates one check from the request body into p.
 // Every error names the field at fault.
 func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error {
-	// Decode straight from the (bounded) body: no copy of it first.
-	var req CheckRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	tooBig := func(err error) bool {
-		var e *http.MaxBytesError
-		return errors.As(err, &e)
+	var cb checkBody
+	if err := decodeCheckBody(w, r, &cb); err != nil {
+		return err
 	}
-	if err := dec.Decode(&req); err != nil {
-		if tooBig(err) {
-			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
-		}
-		return jsonError(err, "limit.failure_mode")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if tooBig(err) {
-			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
-		}
-		return errors.New("body: more than one JSON value")
-	}
+	req := &cb.req
 	if req.isPolicy() {
 		if req.Limit != nil || req.Key != "" {
 			return errors.New("limit: give either an inline key and limit, or policy fields (policy, api_key, user, ip, route, tier), not both")
@@ -227,6 +212,49 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error
 		return err
 	}
 	p.addInline(c)
+	return nil
+}
+
+// decodeCheckBody reads the (bounded) body and decodes it into cb: by hand
+// when it is plain, else with encoding/json (see decode.go).
+func decodeCheckBody(w http.ResponseWriter, r *http.Request, cb *checkBody) error {
+	bp := bufPool.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBuf {
+			bufPool.Put(bp)
+		}
+	}()
+	src := r.Body
+	if r.ContentLength < 0 || r.ContentLength > MaxBodyBytes {
+		// The server stops a body at its Content-Length: only a longer
+		// or unknown one needs the bound.
+		src = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	}
+	body, readErr := readBody(src, (*bp)[:0])
+	*bp = body
+	if readErr == nil && decodeCheckFast(body, cb) {
+		return nil
+	}
+	var req CheckRequest // not cb.req: taking its address here would move every cb to the heap
+	defer func() { cb.req = req }()
+	dec := json.NewDecoder(bodySource(body, readErr))
+	dec.DisallowUnknownFields()
+	tooBig := func(err error) bool {
+		var e *http.MaxBytesError
+		return errors.As(err, &e)
+	}
+	if err := dec.Decode(&req); err != nil {
+		if tooBig(err) {
+			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
+		}
+		return jsonError(err, "limit.failure_mode")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if tooBig(err) {
+			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
+		}
+		return errors.New("body: more than one JSON value")
+	}
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -15,6 +17,11 @@ type metrics struct {
 
 	// counters[alg][result] caches the label lookups of checks.
 	counters [5][3]prometheus.Counter
+	// latencyHTTP and latencyGRPC cache the label lookups of latency for
+	// the two surfaces that observe it on every request; each holds a
+	// prometheus.Observer once the first request of its surface is seen,
+	// so that /metrics shows a surface's series only once it served.
+	latencyHTTP, latencyGRPC atomic.Value
 }
 
 const (
@@ -65,6 +72,26 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// observeLatency records how long one request's checks took on surface.
+func (m *metrics) observeLatency(surface string, seconds float64) {
+	var cache *atomic.Value
+	switch surface {
+	case "http":
+		cache = &m.latencyHTTP
+	case "grpc":
+		cache = &m.latencyGRPC
+	default:
+		m.latency.WithLabelValues(surface).Observe(seconds)
+		return
+	}
+	o, ok := cache.Load().(prometheus.Observer)
+	if !ok {
+		o = m.latency.WithLabelValues(surface)
+		cache.Store(o)
+	}
+	o.Observe(seconds)
 }
 
 func (m *metrics) countDecision(alg bucket.Algorithm, r *forward.Result) {

@@ -57,16 +57,15 @@ const (
 // deciding layer alone (Scope, Limit, Window) when there are none. It
 // replaces any value those headers had.
 func Write(h http.Header, d *Decision, policies ...Policy) {
-	// One backing array for the headers' values: one allocation, not five.
-	vals := make([]string, 5)
-	set := func(i int, key string, v []byte) {
-		vals[i] = string(v)
-		h[key] = vals[i : i+1 : i+1]
-	}
-	var buf [128]byte
-	set(0, LimitHeader, strconv.AppendInt(buf[:0], d.Limit, 10))
-	set(1, RemainingHeader, strconv.AppendInt(buf[:0], d.Remaining, 10))
-	b := buf[:0]
+	// Every value is appended to one buffer and the headers take
+	// substrings of one string made of it, with their values in one
+	// backing array: two allocations, not six.
+	var buf [256]byte
+	var ends [5]int
+	b := strconv.AppendInt(buf[:0], d.Limit, 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	ends[1] = len(b)
 	if len(policies) == 0 {
 		b = appendPolicy(b, d.Scope, d.Limit, d.Window)
 	}
@@ -77,15 +76,27 @@ func Write(h http.Header, d *Decision, policies ...Policy) {
 		p := &policies[i]
 		b = appendPolicy(b, p.Name, p.Quota, p.Window)
 	}
-	set(2, PolicyHeader, b)
-	b = strconv.AppendQuote(buf[:0], d.Scope)
+	ends[2] = len(b)
+	b = strconv.AppendQuote(b, d.Scope)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, d.Remaining, 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, clock.CeilSeconds(d.Reset), 10)
-	set(3, RateLimitHeader, b)
+	ends[3] = len(b)
+	n := 4
 	if !d.Allowed {
-		set(4, RetryAfterHeader, strconv.AppendInt(buf[:0], clock.CeilSeconds(d.RetryAfter), 10))
+		b = strconv.AppendInt(b, clock.CeilSeconds(d.RetryAfter), 10)
+		ends[4] = len(b)
+		n = 5
+	}
+	all := string(b)
+	vals := make([]string, n)
+	keys := [5]string{LimitHeader, RemainingHeader, PolicyHeader, RateLimitHeader, RetryAfterHeader}
+	from := 0
+	for i := range n {
+		vals[i] = all[from:ends[i]]
+		h[keys[i]] = vals[i : i+1 : i+1]
+		from = ends[i]
 	}
 }
 

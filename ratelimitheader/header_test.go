@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,29 @@ func TestWriteReplaces(t *testing.T) {
 	}
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("got %v, want %v", h, want)
+	}
+}
+
+// Values longer than Write's buffer on the stack come out whole.
+func TestWriteLong(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	h := http.Header{}
+	ratelimitheader.Write(h, &ratelimitheader.Decision{Scope: long, Limit: 1, Remaining: 0, Reset: time.Second, RetryAfter: time.Second},
+		ratelimitheader.Policy{Name: long, Quota: 1}, ratelimitheader.Policy{Name: "global", Quota: 2, Window: time.Minute})
+	w := want{"1", "0", `"` + long + `";q=1, "global";q=2;w=60`, `"` + long + `";r=0;t=1`, "1"}
+	if got := headers(h); got != w {
+		t.Fatalf("got %+v, want %+v", got, w)
+	}
+}
+
+// Write allocates the values' string and their backing array, whatever the
+// number of headers and policies.
+func TestWriteAllocations(t *testing.T) {
+	h := http.Header{}
+	d := &ratelimitheader.Decision{Scope: "tier:free", Limit: 10, Window: time.Second, Reset: time.Second, RetryAfter: time.Second}
+	pols := []ratelimitheader.Policy{{"tier:free", 10, time.Second}, {"global", 1000, time.Second}}
+	if n := testing.AllocsPerRun(100, func() { ratelimitheader.Write(h, d, pols...) }); n != 2 {
+		t.Fatalf("Write: %v allocations, want 2", n)
 	}
 }
 
