@@ -8,11 +8,18 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ringlimit/ringlimit/ratelimitheader"
 )
 
 // gatewayPolicy: a free tier of 5 an hour for API keys, an anonymous tier
@@ -204,5 +211,46 @@ func TestParseConfigTrustedProxies(t *testing.T) {
 	_, err := parseConfig(nil, func(k string) string { return map[string]string{"RINGLIMIT_TRUSTED_PROXIES": "10.0.0.0/99"}[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--trusted-proxies") {
 		t.Errorf("RINGLIMIT_TRUSTED_PROXIES=10.0.0.0/99: %v, want an error naming the flag", err)
+	}
+}
+
+// examples/traefik.yml points ForwardAuth at /v1/authz and copies every
+// rate-limit header a node writes on an admission.
+func TestTraefikExample(t *testing.T) {
+	b, err := os.ReadFile("../../examples/traefik.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		HTTP struct {
+			Middlewares map[string]struct {
+				ForwardAuth struct {
+					Address             string   `yaml:"address"`
+					AuthRequestHeaders  []string `yaml:"authRequestHeaders"`
+					AuthResponseHeaders []string `yaml:"authResponseHeaders"`
+					TrustForwardHeader  bool     `yaml:"trustForwardHeader"`
+				} `yaml:"forwardAuth"`
+			} `yaml:"middlewares"`
+		} `yaml:"http"`
+	}
+	if err := yaml.Unmarshal(b, &conf); err != nil {
+		t.Fatal(err)
+	}
+	fa := conf.HTTP.Middlewares["ratelimit"].ForwardAuth
+	u, err := url.Parse(fa.Address)
+	if err != nil || u.Path != "/v1/authz" || fa.TrustForwardHeader || !slices.Contains(fa.AuthRequestHeaders, "X-API-Key") {
+		t.Fatalf("forwardAuth %+v (%v): want address …/v1/authz, trustForwardHeader false, X-API-Key passed", fa, err)
+	}
+	// What a node writes on an admission, canonical names compared.
+	w := httptest.NewRecorder()
+	ratelimitheader.Write(w.Header(), &ratelimitheader.Decision{Allowed: true, Scope: "tier:free", Limit: 5, Remaining: 4})
+	var copied []string
+	for _, h := range fa.AuthResponseHeaders {
+		copied = append(copied, http.CanonicalHeaderKey(h))
+	}
+	for k := range w.Header() {
+		if !slices.Contains(copied, k) {
+			t.Errorf("authResponseHeaders %v lacks %s", fa.AuthResponseHeaders, k)
+		}
 	}
 }
