@@ -25,13 +25,14 @@ var allowed = map[string][]string{
 	"internal/batcher":  {},
 	"internal/devca":    {},
 	"internal/certfile": {},
+	"internal/clientip": {},
 	"peer":              {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":           {"bucket", "clock", "peer"},
 	"policy":            {"bucket", "clock"},
 	"rls":               {"bucket", "clock"},
 	"ratelimitheader":   {"clock"},
-	"api":               {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader"},
-	"client":            {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader"},
+	"api":               {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip"},
+	"client":            {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip"},
 	"cmd":               nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
 	"internal/testkit":  nil,

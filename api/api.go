@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/clientip"
 )
 
 // Checker decides a batch of checks, one Result per check in order. It must
@@ -133,6 +136,13 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors. Nil discards them.
 	Logger *slog.Logger
+	// TrustedProxies are the proxies (gateways, load balancers) whose
+	// X-Forwarded-For and X-Real-IP /v1/authz believes: only when the
+	// connection's remote address is inside one of them is either header
+	// read (see package internal/clientip for the walk). Nil trusts none:
+	// the client IP is always the connection's address. Each prefix must
+	// be valid.
+	TrustedProxies []netip.Prefix
 	// CheckTimeout is the server's own deadline for one request's checks
 	// (the caller's deadline still applies when sooner): a check not
 	// decided by then fails as abandoned (HTTP 503, gRPC
@@ -158,6 +168,8 @@ type API struct {
 	gather      prometheus.Gatherer
 	// checkTimeout bounds each request's checks (Config.CheckTimeout).
 	checkTimeout time.Duration
+	// trusted are Config.TrustedProxies.
+	trusted clientip.Trusted
 }
 
 // New validates cfg and returns an API.
@@ -182,7 +194,12 @@ func New(cfg Config) (*API, error) {
 	if cfg.CheckTimeout < 0 {
 		return nil, fmt.Errorf("api: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
-	a := &API{checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
+	for i, p := range cfg.TrustedProxies {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("api: TrustedProxies[%d] is not a valid prefix", i)
+		}
+	}
+	a := &API{trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
 		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)

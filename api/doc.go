@@ -1,6 +1,8 @@
 // Package api serves ringlimit's public surfaces: the HTTP JSON API
-// (POST /v1/check, GET /healthz, GET /metrics) and the gRPC RateLimiter
-// service, with the rate-limit headers, errors and Prometheus metrics.
+// (POST /v1/check, GET /healthz, GET /metrics), the forward-auth endpoint
+// /v1/authz that gateways (nginx auth_request, Traefik ForwardAuth) call
+// before each request, and the gRPC RateLimiter service, with the
+// rate-limit headers, errors and Prometheus metrics.
 //
 // Both surfaces turn their input into forward.Checks, validate the whole
 // batch before any of it is applied (bad input changes no state), and ask a

@@ -98,8 +98,8 @@ type ErrorResponse struct {
 	Message string `json:"message"`
 }
 
-// Handler returns the HTTP surface: POST /v1/check, GET /healthz and
-// GET /metrics; with a policy, GET /v1/policy, GET /v1/overrides and the
+// Handler returns the HTTP surface: POST /v1/check, /v1/authz (any
+// method; see handleAuthz), GET /healthz and GET /metrics; with a policy, GET /v1/policy, GET /v1/overrides and the
 // state-changing POST /v1/overrides and DELETE /v1/overrides/{id}, which
 // require an admin token (RequireAdmin), as the read-only ones do with
 // Config.PrivateReads. extra, if not nil, is consulted for every other path (the
@@ -113,6 +113,7 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		return h
 	}
 	mux.HandleFunc("POST /v1/check", a.handleCheck)
+	mux.HandleFunc("/v1/authz", a.handleAuthz) // any method: gateways send their client's
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -163,7 +164,12 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		a.writeCheckError(w, err)
 		return
 	}
-	ans := &answers[0]
+	writeAnswer(w, &answers[0], http.StatusTooManyRequests)
+}
+
+// writeAnswer writes one check's answer, its rate-limit headers and its
+// body: 200 when admitted, deny (429 for POST /v1/check) when refused.
+func writeAnswer(w http.ResponseWriter, ans *answer, deny int) {
 	resp := CheckResponse{
 		Allowed:       ans.Allowed,
 		Limit:         ans.Limit,
@@ -181,7 +187,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if !ans.Allowed {
 		resp.Code = CodeRateLimited
-		status = http.StatusTooManyRequests
+		status = deny
 	}
 	writeCheckResponse(w, status, &resp)
 }

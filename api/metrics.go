@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 		}, []string{"surface"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ringlimit_check_duration_seconds",
-			Help:    "Time to decide one request's checks, by surface (http, grpc).",
+			Help:    "Time to decide one request's checks, by surface (http, authz, grpc).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"surface"}),
 	}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/clientip"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 	"github.com/ringlimit/ringlimit/ratelimitheader"
 )
@@ -90,7 +89,7 @@ func (cfg *MiddlewareConfig) Validate() error {
 }
 
 // trustedProxies validates cfg and returns TrustedProxies parsed.
-func (cfg *MiddlewareConfig) trustedProxies() ([]netip.Prefix, error) {
+func (cfg *MiddlewareConfig) trustedProxies() (clientip.Trusted, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("client: MiddlewareConfig.Client is required")
 	}
@@ -100,9 +99,9 @@ func (cfg *MiddlewareConfig) trustedProxies() ([]netip.Prefix, error) {
 	if cfg.IP != nil && len(cfg.TrustedProxies) > 0 {
 		return nil, errors.New("client: MiddlewareConfig: TrustedProxies has no effect when IP is set")
 	}
-	var prefixes []netip.Prefix
+	var prefixes clientip.Trusted
 	for i, s := range cfg.TrustedProxies {
-		p, err := parseProxy(s)
+		p, err := clientip.ParseProxy(s)
 		if err != nil {
 			return nil, fmt.Errorf("client: MiddlewareConfig.TrustedProxies[%d]: %w", i, err)
 		}
@@ -111,94 +110,11 @@ func (cfg *MiddlewareConfig) trustedProxies() ([]netip.Prefix, error) {
 	return prefixes, nil
 }
 
-// parseProxy parses a CIDR prefix or a single address (a prefix of its full
-// length).
-func parseProxy(s string) (netip.Prefix, error) {
-	s = strings.TrimSpace(s)
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix: %w", s, err)
-		}
-		if p.Addr().Is4In6() {
-			if p.Bits() < 96 {
-				return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped prefix must be /96 or longer", s)
-			}
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is neither a CIDR prefix nor an address: %w", s, err)
-	}
-	a = a.Unmap().WithZone("")
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
 // clientIP is the client IP of r given the trusted proxies: the remote
 // address, unless it is a trusted proxy, in which case X-Forwarded-For is
-// walked from the right past the trusted proxies.
-func clientIP(r *http.Request, trusted []netip.Prefix) string {
-	peer, ok := parseHostAddr(r.RemoteAddr)
-	if !ok {
-		// Not an IP (a unix socket, a test's made-up address): the
-		// remote address as it is, host part if it has one.
-		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-			return host
-		}
-		return r.RemoteAddr
-	}
-	if !isTrusted(peer, trusted) {
-		return peer.String()
-	}
-	hops := forwardedFor(r.Header)
-	ip := peer // the nearest address a trusted proxy vouches for
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, ok := parseHostAddr(hops[i])
-		if !ok {
-			break
-		}
-		ip = a
-		if !isTrusted(a, trusted) {
-			break
-		}
-	}
-	return ip.String()
-}
-
-// forwardedFor returns the entries of every X-Forwarded-For line, in order.
-func forwardedFor(h http.Header) []string {
-	var hops []string
-	for _, line := range h.Values("X-Forwarded-For") {
-		for hop := range strings.SplitSeq(line, ",") {
-			hops = append(hops, strings.TrimSpace(hop))
-		}
-	}
-	return hops
-}
-
-// parseHostAddr parses an address, with or without a port (and brackets
-// around an IPv6 one), unmapping IPv4-in-IPv6 and dropping any zone.
-func parseHostAddr(s string) (netip.Addr, bool) {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		ap, err := netip.ParseAddrPort(s)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		a = ap.Addr()
-	}
-	return a.Unmap().WithZone(""), true
-}
-
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+// walked from the right past the trusted proxies (see clientip.Resolve).
+func clientIP(r *http.Request, trusted clientip.Trusted) string {
+	return clientip.Resolve(r.RemoteAddr, clientip.Hops(r.Header, "X-Forwarded-For"), trusted)
 }
 
 // RejectBody is the JSON body of a 429 answer.

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/clientip"
 )
 
 // config is everything the node reads from flags and the environment.
@@ -40,6 +42,7 @@ type config struct {
 	privateReads    bool
 	rlsPath         string
 	rlsHeaders      bool
+	trustedProxies  []netip.Prefix // whose X-Forwarded-For / X-Real-IP /v1/authz believes
 
 	// Mutual TLS between nodes (all three or none), and TLS on the public
 	// HTTP and gRPC APIs (cert and key, optionally a CA that client
@@ -101,6 +104,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.rlsHeaders, "rls-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the rate limit service's answers (response_headers_to_add)")
 	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/owner, /v1/policy, /v1/overrides and /metrics need an admin token too (checks and /healthz stay open)")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")
+	trusted := fs.String("trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDR prefixes or addresses of the gateways whose X-Forwarded-For and X-Real-IP /v1/authz believes; from any other address the client IP is the connection's (empty: trust none)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.httpReadTimeout, "http-read-timeout", 10*time.Second, "most time an HTTP client may take to send a whole request, headers and body (a slow client is disconnected)")
 	fs.DurationVar(&c.httpWriteTimeout, "http-write-timeout", 10*time.Second, "most time from the end of a request's headers to the end of its response")
@@ -138,6 +142,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			c.join = append(c.join, seed)
 		}
 	}
+	var proxies []string
+	for p := range strings.SplitSeq(*trusted, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			proxies = append(proxies, p)
+		}
+	}
+	t, err := clientip.ParseList(proxies)
+	if err != nil {
+		return c, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	c.trustedProxies = t
 	if c.name == "" {
 		return c, fmt.Errorf("--name: must not be empty")
 	}

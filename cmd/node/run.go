@@ -288,7 +288,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads, RLSHeaders: cfg.rlsHeaders}
+		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
+		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
