@@ -51,18 +51,18 @@ type bareLimit struct {
 const bareMaxBody = 64 << 10
 
 // The fixed answers. /v1/check answers what a node answers an inline check
-// of bench's default limit (10⁹ per second) that admits; /v1/authz carries
-// the headers of a free-tier caller of examples/policy.yaml's api policy
-// (tier:free, then global) and no body.
+// of bench's default limit (10⁹ per second) that admits; /v1/authz what a
+// node running scripts/bench-policy.yaml answers (its one tier, 10⁹ per
+// second), headers and body.
 var (
 	bareCheckDecision = ratelimitheader.Decision{Allowed: true, Scope: "inline", Limit: 1_000_000_000,
 		Window: time.Second, Remaining: 999_999_999, Reset: time.Millisecond}
 	bareCheckBody = []byte(`{"allowed":true,"limit":1000000000,"remaining":999999999,"retry_after_ms":0,` +
 		`"reset_after_ms":1,"delay_ms":0,"scope":"inline","owner":"bare"}` + "\n")
-	bareAuthzDecision = ratelimitheader.Decision{Allowed: true, Scope: "tier:free", Limit: 10,
-		Window: time.Second, Remaining: 19, Reset: 100 * time.Millisecond}
-	bareAuthzPolicies = []ratelimitheader.Policy{{Name: "tier:free", Quota: 10, Window: time.Second},
-		{Name: "global", Quota: 2000, Window: time.Second}}
+	bareAuthzDecision = ratelimitheader.Decision{Allowed: true, Scope: "tier:bench", Limit: 1_000_000_000,
+		Window: time.Second, Remaining: 999_999_999, Reset: time.Millisecond}
+	bareAuthzBody = []byte(`{"allowed":true,"limit":1000000000,"remaining":999999999,"retry_after_ms":0,` +
+		`"reset_after_ms":1,"delay_ms":0,"scope":"tier:bench","owner":"bare","policy_version":"bench"}` + "\n")
 )
 
 // bareHandler serves POST /v1/check and /v1/authz (any method).
@@ -90,12 +90,14 @@ func bareHandler() http.Handler {
 		w.Write(bareCheckBody)
 	})
 	mux.HandleFunc("/v1/authz", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-API-Key") == "" {
-			bareError(w, http.StatusUnauthorized, "X-API-Key: required")
+		if r.Header.Get("X-API-Key") == "" || r.Header.Get("X-Original-URI") == "" {
+			bareError(w, http.StatusBadRequest, "X-API-Key, X-Original-URI: required")
 			return
 		}
-		ratelimitheader.Write(w.Header(), &bareAuthzDecision, bareAuthzPolicies...)
+		ratelimitheader.Write(w.Header(), &bareAuthzDecision)
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
+		w.Write(bareAuthzBody)
 	})
 	return mux
 }

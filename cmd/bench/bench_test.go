@@ -663,11 +663,12 @@ func TestBareHandler(t *testing.T) {
 		{"GET", "/v1/check", "", "", 405, nil},
 		{"GET", "/v1/authz", "", "bench:1", 200, []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Ratelimit-Policy", "Ratelimit"}},
 		{"POST", "/v1/authz", "", "bench:1", 200, nil},
-		{"GET", "/v1/authz", "", "", 401, nil},
+		{"GET", "/v1/authz", "", "", 400, nil},
 	} {
 		req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
 		if c.apiKey != "" {
 			req.Header.Set("X-API-Key", c.apiKey)
+			req.Header.Set("X-Original-URI", "/items")
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

@@ -278,7 +278,11 @@ func (t *httpTarget) checkOne(ctx context.Context, key string) (allowed, degrade
 		if err != nil {
 			return false, false, err
 		}
+		// What nginx's auth_request sends: the client's key, and the
+		// request's URI and method.
 		req.Header.Set("X-API-Key", key)
+		req.Header.Set("X-Original-URI", "/items")
+		req.Header.Set("X-Original-Method", "GET")
 	} else {
 		bp.WriteString(`{"key":`)
 		k, err := json.Marshal(key)
@@ -316,7 +320,7 @@ func (t *httpTarget) checkOne(ctx context.Context, key string) (allowed, degrade
 
 func (t *httpTarget) Describe() string {
 	if t.authz {
-		return fmt.Sprintf("http GET, X-API-Key: <key> %v", t.urls)
+		return fmt.Sprintf("http GET, X-API-Key: <key>, X-Original-URI: /items %v", t.urls)
 	}
 	return fmt.Sprintf("http %v", t.urls)
 }
