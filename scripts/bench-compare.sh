@@ -318,7 +318,7 @@ if has http || has authz; then
 		pids+=($!)
 		bare_pids+="${bare_pids:+,}$!"
 		bare_targets+="${bare_targets:+,}127.0.0.1:$((bare_base + i))"
-		wait_up "bare HTTP server $i (pid $!)" "$!" "$out/bare-http-$i.log" "http://127.0.0.1:$((bare_base + i))/v1/authz" -H "X-API-Key: probe"
+		wait_up "bare HTTP server $i (pid $!)" "$!" "$out/bare-http-$i.log" "http://127.0.0.1:$((bare_base + i))/v1/authz" -H "X-API-Key: probe" -H "X-Original-URI: /items"
 	done
 fi
 
