@@ -228,7 +228,7 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 			st.LimitRemaining = it.rule.RequestsPerUnit
 		}
 		if reset <= 0 {
-			reset = unitDuration(it.rule.Unit)
+			reset = rls.UnitDuration(it.rule.Unit)
 		}
 		if reset > 0 {
 			st.DurationUntilReset = durationpb.New(reset)
@@ -254,27 +254,4 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 		}
 	}
 	return resp
-}
-
-// unitDuration is the length of a unit (a month is 30 days, a year 365,
-// as envoyproxy/ratelimit counts them).
-func unitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
-	const day = 24 * time.Hour
-	switch u {
-	case rlsv3.RateLimitResponse_RateLimit_SECOND:
-		return time.Second
-	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
-		return time.Minute
-	case rlsv3.RateLimitResponse_RateLimit_HOUR:
-		return time.Hour
-	case rlsv3.RateLimitResponse_RateLimit_DAY:
-		return day
-	case rlsv3.RateLimitResponse_RateLimit_WEEK:
-		return 7 * day
-	case rlsv3.RateLimitResponse_RateLimit_MONTH:
-		return 30 * day
-	case rlsv3.RateLimitResponse_RateLimit_YEAR:
-		return 365 * day
-	}
-	return 0
 }

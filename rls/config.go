@@ -327,16 +327,16 @@ func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool) (*Rul
 		}
 	}
 	if !r.Unlimited && r.RequestsPerUnit > 0 {
-		if r.Limit, err = bucket.NewLimit(a, int64(r.RequestsPerUnit), unitDuration(r.Unit), 0); err != nil {
+		if r.Limit, err = bucket.NewLimit(a, int64(r.RequestsPerUnit), UnitDuration(r.Unit), 0); err != nil {
 			return nil, p.errorf(countNode, "requests_per_unit %d per %s: %v", r.RequestsPerUnit, r.Unit, err)
 		}
 	}
 	return r, nil
 }
 
-// unitDuration is a unit's length, as envoyproxy/ratelimit counts it (a
+// UnitDuration is a unit's length, as envoyproxy/ratelimit counts it (a
 // month is 30 days, a year 365); 0 for UNKNOWN and unknown values.
-func unitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+func UnitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
 	const day = 24 * time.Hour
 	switch u {
 	case rlsv3.RateLimitResponse_RateLimit_SECOND:

@@ -87,7 +87,7 @@ func (c *Config) Match(domain string, d *rlcommon.RateLimitDescriptor) (Rule, bo
 func override(domain string, entries []*rlcommon.RateLimitDescriptor_Entry, o *rlcommon.RateLimitDescriptor_RateLimitOverride) (Rule, bool) {
 	// envoy.type.v3.RateLimitUnit numbers its units as the response does.
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
-	per := unitDuration(unit)
+	per := UnitDuration(unit)
 	if per == 0 {
 		return Rule{}, false
 	}

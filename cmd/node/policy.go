@@ -5,10 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/ringlimit/ringlimit/policy"
 )
@@ -16,29 +12,7 @@ import (
 // runPolicy reloads the policy on SIGHUP and when its file changes, and
 // expires overrides, until ctx ends.
 func runPolicy(ctx context.Context, log *slog.Logger, pol *policy.Manager) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	watched := make(chan struct{})
-	defer func() { <-watched }()
-	go func() {
-		defer close(watched)
-		if err := pol.Watch(ctx); err != nil {
-			log.Error("policy file not watched; SIGHUP still reloads", "err", err)
-		}
-	}()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			pol.Reload("sighup")
-		case <-tick.C:
-			pol.Expire()
-		}
-	}
+	watchFiles(ctx, log, "policy file", pol.Watch, func() { pol.Reload("sighup") }, pol.Expire)
 }
 
 // slogWriter turns audit lines into log records when no --audit-log is set.
