@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 )
 
 // Checks of the addresses a Config names.
@@ -62,9 +63,12 @@ func checkDialable(addr string) error {
 
 // checkSeed accepts "host:port" with a non-empty host and a port in [1, 65535].
 func checkSeed(addr string) error {
+	if isSRVName(addr) {
+		return nil
+	}
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (a seed is host:port, or a DNS SRV name such as _gossip._tcp.ringlimit.default.svc.cluster.local)", err)
 	}
 	if host == "" {
 		return fmt.Errorf("%q has no host", addr)
@@ -77,4 +81,13 @@ func checkSeed(addr string) error {
 		return fmt.Errorf("%q has port 0", addr)
 	}
 	return nil
+}
+
+// isSRVName reports whether a seed is a DNS SRV name: no port, and
+// _service._proto.name (the first two labels start with an underscore,
+// then at least one more label).
+func isSRVName(seed string) bool {
+	labels := strings.Split(strings.TrimSuffix(seed, "."), ".")
+	return len(labels) >= 3 && !strings.ContainsAny(seed, ":[]") &&
+		len(labels[0]) > 1 && labels[0][0] == '_' && len(labels[1]) > 1 && labels[1][0] == '_' && labels[2] != ""
 }

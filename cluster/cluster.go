@@ -44,6 +44,7 @@ type Cluster struct {
 	clock     clock.Clock
 	ml        *memberlist.Memberlist
 	localAddr string
+	mlName    string // this process's memberlist name: Config.Name and an instance tag
 
 	keyring *memberlist.Keyring // nil without Config.Keys; memberlist reads it
 	keyMu   sync.Mutex          // serialises keyring changes (keyring.go)
@@ -56,6 +57,7 @@ type Cluster struct {
 	isClosed atomic.Bool   // memberlist is shut down: Broadcast is a no-op
 
 	leaving atomic.Bool // advertised in our metadata; read by NodeMeta
+	joined  atomic.Bool // the first join succeeded (or there were no seeds)
 
 	mu      sync.Mutex // guards members; never held while calling out
 	members map[string]*record
@@ -77,6 +79,7 @@ type Cluster struct {
 // record is what we know about one member.
 type record struct {
 	m       Member
+	tag     string        // instance tag of its memberlist name ("" when none)
 	leaving bool          // its metadata announced a graceful leave
 	since   clock.Instant // last change of m.State
 }
@@ -106,6 +109,7 @@ func New(cfg Config) (*Cluster, error) {
 		joinDone:   make(chan struct{}),
 		stopEvents: make(chan struct{}),
 		eventsDone: make(chan struct{}),
+		mlName:     instanceName(cfg.Name, time.Now()),
 	}
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       c.numOnRing,
@@ -141,14 +145,14 @@ func New(cfg Config) (*Cluster, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopJoin = cancel
 	go c.joinLoop(ctx, len(seeds) > 0)
-	c.log.Info("cluster: started", "name", cfg.Name, "gossip", c.localAddr, "grpc", cfg.PeerAddr, "seeds", seeds)
+	c.log.Info("cluster: started", "name", cfg.Name, "instance", c.mlName, "gossip", c.localAddr, "grpc", cfg.PeerAddr, "seeds", seeds)
 	return c, nil
 }
 
 func (c *Cluster) memberlistConfig() *memberlist.Config {
 	cfg := c.cfg
 	mc := memberlist.DefaultLANConfig()
-	mc.Name = cfg.Name
+	mc.Name = c.mlName
 	ip, port, _ := splitIPPort(cfg.BindAddr) // validated
 	mc.BindAddr = ip.String()
 	mc.BindPort = port
@@ -210,7 +214,7 @@ func (c *Cluster) Alive() []Member {
 
 func (c *Cluster) listLocked(keep func(State) bool) []Member {
 	out := make([]Member, 0, len(c.members))
-	for _, r := range c.members {
+	for _, r := range c.pickLocked() {
 		if keep(r.m.State) {
 			out = append(out, r.m)
 		}
@@ -219,18 +223,29 @@ func (c *Cluster) listLocked(keep func(State) bool) []Member {
 	return out
 }
 
-// pruneLocked forgets members that departed more than DepartedRetention ago
-// and reports whether it forgot any.
+// pruneLocked forgets members that departed more than DepartedRetention ago,
+// and departed instances of a member whose later instance is on the ring
+// (nothing stands for them any more, and their address is not re-joined).
+// It reports whether it forgot any.
 func (c *Cluster) pruneLocked(now clock.Instant) bool {
 	pruned := false
-	for name, r := range c.members {
-		if !r.m.State.onRing() && now.Sub(r.since) > c.cfg.DepartedRetention {
-			delete(c.members, name)
+	pick := c.pickLocked()
+	for key, r := range c.members {
+		if r.m.State.onRing() {
+			continue
+		}
+		if p := pick[r.m.Name]; now.Sub(r.since) > c.cfg.DepartedRetention || (p != r && p.m.State.onRing()) {
+			delete(c.members, key)
 			pruned = true
 		}
 	}
 	return pruned
 }
+
+// Joined reports whether this member has joined a cluster: one of its seeds
+// answered, every seed was already a member, or it has no seeds (it starts
+// a cluster). It stays true after Leave.
+func (c *Cluster) Joined() bool { return c.joined.Load() }
 
 // LocalAddr returns the gossip address other members reach this one at
 // (host:port, with the real port when BindAddr asked for port 0). Seeds of

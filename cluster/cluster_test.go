@@ -456,6 +456,67 @@ func TestRestartSameNameAndAddress(t *testing.T) {
 	}
 }
 
+// TestRestartNewAddressAtOnce: a member that crashes and comes back under
+// the same name from another address is on every member's list at once,
+// long before the old instance could be declared dead (failure detection is
+// slowed to tens of seconds here), and the list has one entry for the name.
+func TestRestartNewAddressAtOnce(t *testing.T) {
+	t.Parallel()
+	slow := func(c *Config) { c.SuspicionMult = 50 }
+	a := startNode(t, "a", slow)
+	b := startNode(t, "b", slow, withSeeds(a.LocalAddr()))
+	c := startNode(t, "c", slow, withSeeds(a.LocalAddr()))
+	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b, c}, a, b, c) })
+	old := c.LocalAddr()
+	c.crash()
+
+	c2 := startNode(t, "c", slow, withSeeds(b.LocalAddr()))
+	if c2.LocalAddr() == old {
+		t.Fatalf("restarted c on its old address %s", old)
+	}
+	start := time.Now()
+	waitFor(t, 3*time.Second, "restarted c is alive everywhere with its new address", func() error {
+		for _, n := range []*testNode{a, b, c2} {
+			var cs []Member
+			for _, m := range n.Members() {
+				if m.Name == "c" {
+					cs = append(cs, m)
+				}
+			}
+			if len(cs) != 1 || cs[0].State != StateAlive || cs[0].GossipAddr != c2.LocalAddr() {
+				return fmt.Errorf("%s lists c as %+v, want one alive entry at %s", n.name, cs, c2.LocalAddr())
+			}
+			if got := len(onRing(n.Members())); got != 3 {
+				return fmt.Errorf("%s has %d members on the ring, want 3", n.name, got)
+			}
+		}
+		return nil
+	})
+	t.Logf("restarted c alive everywhere after %v", time.Since(start).Round(time.Millisecond))
+	if n := a.log.count("cluster: another process gossips under this member's name; the later one stands for it"); n != 0 {
+		t.Errorf("a logged %d duplicate-name errors for a restart", n)
+	}
+}
+
+func TestSplitInstance(t *testing.T) {
+	at := time.Unix(1_700_000_000, 123)
+	for _, tc := range []struct{ in, name, tag string }{
+		{instanceName("node-1", at), "node-1", "17979cfe362a007b"},
+		{instanceName("a@b", at), "a@b", "17979cfe362a007b"},
+		{"node-1", "node-1", ""},
+		{"node-1@17979cfe362a007", "node-1@17979cfe362a007", ""},
+		{"node-1@17979CFE362A007B", "node-1@17979CFE362A007B", ""},
+		{"@17979cfe362a007b", "@17979cfe362a007b", ""},
+	} {
+		if name, tag := splitInstance(tc.in); name != tc.name || tag != tc.tag {
+			t.Errorf("splitInstance(%q) = %q, %q, want %q, %q", tc.in, name, tag, tc.name, tc.tag)
+		}
+	}
+	if instanceName("n", at) >= instanceName("n", at.Add(time.Nanosecond)) {
+		t.Errorf("a later instance's name does not sort after an earlier one's")
+	}
+}
+
 // ---------------------------------------------------------------------------
 // joining
 
@@ -698,8 +759,10 @@ func TestMetaRoundTrip(t *testing.T) {
 		{peerAddr: "127.0.0.1:9091"},
 		{peerAddr: "node-1.example:9091", leaving: true},
 		{peerAddr: "[::1]:9091"},
-		{peerAddr: strings.Repeat("h", MaxAddrLen-5) + ":9091", apiAddr: strings.Repeat("a", MaxAddrLen-5) + ":9090"},
+		{peerAddr: strings.Repeat("h", MaxAddrLen-5) + ":9091", apiAddr: strings.Repeat("a", MaxAddrLen-5) + ":9090",
+			httpAddr: strings.Repeat("w", MaxAddrLen-5) + ":8080"},
 		{peerAddr: "10.0.0.1:9191", apiAddr: "10.0.0.1:9091"},
+		{peerAddr: "10.0.0.1:9191", httpAddr: "10.0.0.1:8080"},
 	} {
 		b := encodeMeta(m)
 		if len(b) > memberlist.MetaMaxSize {
@@ -710,14 +773,15 @@ func TestMetaRoundTrip(t *testing.T) {
 			t.Errorf("decodeMeta(encodeMeta(%v)) = %v, %v", m, got, err)
 		}
 	}
-	for _, b := range [][]byte{nil, {2}, {1, 0, 3, 'a', ':', '1'}, {2, 0}, []byte("\x02\x00\x07no-port"),
-		[]byte("\x02\x00\x09h:1"), []byte("\x02\x00\x03h:1no-port")} {
+	for _, b := range [][]byte{nil, {3}, {2, 0, 3, 'a', ':', '1'}, {3, 0, 3}, []byte("\x03\x00\x07\x00no-port"),
+		[]byte("\x03\x00\x09\x00h:1"), []byte("\x03\x00\x03\x00h:1no-port"), []byte("\x03\x00\x03\x03h:1h:2x"),
+		[]byte("\x03\x00\x03\x00h:1:0"), []byte("\x03\x00\x03\x08h:1")} {
 		if m, err := decodeMeta(b); err == nil {
 			t.Errorf("decodeMeta(%q) = %v, want an error", b, m)
 		}
 	}
 	// Unknown flag bits are ignored (forward compatibility).
-	if m, err := decodeMeta([]byte("\x02\xfe\x03h:1")); err != nil || m.leaving || m.peerAddr != "h:1" || m.apiAddr != "" {
+	if m, err := decodeMeta([]byte("\x03\xfe\x03\x00h:1")); err != nil || m.leaving || m.peerAddr != "h:1" || m.apiAddr != "" {
 		t.Errorf("decodeMeta with unknown flags = %v, %v", m, err)
 	}
 }

@@ -53,8 +53,13 @@ import (
 // same settings.
 type Config struct {
 	// Name identifies this member and must be unique in the cluster.
-	// Required. A member restarted with the same Name and the same gossip
-	// address takes its old place (see DeadNodeReclaimTime for a new address).
+	// Required. A member restarted with the same Name takes its old place
+	// at once, from the same gossip address or a new one: each process
+	// gossips under Name and an instance tag (Name@<16 hex digits>, shown
+	// in memberlist's log lines), the later instance stands for the name,
+	// and the earlier one is declared dead by the usual probes. Two live
+	// processes with one Name are a misconfiguration (logged at error
+	// level); the later one stands for it.
 	Name string
 
 	// BindAddr is the host:port that gossip listens on, for both TCP and UDP
@@ -83,11 +88,18 @@ type Config struct {
 	// when set, the same rules as PeerAddr apply.
 	APIAddr string
 
-	// Seeds are host:port gossip addresses of members to join ("--join").
-	// Empty for the first member. Hostnames are resolved at every attempt
+	// HTTPAddr is the host:port of this member's public HTTP API,
+	// advertised beside APIAddr under the same rules. Optional.
+	HTTPAddr string
+
+	// Seeds are host:port gossip addresses of members to join ("--join"),
+	// or DNS SRV names (_service._proto.name, no port: each target's
+	// addresses with the target's port, e.g. a Kubernetes headless
+	// Service's _gossip._tcp.ringlimit-headless.default.svc.cluster.local).
+	// Empty for the first member. Names are resolved at every attempt
 	// (and every re-join round, see RejoinInterval) to all their addresses,
-	// each of which is contacted. This member's own address is ignored if
-	// listed.
+	// each of which is contacted, so members that appear behind a name
+	// later are found. This member's own address is ignored if listed.
 	Seeds []string
 
 	// JoinRetryInterval is the pause between two attempts to join when no
@@ -154,13 +166,12 @@ type Config struct {
 	// to this long, and Close may wait for it. Zero: 10s (LAN).
 	TCPTimeout time.Duration
 
-	// DeadNodeReclaimTime is how long after a member died its name may be
-	// taken by a member with a different gossip address. A restart with the
-	// same address is always accepted. Zero: never, until memberlist forgets
-	// the dead member (GossipToTheDeadTime); until then a restart under the
-	// same name but a new address is rejected as a conflict. A positive value
-	// lets restarted containers with new IPs rejoin sooner, at the risk of a
-	// misconfigured duplicate name taking over a slow member.
+	// DeadNodeReclaimTime is memberlist's setting of that name: how long
+	// after an instance died its memberlist name may be taken from another
+	// address. Restarts do not need it (each process gossips under a new
+	// instance name, see Name); it only matters to a process that rejoins
+	// from a new address without restarting. Zero: never, until memberlist
+	// forgets the dead instance (GossipToTheDeadTime).
 	DeadNodeReclaimTime time.Duration
 
 	// DepartedRetention is how long a dead or left member stays listed in
@@ -221,9 +232,15 @@ type Config struct {
 	// discard.
 	Logger *slog.Logger
 
-	// lookupHost resolves a seed's hostname to its addresses. Tests set it;
-	// nil: net.DefaultResolver.LookupHost.
-	lookupHost func(ctx context.Context, host string) ([]string, error)
+	// Resolver resolves the seeds' hostnames and SRV names. Nil:
+	// net.DefaultResolver (the system's resolver configuration).
+	Resolver Resolver
+}
+
+// Resolver is the part of *net.Resolver that resolving seeds needs.
+type Resolver interface {
+	LookupHost(ctx context.Context, host string) ([]string, error)
+	LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error)
 }
 
 // DefaultLANConfig returns memberlist's LAN timings (memberlist.DefaultLANConfig:
@@ -314,8 +331,8 @@ func (c *Config) withDefaults() Config {
 	if out.Clock == nil {
 		out.Clock = clock.System()
 	}
-	if out.lookupHost == nil {
-		out.lookupHost = net.DefaultResolver.LookupHost
+	if out.Resolver == nil {
+		out.Resolver = net.DefaultResolver
 	}
 	if out.SuspicionMult == 0 {
 		out.SuspicionMult = d.SuspicionMult

@@ -25,9 +25,9 @@ var (
 	_ memberlist.PingDelegate  = (*delegate)(nil)
 )
 
-// NodeMeta advertises our peer and API addresses and whether we are leaving.
+// NodeMeta advertises our peer, gRPC and HTTP addresses and whether we are leaving.
 func (d *delegate) NodeMeta(limit int) []byte {
-	b := encodeMeta(meta{peerAddr: d.c.cfg.PeerAddr, apiAddr: d.c.cfg.APIAddr, leaving: d.c.leaving.Load()})
+	b := encodeMeta(meta{peerAddr: d.c.cfg.PeerAddr, apiAddr: d.c.cfg.APIAddr, httpAddr: d.c.cfg.HTTPAddr, leaving: d.c.leaving.Load()})
 	if len(b) > limit { // cannot happen: Validate bounds PeerAddr and APIAddr
 		return nil
 	}

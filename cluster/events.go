@@ -42,10 +42,11 @@ func (c *Cluster) changed() {
 
 // upsert records that member n is alive with metadata m.
 func (c *Cluster) upsert(n *memberlist.Node, m meta) {
+	name, tag := splitInstance(n.Name)
 	c.mu.Lock()
 	r, ok := c.members[n.Name]
 	if !ok {
-		r = &record{}
+		r = &record{tag: tag}
 		c.members[n.Name] = r
 	}
 	back := ok && r.m.State == StateDead
@@ -53,9 +54,10 @@ func (c *Cluster) upsert(n *memberlist.Node, m meta) {
 		r.since = c.clock.Now()
 	}
 	r.m = Member{
-		Name:       n.Name,
+		Name:       name,
 		PeerAddr:   m.peerAddr,
 		APIAddr:    m.apiAddr,
+		HTTPAddr:   m.httpAddr,
 		GossipAddr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
 		State:      StateAlive,
 	}
@@ -63,15 +65,22 @@ func (c *Cluster) upsert(n *memberlist.Node, m meta) {
 	addr := r.m.GossipAddr
 	c.mu.Unlock()
 	if back {
-		c.log.Info("cluster: member is back after being declared dead", "member", n.Name, "gossip", addr)
+		c.log.Info("cluster: member is back after being declared dead", "member", name, "gossip", addr)
+	}
+	if !ok && name == c.cfg.Name && n.Name != c.mlName {
+		c.log.Error("cluster: another process gossips under this member's name; the later one stands for it", "member", name,
+			"instance", n.Name, "gossip", addr, "this_instance", c.mlName)
+	} else if !ok && tag != "" {
+		c.log.Info("cluster: member instance joined", "member", name, "instance", n.Name, "gossip", addr)
 	}
 	c.changed()
 }
 
-// setState moves member name from one of the states in from to state to.
-func (c *Cluster) setState(name string, to State, from ...State) {
+// setState moves the member instance of memberlist name mlName from one of
+// the states in from to state to.
+func (c *Cluster) setState(mlName string, to State, from ...State) {
 	c.mu.Lock()
-	r, ok := c.members[name]
+	r, ok := c.members[mlName]
 	moved := ok && slices.Contains(from, r.m.State)
 	if moved {
 		r.m.State = to
@@ -83,11 +92,11 @@ func (c *Cluster) setState(name string, to State, from ...State) {
 	}
 }
 
-// departed records that member name died or left: left if its metadata
-// announced a graceful leave, dead otherwise.
-func (c *Cluster) departed(name string) {
+// departed records that the member instance of memberlist name mlName died
+// or left: left if its metadata announced a graceful leave, dead otherwise.
+func (c *Cluster) departed(mlName string) {
 	c.mu.Lock()
-	r, ok := c.members[name]
+	r, ok := c.members[mlName]
 	var state State
 	if ok {
 		state = StateDead
@@ -100,12 +109,13 @@ func (c *Cluster) departed(name string) {
 	}
 	c.mu.Unlock()
 	if ok {
-		c.log.Info("cluster: member departed", "member", name, "state", state)
+		c.log.Info("cluster: member departed", "member", r.m.Name, "instance", mlName, "state", state)
 		c.changed()
 	}
 }
 
-// suspected is called when this member's own probe of name failed.
-func (c *Cluster) suspected(name string) {
-	c.setState(name, StateSuspect, StateAlive)
+// suspected is called when this member's own probe of the instance named
+// mlName failed.
+func (c *Cluster) suspected(mlName string) {
+	c.setState(mlName, StateSuspect, StateAlive)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -52,6 +54,7 @@ func (c *Cluster) joinLoop(ctx context.Context, hasSeeds bool) {
 	timer := c.clock.NewTimer(0)
 	defer timer.Stop()
 	joined := !hasSeeds
+	c.joined.Store(joined)
 	for attempt := 1; ; {
 		select {
 		case <-ctx.Done():
@@ -65,6 +68,7 @@ func (c *Cluster) joinLoop(ctx context.Context, hasSeeds bool) {
 			c.rejoin(ctx)
 		} else {
 			joined = c.join(ctx, attempt)
+			c.joined.Store(joined)
 			attempt++
 		}
 		if ctx.Err() != nil {
@@ -150,6 +154,14 @@ func (c *Cluster) resolveSeeds(ctx context.Context) ([]string, error) {
 	var out []string
 	var errs []error
 	for _, s := range c.otherSeeds() {
+		if isSRVName(s) {
+			addrs, err := c.resolveSRV(ctx, s)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			out = append(out, addrs...)
+			continue
+		}
 		host, port, err := net.SplitHostPort(s)
 		if err != nil { // cannot happen: Validate checked the seeds
 			errs = append(errs, err)
@@ -157,19 +169,56 @@ func (c *Cluster) resolveSeeds(ctx context.Context) ([]string, error) {
 		}
 		hosts := []string{host}
 		if net.ParseIP(host) == nil {
-			if hosts, err = c.cfg.lookupHost(ctx, host); err != nil {
+			if hosts, err = c.lookupHost(ctx, host); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 		}
 		for _, h := range hosts {
-			if ip := net.ParseIP(h); ip != nil {
-				h = ip.String() // the form memberlist reports addresses in
-			}
-			out = append(out, net.JoinHostPort(h, port))
+			out = append(out, net.JoinHostPort(canonicalIP(h), port))
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// resolveSRV returns the addresses of every target of the SRV name, each
+// with its target's port. The error joins the failed lookups.
+func (c *Cluster) resolveSRV(ctx context.Context, name string) ([]string, error) {
+	_, srvs, err := c.cfg.Resolver.LookupSRV(ctx, "", "", name)
+	if err != nil && len(srvs) == 0 {
+		return nil, err
+	}
+	var out []string
+	var errs []error
+	for _, srv := range srvs {
+		port := strconv.Itoa(int(srv.Port))
+		host := strings.TrimSuffix(srv.Target, ".")
+		hosts := []string{host}
+		if net.ParseIP(host) == nil {
+			if hosts, err = c.lookupHost(ctx, host); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		for _, h := range hosts {
+			out = append(out, net.JoinHostPort(canonicalIP(h), port))
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// lookupHost resolves a hostname with the configured resolver.
+func (c *Cluster) lookupHost(ctx context.Context, host string) ([]string, error) {
+	return c.cfg.Resolver.LookupHost(ctx, host)
+}
+
+// canonicalIP returns an IP address in the form memberlist reports
+// addresses in, and anything else as it is.
+func canonicalIP(h string) string {
+	if ip := net.ParseIP(h); ip != nil {
+		return ip.String()
+	}
+	return h
 }
 
 // withoutLive returns addrs without duplicates, this member's own address,

@@ -30,6 +30,7 @@ type Member struct {
 	Name       string // unique name (Config.Name)
 	PeerAddr   string // peer gRPC address, host:port, from the member's metadata
 	APIAddr    string // public gRPC address, host:port, from the member's metadata ("" if not advertised)
+	HTTPAddr   string // public HTTP address, host:port, from the member's metadata ("" if not advertised)
 	GossipAddr string // gossip address, host:port
 	State      State
 }

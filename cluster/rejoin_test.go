@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,12 +168,35 @@ func TestAsymmetricLinkHeals(t *testing.T) {
 	t.Logf("one cluster again %v after the heal", time.Since(healed).Round(time.Millisecond))
 }
 
-// resolver is a Config.lookupHost that maps hostnames to addresses the test
-// sets, and counts lookups.
+// resolver is a Config.Resolver that maps hostnames to addresses and SRV
+// names to targets as the test sets, and counts lookups.
 type resolver struct {
 	mu      sync.Mutex
 	addrs   map[string][]string
+	srv     map[string][]*net.SRV
 	lookups atomic.Int64
+}
+
+func (r *resolver) setSRV(name string, srvs ...*net.SRV) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.srv == nil {
+		r.srv = map[string][]*net.SRV{}
+	}
+	r.srv[name] = srvs
+}
+
+func (r *resolver) LookupSRV(_ context.Context, service, proto, name string) (string, []*net.SRV, error) {
+	r.lookups.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if service != "" || proto != "" {
+		return "", nil, fmt.Errorf("LookupSRV(%q, %q, %q): want the whole name in name", service, proto, name)
+	}
+	if s, ok := r.srv[name]; ok {
+		return name, slices.Clone(s), nil
+	}
+	return "", nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
 }
 
 func newResolver() *resolver { return &resolver{addrs: map[string][]string{}} }
@@ -183,7 +207,7 @@ func (r *resolver) set(host string, addrs ...string) {
 	r.addrs[host] = addrs
 }
 
-func (r *resolver) lookup(_ context.Context, host string) ([]string, error) {
+func (r *resolver) LookupHost(_ context.Context, host string) ([]string, error) {
 	r.lookups.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -193,7 +217,7 @@ func (r *resolver) lookup(_ context.Context, host string) ([]string, error) {
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
-func withResolver(r *resolver) nodeOpt { return func(c *Config) { c.lookupHost = r.lookup } }
+func withResolver(r *resolver) nodeOpt { return func(c *Config) { c.Resolver = r } }
 
 func ipOf(t *testing.T, addr string) string {
 	t.Helper()
@@ -342,7 +366,7 @@ func TestRejoinTargets(t *testing.T) {
 			Seeds:             []string{"10.0.0.1:7946", "10.0.0.2:7946", "seeds.example:7946", "gone.example:7946"},
 			DepartedRetention: time.Minute,
 			TCPTimeout:        time.Second,
-			lookupHost:        r.lookup,
+			Resolver:          r,
 		},
 		log:       slog.New(slog.DiscardHandler),
 		clock:     clk,
@@ -380,5 +404,50 @@ func TestRejoinTargets(t *testing.T) {
 	got, pruned = c.rejoinTargets(context.Background())
 	if want := []string{"10.0.0.8:7946"}; !slices.Equal(got, want) || pruned {
 		t.Errorf("second rejoinTargets() = %v, %v; want %v, false", got, pruned, want)
+	}
+}
+
+// TestSRVSeeds: a seed with no port that starts with an underscore is a DNS
+// SRV name; each target is resolved to its addresses, each with the
+// target's port, at every round.
+func TestSRVSeeds(t *testing.T) {
+	r := newResolver()
+	r.setSRV("_gossip._tcp.members.test",
+		&net.SRV{Target: "n1.members.test.", Port: 7001},
+		&net.SRV{Target: "n2.members.test.", Port: 7002},
+		&net.SRV{Target: "127.0.0.9", Port: 7009},
+		&net.SRV{Target: "gone.members.test.", Port: 7003})
+	r.set("n1.members.test", "127.0.0.1")
+	r.set("n2.members.test", "127.0.0.2", "::1")
+	c := &Cluster{
+		cfg: Config{BindAddr: "127.0.0.1:7001", TCPTimeout: time.Second, Resolver: r,
+			Seeds: []string{"_gossip._tcp.members.test", "127.0.0.5:7005"}},
+		log:       slog.New(slog.DiscardHandler),
+		localAddr: "127.0.0.1:7001",
+	}
+	got, err := c.resolveSeeds(context.Background())
+	slices.Sort(got)
+	if want := []string{"127.0.0.1:7001", "127.0.0.2:7002", "127.0.0.5:7005", "127.0.0.9:7009", "[::1]:7002"}; !slices.Equal(got, want) {
+		t.Errorf("resolveSeeds() = %v, want %v", got, want)
+	}
+	if err == nil || !strings.Contains(err.Error(), "gone.members.test") {
+		t.Errorf("resolveSeeds() error = %v, want the failed lookup of gone.members.test", err)
+	}
+	// The targets change: the next resolution follows.
+	r.set("n1.members.test", "127.0.0.4")
+	got, _ = c.resolveSeeds(context.Background())
+	if !slices.Contains(got, "127.0.0.4:7001") || slices.Contains(got, "127.0.0.1:7001") {
+		t.Errorf("after the change resolveSeeds() = %v, want 127.0.0.4:7001 and not 127.0.0.1:7001", got)
+	}
+
+	for _, seed := range []string{"_gossip._tcp.members.test", "members.test:7946", "10.0.0.1:7946"} {
+		if err := checkSeed(seed); err != nil {
+			t.Errorf("checkSeed(%q) = %v, want nil", seed, err)
+		}
+	}
+	for _, seed := range []string{"members.test", "_gossip._tcp", "10.0.0.1", "_x._tcp.members.test:0"} {
+		if err := checkSeed(seed); err == nil {
+			t.Errorf("checkSeed(%q) = nil, want an error", seed)
+		}
 	}
 }

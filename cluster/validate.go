@@ -30,6 +30,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("cluster: APIAddr: %w", err)
 		}
 	}
+	if v.HTTPAddr != "" {
+		if err := checkDialable(v.HTTPAddr); err != nil {
+			return fmt.Errorf("cluster: HTTPAddr: %w", err)
+		}
+	}
 	for i, s := range v.Seeds {
 		if err := checkSeed(s); err != nil {
 			return fmt.Errorf("cluster: Seeds[%d]: %w", i, err)
