@@ -67,8 +67,9 @@ type QuorumStatus struct {
 // did not say.
 type ClusterMember struct {
 	Name   string `json:"name"`
-	GRPC   string `json:"grpc"` // public gRPC API
-	Peer   string `json:"peer"` // peer gRPC service (other nodes only)
+	HTTP   string `json:"http,omitempty"` // public HTTP API
+	GRPC   string `json:"grpc"`           // public gRPC API
+	Peer   string `json:"peer"`           // peer gRPC service (other nodes only)
 	Gossip string `json:"gossip"`
 	State  string `json:"state"`
 	OnRing bool   `json:"on_ring"`
@@ -143,6 +144,9 @@ type Config struct {
 	// the client IP is always the connection's address. Each prefix must
 	// be valid.
 	TrustedProxies []netip.Prefix
+	// Ready reports whether the node should get traffic (GET /readyz): nil
+	// when it should, else why not. Nil Ready: always ready.
+	Ready func() error
 	// CheckTimeout is the server's own deadline for one request's checks
 	// (the caller's deadline still applies when sooner): a check not
 	// decided by then fails as abandoned (HTTP 503, gRPC
@@ -170,6 +174,7 @@ type API struct {
 	checkTimeout time.Duration
 	// trusted are Config.TrustedProxies.
 	trusted clientip.Trusted
+	ready   func() error // nil: always ready
 }
 
 // New validates cfg and returns an API.
@@ -200,7 +205,7 @@ func New(cfg Config) (*API, error) {
 		}
 	}
 	a := &API{trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {

@@ -99,7 +99,7 @@ type ErrorResponse struct {
 }
 
 // Handler returns the HTTP surface: POST /v1/check, /v1/authz (any
-// method; see handleAuthz), GET /healthz and GET /metrics; with a policy, GET /v1/policy, GET /v1/overrides and the
+// method; see handleAuthz), GET /healthz, GET /readyz and GET /metrics; with a policy, GET /v1/policy, GET /v1/overrides and the
 // state-changing POST /v1/overrides and DELETE /v1/overrides/{id}, which
 // require an admin token (RequireAdmin), as the read-only ones do with
 // Config.PrivateReads. extra, if not nil, is consulted for every other path (the
@@ -118,6 +118,7 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
+	mux.HandleFunc("GET /readyz", a.handleReady)
 	if a.cluster != nil {
 		mux.Handle("GET /v1/cluster", read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := a.cluster.Status(r.Context())
@@ -345,4 +346,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// ReadyResponse is the body of GET /readyz.
+type ReadyResponse struct {
+	Status string `json:"status"`           // "ready" or "not ready"
+	Reason string `json:"reason,omitempty"` // why not
+}
+
+// handleReady answers GET /readyz: 200 when Config.Ready reports the node
+// ready, 503 with the reason otherwise. Load balancers and Kubernetes send
+// traffic by it; /healthz only says that the process serves.
+func (a *API) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if a.ready != nil {
+		if err := a.ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, &ReadyResponse{Status: "not ready", Reason: err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, &ReadyResponse{Status: "ready"})
 }

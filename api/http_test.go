@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -764,5 +765,58 @@ func TestHTTPShutdownInFlight(t *testing.T) {
 	}
 	if got := e.store.Len(); got != n {
 		t.Errorf("store.Len() = %d, want %d", got, n)
+	}
+}
+
+// TestReadyz: GET /readyz follows Config.Ready, with the reason in the
+// body; without Ready the node is always ready.
+func TestReadyz(t *testing.T) {
+	e := newTestEnv(t, nil)
+	var reason atomic.Pointer[string]
+	a, err := New(Config{Checker: e.router, Ready: func() error {
+		if r := reason.Load(); r != nil {
+			return errors.New(*r)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler(nil))
+	t.Cleanup(srv.Close)
+	get := func() (int, ReadyResponse) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r ReadyResponse
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, r
+	}
+	for _, tc := range []struct {
+		reason string
+		status int
+		want   ReadyResponse
+	}{
+		{"not joined yet", 503, ReadyResponse{Status: "not ready", Reason: "not joined yet"}},
+		{"", 200, ReadyResponse{Status: "ready"}},
+		{"draining", 503, ReadyResponse{Status: "not ready", Reason: "draining"}},
+	} {
+		if tc.reason != "" {
+			reason.Store(&tc.reason)
+		} else {
+			reason.Store(nil)
+		}
+		if status, r := get(); status != tc.status || r != tc.want {
+			t.Errorf("reason %q: GET /readyz = %d %+v, want %d %+v", tc.reason, status, r, tc.status, tc.want)
+		}
+	}
+	s := e.startHTTP(t) // no Ready: always ready
+	if h := s.do(t, http.MethodGet, "/readyz", "", nil); h.status != 200 || string(h.body) != "{\"status\":\"ready\"}\n" {
+		t.Errorf("GET /readyz without Ready = %d %q, want 200 ready", h.status, h.body)
 	}
 }
