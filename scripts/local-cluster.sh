@@ -162,7 +162,8 @@ cmd=${1:-}
 case "$cmd" in
 up)
 	n=${2:-3}
-	go build -o "$dir/ringlimit-node" ./cmd/node
+	go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo devel) -X main.commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+		-o "$dir/ringlimit-node" ./cmd/node
 	go build -o "$dir/ringlimit-devcerts" ./cmd/devcerts
 	secrets "$n"
 	echo "$n" >"$dir/count"

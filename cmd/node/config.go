@@ -44,6 +44,12 @@ type config struct {
 	rlsHeaders      bool
 	trustedProxies  []netip.Prefix // whose X-Forwarded-For / X-Real-IP /v1/authz believes
 
+	// Addresses other machines reach the listeners at (advertise.go).
+	advertiseHost                                                string
+	advertiseHTTP, advertiseGRPC, advertisePeer, advertiseGossip string
+	resolver                                                     string // DNS server for --join names; "" the system's
+	drainDelay                                                   time.Duration
+
 	// Mutual TLS between nodes (all three or none), and TLS on the public
 	// HTTP and gRPC APIs (cert and key, optionally a CA that client
 	// certificates must chain to).
@@ -83,7 +89,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
 	fs.StringVar(&c.peerAddr, "peer", "127.0.0.1:9190", "address of the peer gRPC service, which only other nodes call (mutual TLS with --tls-*)")
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
-	join := fs.String("join", "", "comma-separated gossip addresses of nodes to join; a node keeps retrying until one answers")
+	join := fs.String("join", "", "comma-separated seeds to join: gossip addresses host:port (a DNS name may resolve to several nodes, e.g. a Kubernetes headless Service) or DNS SRV names (_gossip._tcp.NAME); names are resolved again every few seconds, and a node keeps retrying until one answers")
+	fs.StringVar(&c.advertiseHost, "advertise-host", "", "host (IP or DNS name) other machines reach this node at, for every listener bound to an unspecified address (0.0.0.0, ::); default $POD_IP, else a private IPv4 address of this machine")
+	fs.StringVar(&c.advertiseHTTP, "advertise-http", "", "host:port other machines reach the HTTP API at (default: --http, with --advertise-host for an unspecified host)")
+	fs.StringVar(&c.advertiseGRPC, "advertise-grpc", "", "host:port clients reach the public gRPC API at (default: --grpc, with --advertise-host for an unspecified host)")
+	fs.StringVar(&c.advertisePeer, "advertise-peer", "", "host:port other nodes reach the peer service at (default: --peer, with --advertise-host for an unspecified host)")
+	fs.StringVar(&c.advertiseGossip, "advertise-gossip", "", "IP:port other nodes reach gossip at (default: --gossip, with --advertise-host, resolved to an IP, for an unspecified host)")
+	fs.StringVar(&c.resolver, "resolver", "", "DNS server (host:port) that resolves the --join names (default: the system's resolver)")
+	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long the node keeps serving with /readyz answering 503 before it leaves, so that load balancers stop sending it traffic first")
 	fs.StringVar(&c.pprofAddr, "pprof", "", "address to serve Go's /debug/pprof profiles on (off when empty; keep it private)")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file of admin bearer tokens, one a line, optionally name:token (the name goes in the audit log); re-read when it changes. Without it POST/DELETE /v1/overrides and --pprof answer 403")
 	fs.StringVar(&c.policyPath, "policy", "", "policy file (YAML): tiers, routes, global ceiling; reloaded on change and on SIGHUP")
@@ -156,6 +169,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.name == "" {
 		return c, fmt.Errorf("--name: must not be empty")
 	}
+	if err := c.checkAdvertise(getenv); err != nil {
+		return c, err
+	}
 	if c.gcHeadroomMiB < 0 || c.gcHeadroomMiB > 1<<20 {
 		return c, fmt.Errorf("--gc-headroom: must be from 0 to 1048576 MiB, got %d", c.gcHeadroomMiB)
 	}
@@ -180,6 +196,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if d.v <= 0 {
 			return c, fmt.Errorf("--%s: must be positive, got %v", d.flag, d.v)
 		}
+	}
+	if c.drainDelay < 0 {
+		return c, fmt.Errorf("--drain-delay: must not be negative, got %v", c.drainDelay)
 	}
 	if c.checkTimeout >= c.httpWriteTimeout {
 		return c, fmt.Errorf("--check-timeout (%v) must be less than --http-write-timeout (%v), or a late answer could not be written", c.checkTimeout, c.httpWriteTimeout)

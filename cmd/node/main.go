@@ -22,6 +22,6 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, tuneGC); err != nil {
 		fmt.Fprintln(os.Stderr, "ringlimit:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

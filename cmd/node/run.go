@@ -11,10 +11,13 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
@@ -32,6 +35,9 @@ import (
 // runs and returns the function that stops it: main passes tuneGC; tests,
 // which run several nodes in one process, pass nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, tune func(headroom uint64) (stop func())) error {
+	if ok, err := subcommand(args, getenv, os.Stdout, stderr); ok {
+		return err
+	}
 	cfg, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -86,6 +92,10 @@ type node struct {
 	audit      io.Closer  // nil without --policy
 	served     chan error // one value per server when it stops
 
+	readiness readiness
+	health    *health.Server // grpc.health.v1 on the public gRPC port
+	drainFor  time.Duration  // --drain-delay
+
 	freshMu   sync.Mutex
 	fresh     map[net.Conn]struct{} // HTTP connections that have not sent a request yet
 	closeOnce sync.Once
@@ -116,7 +126,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		}
 		return nil
 	}
-	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3)}
+	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.drainDelay}
 
 	shards := bucket.DefaultShards
 	for shards > 1 && cfg.maxKeys < shards {
@@ -133,6 +143,9 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerBuildInfo(reg); err != nil {
+		return nil, err
+	}
 	peerMetrics, err := peer.NewMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -214,7 +227,11 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, fmt.Errorf("--peer: %w", err)
 	}
 	undo = append(undo, func() { n.peerLn.Close() })
-	peerAddr := n.peerLn.Addr().String()
+	adv, err := cfg.advertiseAll(n.httpLn.Addr().String(), grpcAddr, n.peerLn.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	grpcAddr, peerAddr := adv.grpc, adv.peer
 
 	if err := step("peers"); err != nil {
 		return nil, err
@@ -246,13 +263,16 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	ccfg := cluster.DefaultLANConfig()
-	if ip := net.ParseIP(hostOf(cfg.gossipAddr)); ip != nil && ip.IsLoopback() {
+	if isLoopback(hostOf(cmp.Or(adv.gossip, cfg.gossipAddr))) {
 		ccfg = cluster.DefaultLocalConfig()
 	}
 	ccfg.Name = cfg.name
 	ccfg.BindAddr = cfg.gossipAddr
+	ccfg.AdvertiseAddr = adv.gossip
 	ccfg.PeerAddr = peerAddr
 	ccfg.APIAddr = grpcAddr
+	ccfg.HTTPAddr = adv.http
+	ccfg.Resolver = cfg.dnsResolver()
 	ccfg.Seeds = cfg.join
 	ccfg.Logger = log
 	ccfg.Keys = cfg.gossipKeys
@@ -273,6 +293,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		}
 		n.known.Store(&known)
 		n.router.SetMembers(members)
+		n.readiness.noteMembers(all)
 	})
 	var osync *policy.OverrideSync
 	if n.policy != nil {
@@ -289,7 +310,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
 		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
-		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies}
+		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, Ready: n.ready}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
@@ -320,6 +341,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	n.grpcServer = grpc.NewServer(append(grpcOptions(), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)...)
 	a.RegisterGRPC(n.grpcServer)
+	n.health = health.NewServer()
+	healthpb.RegisterHealthServer(n.grpcServer, n.health)
 	n.peerGRPC = grpc.NewServer(append(grpcOptions(), n.certs.peerCreds()...)...)
 	n.peerServer.Register(n.peerGRPC)
 	bgCtx, stopBg := context.WithCancel(context.Background())
@@ -337,6 +360,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		n.bg.Go(func() { adminFile.watch(bgCtx, tokenPoll) })
 	}
 	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log) })
+	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
 	go func() {
 		if n.certs.api != nil {
 			n.served <- n.httpServer.ServeTLS(n.httpLn, "", "")
@@ -346,7 +370,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}()
 	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
 	go func() { n.served <- n.peerGRPC.Serve(n.peerLn) }()
-	log.Info("node started", "name", cfg.name, "http", n.httpLn.Addr().String(), "grpc", grpcAddr, "peer", peerAddr,
+	log.Info("node started", "name", cfg.name, "version", nodeVersion(), "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
+		"peer", n.peerLn.Addr().String(), "advertise_http", adv.http, "advertise_grpc", grpcAddr, "advertise_peer", peerAddr,
 		"peer_tls", n.certs.peer != nil, "api_tls", n.certs.api != nil,
 		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity(),
 		"gossip_keys", fingerprints(cfg.gossipKeys), "cluster_name", cfg.clusterName)

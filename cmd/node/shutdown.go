@@ -11,12 +11,14 @@ import (
 	"google.golang.org/grpc"
 )
 
-// shutdown leaves in order: announce the leave, hand every bucket to its new
+// shutdown leaves in order: stop reporting ready and keep serving for
+// --drain-delay, announce the leave, hand every bucket to its new
 // owner (still serving peers, who may fetch state meanwhile), stop the
 // public surfaces after the checks in flight, then close the peer
 // connections and the gossip.
 func (n *node) shutdown(ctx context.Context) error {
 	var errs []error
+	n.drain(ctx)
 	if err := n.cluster.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("leave: %w", err))
 	}
@@ -85,4 +87,24 @@ func (n *node) shutdown(ctx context.Context) error {
 		n.log.Info("node stopped")
 	}
 	return err
+}
+
+// drain turns /readyz and the gRPC health service to not ready at once, and
+// keeps serving for the drain delay (or until ctx ends), so that load
+// balancers stop sending traffic before the node leaves.
+func (n *node) drain(ctx context.Context) {
+	if !n.readiness.drain() {
+		return
+	}
+	n.health.Shutdown() // NOT_SERVING for every service, for good
+	if n.drainFor <= 0 {
+		return
+	}
+	n.log.Info("draining: not ready, still serving", "for", n.drainFor)
+	t := time.NewTimer(n.drainFor)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

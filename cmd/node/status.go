@@ -33,7 +33,7 @@ func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
 		if !ok {
 			k = -1
 		}
-		st.Members = append(st.Members, api.ClusterMember{Name: m.Name, GRPC: m.APIAddr, Peer: m.PeerAddr, Gossip: m.GossipAddr,
+		st.Members = append(st.Members, api.ClusterMember{Name: m.Name, HTTP: m.HTTPAddr, GRPC: m.APIAddr, Peer: m.PeerAddr, Gossip: m.GossipAddr,
 			State: string(m.State), OnRing: onRing[m.Name], Keys: k})
 	}
 	return st
