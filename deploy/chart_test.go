@@ -18,6 +18,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ringlimit/ringlimit/internal/devca"
 )
@@ -365,6 +366,22 @@ func TestChartNotes(t *testing.T) {
 	}
 }
 
+// The node certificate and keys given inline in the values.
+func TestChartInlineTLS(t *testing.T) {
+	files := sharedCert(t, podNames("rl-ringlimit", 3)...)
+	values, err := yaml.Marshal(map[string]any{"tls": map[string]any{
+		"ca": string(files["ca.crt"]), "cert": string(files["tls.crt"]), "key": string(files["tls.key"])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := render(t, string(values), nil)
+	check(t, "Secrets", sortedKeys(o.secrets), []string{"rl-ringlimit-admin", "rl-ringlimit-gossip", "rl-ringlimit-tls"})
+	check(t, "tls Secret", o.secrets["rl-ringlimit-tls"].Data, files)
+	checkNode(t, o, namespace, nil)
+}
+
+// TestChartLint runs helm lint on every variant, and renders each with
+// missingkey=error, as helm lint --strict does: no value is misspelt.
 func TestChartLint(t *testing.T) {
 	for _, v := range variants {
 		vals, err := chartutil.ReadValues([]byte(v.values))
@@ -376,6 +393,14 @@ func TestChartLint(t *testing.T) {
 			if m.Severity >= support.WarningSev {
 				t.Errorf("%s: helm lint: %s", v.name, m)
 			}
+		}
+		ch := loadChart(t)
+		rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, monitoringCaps())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := (engine.Engine{Strict: true}).Render(ch, rv); err != nil {
+			t.Errorf("%s: strict rendering: %v", v.name, err)
 		}
 	}
 }
