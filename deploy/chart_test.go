@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -113,25 +112,6 @@ func sharedCert(t *testing.T, names ...string) map[string][]byte {
 	return map[string][]byte{"ca.crt": ca.CertPEM(), "tls.crt": cert, "tls.key": key}
 }
 
-// perPodCerts are what cmd/devcerts makes, one certificate per node naming
-// that node only, as Secret files ca.crt, NAME.crt, NAME.key.
-func perPodCerts(t *testing.T, names ...string) map[string][]byte {
-	t.Helper()
-	ca, err := devca.NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{"ca.crt": ca.CertPEM()}
-	for _, n := range names {
-		cert, key, err := ca.Issue(n, []string{n}, []net.IP{net.IPv4(127, 0, 0, 1)}, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[n+".crt"], files[n+".key"] = cert, key
-	}
-	return files
-}
-
 func podNames(prefix string, n int) []string {
 	var out []string
 	for i := range n {
@@ -176,7 +156,7 @@ networkPolicy:
 			t.Fatal(err)
 		}
 		return fixtures{
-			"node-certs":    perPodCerts(t, podNames("rl-ringlimit", 5)...),
+			"node-certs":    devcerts(t, podNames("rl-ringlimit", 5)...),
 			"gossip-keys":   {"gossip.key": []byte(newGossipKey(t) + "\n")},
 			"limits-policy": {"policy.yaml": example},
 		}

@@ -134,3 +134,38 @@ func TestManifestsMatchChart(t *testing.T) {
 	check(t, "NetworkPolicy spec", chart.networkPolicies[0].Spec, plain.networkPolicies[0].Spec)
 	check(t, "ServiceMonitor spec", chart.serviceMonitors[0].Spec, plain.serviceMonitors[0].Spec)
 }
+
+// The other way secrets.yaml describes: cmd/devcerts' certificates, one per
+// pod, each node pointed at its own pair.
+func TestManifestsWithDevcerts(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(manifestDir, "secrets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swap := map[string]string{
+		"--tls-cert=/etc/ringlimit/tls/tls.crt": "--tls-cert=/etc/ringlimit/tls/$(RINGLIMIT_NAME).crt",
+		"--tls-key=/etc/ringlimit/tls/tls.key":  "--tls-key=/etc/ringlimit/tls/$(RINGLIMIT_NAME).key",
+	}
+	for _, arg := range swap {
+		if !strings.Contains(string(doc), "- "+arg+"\n") {
+			t.Errorf("secrets.yaml does not tell to use %s", arg)
+		}
+	}
+	o := loadManifests(t)
+	c := container(t, o.statefulSet(t))
+	for i, a := range c.Args {
+		if b, ok := swap[a]; ok {
+			c.Args[i] = b
+			delete(swap, a)
+		}
+	}
+	if len(swap) > 0 {
+		t.Fatalf("statefulset.yaml lacks %v", swap)
+	}
+	w := plainWant
+	w.perPodCerts = true
+	checkDeployment(t, o, w)
+	fix := plainFixtures(t)
+	fix["ringlimit-tls"] = devcerts(t, podNames("ringlimit", 3)...)
+	checkNode(t, o, namespace, fix)
+}

@@ -22,9 +22,10 @@ import (
 	"github.com/ringlimit/ringlimit/rls"
 )
 
-// nodeBin is ringlimit-node built from ../cmd/node with the root module's
-// own dependencies; "" when the go tool is missing.
-var nodeBin string
+// nodeBin is ringlimit-node built from ../cmd/node, and devcertsBin
+// ../cmd/devcerts, with the root module's own dependencies; "" when the go
+// tool is missing.
+var nodeBin, devcertsBin string
 
 // imageEnv is the environment the container image sets.
 var imageEnv = map[string]string{
@@ -50,14 +51,13 @@ func buildNodeAndRun(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "ringlimit-node")
-	build := exec.Command(goTool, "build", "-o", bin, "./cmd/node")
+	build := exec.Command(goTool, "build", "-o", dir+string(filepath.Separator), "./cmd/node", "./cmd/devcerts")
 	build.Dir = ".." // the root module, built with its own go.mod
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "deploy: go build ./cmd/node: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "deploy: go build ./cmd/node ./cmd/devcerts: %v\n%s", err, out)
 		return 1
 	}
-	nodeBin = bin
+	nodeBin, devcertsBin = filepath.Join(dir, "node"), filepath.Join(dir, "devcerts")
 	return m.Run()
 }
 
@@ -66,6 +66,31 @@ func needNode(t *testing.T) {
 	if nodeBin == "" {
 		t.Skip("no go tool to build ringlimit-node")
 	}
+}
+
+// devcerts runs cmd/devcerts for the nodes names and returns its files as
+// secrets.yaml tells to put them in the Secret: ca.crt, and NAME.crt and
+// NAME.key for each node.
+func devcerts(t *testing.T, names ...string) map[string][]byte {
+	t.Helper()
+	needNode(t)
+	dir := t.TempDir()
+	cmd := exec.Command(devcertsBin, "-dir", dir, "-nodes", strings.Join(names, ","), "-ip", "", "-days", "1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("devcerts: %v: %s", err, out)
+	}
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	files := map[string][]byte{"ca.crt": read("ca.pem")}
+	for _, n := range names {
+		files[n+".crt"], files[n+".key"] = read(n+".pem"), read(n+"-key.pem")
+	}
+	return files
 }
 
 // pod is what one pod of a StatefulSet sees: its arguments with $(VAR)
