@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,11 +24,59 @@ type Checker interface {
 	Check(ctx context.Context, checks []forward.Check, out []forward.Result) error
 }
 
-// Cluster describes the cluster as this node sees it, for GET /v1/cluster
-// and GET /v1/owner. Implementations must be safe for concurrent use.
+// Cluster describes the cluster as this node sees it, for GET /v1/cluster,
+// GET /v1/ring and GET /v1/owner. Implementations must be safe for
+// concurrent use.
 type Cluster interface {
 	Status(ctx context.Context) ClusterStatus
 	Owner(key string) (owner string, ringVersion uint64)
+	// Partitions returns the owner of each partition of this node's ring,
+	// in partition order, and the ring's version.
+	Partitions() (owners []string, ringVersion uint64)
+}
+
+// RingStatus is the body of GET /v1/ring: who owns which part of the key
+// space. A key belongs to partition xxhash64(key) mod len(Owners), whose
+// owner is Members[Owners[p]].
+type RingStatus struct {
+	Version uint64 `json:"ring_version"`
+	// Members are the ring's members, sorted by name, with the share of
+	// partitions each owns.
+	Members []RingMember `json:"members"`
+	// Owners[p] is the index in Members of partition p's owner.
+	Owners []int `json:"owners"`
+}
+
+// RingMember is one member in RingStatus.
+type RingMember struct {
+	Name       string  `json:"name"`
+	Partitions int     `json:"partitions"`
+	Share      float64 `json:"share"` // Partitions / len(Owners)
+}
+
+// NewRingStatus builds a RingStatus from each partition's owner.
+func NewRingStatus(owners []string, version uint64) RingStatus {
+	st := RingStatus{Version: version, Members: []RingMember{}, Owners: make([]int, len(owners))}
+	index := map[string]int{}
+	for _, o := range owners {
+		if _, ok := index[o]; !ok {
+			index[o] = 0
+			st.Members = append(st.Members, RingMember{Name: o})
+		}
+	}
+	slices.SortFunc(st.Members, func(a, b RingMember) int { return strings.Compare(a.Name, b.Name) })
+	for i, m := range st.Members {
+		index[m.Name] = i
+	}
+	for p, o := range owners {
+		i := index[o]
+		st.Owners[p] = i
+		st.Members[i].Partitions++
+	}
+	for i := range st.Members {
+		st.Members[i].Share = float64(st.Members[i].Partitions) / float64(len(owners))
+	}
+	return st
 }
 
 // ClusterStatus is the body of GET /v1/cluster.

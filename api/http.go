@@ -124,6 +124,10 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 			st := a.cluster.Status(r.Context())
 			writeJSON(w, http.StatusOK, &st)
 		})))
+		mux.Handle("GET /v1/ring", read(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			st := NewRingStatus(a.cluster.Partitions())
+			writeJSON(w, http.StatusOK, &st)
+		})))
 		mux.Handle("GET /v1/owner", read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key := r.URL.Query().Get("key")
 			if err := validateKey("key", key); err != nil {

@@ -228,6 +228,17 @@ func (r *Router) RingMembers() []string {
 	return nil
 }
 
+// Partitions returns the owner of each partition of this node's current
+// ring and the ring's version; no owners when the ring does not say
+// (ring.Ring.Partitions does) or there is none yet.
+func (r *Router) Partitions() ([]string, uint64) {
+	v := r.view.Load()
+	if p, ok := v.ring.(interface{ Partitions() []string }); ok {
+		return p.Partitions(), v.version()
+	}
+	return nil, v.version()
+}
+
 // PeerKeys asks every peer how many keys it holds and includes this node.
 // Peers that do not answer are missing from the map.
 func (r *Router) PeerKeys(ctx context.Context) map[string]int64 {

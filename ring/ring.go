@@ -277,6 +277,16 @@ func (r *Ring) Members() []string {
 	return slices.Clone(r.names)
 }
 
+// Partitions returns the owner of each partition, in partition order, in a
+// new slice the caller may keep: a key belongs to partition xxhash(key) mod
+// len(Partitions()). It is nil for an empty ring.
+func (r *Ring) Partitions() []string {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.table)
+}
+
 // Len returns the number of members.
 func (r *Ring) Len() int {
 	if r == nil {

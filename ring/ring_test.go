@@ -734,3 +734,36 @@ func BenchmarkNew(b *testing.B) {
 		})
 	}
 }
+
+func TestPartitions(t *testing.T) {
+	var empty *Ring
+	if p := empty.Partitions(); p != nil {
+		t.Errorf("nil ring: Partitions() = %v, want nil", p)
+	}
+	r, err := New(Config{}, []string{"a", "b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Partitions()
+	if len(p) != DefaultPartitions {
+		t.Fatalf("%d partitions, want %d", len(p), DefaultPartitions)
+	}
+	count := map[string]int{}
+	for _, o := range p {
+		count[o]++
+	}
+	if len(count) != 3 || count["a"]+count["b"]+count["c"] != DefaultPartitions {
+		t.Errorf("owners %v, want a, b and c only", count)
+	}
+	for i := range 2000 {
+		k := fmt.Sprintf("k%d", i)
+		want, _ := r.Owner(k)
+		if got := p[xxhash.Sum64String(k)%DefaultPartitions]; got != want {
+			t.Fatalf("%s: partition owner %s, Owner says %s", k, got, want)
+		}
+	}
+	p[0] = "x" // the caller's copy
+	if q := r.Partitions(); q[0] == "x" {
+		t.Error("Partitions returned the ring's own table")
+	}
+}

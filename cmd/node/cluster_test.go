@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/ring"
 
 	"github.com/ringlimit/ringlimit/api"
 )
@@ -500,6 +503,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	h.waitRing(three, []string{"node-1", "node-2", "node-3"}, 10*time.Second)
 	t.Logf("node-3 joined: every ring at version %d after %v", n3.router.RingVersion(), time.Since(start).Round(time.Millisecond))
 	h.checkOwnersAgree(three, keys)
+	h.checkRingAgrees(three, keys)
 	var moved []string
 	for _, k := range keys {
 		now, _ := n1.router.Owner(k)
@@ -573,6 +577,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	t.Logf("node-3 left: Close took %v, rings back to 2 members and keys back with their owners %v after Close began",
 		closed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	h.checkOwnersAgree(two, keys)
+	h.checkRingAgrees(two, keys)
 	for _, k := range keys {
 		if now, _ := n2.router.Owner(k); now != before[k] {
 			t.Errorf("%s owned by %s after node-3 left, want %s as before it joined", k, now, before[k])
@@ -602,6 +607,50 @@ func (h *harness) checkOwnersAgree(nodes []*node, keys []string) {
 			}
 		}
 	}
+}
+
+// checkRingAgrees asks GET /v1/ring on every node: all answer the same
+// ring, with every member's share of the partitions, and each key's
+// partition, xxhash64(key) mod the partitions, is owned by the key's owner.
+func (h *harness) checkRingAgrees(nodes []*node, keys []string) {
+	h.t.Helper()
+	var first api.RingStatus
+	for i, n := range nodes {
+		var st api.RingStatus
+		if err := getJSON(h.client, "http://"+httpAddr(n)+"/v1/ring", &st); err != nil {
+			h.t.Fatal(err)
+		}
+		if v := n.router.RingVersion(); st.Version != v || len(st.Owners) != ring.DefaultPartitions || len(st.Members) != len(nodes) {
+			h.t.Fatalf("%s: /v1/ring at version %d, %d partitions, members %+v; want version %d, %d partitions, %d members",
+				n.router.Self(), st.Version, len(st.Owners), st.Members, v, ring.DefaultPartitions, len(nodes))
+		}
+		total := 0
+		for _, m := range st.Members {
+			total += m.Partitions
+			if m.Share != float64(m.Partitions)/ring.DefaultPartitions {
+				h.t.Errorf("%s: /v1/ring member %+v: share is not partitions/%d", n.router.Self(), m, ring.DefaultPartitions)
+			}
+		}
+		if total != ring.DefaultPartitions {
+			h.t.Errorf("%s: /v1/ring members own %d partitions, want %d", n.router.Self(), total, ring.DefaultPartitions)
+		}
+		for _, k := range keys {
+			p := xxhash.Sum64String(k) % uint64(len(st.Owners))
+			if got, want := st.Members[st.Owners[p]].Name, mustOwner(n, k); got != want {
+				h.t.Fatalf("%s: /v1/ring gives %s partition %d, owned by %s; the router says %s", n.router.Self(), k, p, got, want)
+			}
+		}
+		if i == 0 {
+			first = st
+		} else if !reflect.DeepEqual(st, first) {
+			h.t.Fatalf("/v1/ring: %s and %s answer different rings", nodes[0].router.Self(), n.router.Self())
+		}
+	}
+}
+
+func mustOwner(n *node, key string) string {
+	o, _ := n.router.Owner(key)
+	return o
 }
 
 // waitHeld polls until n's store holds (held) or no longer holds (!held)

@@ -17,6 +17,8 @@ type clusterStatus struct {
 
 func (s *clusterStatus) Owner(key string) (string, uint64) { return s.router.Owner(key) }
 
+func (s *clusterStatus) Partitions() ([]string, uint64) { return s.router.Partitions() }
+
 func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
 	keys := s.router.PeerKeys(ctx)
 	onRing := map[string]bool{}
