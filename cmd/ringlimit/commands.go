@@ -1,0 +1,438 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/policy"
+)
+
+const checkSynopsis = "check KEY --limit N --per DUR [--cost N] [--algorithm A] [--burst B] [--failure-mode M] [--lease]\n" +
+	"   or: ringlimit check [--policy P] [--api-key K | --user U | --ip IP] [--route R] [--tier T] [--cost N]"
+
+// check runs POST /v1/check: exit 0 when allowed, 1 when refused.
+func (e *env) check(args []string) error {
+	fs := newFlagSet("check", e.stderr)
+	var (
+		limit, burst, cost int64
+		per, alg, mode     string
+		lease              bool
+		req                api.CheckRequest
+	)
+	fs.Int64Var(&limit, "limit", 0, "inline limit: the count per --per")
+	fs.StringVar(&per, "per", "", "inline limit: the period, a Go duration (1s, 1m)")
+	fs.Int64Var(&burst, "burst", 0, "inline limit: bucket capacity / queue size (default --limit)")
+	fs.StringVar(&alg, "algorithm", "", "inline limit: token_bucket (default), leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter")
+	fs.StringVar(&mode, "failure-mode", "", "inline limit: local (default), fail_open or fail_closed")
+	fs.BoolVar(&lease, "lease", false, "inline limit: let non-owners admit from leases (token_bucket)")
+	fs.Int64Var(&cost, "cost", 0, "tokens this check spends (default 1, or the route's cost)")
+	fs.StringVar(&req.Policy, "policy", "", "policy request: the policy (default: the file's default)")
+	fs.StringVar(&req.APIKey, "api-key", "", "policy request: the caller's API key")
+	fs.StringVar(&req.User, "user", "", "policy request: the caller's user")
+	fs.StringVar(&req.IP, "ip", "", "policy request: the caller's IP")
+	fs.StringVar(&req.Route, "route", "", "policy request: the route (path)")
+	fs.StringVar(&req.Tier, "tier", "", "policy request: the tier (default: the policy's default or anonymous tier)")
+	pos, err := e.parse(fs, args, 0, 1, checkSynopsis)
+	if err != nil {
+		return err
+	}
+	if flagSet(fs, "cost") {
+		req.Cost = &cost
+	}
+	inline := flagSet(fs, "limit") || flagSet(fs, "per") || flagSet(fs, "burst") || flagSet(fs, "algorithm") ||
+		flagSet(fs, "failure-mode") || flagSet(fs, "lease")
+	policyForm := req.Policy != "" || req.APIKey != "" || req.User != "" || req.IP != "" || req.Route != "" || req.Tier != ""
+	switch {
+	case policyForm && (inline || len(pos) > 0):
+		return usagef("check: give KEY with --limit and --per, or policy flags (--policy, --api-key, --user, --ip, --route, --tier), not both")
+	case !policyForm && len(pos) == 0:
+		return usagef("usage: ringlimit %s", checkSynopsis)
+	case !policyForm && (!flagSet(fs, "limit") || per == ""):
+		return usagef("check %s: an inline check needs --limit and --per", pos[0])
+	case !policyForm:
+		req.Key = pos[0]
+		req.Limit = &api.LimitJSON{Algorithm: alg, Limit: limit, Per: per, Burst: burst, Lease: lease}
+		if mode != "" {
+			// Sent as the JSON string the node parses.
+			if err := req.Limit.FailureMode.UnmarshalText([]byte(mode)); err != nil {
+				return usagef("--failure-mode: %v", err)
+			}
+		}
+	}
+	c, err := e.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	status, data, err := c.do(context.Background(), http.MethodPost, "/v1/check", nil, &req, http.StatusOK, http.StatusTooManyRequests)
+	if err != nil {
+		return err
+	}
+	var resp api.CheckResponse
+	if err := c.decode("/v1/check", data, &resp); err != nil {
+		return err
+	}
+	if e.g.json {
+		e.stdout.Write(data)
+	} else {
+		e.printCheck(&resp)
+	}
+	if status == http.StatusTooManyRequests || !resp.Allowed {
+		return &exitError{code: exitRefused}
+	}
+	return nil
+}
+
+// ms formats a number of milliseconds as a duration.
+func ms(n int64) string { return (time.Duration(n) * time.Millisecond).String() }
+
+func (e *env) printCheck(r *api.CheckResponse) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("allowed", r.Allowed)
+	row("limit", r.Limit)
+	row("remaining", r.Remaining)
+	if !r.Allowed {
+		row("retry after", ms(r.RetryAfterMs))
+	}
+	row("reset after", ms(r.ResetAfterMs))
+	if r.DelayMs > 0 {
+		row("delay", ms(r.DelayMs))
+	}
+	row("scope", r.Scope)
+	row("owner", r.Owner)
+	if r.Degraded {
+		row("degraded", "true (the owner could not be reached: the failure mode decided)")
+	}
+	if len(r.WouldReject) > 0 {
+		row("would reject", strings.Join(r.WouldReject, ", ")+" (dry run)")
+	}
+	if r.PolicyVersion != "" {
+		row("policy", r.PolicyVersion)
+	}
+	tw.Flush()
+}
+
+// owner runs GET /v1/owner.
+func (e *env) owner(args []string) error {
+	pos, err := e.parse(newFlagSet("owner", e.stderr), args, 1, 1, "owner KEY")
+	if err != nil {
+		return err
+	}
+	c, err := e.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var o api.OwnerResponse
+	data, err := c.getJSON(context.Background(), "/v1/owner", url.Values{"key": {pos[0]}}, &o)
+	if err != nil {
+		return err
+	}
+	if e.g.json {
+		e.stdout.Write(data)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "key\t%s\nowner\t%s\nring version\t%d\n", o.Key, o.Owner, o.RingVersion)
+	return tw.Flush()
+}
+
+// Status is what `ringlimit status --json` prints: the node's answers to
+// GET /v1/cluster and GET /v1/ring, as they came.
+type Status struct {
+	// Node is the URL asked.
+	Node    string            `json:"node"`
+	Cluster api.ClusterStatus `json:"cluster"`
+	Ring    api.RingStatus    `json:"ring"`
+}
+
+// status runs GET /v1/cluster and GET /v1/ring.
+func (e *env) status(args []string) error {
+	if _, err := e.parse(newFlagSet("status", e.stderr), args, 0, 0, "status"); err != nil {
+		return err
+	}
+	c, err := e.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	st := Status{Node: c.base.Redacted()}
+	ctx := context.Background()
+	if _, err := c.getJSON(ctx, "/v1/cluster", nil, &st.Cluster); err != nil {
+		return err
+	}
+	if _, err := c.getJSON(ctx, "/v1/ring", nil, &st.Ring); err != nil {
+		return err
+	}
+	if e.g.json {
+		enc := json.NewEncoder(e.stdout)
+		return enc.Encode(&st)
+	}
+	e.printStatus(&st)
+	return nil
+}
+
+func (e *env) printStatus(st *Status) {
+	cl, rg := &st.Cluster, &st.Ring
+	share := map[string]api.RingMember{}
+	for _, m := range rg.Members {
+		share[m.Name] = m
+	}
+	alive := 0
+	for _, m := range cl.Members {
+		if m.State == "alive" {
+			alive++
+		}
+	}
+	fmt.Fprintf(e.stdout, "%s (%s) sees %d members, %d alive; ring version %d, %d partitions\n",
+		cl.Self, st.Node, len(cl.Members), alive, rg.Version, len(rg.Owners))
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tON RING\tHTTP\tGRPC\tPEER\tGOSSIP\tKEYS\tPARTITIONS\tSHARE")
+	for _, m := range cl.Members {
+		name := m.Name
+		if name == cl.Self {
+			name += " *"
+		}
+		onRing := "no"
+		if m.OnRing {
+			onRing = "yes"
+		}
+		keys := "?"
+		if m.Keys >= 0 {
+			keys = strconv.FormatInt(m.Keys, 10)
+		}
+		parts, pct := "-", "-"
+		if r, ok := share[m.Name]; ok {
+			parts, pct = strconv.Itoa(r.Partitions), fmt.Sprintf("%.1f%%", 100*r.Share)
+			delete(share, m.Name)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, m.State, onRing, cmp.Or(m.HTTP, "-"), cmp.Or(m.GRPC, "-"),
+			cmp.Or(m.Peer, "-"), cmp.Or(m.Gossip, "-"), keys, parts, pct)
+	}
+	for _, r := range rg.Members { // on the ring, not among the members: a ring behind
+		if _, ok := share[r.Name]; ok {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t?\t%d\t%.1f%%\n", r.Name, "?", "yes", r.Partitions, 100*r.Share)
+		}
+	}
+	tw.Flush()
+	e.stdout.Write([]byte(trimLines(b.String())))
+	q := cl.Quorum
+	quorum := "majority"
+	if q.Minority {
+		quorum = "MINORITY: this node does not take over the keys of members it cannot see"
+	}
+	fmt.Fprintf(e.stdout, "quorum: %s (cluster size %d", quorum, q.ClusterSize)
+	if len(q.Down) > 0 {
+		fmt.Fprintf(e.stdout, ", down: %s", strings.Join(q.Down, ", "))
+	}
+	fmt.Fprintln(e.stdout, ")")
+	r := cl.Replication
+	if r.Factor == 0 {
+		fmt.Fprintln(e.stdout, "replication: off")
+	} else {
+		fmt.Fprintf(e.stdout, "replication: factor %d, lag %.1f ms, %d pending, %d replicas held, successor for %d keys\n",
+			r.Factor, r.LagMs, r.Pending, r.Replicas, r.SuccessorKeys)
+	}
+}
+
+const overrideAddSynopsis = "override add --reason TEXT (--user U | --api-key K) (--tier T | --limit N --per DUR [--algorithm A] [--burst B]) --expires-in DUR [--policy P]"
+
+// overrideAdd runs POST /v1/overrides.
+func (e *env) overrideAdd(args []string) error {
+	fs := newFlagSet("override add", e.stderr)
+	var req api.OverrideRequest
+	var lim policy.LimitArg
+	fs.StringVar(&req.Reason, "reason", "", "why (required; in the audit log)")
+	fs.StringVar(&req.User, "user", "", "the caller, by user")
+	fs.StringVar(&req.APIKey, "api-key", "", "the caller, by API key")
+	fs.StringVar(&req.Policy, "policy", "", "the policy (default: the file's default)")
+	fs.StringVar(&req.Tier, "tier", "", "the tier the caller gets")
+	fs.Int64Var(&lim.Limit, "limit", 0, "or an explicit limit: the count per --per")
+	fs.StringVar(&lim.Per, "per", "", "the explicit limit's period (Go duration)")
+	fs.StringVar(&lim.Algorithm, "algorithm", "", "the explicit limit's algorithm (default token_bucket)")
+	fs.Int64Var(&lim.Burst, "burst", 0, "the explicit limit's burst (default --limit)")
+	fs.StringVar(&req.ExpiresIn, "expires-in", "", "how long it lasts, a Go duration: 1s to 168h (required)")
+	if _, err := e.parse(fs, args, 0, 0, overrideAddSynopsis); err != nil {
+		return err
+	}
+	switch {
+	case req.Reason == "":
+		return usagef("override add: --reason is required")
+	case (req.User == "") == (req.APIKey == ""):
+		return usagef("override add: give one of --user and --api-key")
+	case req.ExpiresIn == "":
+		return usagef("override add: --expires-in is required")
+	}
+	if flagSet(fs, "limit") || lim.Per != "" || lim.Algorithm != "" || lim.Burst != 0 {
+		req.Limit = &lim
+	}
+	if (req.Tier == "") == (req.Limit == nil) {
+		return usagef("override add: give --tier, or --limit and --per, not both")
+	}
+	c, err := e.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	_, data, err := c.do(context.Background(), http.MethodPost, "/v1/overrides", nil, &req, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	var o policy.Override
+	if err := c.decode("/v1/overrides", data, &o); err != nil {
+		return err
+	}
+	if e.g.json {
+		e.stdout.Write(data)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "added %s: %s gets %s in policy %s until %s\n", o.ID, caller(&o), grant(&o), o.Policy, o.Expires.UTC().Format(time.RFC3339))
+	return nil
+}
+
+func caller(o *policy.Override) string {
+	if o.APIKey != "" {
+		return "api_key " + o.APIKey
+	}
+	return "user " + o.User
+}
+
+func grant(o *policy.Override) string {
+	if o.Limit != nil {
+		s := fmt.Sprintf("%d per %s", o.Limit.Limit, o.Limit.Per)
+		if o.Limit.Burst > 0 {
+			s += fmt.Sprintf(" burst %d", o.Limit.Burst)
+		}
+		if o.Limit.Algorithm != "" {
+			s += " " + o.Limit.Algorithm
+		}
+		return s
+	}
+	return "tier " + o.Tier
+}
+
+// overrideList runs GET /v1/overrides.
+func (e *env) overrideList(args []string) error {
+	if _, err := e.parse(newFlagSet("override list", e.stderr), args, 0, 0, "override list"); err != nil {
+		return err
+	}
+	c, err := e.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var list []policy.Override
+	data, err := c.getJSON(context.Background(), "/v1/overrides", nil, &list)
+	if err != nil {
+		return err
+	}
+	if e.g.json {
+		e.stdout.Write(data)
+		return nil
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(e.stdout, "no override in force")
+		return nil
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCALLER\tPOLICY\tGETS\tEXPIRES\tACTOR\tREASON")
+	for i := range list {
+		o := &list[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.ID, caller(o), o.Policy, grant(o), o.Expires.UTC().Format(time.RFC3339), o.Actor, o.Reason)
+	}
+	tw.Flush()
+	e.stdout.Write([]byte(trimLines(b.String())))
+	return nil
+}
+
+// overrideRevoke runs DELETE /v1/overrides/{id}.
+func (e *env) overrideRevoke(args []string) error {
+	pos, err := e.parse(newFlagSet("override revoke", e.stderr), args, 1, 1, "override revoke ID")
+	if err != nil {
+		return err
+	}
+	c, err := e.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	_, data, err := c.do(context.Background(), http.MethodDelete, "/v1/overrides/"+url.PathEscape(pos[0]), nil, nil, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	var o policy.Override
+	if err := c.decode("/v1/overrides", data, &o); err != nil {
+		return err
+	}
+	if e.g.json {
+		e.stdout.Write(data)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "revoked %s: %s had %s in policy %s\n", o.ID, caller(&o), grant(&o), o.Policy)
+	return nil
+}
+
+// version and commit are set at build time, -ldflags "-X main.version=v1.2.3
+// -X main.commit=$(git rev-parse HEAD)"; otherwise they come from the
+// binary's build information when it has them.
+var version, commit string
+
+// Version is what `ringlimit version --json` prints.
+type Version struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	GoVersion string `json:"go_version"`
+}
+
+func (e *env) version(args []string) error {
+	if _, err := e.parse(newFlagSet("version", e.stderr), args, 0, 0, "version"); err != nil {
+		return err
+	}
+	v := buildInfo()
+	if e.g.json {
+		return json.NewEncoder(e.stdout).Encode(&v)
+	}
+	fmt.Fprintf(e.stdout, "ringlimit %s (commit %s, %s)\n", v.Version, v.Commit, v.GoVersion)
+	return nil
+}
+
+// buildInfo returns the version (main.version, else the module version,
+// else "devel"), the VCS commit the binary was built from (main.commit,
+// else the Go toolchain's record with "-dirty" for a modified tree, else
+// "unknown") and the Go version, as ringlimit-node version does.
+func buildInfo() Version {
+	v, rev := version, commit
+	bi, ok := debug.ReadBuildInfo()
+	if ok && rev == "" {
+		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		var dirty bool
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if dirty && rev != "" {
+			rev += "-dirty"
+		}
+	}
+	return Version{Version: cmp.Or(v, "devel"), Commit: cmp.Or(rev, "unknown"), GoVersion: runtime.Version()}
+}
