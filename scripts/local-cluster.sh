@@ -2,7 +2,7 @@
 # Runs a local ringlimit cluster on 127.0.0.1.
 #
 #   scripts/local-cluster.sh up [N]   build and start node-1..node-N (default 3)
-#   scripts/local-cluster.sh status   members as each node sees them, key ownership share
+#   scripts/local-cluster.sh status   members as each node sees them, ring shares (ringlimit status)
 #   scripts/local-cluster.sh kill I   SIGKILL node I
 #   scripts/local-cluster.sh stop I   SIGTERM node I (graceful: hands its buckets off)
 #   scripts/local-cluster.sh start I  start node I again; it rejoins
@@ -12,7 +12,8 @@
 # Node I listens on HTTP 8080+I, gRPC 9090+I, peer gRPC 9190+I and gossip
 # 7946+I; override the bases with RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE,
 # RINGLIMIT_PEER_BASE (default: the gRPC base + 100), RINGLIMIT_GOSSIP_BASE.
-# Binaries, logs, audit logs and pids go to RINGLIMIT_CLUSTER_DIR (default
+# Binaries (ringlimit-node, the ringlimit command), logs, audit logs and
+# pids go to RINGLIMIT_CLUSTER_DIR (default
 # ${TMPDIR:-/tmp}/ringlimit-cluster). Every node runs the policy file
 # RINGLIMIT_POLICY (default examples/policy.yaml; empty for none) and
 # appends its audit log to node-I.audit.log. `up` also makes, once, in that
@@ -94,33 +95,21 @@ stop_node() { # stop_node I SIGNAL
 	echo "node-$i stopped (SIG$sig)"
 }
 
+# status shows each running node's view of the cluster with the ringlimit
+# command (built by up; built here if missing).
 status() {
-	local n i
+	local n i first=1 tok=()
 	n=$(count)
+	[ -x "$dir/ringlimit" ] || go build -o "$dir/ringlimit" ./cmd/ringlimit
+	[ -s "$dir/admin.tokens" ] && tok=(--token-file "$dir/admin.tokens")
 	for i in $(seq 1 "$n"); do
+		[ $first = 1 ] || echo
+		first=0
 		if ! running "$i"; then
 			echo "node-$i: not running"
 			continue
 		fi
-		echo "node-$i sees:"
-		curl -fsS "http://127.0.0.1:$((http_base + i))/v1/cluster" |
-			python3 -c 'import json,sys
-c=json.load(sys.stdin)
-print("  ring version %d" % c["ring_version"])
-for m in c["members"]:
-    print("  %-8s %-8s on ring: %-5s grpc %s peer %s gossip %s keys %s" % (m["name"], m["state"], m["on_ring"], m["grpc"], m["peer"], m["gossip"], m["keys"]))' || echo "  (no answer)"
-	done
-	for i in $(seq 1 "$n"); do
-		if running "$i"; then
-			echo "ownership of 1000 sample keys (user:0..user:999) as node-$i sees it:"
-			for k in $(seq 0 999); do
-				curl -fsS "http://127.0.0.1:$((http_base + i))/v1/owner?key=user:$k"
-				echo
-			done | python3 -c 'import json,sys,collections
-c=collections.Counter(json.loads(l)["owner"] for l in sys.stdin if l.strip())
-for name,n in sorted(c.items()): print("  %-8s %5.1f%%" % (name, n/10))'
-			break
-		fi
+		"$dir/ringlimit" --addr "http://127.0.0.1:$((http_base + i))" "${tok[@]}" --timeout 3s status || true
 	done
 }
 
@@ -162,8 +151,9 @@ cmd=${1:-}
 case "$cmd" in
 up)
 	n=${2:-3}
-	go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo devel) -X main.commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
-		-o "$dir/ringlimit-node" ./cmd/node
+	ldflags="-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo devel) -X main.commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+	go build -ldflags "$ldflags" -o "$dir/ringlimit-node" ./cmd/node
+	go build -ldflags "$ldflags" -o "$dir/ringlimit" ./cmd/ringlimit
 	go build -o "$dir/ringlimit-devcerts" ./cmd/devcerts
 	secrets "$n"
 	echo "$n" >"$dir/count"
@@ -183,7 +173,7 @@ down)
 	done
 	;;
 *)
-	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+	awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
 	exit 2
 	;;
 esac
