@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -155,7 +156,9 @@ type Status struct {
 	// Node is the URL asked.
 	Node    string            `json:"node"`
 	Cluster api.ClusterStatus `json:"cluster"`
-	Ring    api.RingStatus    `json:"ring"`
+	// Ring is nil when the node has no GET /v1/ring (404: a node older
+	// than it).
+	Ring *api.RingStatus `json:"ring,omitempty"`
 }
 
 // status runs GET /v1/cluster and GET /v1/ring.
@@ -173,7 +176,13 @@ func (e *env) status(args []string) error {
 	if _, err := c.getJSON(ctx, "/v1/cluster", nil, &st.Cluster); err != nil {
 		return err
 	}
-	if _, err := c.getJSON(ctx, "/v1/ring", nil, &st.Ring); err != nil {
+	var ring api.RingStatus
+	var ae *apiError
+	switch _, err := c.getJSON(ctx, "/v1/ring", nil, &ring); {
+	case err == nil:
+		st.Ring = &ring
+	case errors.As(err, &ae) && ae.status == http.StatusNotFound:
+	default:
 		return err
 	}
 	if e.g.json {
@@ -185,7 +194,11 @@ func (e *env) status(args []string) error {
 }
 
 func (e *env) printStatus(st *Status) {
-	cl, rg := &st.Cluster, &st.Ring
+	cl, rg := &st.Cluster, st.Ring
+	if rg == nil {
+		rg = &api.RingStatus{}
+		fmt.Fprintln(e.stdout, "(this node has no GET /v1/ring: no ring shares)")
+	}
 	share := map[string]api.RingMember{}
 	for _, m := range rg.Members {
 		share[m.Name] = m

@@ -26,7 +26,8 @@
 // the file does not validate; 2 usage error; 3 the node could not be
 // reached or did not answer as the API does (connection, TLS, timeout, 5xx);
 // 4 the node refused the request (4xx: invalid, no or wrong admin token,
-// not found), its {code, message} printed as is.
+// not found), its {code, message} printed as is (and, with --json, its
+// JSON body on stdout).
 package main
 
 import (

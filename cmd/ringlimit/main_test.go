@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/policy"
@@ -156,7 +158,7 @@ func TestStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
 		t.Fatalf("--json: exit %d: %v\n%s", r.code, err, r.stdout)
 	}
-	if st.Cluster.Self != "node-1" || len(st.Cluster.Members) != 3 || len(st.Ring.Members) != 3 || len(st.Ring.Owners) != 1021 || st.Node != "http://"+cluster.nodes[0].http {
+	if st.Cluster.Self != "node-1" || len(st.Cluster.Members) != 3 || st.Ring == nil || len(st.Ring.Members) != 3 || len(st.Ring.Owners) != 1021 || st.Node != "http://"+cluster.nodes[0].http {
 		t.Fatalf("--json: %+v", st)
 	}
 	sum = 0
@@ -419,5 +421,68 @@ func TestRLSValidate(t *testing.T) {
 	var v Validation
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || !v.OK || strings.Join(v.Domains, ",") != "shop,shop2" {
 		t.Fatalf("--json: exit %d %q %v", r.code, r.stdout, err)
+	}
+}
+
+// TestParseAddr: the forms --addr takes.
+func TestParseAddr(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", "http://127.0.0.1:8080"},
+		{"127.0.0.1:8081", "http://127.0.0.1:8081"},
+		{":8082", "http://127.0.0.1:8082"},
+		{"localhost:8083", "http://localhost:8083"},
+		{"https://rl.example.com/", "https://rl.example.com"},
+		{"https://gw.example.com/ringlimit/?x=1", "https://gw.example.com/ringlimit"},
+		{"[::1]:8080", "http://[::1]:8080"},
+	} {
+		u, err := parseAddr(c.in)
+		if err != nil || u.String() != c.want {
+			t.Errorf("parseAddr(%q) = %v, %v; want %s", c.in, u, err, c.want)
+		}
+	}
+	for _, in := range []string{"ftp://x", "http://", "http://%zz"} {
+		if u, err := parseAddr(in); err == nil {
+			t.Errorf("parseAddr(%q) = %v, want an error", in, u)
+		}
+	}
+}
+
+// TestPathLine: a validation error's path is found in the file, names
+// holding '.' included; a path the file lacks stops at its deepest key.
+func TestPathLine(t *testing.T) {
+	const file = `policies:
+  v1.api:
+    tiers:
+      free.old: { limit: 1, per: 1s }
+      free: { limit: 1, per: 1s }
+    routes:
+      - match: /a
+        cost: 2
+      - match: /b
+        limit:
+          per: 0s
+`
+	for _, c := range []struct {
+		path string
+		line int
+	}{
+		{"policies", 1},
+		{"policies.v1.api", 2},
+		{"policies.v1.api.tiers.free.old.per", 4},
+		{"policies.v1.api.tiers.free.per", 5},
+		{"policies.v1.api.routes[1].limit.per", 11},
+		{"policies.v1.api.routes[/b].limit", 10},
+		{"policies.v1.api.routes[/a].cost", 8},
+		{"policies.v1.api.global", 2},
+		{"policies.v2", 1},
+		{"version", 1},
+	} {
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(file), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if got := pathLine(doc.Content[0], c.path); got != c.line {
+			t.Errorf("pathLine(%s) = %d, want %d", c.path, got, c.line)
+		}
 	}
 }
