@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -70,6 +71,10 @@ func runTests(m *testing.M) (int, error) {
 	}
 	defer os.RemoveAll(dir)
 	cluster.dir = dir
+	flag.Parse()
+	if testing.Short() { // the offline tests only
+		return m.Run(), nil
+	}
 	code := 1
 	err = startCluster(dir)
 	if err != nil {
@@ -266,6 +271,13 @@ func (b *lineBuffer) tail(n int) string {
 	defer b.mu.Unlock()
 	lines := strings.Split(b.buf.String(), "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
+// needCluster skips a test that needs the cluster in -short mode.
+func needCluster(t *testing.T) {
+	if len(cluster.nodes) == 0 {
+		t.Skip("-short: no cluster started")
+	}
 }
 
 // httpGet GETs url with a 5 s deadline.

@@ -28,6 +28,7 @@ import (
 // nodes in turn, admits exactly 3 (remaining 2, 1, 0; exit 0) and refuses
 // the next two (exit 1); every answer names the owner /v1/owner names.
 func TestCheck(t *testing.T) {
+	needCluster(t)
 	key := fmt.Sprintf("cli:check:%d", time.Now().UnixNano())
 	var o api.OwnerResponse
 	if err := getJSON("http://"+cluster.nodes[0].http+"/v1/owner?key="+url.QueryEscape(key), &o); err != nil {
@@ -67,6 +68,7 @@ func TestCheck(t *testing.T) {
 // TestCheckPolicy: the policy form resolves the running policy
 // (examples/policy.yaml): a user on the free tier, a refused route limit.
 func TestCheckPolicy(t *testing.T) {
+	needCluster(t)
 	user := fmt.Sprintf("cli-%d", time.Now().UnixNano())
 	r := at(t, 0, "check", "--json", "--user", user)
 	var resp api.CheckResponse
@@ -91,6 +93,7 @@ func TestCheckPolicy(t *testing.T) {
 
 // TestOwner: owner KEY prints what GET /v1/owner answers.
 func TestOwner(t *testing.T) {
+	needCluster(t)
 	for i := range 3 {
 		key := fmt.Sprintf("user:%d", i)
 		var o api.OwnerResponse
@@ -110,6 +113,7 @@ func TestOwner(t *testing.T) {
 // addresses and shares, whose partitions sum to 1021; --json decodes into
 // the API's types.
 func TestStatus(t *testing.T) {
+	needCluster(t)
 	r := at(t, 1, "status")
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
@@ -178,6 +182,7 @@ func TestStatus(t *testing.T) {
 // empty. Without a token: exit 4 and the node's 401; a wrong one 403;
 // revoking an unknown ID 404.
 func TestOverride(t *testing.T) {
+	needCluster(t)
 	user := fmt.Sprintf("cli-ovr-%d", time.Now().UnixNano())
 	tok := "--token-file=" + cluster.tokenFile
 	addr := cluster.nodes[0].http
@@ -238,6 +243,7 @@ func TestOverride(t *testing.T) {
 // a node that is not there is named, exit 3; a node that does not answer
 // in time, exit 3; bad usage, exit 2.
 func TestErrors(t *testing.T) {
+	needCluster(t)
 	addr := cluster.nodes[0].http
 	at(t, 0, "check", "k", "--limit", "0", "--per", "1s").want(t, 4, "",
 		fmt.Sprintf("ringlimit: POST http://%s/v1/check: 400 INVALID_ARGUMENT: limit.limit: must be at least 1, got 0\n", addr))
@@ -280,6 +286,7 @@ func TestErrors(t *testing.T) {
 // (a TLS proxy in front of node-1); without --ca the certificate is
 // refused, exit 3.
 func TestHTTPS(t *testing.T) {
+	needCluster(t)
 	target, _ := url.Parse("http://" + cluster.nodes[0].http)
 	srv := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
 	defer srv.Close()
@@ -298,6 +305,7 @@ func TestHTTPS(t *testing.T) {
 
 // TestBinary: the built binary's exit status is run's (check refused: 1).
 func TestBinary(t *testing.T) {
+	needCluster(t)
 	key := fmt.Sprintf("cli:bin:%d", time.Now().UnixNano())
 	for i, want := range []int{0, 1} {
 		cmd := exec.Command(cluster.cliBin, "check", key, "--limit", "1", "--per", "1h")
