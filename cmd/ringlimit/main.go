@@ -139,6 +139,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	e.g.addr = getenv("RINGLIMIT_ADDR")
 	e.g.timeout = 5 * time.Second
 	fs := newFlagSet("ringlimit", stderr)
+	fs.Usage = func() { io.WriteString(stderr, usage) }
 	e.g.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
