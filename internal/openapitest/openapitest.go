@@ -177,7 +177,6 @@ func (s *Spec) Check(req *http.Request, reqBody []byte, status int, header http.
 
 	route, params, err := s.router.FindRoute(vreq)
 	if err != nil {
-		s.count("", false, false)
 		if status >= 400 && status < 500 {
 			s.count("", true, false)
 			return nil
@@ -219,10 +218,8 @@ func (s *Spec) Check(req *http.Request, reqBody []byte, status int, header http.
 func (s *Spec) count(op string, invalid, semantic bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if op != "" || invalid {
-		s.counts.Pairs++
-		s.counts.ByOperation[op]++
-	}
+	s.counts.Pairs++
+	s.counts.ByOperation[op]++
 	if invalid {
 		s.counts.Invalid++
 	}
