@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
@@ -12,7 +15,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/openapitest"
 )
 
@@ -137,4 +142,57 @@ func TestOpenAPIRoutes(t *testing.T) {
 			t.Errorf("docs/openapi.yaml describes %s, which http.go does not serve", r)
 		}
 	}
+}
+
+// failingChecker fails every check with err, or, when err is nil, waits
+// for the request's deadline.
+type failingChecker struct{ err error }
+
+func (c failingChecker) Check(ctx context.Context, _ []forward.Check, _ []forward.Result) error {
+	if c.err != nil {
+		return c.err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestHTTPCheckFailures: a check the checker cannot decide is 503
+// UNAVAILABLE (owner unavailable, or no decision before CheckTimeout) and
+// one that fails otherwise 500 INTERNAL, on POST /v1/check and /v1/authz
+// alike, as docs/openapi.yaml describes them.
+func TestHTTPCheckFailures(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"owner unavailable", fmt.Errorf("forward: node-2: %w", forward.ErrUnavailable), http.StatusServiceUnavailable, CodeUnavailable},
+		{"check timeout", nil, http.StatusServiceUnavailable, CodeUnavailable},
+		{"internal", errors.New("forward: something broke"), http.StatusInternalServerError, CodeInternal},
+	} {
+		e, _ := newAuthzEnv(t)
+		var err error
+		cfg := Config{Checker: failingChecker{c.err}, Policy: e.api.policy, AddOverride: e.api.addOverride, RevokeOverride: e.api.revoke,
+			CheckTimeout: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+		if e.api, err = New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		s := e.startHTTP(t)
+		for _, r := range []httpResult{
+			s.check(t, chk("k", "", `{"limit":5,"per":"1s"}`)),
+			s.check(t, `{"user":"42"}`),
+			authzCall{headers: []string{"X-Original-URI", "/items", "X-API-Key", "k"}}.result(validated(t, e.api.Handler(nil))),
+		} {
+			if m := decodeMap(t, r.body); r.status != c.status || m["code"] != c.code {
+				t.Errorf("%s: %d %s, want %d %s", c.name, r.status, r.body, c.status, c.code)
+			}
+		}
+	}
+}
+
+// result is do's answer as an httpResult.
+func (c authzCall) result(h http.Handler) httpResult {
+	w := c.do(h)
+	return httpResult{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
 }

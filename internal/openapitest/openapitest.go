@@ -45,6 +45,8 @@ import (
 // than JSON values, or on the running policy file. docs/openapi.yaml says
 // each of them in words.
 var Semantic400 = []string{
+	"bytes, the maximum is",                    // a key of at most 1024 characters but more bytes
+	"longer than 256 bytes",                    // a policy field of at most 256 characters but more bytes
 	"exceeds the capacity",                     // cost above the limit's capacity
 	"limit.per: must be a positive duration",   // per of 0
 	"limit.per: must be between",               // per outside 1ms to 366 days
@@ -93,7 +95,8 @@ type Counts struct {
 	// Semantic are the valid requests answered 400 for a rule in
 	// Semantic400.
 	Semantic int
-	// ByOperation counts Pairs by operation ID ("" for none).
+	// ByOperation counts Pairs by operation ID ("" for none) and status:
+	// "check 200".
 	ByOperation map[string]int
 }
 
@@ -131,10 +134,10 @@ func (c Counts) String() string {
 	var b strings.Builder
 	for _, op := range ops {
 		name := op
-		if name == "" {
-			name = "(no operation)"
+		if strings.HasPrefix(name, " ") {
+			name = "(none)" + name
 		}
-		fmt.Fprintf(&b, " %s=%d", name, c.ByOperation[op])
+		fmt.Fprintf(&b, " %s=%d", strings.Replace(name, " ", ":", 1), c.ByOperation[op])
 	}
 	return fmt.Sprintf("%d pairs validated (%d requests invalid and answered 4xx, %d valid and answered 400 for a rule the schema cannot say):%s",
 		c.Pairs, c.Invalid, c.Semantic, b.String())
@@ -178,7 +181,7 @@ func (s *Spec) Check(req *http.Request, reqBody []byte, status int, header http.
 	route, params, err := s.router.FindRoute(vreq)
 	if err != nil {
 		if status >= 400 && status < 500 {
-			s.count("", true, false)
+			s.count("", status, true, false)
 			return nil
 		}
 		return fmt.Errorf("%s: not described (%v) yet not answered 4xx", what, err)
@@ -211,15 +214,15 @@ func (s *Spec) Check(req *http.Request, reqBody []byte, status int, header http.
 	if os.Getenv("OPENAPITEST_DEBUG") != "" && (reqErr != nil || semantic) {
 		fmt.Fprintf(os.Stderr, "openapitest: %s: semantic=%v %v\n", what, semantic, reqErr)
 	}
-	s.count(op, reqErr != nil, semantic)
+	s.count(op, status, reqErr != nil, semantic)
 	return nil
 }
 
-func (s *Spec) count(op string, invalid, semantic bool) {
+func (s *Spec) count(op string, status int, invalid, semantic bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.counts.Pairs++
-	s.counts.ByOperation[op]++
+	s.counts.ByOperation[fmt.Sprintf("%s %d", op, status)]++
 	if invalid {
 		s.counts.Invalid++
 	}
