@@ -42,6 +42,7 @@ func TestCheck(t *testing.T) {
 		{"rejected", "POST", "/v1/check", "", valid, 429, headers(true), rejected, ""},
 		{"rejected without Retry-After", "POST", "/v1/check", "", valid, 429, headers(false), rejected, "Retry-After"},
 		{"allowed without X-RateLimit-Limit", "POST", "/v1/check", "", valid, 200, func() http.Header { h := headers(false); h.Del("X-Ratelimit-Limit"); return h }(), allowed, "X-RateLimit-Limit"},
+		{"a malformed RateLimit", "POST", "/v1/check", "", valid, 200, func() http.Header { h := headers(false); h.Set("Ratelimit", "inline;r=9"); return h }(), allowed, "RateLimit"},
 		{"an undescribed field", "POST", "/v1/check", "", valid, 200, headers(false), strings.Replace(allowed, `}`, `,"extra":1}`, 1), "extra"},
 		{"an undescribed status", "POST", "/v1/check", "", valid, 418, jsonHeader, `{"code":"INTERNAL","message":"x"}`, "status is not supported"},
 		{"a bad request answered 400", "POST", "/v1/check", "", `{"key":"k","cost":0,"limit":{"limit":1,"per":"1s"}}`, 400, jsonHeader, `{"code":"INVALID_ARGUMENT","message":"cost: must be at least 1"}`, ""},
