@@ -35,13 +35,14 @@ var allowed = map[string][]string{
 	"client":            {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip"},
 	"cmd":               nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
-	"internal/testkit":  nil,
-	"internal/faultnet": {},
-	"internal/harness":  nil,
+	"internal/testkit":     nil,
+	"internal/faultnet":    {},
+	"internal/harness":     nil,
+	"internal/openapitest": {},
 }
 
 // testOnly are packages no non-test file outside them may import.
-var testOnly = []string{"internal/testkit", "internal/faultnet", "internal/harness"}
+var testOnly = []string{"internal/testkit", "internal/faultnet", "internal/harness", "internal/openapitest"}
 
 // unit is the key of allowed for a path relative to the module root.
 func unit(rel string) string {

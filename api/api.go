@@ -151,8 +151,8 @@ type Config struct {
 	Checker Checker
 	// Stats feeds the keys and evictions metrics. Optional.
 	Stats Stats
-	// Cluster serves /v1/cluster and /v1/owner. Optional: without it they
-	// answer 404.
+	// Cluster serves /v1/cluster, /v1/ring and /v1/owner. Optional:
+	// without it they answer 404.
 	Cluster Cluster
 	// Policy resolves policy requests and serves /v1/policy. Optional:
 	// without it only inline limits are accepted.
@@ -168,8 +168,8 @@ type Config struct {
 	// Set, refuses those endpoints with 403; the read-only ones stay open.
 	AdminTokens *Tokens
 	// PrivateReads makes the read-only endpoints (GET /v1/cluster,
-	// /v1/owner, /v1/policy, /v1/overrides and /metrics) require an admin
-	// token too. Checks and /healthz stay open.
+	// /v1/ring, /v1/owner, /v1/policy, /v1/overrides and /metrics) require
+	// an admin token too. Checks, /healthz and /readyz stay open.
 	PrivateReads bool
 	// RLS, when set, serves envoy.service.ratelimit.v3.RateLimitService
 	// on the gRPC server (RegisterGRPC) with the configuration it returns.

@@ -62,7 +62,7 @@ func newAuthzEnv(t *testing.T, trusted ...string) (*testEnv, http.Handler) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e, e.api.Handler(nil)
+	return e, validated(t, e.api.Handler(nil))
 }
 
 // authzCall is one request to /v1/authz: its method, query, connection
@@ -235,7 +235,7 @@ func TestAuthzBadInput(t *testing.T) {
 // must neither take for a refusal nor retry.
 func TestAuthzNoPolicy(t *testing.T) {
 	e := newTestEnv(t, nil)
-	w := authzCall{headers: []string{"X-Original-URI", "/", "X-API-Key", "k"}}.do(e.api.Handler(nil))
+	w := authzCall{headers: []string{"X-Original-URI", "/", "X-API-Key", "k"}}.do(validated(t, e.api.Handler(nil)))
 	if w.Code != http.StatusNotImplemented || !strings.Contains(w.Body.String(), `"code":"UNIMPLEMENTED"`) || !strings.Contains(w.Body.String(), "--policy") {
 		t.Fatalf("no policy: %d %s, want 501 UNIMPLEMENTED naming --policy", w.Code, w.Body)
 	}

@@ -8,4 +8,9 @@
 // batch before any of it is applied (bad input changes no state), and ask a
 // Checker for the decisions. The same checks over HTTP and gRPC get the same
 // decisions.
+//
+// docs/openapi.yaml describes the HTTP surface, every endpoint Handler
+// serves with its exact requests and answers. The package's tests check
+// every request they send, and its answer, against it, and
+// TestOpenAPIRoutes fails when Handler serves a route it does not describe.
 package api

@@ -30,7 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(countPairs{m})
 }
 
 // t0 is 2026-01-05 10:04:00 UTC: a whole minute, so windows of 250ms, 1s,
@@ -97,7 +97,7 @@ type httpServer struct {
 
 func (e *testEnv) startHTTP(t testing.TB) *httpServer {
 	t.Helper()
-	srv := httptest.NewServer(e.api.Handler(nil))
+	srv := httptest.NewServer(validated(t, e.api.Handler(nil)))
 	t.Cleanup(srv.Close)
 	return &httpServer{url: srv.URL, client: srv.Client()}
 }
@@ -682,7 +682,7 @@ func TestHTTPShutdownInFlight(t *testing.T) {
 	var gate *gateChecker
 	e := newTestEnv(t, func(c Checker) Checker { gate = newGate(c, n); return gate })
 	lis := newNotifyListener(t)
-	srv := &http.Server{Handler: e.api.Handler(nil), ReadHeaderTimeout: waitFor}
+	srv := &http.Server{Handler: validated(t, e.api.Handler(nil)), ReadHeaderTimeout: waitFor}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Close() })
@@ -782,7 +782,7 @@ func TestReadyz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(a.Handler(nil))
+	srv := httptest.NewServer(validated(t, a.Handler(nil)))
 	t.Cleanup(srv.Close)
 	get := func() (int, ReadyResponse) {
 		t.Helper()

@@ -30,6 +30,7 @@ import (
 // and each node audits the revocation; a second DELETE is 404.
 func TestClusterOverrideAdminAndRevoke(t *testing.T) {
 	h := newHarness(t)
+	h.validateOpenAPI()
 	c := startPolicyCluster(h, t.TempDir(), overridePolicy)
 	body := `{"actor":"mallory","reason":"incident 14","user":"42","tier":"enterprise","expires_in":"1m"}`
 	url := "http://" + c.addrs[0] + "/v1/overrides"

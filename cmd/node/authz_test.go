@@ -83,6 +83,7 @@ func traefikAuth(client *http.Client, addr, query, method, uri, clientIP string,
 // non-2xx answer, headers and body, to the client) and Retry-After.
 func TestTraefikForwardAuthContract(t *testing.T) {
 	h := newHarness(t)
+	h.validateOpenAPI()
 	c := startPolicyCluster(h, t.TempDir(), gatewayPolicy)
 	client := []string{"User-Agent", "curl/8.5.0", "Accept", "*/*", "Authorization", "Bearer not-ours-to-read"}
 	type tally struct {

@@ -450,6 +450,7 @@ func TestClusterExactness(t *testing.T) {
 // tokens, and handed back when it leaves. No key is refilled on the way.
 func TestClusterJoinAndLeave(t *testing.T) {
 	h := newHarness(t)
+	h.validateOpenAPI()
 	n1, _ := h.start("node-1")
 	n2, _ := h.start("node-2", n1.cluster.LocalAddr())
 	two := []*node{n1, n2}

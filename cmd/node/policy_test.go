@@ -499,6 +499,7 @@ policies:
 // naming the field, and change nothing anywhere.
 func TestClusterOverride(t *testing.T) {
 	h := newHarness(t)
+	h.validateOpenAPI()
 	c := startPolicyCluster(h, t.TempDir(), overridePolicy)
 	version := versionOf(t, overridePolicy)
 	freeKey := "api|tier:free|user:42"
@@ -736,6 +737,7 @@ func TestClusterPolicyLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t)
+	h.validateOpenAPI()
 	// Each node runs a copy of the example (same bytes, same version), so
 	// that the second half can reload its own file.
 	c := startPolicyCluster(h, t.TempDir(), string(example))
