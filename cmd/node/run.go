@@ -282,6 +282,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	ccfg.Logger = log
 	ccfg.Keys = cfg.gossipKeys
 	ccfg.Label = cfg.clusterName
+	ccfg.Registerer = reg
 	// Alive and suspect members are on the ring; dead ones (not left) are
 	// off it but still counted for the quorum; left ones are gone.
 	ccfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) {
