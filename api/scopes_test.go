@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -104,5 +106,24 @@ func TestHTTPDecisionsByScope(t *testing.T) {
 	}
 	if n := strings.Count(string(m.body), "\nringlimit_decisions_total{"); n != 5*4 {
 		t.Errorf("%d ringlimit_decisions_total series, want %d (inline, other, route:/login, tier:free, route:/export)", n, 5*4)
+	}
+}
+
+// Each descriptor a rule matched is an answer of scope rls:DOMAIN: 3
+// admitted, then refused; a descriptor no rule matches is not counted.
+func TestRLSDecisionsByScope(t *testing.T) {
+	e, s := newRLSEnv(t, rlsUnitConfig, false)
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("user_id", "a"), rlsDesc("nothing", "x")}}
+	for range 4 {
+		should(t, s, req)
+	}
+	for res, want := range map[int]float64{decisionAllowed: 3, decisionRejected: 1, decisionDryRun: 0, decisionDegraded: 0} {
+		var m dto.Metric
+		if err := e.api.m.decisions.vec.WithLabelValues("rls:d", decisionResultNames[res]).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetCounter().GetValue(); got != want {
+			t.Errorf("decisions{scope=rls:d,result=%s} = %v, want %v", decisionResultNames[res], got, want)
+		}
 	}
 }
