@@ -17,6 +17,8 @@ type metrics struct {
 
 	// counters[alg][result] caches the label lookups of checks.
 	counters [5][3]prometheus.Counter
+	// decisions counts answers by scope and result (scopes.go).
+	decisions *scopeCounters
 	// latencyHTTP and latencyGRPC cache the label lookups of latency for
 	// the two surfaces that observe it on every request; each holds a
 	// prometheus.Observer once the first request of its surface is seen,
@@ -48,7 +50,11 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"surface"}),
 	}
-	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency}
+	m.decisions = newScopeCounters(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_decisions_total",
+		Help: "Answers of this node's API, by scope (the policy layer that decided: inline, tier:free, route:/login, rls:DOMAIN, ...; the first 100 scopes seen, later ones as \"other\") and result (allowed, rejected, degraded: decided by a failure mode; dry_run: a dry-run layer or a shadow RLS rule would have rejected).",
+	}, []string{"scope", "result"}), maxScopes)
+	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency, m.decisions.vec}
 	if stats != nil {
 		collectors = append(collectors,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -104,5 +110,21 @@ func (m *metrics) countDecision(alg bucket.Algorithm, r *forward.Result) {
 	}
 	if int(alg) < len(m.counters) {
 		m.counters[alg][res].Inc()
+	}
+}
+
+// countAnswer counts a combined answer in ringlimit_decisions_total under
+// its scope, and each scope a dry-run layer would have rejected it in.
+func (m *metrics) countAnswer(ans *answer) {
+	res := decisionRejected
+	switch {
+	case ans.Degraded:
+		res = decisionDegraded
+	case ans.Allowed:
+		res = decisionAllowed
+	}
+	m.decisions.count(ans.Scope, res)
+	for _, s := range ans.WouldReject {
+		m.decisions.count(s, decisionDryRun)
 	}
 }

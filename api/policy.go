@@ -134,6 +134,7 @@ func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, er
 		if u.layers == nil {
 			r := &out[u.from]
 			answers[i] = answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded}
+			a.m.countAnswer(&answers[i])
 			continue
 		}
 		decisions := make([]bucket.Decision, len(u.layers))
@@ -176,6 +177,7 @@ func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, er
 			a.log.Info("dry-run layer would have rejected", "scopes", o.WouldReject, "key", u.layers[0].Key)
 		}
 		answers[i] = ans
+		a.m.countAnswer(&answers[i])
 	}
 	if len(refunds) > 0 {
 		rout := make([]forward.Result, len(refunds))

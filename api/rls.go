@@ -80,6 +80,11 @@ func (a *API) registerRLS(s grpc.ServiceRegistrar) {
 	}
 }
 
+// rlsScopePrefix prefixes the domain of a descriptor a rule matched, as
+// the scope of its answer in ringlimit_decisions_total. Only configured
+// domains match a rule, so the scopes are as few as the configuration's.
+const rlsScopePrefix = "rls:"
+
 // rlsItem is what one descriptor of a request became.
 type rlsItem struct {
 	rule      rls.Rule
@@ -233,6 +238,14 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 		if reset > 0 {
 			st.DurationUntilReset = durationpb.New(reset)
 		}
+		res := decisionAllowed
+		if it.over {
+			res = decisionRejected
+			if it.rule.Shadow {
+				res = decisionDryRun
+			}
+		}
+		s.api.m.decisions.count(rlsScopePrefix+domain, res)
 		if it.over {
 			if it.rule.Shadow {
 				s.m.shadow.WithLabelValues(domain).Inc()

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gometrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/ringlimit/ringlimit/clock"
@@ -69,6 +70,8 @@ type Cluster struct {
 	closed    bool       // memberlist is shut down
 	closeOnce sync.Once
 	closeErr  error
+
+	unroute func() // stops routing memberlist's metrics to Config.Registerer; nil without it
 
 	stopJoin   context.CancelFunc
 	joinDone   chan struct{}
@@ -132,8 +135,20 @@ func New(cfg Config) (*Cluster, error) {
 		c.cfg.BindAddr = net.JoinHostPort(ip.String(), strconv.Itoa(port))
 		c.cfg.AdvertiseAddr = ""
 	}
-	ml, err := memberlist.Create(c.memberlistConfig())
+	mc := c.memberlistConfig()
+	if cfg.Registerer != nil {
+		label, unroute, err := newMetricsRoute(cfg.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: memberlist metrics: %w", err)
+		}
+		c.unroute = unroute
+		mc.MetricLabels = []gometrics.Label{label}
+	}
+	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if c.unroute != nil {
+			c.unroute()
+		}
 		return nil, fmt.Errorf("cluster: start memberlist on %s: %w", c.cfg.BindAddr, err)
 	}
 	c.ml = ml
@@ -339,6 +354,9 @@ func (c *Cluster) close(ctx context.Context) error {
 	c.closed = true
 	c.isClosed.Store(true)
 	c.life.Unlock()
+	if c.unroute != nil {
+		c.unroute()
+	}
 
 	close(c.stopEvents)
 	if err := waitDone(ctx, c.eventsDone); err != nil {

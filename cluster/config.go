@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/clock"
 )
@@ -235,6 +236,13 @@ type Config struct {
 	// Resolver resolves the seeds' hostnames and SRV names. Nil:
 	// net.DefaultResolver (the system's resolver configuration).
 	Resolver Resolver
+
+	// Registerer receives memberlist's own metrics (memberlist_gossip,
+	// memberlist_msg_alive, memberlist_msg_suspect, memberlist_probeNode,
+	// memberlist_health_score, ...: see metrics.go for how they get there
+	// from go-metrics' global sink, and which exist from the start). Nil:
+	// memberlist's metrics go nowhere.
+	Registerer prometheus.Registerer
 }
 
 // Resolver is the part of *net.Resolver that resolving seeds needs.

@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -115,6 +117,9 @@ func (m *metrics) watch(r *Router) error {
 	if m.reg == nil {
 		return nil
 	}
+	if err := m.reg.Register(ringVersion{r}); err != nil {
+		return err
+	}
 	for _, g := range []struct {
 		name, help string
 		f          func() float64
@@ -142,4 +147,18 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// ringVersionDesc describes ringlimit_ring_version.
+var ringVersionDesc = prometheus.NewDesc("ringlimit_ring_version",
+	"Always 1; the version label is this node's ring version (16 hex digits, 0 before the first ring): nodes that agree on the members show the same, so more than one value across a cluster's nodes (count(count by (version) (ringlimit_ring_version)) > 1) means their rings disagree.",
+	[]string{"version"}, nil)
+
+// ringVersion exports the router's current ring version when scraped.
+type ringVersion struct{ r *Router }
+
+func (ringVersion) Describe(ch chan<- *prometheus.Desc) { ch <- ringVersionDesc }
+
+func (v ringVersion) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(ringVersionDesc, prometheus.GaugeValue, 1, fmt.Sprintf("%016x", v.r.RingVersion()))
 }

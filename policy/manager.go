@@ -92,6 +92,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			Help: "Overrides received from other members and not installed, by reason (too_long: beyond the expiry cap; too_many: the cap on overrides in force; invalid).",
 		}, []string{"reason"}),
 	}
+	m.reloads.WithLabelValues("error") // at 0 from the start, for alerts on increase()
 	set, err := m.read()
 	if err != nil {
 		return nil, err
@@ -149,6 +150,7 @@ func (m *Manager) Current() *Set { return m.set.Load() }
 func (m *Manager) Reload(actor string) error {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
+	m.reloads.WithLabelValues("error") // at 0 from the start, for alerts on increase()
 	set, err := m.read()
 	if err != nil {
 		m.reloads.WithLabelValues("error").Inc()

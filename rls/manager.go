@@ -80,6 +80,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			Help: "The running rate limit service configuration version (value 1).",
 		}, []string{"version"}),
 	}
+	m.reloads.WithLabelValues("error") // at 0 from the start, for alerts on increase()
 	c, err := Load(cfg.Path)
 	if err != nil {
 		return nil, err

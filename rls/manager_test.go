@@ -86,8 +86,9 @@ func TestReload(t *testing.T) {
 		metrics map[string]float64
 	}{
 		{"", false, "", 100, map[string]float64{
-			"ringlimit_rls_config_reloads_total{result=ok}": 1,
-			"ringlimit_rls_config_info{version=" + v1 + "}": 1,
+			"ringlimit_rls_config_reloads_total{result=ok}":    1,
+			"ringlimit_rls_config_reloads_total{result=error}": 0, // there from the start
+			"ringlimit_rls_config_info{version=" + v1 + "}":    1,
 		}},
 		{bad, false, `invalid rate limit unit "fortnight"`, 100, map[string]float64{
 			"ringlimit_rls_config_reloads_total{result=ok}":    1,

@@ -23,6 +23,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/grpcmetrics"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/ring"
@@ -147,6 +148,10 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	peerMetrics, err := peer.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	grpcMetrics, err := grpcmetrics.New(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +282,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	ccfg.Logger = log
 	ccfg.Keys = cfg.gossipKeys
 	ccfg.Label = cfg.clusterName
+	ccfg.Registerer = reg
 	// Alive and suspect members are on the ring; dead ones (not left) are
 	// off it but still counted for the quorum; left ones are gone.
 	ccfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) {
@@ -339,12 +345,14 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if n.certs.api != nil {
 		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.apiTLSClientCA != "", "h2", "http/1.1")
 	}
-	n.grpcServer = grpc.NewServer(append(grpcOptions(), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)...)
+	n.grpcServer = grpc.NewServer(append(append(grpcOptions(), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)...)
 	a.RegisterGRPC(n.grpcServer)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpcServer, n.health)
-	n.peerGRPC = grpc.NewServer(append(grpcOptions(), n.certs.peerCreds()...)...)
+	grpcMetrics.Init("public", n.grpcServer)
+	n.peerGRPC = grpc.NewServer(append(append(grpcOptions(), grpcMetrics.ServerOptions("peer")...), n.certs.peerCreds()...)...)
 	n.peerServer.Register(n.peerGRPC)
+	grpcMetrics.Init("peer", n.peerGRPC)
 	bgCtx, stopBg := context.WithCancel(context.Background())
 	n.stopBg = stopBg
 	if n.policy != nil {
