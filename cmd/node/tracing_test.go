@@ -5,8 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,8 +79,10 @@ func TestNewTracing(t *testing.T) {
 		t.Fatalf("no environment: %+v, %v; want tracing off", off, err)
 	}
 	for _, proto := range []string{"grpc", "http/protobuf"} {
-		// A closed port: the exporter must not dial it when built, nor
-		// when shut down with nothing to send.
+		// A closed port (the exporters read the process environment):
+		// nothing dials it when the exporter is built, nor when it is shut
+		// down with nothing to send.
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 		tr, err := newTracing(ctx, envOf("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL", proto), "node-1", nil)
 		if err != nil || tr.tp == nil {
 			t.Fatalf("otlp %s: %+v, %v", proto, tr, err)
@@ -249,5 +256,36 @@ func TestTraceAcrossForwardedHop(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // a span node-2 wrongly made would have ended by now
 	if got := recs["node-2"].Ended(); len(got) != 0 {
 		t.Fatalf("node-2 made %d spans for checks from an untraced node", len(got))
+	}
+}
+
+// The OTLP exporter reads its endpoint from the process environment (as
+// the SDK reads the sampler): spans go, as OTLP/HTTP protobuf, to a
+// loopback receiver when the node shuts tracing down.
+func TestOTLPHTTPExport(t *testing.T) {
+	var posts atomic.Int64
+	var path, ctype atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		path.Store(r.URL.Path)
+		ctype.Store(r.Header.Get("Content-Type"))
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+	ctx := context.Background()
+	tr, err := newTracing(ctx, os.Getenv, "node-1", nil)
+	if err != nil || tr.tp == nil {
+		t.Fatalf("%+v, %v", tr, err)
+	}
+	_, span := tr.tp.Tracer("test").Start(ctx, "hello")
+	span.End()
+	if err := tr.shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if posts.Load() != 1 || path.Load() != "/v1/traces" || ctype.Load() != "application/x-protobuf" {
+		t.Fatalf("%d posts, last to %v as %v; want 1 to /v1/traces as application/x-protobuf", posts.Load(), path.Load(), ctype.Load())
 	}
 }
