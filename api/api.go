@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
@@ -203,6 +204,10 @@ type Config struct {
 	// unreachable owner is answered by the failure mode first. Zero means
 	// none.
 	CheckTimeout time.Duration
+	// TracerProvider, when set, traces the HTTP API (Handler) and the
+	// public gRPC server (GRPCStatsHandler; see trace.go). Nil: no spans,
+	// and no trace headers read.
+	TracerProvider trace.TracerProvider
 }
 
 // API holds what the HTTP and gRPC surfaces share. It is safe for
@@ -223,7 +228,8 @@ type API struct {
 	checkTimeout time.Duration
 	// trusted are Config.TrustedProxies.
 	trusted clientip.Trusted
-	ready   func() error // nil: always ready
+	ready   func() error         // nil: always ready
+	tp      trace.TracerProvider // nil: tracing off
 }
 
 // New validates cfg and returns an API.
@@ -254,7 +260,7 @@ func New(cfg Config) (*API, error) {
 		}
 	}
 	a := &API{trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready, tp: cfg.TracerProvider}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {

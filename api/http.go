@@ -152,7 +152,7 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 	if extra != nil {
 		mux.Handle("/", extra)
 	}
-	return mux
+	return a.traced(mux)
 }
 
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {

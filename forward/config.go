@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
@@ -59,6 +60,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Nil registers none.
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, makes a span "ringlimit.forward" (see
+	// trace.go) around each wait for an owner's answer whose context holds
+	// a span. Nil: no spans, and nothing read from the context.
+	TracerProvider trace.TracerProvider
 }
 
 // LeaseConfig configures token leases (see lease.go).

@@ -14,6 +14,8 @@
 //   - leases (lease.go): token leases a hot key's owner grants to entry
 //     nodes.
 //   - prelimiter (prelimit.go): the entry node's generous local stage.
+//   - tracing (trace.go): with Config.TracerProvider, a span
+//     "ringlimit.forward" around each wait for an owner's answer.
 //
 // Invariants:
 //   - A batch is validated whole before any of it is applied: one bad check

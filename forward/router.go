@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/peer"
@@ -22,6 +24,7 @@ type Router struct {
 	cfg      Config
 	log      *slog.Logger
 	m        *metrics
+	tracer   trace.Tracer  // nil: no spans
 	local    *bucket.Store // degraded-mode buckets
 	pre      *prelimiter
 	leases   *leases
@@ -75,6 +78,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{cfg: cfg, log: cfg.Logger, m: m, local: local, pre: pre, ctx: ctx, cancel: cancel}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/forward")
+	}
 	r.view.Store(&view{fetchDown: &sync.Map{}})
 	first := make(chan struct{})
 	r.viewChanged.Store(&first)

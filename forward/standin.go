@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/peer"
@@ -137,7 +139,14 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 		}
 	}
 	defer r.leases.done(asked)
+	var span trace.Span
+	if r.tracer != nil {
+		ctx, span = r.startForward(ctx, name, len(idx), final)
+	}
 	decider, err := r.cfg.Peers.Check(ctx, name, reqs, answers)
+	if span != nil {
+		endForward(span, decider, err)
+	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, peer.ErrBusy) {
 			r.reach.failed(name, r.cfg.Clock.Now().Add(r.cfg.PeerTimeout))

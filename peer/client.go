@@ -93,12 +93,18 @@ func (c *conn) close() {
 // answers into out and returns the name of the node that decided.
 func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string, error) {
 	var owner string
+	var tc traceContext
+	var traced bool
+	if c.cfg.PropagateTrace {
+		tc, traced = traceOf(ctx)
+	}
 	for off := 0; off < len(reqs); {
 		n := min(len(reqs)-off, c.b.MaxBatch())
 		in := make([]wireCheck, n)
 		for j := range in {
 			r := &reqs[off+j]
-			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final}
+			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final,
+				trace: tc, traced: traced}
 		}
 		call := batcher.NewCall(ctx, in, make([]wireDecision, n))
 		if err := c.b.Do(call); err != nil {

@@ -65,6 +65,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives the transport's counters. Nil counts nothing.
 	Metrics *Metrics
+	// PropagateTrace sends with each check the W3C trace context of the
+	// context it was sent with, when that holds a sampled span (25 bytes
+	// more per check), for the owner's span (Server.Trace). False: no check
+	// carries one, and the bytes sent are those of a node without tracing.
+	PropagateTrace bool
 }
 
 // minQueue is the least default Queue, for a small MaxBatch.

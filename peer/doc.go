@@ -22,6 +22,13 @@
 // served by the generated code. The keys a Handler is given point into
 // reused buffers: it copies those it keeps.
 //
+// Tracing (trace.go): with Config.PropagateTrace a check sent with a
+// sampled span in its context carries that span's W3C trace context
+// (Check.trace, 25 bytes); a Server given a TracerProvider (Server.Trace)
+// decides each such check inside a span "ringlimit.peer.check", its
+// child. An untraced check's bytes are unchanged, and a node that does not
+// know the field skips it.
+//
 // Invariants:
 //   - Every call has a deadline (Config.Timeout): a stream whose oldest
 //     batch waited that long breaks, and its batches fail.

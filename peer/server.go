@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -62,6 +63,7 @@ type Server struct {
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
 	known     func(name string) bool // set by Authenticate; nil: no authentication
+	tracer    trace.Tracer           // set by Trace; nil: no spans
 }
 
 // NewServer returns the peer service of the node self, deciding with h;
@@ -154,6 +156,7 @@ type received struct {
 	out     checkAnswer
 	reqs    []Request
 	answers []Answer
+	spans   []tracedCheck // the traced checks of in, while they are decided
 }
 
 var receivedPool = sync.Pool{New: func() any { return new(received) }}
@@ -190,11 +193,13 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 	}
 	pb.answers = pb.answers[:len(pb.reqs)]
 	clear(pb.answers)
+	s.startSpans(ctx, pb)
 	s.h.Decide(ctx, in.from, in.ringVersion, pb.reqs, pb.answers)
 	for i := range pb.answers {
 		out.decisions = append(out.decisions, wireDecision{})
 		out.decisions[i].fromAnswer(&pb.answers[i])
 	}
+	pb.endSpans()
 }
 
 // statesFromProto returns the valid states of bs; invalid ones (bad key or

@@ -112,6 +112,11 @@ type wireCheck struct {
 	refund bool
 	lease  int64
 	final  bool
+	// trace is the check's W3C trace context when traced is set (field
+	// trace, written only then: an untraced check has the bytes it had
+	// before the field existed).
+	trace  traceContext
+	traced bool
 }
 
 // checkBatch is one batch on the Check stream (message CheckRequest). A
@@ -152,6 +157,7 @@ type checkAnswer struct {
 const (
 	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst                     = 1, 2, 3, 4
 	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease, fCheckFinal = 1, 2, 3, 4, 5, 6
+	fCheckTrace                                                                = 7
 	fReqFrom, fReqChecks, fReqID, fReqRingVersion                              = 1, 2, 3, 4
 	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
 	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect                               = 6, 7, 8
@@ -214,7 +220,14 @@ func (c *wireCheck) size() int {
 	// field even when it is empty).
 	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
 		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
-		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final))
+		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final)) + c.traceSize()
+}
+
+func (c *wireCheck) traceSize() int {
+	if !c.traced {
+		return 0
+	}
+	return bytesSize(fCheckTrace, traceContextLen)
 }
 
 func (c *wireCheck) appendTo(b []byte) []byte {
@@ -225,7 +238,12 @@ func (c *wireCheck) appendTo(b []byte) []byte {
 	b = appendVarint(b, fCheckCost, uint64(c.cost))
 	b = appendVarint(b, fCheckRefund, boolVal(c.refund))
 	b = appendVarint(b, fCheckLease, uint64(c.lease))
-	return appendVarint(b, fCheckFinal, boolVal(c.final))
+	b = appendVarint(b, fCheckFinal, boolVal(c.final))
+	if c.traced {
+		b = protowire.AppendTag(b, fCheckTrace, protowire.BytesType)
+		b = protowire.AppendBytes(b, c.trace[:])
+	}
+	return b
 }
 
 func (m *checkBatch) size() int {

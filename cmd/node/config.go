@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/clientip"
@@ -74,6 +76,11 @@ type config struct {
 	// failAt, set only by tests, makes startNode fail at the step of that
 	// name (see startSteps), to show that it releases what it opened.
 	failAt string
+
+	// tracer traces the APIs, the forwarded checks and the checks peers
+	// send (tracing.go); nil: tracing off. Set by run from the OTEL_*
+	// environment, or by tests.
+	tracer trace.TracerProvider
 }
 
 // parseConfig reads args, falling back to getenv("RINGLIMIT_<FLAG>") for

@@ -50,6 +50,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if tune != nil {
 		defer tune(uint64(cfg.gcHeadroomMiB) << 20)()
 	}
+	tr, err := newTracing(ctx, getenv, cfg.name, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if tr.tp != nil {
+		cfg.tracer = tr.tp
+		log.Info("tracing on", "exporters", tr.exporters)
+		defer func() { // after the node closed: its last spans are flushed
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tr.shutdown(sctx); err != nil {
+				log.Warn("tracing shutdown", "err", err)
+			}
+		}()
+	}
 	n, err := startNode(cfg, log)
 	if err != nil {
 		return err
@@ -241,7 +256,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := step("peers"); err != nil {
 		return nil, err
 	}
-	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts()}); err != nil {
+	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts(),
+		PropagateTrace: cfg.tracer != nil}); err != nil {
 		return nil, err
 	}
 	undo = append(undo, n.peers.Close)
@@ -253,12 +269,13 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
 		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0},
 		ClusterSize: cfg.clusterSize,
-		Logger:      log, Registerer: reg})
+		Logger:      log, Registerer: reg, TracerProvider: cfg.tracer})
 	if err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { n.router.Close(context.Background()) })
 	n.peerServer = peer.NewServer(cfg.name, n.router, peerMetrics)
+	n.peerServer.Trace(cfg.tracer)
 	if n.certs.peer != nil {
 		n.peerServer.Authenticate(func(name string) bool { return (*n.known.Load())[name] })
 	}
@@ -316,7 +333,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
 		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
-		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, Ready: n.ready}
+		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, Ready: n.ready, TracerProvider: cfg.tracer}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
@@ -345,7 +362,11 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if n.certs.api != nil {
 		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.apiTLSClientCA != "", "h2", "http/1.1")
 	}
-	n.grpcServer = grpc.NewServer(append(append(grpcOptions(), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)...)
+	gopts := append(append(grpcOptions(), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)
+	if h := a.GRPCStatsHandler(); h != nil {
+		gopts = append(gopts, grpc.StatsHandler(h))
+	}
+	n.grpcServer = grpc.NewServer(gopts...)
 	a.RegisterGRPC(n.grpcServer)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpcServer, n.health)

@@ -203,7 +203,13 @@ type Check struct {
 	// Decide on the receiver's store even where its ring names another
 	// owner: the sender's last hop (a stand-in for an unreachable owner, or
 	// a check redirected once already).
-	Final         bool `protobuf:"varint,6,opt,name=final,proto3" json:"final,omitempty"`
+	Final bool `protobuf:"varint,6,opt,name=final,proto3" json:"final,omitempty"`
+	// The W3C trace context of a traced check, for the receiver's span: the
+	// trace id (16 bytes), the span id of the sender's forward span (8
+	// bytes) and the trace flags (1 byte), 25 bytes in all. Left out when
+	// the check is not part of a sampled trace; a receiver that does not
+	// know the field skips it.
+	Trace         []byte `protobuf:"bytes,7,opt,name=trace,proto3" json:"trace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -278,6 +284,13 @@ func (x *Check) GetFinal() bool {
 		return x.Final
 	}
 	return false
+}
+
+func (x *Check) GetTrace() []byte {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
 }
 
 type CheckRequest struct {
@@ -926,14 +939,15 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xa1\x01\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xb7\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x16\n" +
 	"\x06refund\x18\x04 \x01(\bR\x06refund\x12\x14\n" +
 	"\x05lease\x18\x05 \x01(\x03R\x05lease\x12\x14\n" +
-	"\x05final\x18\x06 \x01(\bR\x05final\"\x87\x01\n" +
+	"\x05final\x18\x06 \x01(\bR\x05final\x12\x14\n" +
+	"\x05trace\x18\a \x01(\fR\x05trace\"\x87\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/peer"
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+func envOf(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+// Which environments turn tracing on, and with which exporters.
+func TestTracingExporters(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want []string // nil: off
+		err  string
+	}{
+		{env: nil},
+		{env: []string{"OTEL_TRACES_SAMPLER", "always_on", "OTEL_SERVICE_NAME", "x"}}, // nothing says export
+		{env: []string{"OTEL_TRACES_EXPORTER", "none"}},
+		{env: []string{"OTEL_TRACES_EXPORTER", "none", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"}},
+		{env: []string{"OTEL_SDK_DISABLED", "true", "OTEL_TRACES_EXPORTER", "otlp"}},
+		{env: []string{"OTEL_TRACES_EXPORTER", "otlp"}, want: []string{"otlp/http/protobuf"}},
+		{env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"}, want: []string{"otlp/http/protobuf"}},
+		{env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://collector:4318/v1/traces"}, want: []string{"otlp/http/protobuf"}},
+		{env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}, want: []string{"otlp/grpc"}},
+		{env: []string{"OTEL_TRACES_EXPORTER", "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"}, want: []string{"otlp/grpc"}},
+		{env: []string{"OTEL_TRACES_EXPORTER", "console"}, want: []string{"console"}},
+		{env: []string{"OTEL_TRACES_EXPORTER", "otlp, console", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}, want: []string{"otlp/grpc", "console"}},
+		{env: []string{"OTEL_TRACES_EXPORTER", "zipkin"}, err: `"zipkin" is not supported`},
+		{env: []string{"OTEL_TRACES_EXPORTER", "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"}, err: `"http/json" is not supported`},
+	} {
+		got, err := tracingExporters(envOf(tc.env...))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, %v; want error %q", tc.env, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%q: exporters %q, %v; want %q", tc.env, got, err, tc.want)
+		}
+	}
+}
+
+// newTracing builds each exporter without dialling, and the console one
+// writes spans with the resource: service.name ringlimit unless
+// OTEL_SERVICE_NAME says otherwise, and the node's name.
+func TestNewTracing(t *testing.T) {
+	ctx := context.Background()
+	off, err := newTracing(ctx, envOf(), "node-1", nil)
+	if err != nil || off.tp != nil || off.shutdown(ctx) != nil {
+		t.Fatalf("no environment: %+v, %v; want tracing off", off, err)
+	}
+	for _, proto := range []string{"grpc", "http/protobuf"} {
+		// A closed port (the exporters read the process environment):
+		// nothing dials it when the exporter is built, nor when it is shut
+		// down with nothing to send.
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+		tr, err := newTracing(ctx, envOf("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL", proto), "node-1", nil)
+		if err != nil || tr.tp == nil {
+			t.Fatalf("otlp %s: %+v, %v", proto, tr, err)
+		}
+		if err := tr.shutdown(ctx); err != nil {
+			t.Fatalf("otlp %s: shutdown: %v", proto, err)
+		}
+	}
+	for _, tc := range []struct{ env, service string }{{"", "ringlimit"}, {"limiter-eu", "limiter-eu"}} {
+		var out bytes.Buffer
+		tr, err := newTracing(ctx, envOf("OTEL_TRACES_EXPORTER", "console", "OTEL_SERVICE_NAME", tc.env), "node-7", &out)
+		if err != nil || tr.tp == nil {
+			t.Fatalf("console: %+v, %v", tr, err)
+		}
+		_, span := tr.tp.Tracer("test").Start(ctx, "hello")
+		span.End()
+		if err := tr.shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Name     string
+			Resource []struct {
+				Key   string
+				Value struct{ Value any }
+			}
+		}
+		if err := json.Unmarshal(out.Bytes(), &doc); err != nil || doc.Name != "hello" {
+			t.Fatalf("console wrote %q: %v", out.String(), err)
+		}
+		res := map[string]any{}
+		for _, kv := range doc.Resource {
+			res[kv.Key] = kv.Value.Value
+		}
+		if res["service.name"] != tc.service || res["ringlimit.node"] != "node-7" || res["service.instance.id"] != "node-7" || res["service.version"] == nil {
+			t.Errorf("OTEL_SERVICE_NAME=%q: resource %v", tc.env, res)
+		}
+	}
+}
+
+// One trace spans the entry node and the owner: a check sent over HTTP
+// (then gRPC) to node-1 for a key node-2 owns makes, on node-1, the API's
+// server span and the forward span as its child, and on node-2 the
+// peer-check span whose parent is that forward span, in the same trace.
+// node-3 traces nothing: what it forwards carries no trace context (its
+// owner makes no span), and it decides what traced nodes forward to it.
+func TestTraceAcrossForwardedHop(t *testing.T) {
+	h := newHarness(t)
+	recs := map[string]*tracetest.SpanRecorder{}
+	start := func(name string, traced bool, join ...string) *node {
+		var tweak func(*config)
+		if traced {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { tp.Shutdown(context.Background()) })
+			recs[name] = rec
+			tweak = func(c *config) { c.tracer = tp }
+		}
+		n, _ := h.startWith(name, joinArgs(join), tweak)
+		return n
+	}
+	n1 := start("node-1", true)
+	n2 := start("node-2", true, n1.cluster.LocalAddr())
+	n3 := start("node-3", false, n1.cluster.LocalAddr())
+	h.waitRing([]*node{n1, n2, n3}, []string{"node-1", "node-2", "node-3"}, 10*time.Second)
+	keyOwnedBy := func(owner string) string {
+		for i := 0; ; i++ {
+			k := fmt.Sprintf("trace:%d", i)
+			if o, _ := n1.router.Owner(k); o == owner {
+				return k
+			}
+		}
+	}
+	key2, key3 := keyOwnedBy("node-2"), keyOwnedBy("node-3")
+	lim := inlineLimit{count: 100, per: "1h"}
+
+	// spans waits until rec holds n ended spans and returns them.
+	spans := func(name string, n int) []sdktrace.ReadOnlySpan {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := recs[name].Ended()
+			if len(got) >= n || time.Now().After(deadline) {
+				if len(got) != n {
+					var names []string
+					for _, s := range got {
+						names = append(names, s.Name())
+					}
+					t.Fatalf("%s: %d spans %q, want %d", name, len(got), names, n)
+				}
+				recs[name].Reset()
+				return got
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	byName := func(ss []sdktrace.ReadOnlySpan) map[string]sdktrace.ReadOnlySpan {
+		m := map[string]sdktrace.ReadOnlySpan{}
+		for _, s := range ss {
+			if _, dup := m[s.Name()]; dup {
+				t.Fatalf("two spans %s", s.Name())
+			}
+			m[s.Name()] = s
+		}
+		return m
+	}
+	// assertTrace checks one forwarded check's spans: api, the API's
+	// span, on node-1; its child, the forward span; node-2's peer-check
+	// span, child of the forward span.
+	assertTrace := func(api string) {
+		t.Helper()
+		entry, owner := byName(spans("node-1", 2)), byName(spans("node-2", 1))
+		srv, fwd, chk := entry[api], entry[forward.ForwardSpan], owner[peer.PeerCheckSpan]
+		if srv == nil || fwd == nil || chk == nil {
+			t.Fatalf("spans on node-1 %v, on node-2 %v; want %s and %s, then %s", entry, owner, api, forward.ForwardSpan, peer.PeerCheckSpan)
+		}
+		tid := srv.SpanContext().TraceID()
+		if srv.SpanKind() != trace.SpanKindServer || srv.Parent().IsValid() {
+			t.Errorf("%s: kind %v, parent %v; want a server root span", api, srv.SpanKind(), srv.Parent())
+		}
+		if fwd.SpanContext().TraceID() != tid || fwd.Parent().SpanID() != srv.SpanContext().SpanID() || fwd.SpanKind() != trace.SpanKindClient {
+			t.Errorf("forward span: trace %v parent %v kind %v; want child of %s %v", fwd.SpanContext().TraceID(), fwd.Parent().SpanID(), fwd.SpanKind(), api, srv.SpanContext())
+		}
+		if chk.SpanContext().TraceID() != tid || chk.Parent().SpanID() != fwd.SpanContext().SpanID() || !chk.Parent().IsRemote() {
+			t.Errorf("peer-check span: trace %v parent %v; want remote child of forward span %v", chk.SpanContext().TraceID(), chk.Parent(), fwd.SpanContext())
+		}
+		for _, s := range []sdktrace.ReadOnlySpan{srv, fwd, chk} {
+			for _, kv := range s.Attributes() {
+				if strings.Contains(kv.Value.Emit(), key2) {
+					t.Errorf("%s: attribute %s holds the key", s.Name(), kv.Key)
+				}
+			}
+		}
+		attrs := map[string]string{}
+		for _, kv := range chk.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["ringlimit.allowed"] != "true" || attrs["ringlimit.cost"] != "1" || attrs["ringlimit.algorithm"] != "token_bucket" || attrs["ringlimit.peer.from"] != "node-1" {
+			t.Errorf("peer-check span attributes %v", attrs)
+		}
+	}
+
+	a, err := doCheck(h.client, httpAddr(n1), key2, lim, 5*time.Second)
+	if err != nil || a.status != 200 || a.body.Owner != "node-2" {
+		t.Fatalf("HTTP check: %+v, %v", a, err)
+	}
+	assertTrace("POST /v1/check")
+
+	conn, err := grpc.NewClient(n1.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := pb.NewRateLimiterClient(conn).Check(ctx, &pb.CheckRequest{Checks: []*pb.Check{{Key: key2, Cost: new(int64(1)),
+		Limit: &pb.Limit{Limit: 100, PerMs: int64(time.Hour / time.Millisecond)}}}})
+	if err != nil || !resp.GetDecisions()[0].GetAllowed() {
+		t.Fatalf("gRPC check: %v, %v", resp, err)
+	}
+	assertTrace("ringlimit.v1.RateLimiter/Check")
+
+	// Untraced entry node: no trace context reaches the traced owner.
+	if a, err := doCheck(h.client, httpAddr(n3), key2, lim, 5*time.Second); err != nil || a.status != 200 || a.body.Owner != "node-2" {
+		t.Fatalf("check through node-3: %+v, %v", a, err)
+	}
+	// Untraced owner: the traced entry node's spans only.
+	if a, err := doCheck(h.client, httpAddr(n1), key3, lim, 5*time.Second); err != nil || a.status != 200 || a.body.Owner != "node-3" {
+		t.Fatalf("check of node-3's key: %+v, %v", a, err)
+	}
+	spans("node-1", 2)
+	time.Sleep(50 * time.Millisecond) // a span node-2 wrongly made would have ended by now
+	if got := recs["node-2"].Ended(); len(got) != 0 {
+		t.Fatalf("node-2 made %d spans for checks from an untraced node", len(got))
+	}
+}
+
+// The OTLP exporter reads its endpoint from the process environment (as
+// the SDK reads the sampler): spans go, as OTLP/HTTP protobuf, to a
+// loopback receiver when the node shuts tracing down.
+func TestOTLPHTTPExport(t *testing.T) {
+	var posts atomic.Int64
+	var path, ctype atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		path.Store(r.URL.Path)
+		ctype.Store(r.Header.Get("Content-Type"))
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+	ctx := context.Background()
+	tr, err := newTracing(ctx, os.Getenv, "node-1", nil)
+	if err != nil || tr.tp == nil {
+		t.Fatalf("%+v, %v", tr, err)
+	}
+	_, span := tr.tp.Tracer("test").Start(ctx, "hello")
+	span.End()
+	if err := tr.shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if posts.Load() != 1 || path.Load() != "/v1/traces" || ctype.Load() != "application/x-protobuf" {
+		t.Fatalf("%d posts, last to %v as %v; want 1 to /v1/traces as application/x-protobuf", posts.Load(), path.Load(), ctype.Load())
+	}
+}
