@@ -203,6 +203,9 @@ type Config struct {
 	// unreachable owner is answered by the failure mode first. Zero means
 	// none.
 	CheckTimeout time.Duration
+	// Self is this node's name: a check another node decided counts as
+	// forwarded in Activity. Empty: none does.
+	Self string
 }
 
 // API holds what the HTTP and gRPC surfaces share. It is safe for
@@ -224,6 +227,8 @@ type API struct {
 	// trusted are Config.TrustedProxies.
 	trusted clientip.Trusted
 	ready   func() error // nil: always ready
+	self    string       // Config.Self
+	act     activity
 }
 
 // New validates cfg and returns an API.
@@ -254,7 +259,7 @@ func New(cfg Config) (*API, error) {
 		}
 	}
 	a := &API{trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready, self: cfg.Self}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {
@@ -282,6 +287,7 @@ func (a *API) check(ctx context.Context, surface string, checks []forward.Check,
 	for i := range checks {
 		a.m.countDecision(checks[i].Limit.Algorithm(), &out[i])
 	}
+	a.act.note(a.self, out[:len(checks)])
 	return nil
 }
 
