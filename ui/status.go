@@ -50,8 +50,11 @@ type Policy struct {
 
 // Status is the body of GET /ui/api/status.
 type Status struct {
-	Self        string                `json:"self"`
-	RingVersion uint64                `json:"ring_version"`
+	Self string `json:"self"`
+	// RingVersion is a decimal string: JavaScript's numbers cannot hold
+	// every uint64 (Ring.Version, a number as in GET /v1/ring, is only
+	// exact up to 2^53).
+	RingVersion uint64                `json:"ring_version,string"`
 	Members     []Member              `json:"members"`
 	Ring        api.RingStatus        `json:"ring"`
 	Replication api.ReplicationStatus `json:"replication"`

@@ -106,7 +106,7 @@ func TestStatusJSON(t *testing.T) {
 	// forwarded = 50%; 3 degraded = 2/s; 30 peer checks = 20/s. node-2:
 	// only 0.5 s since its last sample, too short for a rate. node-3 did
 	// not answer.
-	want := `{"self":"node-1","ring_version":7,"members":[` +
+	want := `{"self":"node-1","ring_version":"7","members":[` +
 		`{"name":"node-1","http":"127.0.0.1:8081","grpc":"g","peer":"p","gossip":"q","state":"alive","on_ring":true,"keys":10,"self":true,` +
 		`"stats":{"name":"node-1","version":"v1","uptime_s":11.5,"keys":10,"ring_version":7,"checks":400,"refused":40,"forwarded":200,"degraded":3,"peer_checks":37,"replication_lag_ms":0.25,"replication_pending":0,"policy_version":"sha256:ab"},` +
 		`"rates":{"window_s":1.5,"checks_per_s":200,"refused_per_s":20,"degraded_per_s":2,"peer_checks_per_s":20,"refusal_rate":0.1,"forwarded_share":0.5}},` +
@@ -128,7 +128,7 @@ func TestStatusJSON(t *testing.T) {
 func TestStatusJSONEmpty(t *testing.T) {
 	srv := serve(t, Config{Source: (&fakeSource{snaps: []Snapshot{{Cluster: api.ClusterStatus{Self: "node-1"}}}}).get})
 	_, body := get(t, srv, "/ui/api/status", "")
-	want := `{"self":"node-1","ring_version":0,"members":[],"ring":{"ring_version":0,"members":[],"owners":[]},` +
+	want := `{"self":"node-1","ring_version":"0","members":[],"ring":{"ring_version":0,"members":[],"owners":[]},` +
 		`"replication":{"factor":0,"lag_ms":0,"pending":0,"replicas":0,"successor_keys":0},"quorum":{"cluster_size":0,"minority":false},"policy":null}` + "\n"
 	if body != want {
 		t.Fatalf("status body:\n%s\nwant:\n%s", body, want)

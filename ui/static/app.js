@@ -93,7 +93,7 @@ function renderMembers(st, col) {
       if (v) addr.append(el('div', { text: k + ' ' + v }));
     }
     const num = (v, title) => el('td', title ? { class: 'num', title } : { class: 'num' }, v);
-    const tr = el('tr', { 'data-name': m.name, 'data-state': m.state, class: 'state-' + m.state + (m.self ? ' self' : '') },
+    const tr = el('tr', { 'data-name': m.name, 'data-state': m.state, class: 'row-' + m.state + (m.self ? ' self' : '') },
       el('td', {}, swatch(col.get(m.name) || '#999'), m.name + (m.self ? ' (this node)' : '')),
       el('td', {}, el('span', { class: 'state state-' + m.state, text: m.state })),
       el('td', { class: 'on-ring', text: m.on_ring ? 'yes' : 'no' }),
@@ -143,7 +143,7 @@ function renderRing(st, col) {
     state.ringKey = key;
   }
   document.getElementById('ring-center').textContent = n ? n.toLocaleString('en') + ' partitions' : 'no ring yet';
-  document.getElementById('ring-sub').textContent = 'version ' + ring.ring_version;
+  document.getElementById('ring-sub').textContent = 'version ' + st.ring_version;
   const items = ring.members.map(m => el('li', { 'data-name': m.name }, swatch(col.get(m.name)), m.name,
     el('span', { class: 'share', text: m.partitions.toLocaleString('en') + ' partitions · ' + pct(m.share) })));
   document.getElementById('legend').replaceChildren(...items);
