@@ -29,17 +29,22 @@ type pageView struct {
 	Owners    []string          `json:"owners"` // distinct data-owner of the slices, sorted
 	Fills     int               `json:"fills"`  // distinct fill colours of the slices
 	Legend    []string          `json:"legend"`
-	Slice0    string            `json:"slice0"` // partition 0's path
-	Rates     map[string]string `json:"rates"`  // name → checks/s cell
+	Slice0    string            `json:"slice0"`  // partition 0's path
+	Rates     map[string]string `json:"rates"`   // name → checks/s cell
+	Refused   map[string]string `json:"refused"` // name → refused cell
 	Freshness string            `json:"freshness"`
+	// CSP lists what the Content-Security-Policy blocked.
+	CSP []string `json:"csp"`
 }
 
 const readPage = `(() => {
-  const v = {location: location.href, members: {}, rates: {}, legend: [], owners: [], slices: 0, fills: 0, slice0: '',
-    freshness: (document.getElementById('freshness') || {}).dataset?.state || ''};
+  const v = {location: location.href, members: {}, rates: {}, refused: {}, legend: [], owners: [], slices: 0, fills: 0, slice0: '',
+    freshness: (document.getElementById('freshness') || {}).dataset?.state || '',
+    csp: window.ringlimitCSPViolations || ['app.js did not run']};
   for (const tr of document.querySelectorAll('#members tbody tr')) {
     v.members[tr.dataset.name] = tr.querySelector('.state').textContent;
     v.rates[tr.dataset.name] = tr.children[5].textContent;
+    v.refused[tr.dataset.name] = tr.children[6].textContent;
   }
   const slices = document.querySelectorAll('svg#ring path.slice');
   v.slices = slices.length;
@@ -53,7 +58,8 @@ const readPage = `(() => {
 // TestStatusPageInBrowser opens node-1's / in headless Chromium with three
 // node processes under a little traffic: the page lands on /ui/, lists the
 // three members alive, draws the 1,021 partitions in three owners'
-// colours, and shows rates. After node-3 is killed (SIGKILL) the page shows
+// colours, and shows rates and refusals; the Content-Security-Policy
+// blocks nothing. After node-3 is killed (SIGKILL) the page shows
 // it dead within 5 s.
 func TestStatusPageInBrowser(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
@@ -68,12 +74,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	p1, p3 := all[0], all[2]
 
 	// A little traffic through node-1 and node-2 (not node-3, which dies):
-	// about 80 checks a second on 20 keys limited to 3 per second each, so
-	// that about a quarter are refused.
+	// about 80 checks a second on 20 keys limited to 2 per second each, so
+	// that about half are refused once the bursts are spent.
 	stop := make(chan struct{})
 	var load sync.WaitGroup
 	t.Cleanup(func() { close(stop); load.Wait() })
-	l := inlineLimit{count: 3, per: "1s"}
+	l := inlineLimit{count: 2, per: "1s"}
 	for w, p := range all[:2] {
 		load.Go(func() {
 			tick := time.NewTicker(25 * time.Millisecond)
@@ -147,6 +153,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 			return fmt.Errorf("legend %v", v.Legend)
 		case v.Rates["node-1"] == "—" || v.Rates["node-1"] == "0.0" || v.Rates["node-2"] == "—":
 			return fmt.Errorf("checks/s %v", v.Rates)
+		case v.Refused["node-1"] == "—" || v.Refused["node-1"] == "0.0%":
+			return fmt.Errorf("refused %v", v.Refused)
 		}
 		return nil
 	})
@@ -190,6 +198,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 		return nil
 	})
+	if len(v.CSP) != 0 {
+		t.Errorf("the Content-Security-Policy blocked %v", v.CSP)
+	}
 	if v.Freshness != "fresh" {
 		t.Errorf("freshness %q after node-3 died, want fresh: node-1 answers", v.Freshness)
 	}

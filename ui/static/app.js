@@ -9,6 +9,12 @@ const STALE_MS = 3000;
 const TOKEN_KEY = 'ringlimit.adminToken';
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
+// Whatever the Content-Security-Policy blocks is recorded here (and in the
+// console), for whoever looks: the page itself should never trip it.
+window.ringlimitCSPViolations = [];
+document.addEventListener('securitypolicyviolation',
+  ev => window.ringlimitCSPViolations.push(ev.violatedDirective + ' ' + ev.blockedURI));
+
 // Ring geometry: an annulus centred in the 320×320 view box.
 const CX = 160, CY = 160, R_OUT = 150, R_IN = 95;
 
