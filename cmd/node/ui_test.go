@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -62,12 +63,7 @@ const readPage = `(() => {
 // blocks nothing. After node-3 is killed (SIGKILL) the page shows
 // it dead within 5 s.
 func TestStatusPageInBrowser(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Chromium is required under CI: %v", err)
-		}
-		t.Skipf("no Chromium: %v", err)
-	}
+	needChromium(t)
 	bin := buildNode(t)
 	h := newHarness(t)
 	all := startThree(t, h, bin, nil)
@@ -96,18 +92,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 
 	dir := t.ArtifactDir()
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1100))
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// The first action starts the browser: it gets no deadline of its own.
-	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
+	bctx := newBrowser(t)
 	run := func(d time.Duration, a chromedp.Action[pageView]) (pageView, error) {
 		ctx, cancel := context.WithTimeout(bctx, d)
 		defer cancel()
@@ -206,4 +191,100 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	shot("status-after.png")
 	t.Logf("screenshots in %s", dir)
+}
+
+// needChromium skips the test when there is no Chromium, unless CI is
+// "true": then it fails.
+func needChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Chromium is required under CI: %v", err)
+		}
+		t.Skipf("no Chromium: %v", err)
+	}
+}
+
+// newBrowser starts headless Chromium with a profile of its own, stopped
+// when the test ends, and returns the context of its tab. Call it after
+// newHarness, so that the browser is gone when goleak looks.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	needChromium(t)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1100))
+	t.Cleanup(cancelAlloc) // waits for the browser to exit
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	// The first action starts the browser: it gets no deadline of its own.
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return bctx
+}
+
+// TestStatusPagePrivateReadsInBrowser: on a node with --private-reads the
+// page asks for the admin token; once given (kept in sessionStorage) it
+// shows the node, its policy version and the override in force.
+func TestStatusPagePrivateReadsInBrowser(t *testing.T) {
+	needChromium(t)
+	h := newHarness(t)
+	bctx := newBrowser(t)
+	dir := t.TempDir()
+	pol, tokens := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "tokens")
+	writePolicy(t, pol, overridePolicy)
+	if err := os.WriteFile(tokens, []byte("oncall:"+testAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := h.startWith("node-1", []string{"--policy", pol, "--audit-log", filepath.Join(dir, "audit"), "--admin-token-file", tokens, "--private-reads"}, nil)
+	addr := httpAddr(n)
+	status, b, err := postJSON(h.client, "http://"+addr+"/v1/overrides", `{"actor":"oncall","reason":"incident 7","user":"42","tier":"enterprise","expires_in":"10m"}`)
+	if err != nil || status != 200 {
+		t.Fatalf("POST /v1/overrides: %d %s %v", status, b, err)
+	}
+	const read = `(() => ({auth: !document.getElementById('auth').hidden, freshness: document.getElementById('freshness').dataset.state,
+  members: [...document.querySelectorAll('#members tbody tr')].map(tr => tr.dataset.name + '=' + tr.dataset.state),
+  overrides: [...document.querySelectorAll('#overrides tbody tr')].map(tr => tr.children[1].textContent + ' ' + tr.children[4].textContent),
+  policy: document.querySelector('#members tbody tr td:nth-child(12)')?.title || ''}))()`
+	type view struct {
+		Auth      bool     `json:"auth"`
+		Freshness string   `json:"freshness"`
+		Members   []string `json:"members"`
+		Overrides []string `json:"overrides"`
+		Policy    string   `json:"policy"`
+	}
+	look := func() (view, error) {
+		ctx, cancel := context.WithTimeout(bctx, time.Second)
+		defer cancel()
+		return chromedp.Run(ctx, chromedp.Evaluate[view](read))
+	}
+	do := func(what string, a ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		if err := chromedp.Do(ctx, a...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	testkit.WaitFor(t, 5*time.Second, "the page to ask for a token", func() error {
+		v, err := look()
+		if err == nil && (!v.Auth || v.Freshness != "error" || len(v.Members) != 0) {
+			err = fmt.Errorf("%+v", v)
+		}
+		return err
+	})
+	do("give the token", chromedp.SendKeys(chromedp.CSS("#token"), testAdminToken), chromedp.Click(chromedp.CSS("#token-form button[type=submit]")))
+	want := view{Freshness: "fresh", Members: []string{"node-1=alive"}, Overrides: []string{"policy=api user=42 tier=enterprise incident 7"},
+		Policy: versionOf(t, overridePolicy)}
+	testkit.WaitFor(t, 5*time.Second, "the page to show the node and its override", func() error {
+		v, err := look()
+		if err == nil && !reflect.DeepEqual(v, want) {
+			err = fmt.Errorf("%+v, want %+v", v, want)
+		}
+		return err
+	})
 }
