@@ -59,9 +59,23 @@ var securityHeaders = map[string]string{
 	"X-Frame-Options":        "DENY",
 }
 
-// New returns the handler of GET / (a redirect to /ui/), the page's files
-// under /ui/ and GET /ui/api/status. Other paths answer 404.
-func New(cfg Config) (http.Handler, error) {
+// Page is the HTTP handler of the status page: GET / (a redirect to
+// /ui/), the page's files under /ui/ and GET /ui/api/status; other paths
+// answer 404. It is safe for concurrent use.
+type Page struct {
+	mux *http.ServeMux
+}
+
+// ServeHTTP serves r with the security headers.
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for k, v := range securityHeaders {
+		w.Header().Set(k, v)
+	}
+	p.mux.ServeHTTP(w, r)
+}
+
+// New validates cfg and returns the page.
+func New(cfg Config) (*Page, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,12 +104,7 @@ func New(cfg Config) (http.Handler, error) {
 	})
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(files)))
 	mux.Handle("GET /ui/api/status", status)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for k, v := range securityHeaders {
-			w.Header().Set(k, v)
-		}
-		mux.ServeHTTP(w, r)
-	}), nil
+	return &Page{mux: mux}, nil
 }
 
 // build merges a snapshot into the page's Status, with each node's rates.

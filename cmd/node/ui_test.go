@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -19,8 +21,19 @@ import (
 
 var writeScreenshot = flag.Bool("ui.screenshot", false, "TestStatusPageInBrowser: write the page, three nodes alive under a little traffic, to ../../docs/status-page.png")
 
-// chromiumPath is the browser TestStatusPageInBrowser drives.
-const chromiumPath = "/usr/bin/chromium"
+// chromium returns the browser the status page tests drive: Debian's
+// /usr/bin/chromium, else chromium or chromium-browser on the PATH.
+func chromium() (string, error) {
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium", nil
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("neither /usr/bin/chromium nor chromium or chromium-browser on the PATH")
+}
 
 // pageView is what the status page shows, read from its DOM.
 type pageView struct {
@@ -197,7 +210,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 // "true": then it fails.
 func needChromium(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
+	if _, err := chromium(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("Chromium is required under CI: %v", err)
 		}
@@ -211,8 +224,9 @@ func needChromium(t *testing.T) {
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
 	needChromium(t)
+	bin, _ := chromium()
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.ExecPath(bin), chromedp.Flag("disable-dev-shm-usage", true), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1100))
