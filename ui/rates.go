@@ -27,6 +27,11 @@ const (
 	minWindow = time.Second
 	// keepFor is how long a sample is kept; the newest is always kept.
 	keepFor = 10 * time.Second
+	// minGap is the least time between two samples kept: a page polled
+	// more often gets rates, but adds no samples.
+	minGap = minWindow / 10
+	// maxSamples bounds the samples kept per node.
+	maxSamples = 64
 )
 
 // sample is one node's counts at one uptime.
@@ -47,11 +52,16 @@ func newRateKeeper() *rateKeeper { return &rateKeeper{seen: map[string][]sample{
 // add records st and returns the node's rates over the span since the
 // newest earlier sample at least minWindow older, or nil when there is
 // none. A node whose uptime or counts went back restarted: its earlier
-// samples are dropped.
+// samples are dropped. A node that reports no uptime (a build from before
+// it did) has no rates, and nothing of it is kept.
 func (k *rateKeeper) add(st NodeStats) *Rates {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := time.Duration(math.Round(st.UptimeS*1e3)) * time.Millisecond // nodes report whole milliseconds
+	if now <= 0 {
+		delete(k.seen, st.Name)
+		return nil
+	}
 	h := k.seen[st.Name]
 	if n := len(h); n > 0 {
 		last := h[n-1]
@@ -60,18 +70,22 @@ func (k *rateKeeper) add(st NodeStats) *Rates {
 			h = nil
 		}
 	}
-	drop := 0
-	for drop < len(h)-1 && now-h[drop].uptime > keepFor {
-		drop++
-	}
-	h = append(h[drop:], sample{uptime: now, st: st})
-	k.seen[st.Name] = h
-	for i := len(h) - 2; i >= 0; i-- {
+	var r *Rates
+	for i := len(h) - 1; i >= 0; i-- {
 		if span := now - h[i].uptime; span >= minWindow {
-			return rates(&h[i].st, &st, span)
+			r = rates(&h[i].st, &st, span)
+			break
 		}
 	}
-	return nil
+	if n := len(h); n > 0 && now-h[n-1].uptime < minGap {
+		return r // too close to the last sample kept to be worth keeping
+	}
+	drop := max(0, len(h)+1-maxSamples)
+	for drop < len(h) && now-h[drop].uptime > keepFor {
+		drop++
+	}
+	k.seen[st.Name] = append(h[drop:], sample{uptime: now, st: st})
+	return r
 }
 
 // forget drops the samples of every node not in keep.

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -164,6 +165,21 @@ func TestRates(t *testing.T) {
 	}
 	if n := len(k.seen["n"]); n != 1 {
 		t.Errorf("%d samples kept after the last restart, want 1", n)
+	}
+	if got := k.add(NodeStats{Name: "old", Checks: 5}); got != nil || k.seen["old"] != nil {
+		t.Errorf("a node without uptime: rates %+v, samples %v; want none", got, k.seen["old"])
+	}
+	// Polled every 10 ms for 20 s, 100 checks a second: one sample in ten
+	// is kept, of the last 10 s, at most maxSamples; the rates hold.
+	var last *Rates
+	for i := 1; i <= 2000; i++ {
+		last = k.add(NodeStats{Name: "busy", UptimeS: float64(i) / 100, Checks: uint64(i)})
+	}
+	if n := len(k.seen["busy"]); n != maxSamples {
+		t.Errorf("%d samples kept of a node polled 2,000 times, want %d", n, maxSamples)
+	}
+	if last == nil || last.WindowS < 1 || last.WindowS > 1.1 || math.Abs(last.ChecksPerS-100) > 1e-9 {
+		t.Errorf("rates of the busy node: %+v, want 100 checks/s over 1 to 1.1 s", last)
 	}
 	k.forget(map[string]bool{"other": true})
 	if len(k.seen) != 0 {
