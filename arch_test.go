@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"rls":                  {"bucket", "clock"},
 	"ratelimitheader":      {"clock"},
 	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip"},
+	"ui":                   {"api", "policy"},
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip"},
 	"cmd":                  nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).

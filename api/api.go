@@ -208,6 +208,9 @@ type Config struct {
 	// public gRPC server (GRPCStatsHandler; see trace.go). Nil: no spans,
 	// and no trace headers read.
 	TracerProvider trace.TracerProvider
+	// Self is this node's name: a check another node decided counts as
+	// forwarded in Activity. Empty: none does.
+	Self string
 }
 
 // API holds what the HTTP and gRPC surfaces share. It is safe for
@@ -230,6 +233,8 @@ type API struct {
 	trusted clientip.Trusted
 	ready   func() error         // nil: always ready
 	tp      trace.TracerProvider // nil: tracing off
+	self    string               // Config.Self
+	act     activity
 }
 
 // New validates cfg and returns an API.
@@ -260,7 +265,7 @@ func New(cfg Config) (*API, error) {
 		}
 	}
 	a := &API{trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready, tp: cfg.TracerProvider}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready, tp: cfg.TracerProvider, self: cfg.Self}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {
@@ -288,6 +293,7 @@ func (a *API) check(ctx context.Context, surface string, checks []forward.Check,
 	for i := range checks {
 		a.m.countDecision(checks[i].Limit.Algorithm(), &out[i])
 	}
+	a.act.note(a.self, out[:len(checks)])
 	return nil
 }
 

@@ -263,9 +263,3 @@ func (c *conn) replicate(ctx context.Context, version uint64, states []State) (i
 	}
 	return int(resp.accepted), nil
 }
-
-// keys asks the peer how many keys it holds.
-func (c *conn) keys(ctx context.Context) (int64, error) {
-	resp, err := c.rpc.Stats(ctx, &peerv1.StatsRequest{})
-	return resp.GetKeys(), err
-}

@@ -186,25 +186,35 @@ func (p *Pool) Replicate(ctx context.Context, name string, states []State) (int,
 // Keys asks every member how many keys it holds, in parallel, each within
 // Timeout. Members that do not answer are missing from the map.
 func (p *Pool) Keys(ctx context.Context) map[string]int64 {
+	out := map[string]int64{}
+	for name, st := range p.Stats(ctx) {
+		out[name] = st.Keys
+	}
+	return out
+}
+
+// Stats asks every member for its Stats, in parallel, each within
+// Timeout. Members that do not answer are missing from the map.
+func (p *Pool) Stats(ctx context.Context) map[string]Stats {
 	p.mu.Lock()
 	conns := make([]*conn, 0, len(p.conns))
 	for _, c := range p.conns {
 		conns = append(conns, c)
 	}
 	p.mu.Unlock()
-	out := map[string]int64{}
+	out := map[string]Stats{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 			defer cancel()
-			n, err := c.keys(ctx)
+			st, err := c.stats(ctx)
 			if err != nil {
 				return
 			}
 			mu.Lock()
-			out[c.name] = n
+			out[c.name] = st
 			mu.Unlock()
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -64,6 +65,9 @@ type Server struct {
 	drainOnce sync.Once
 	known     func(name string) bool // set by Authenticate; nil: no authentication
 	tracer    trace.Tracer           // set by Trace; nil: no spans
+	report    func(*Stats)           // set by Report; nil: Stats carries the Handler's part only
+	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
+	peerChecks atomic.Uint64
 }
 
 // NewServer returns the peer service of the node self, deciding with h;
@@ -172,6 +176,7 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 		return
 	}
 	s.m.received.Add(float64(len(in.checks)))
+	s.peerChecks.Add(uint64(len(in.checks)))
 	pb.reqs = pb.reqs[:0]
 	for i := range in.checks {
 		c := &in.checks[i]
@@ -272,12 +277,4 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 		return &peerv1.FetchResponse{}, nil
 	}
 	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used}}, nil
-}
-
-// Stats reports this node's key count and ring version.
-func (s *Server) Stats(ctx context.Context, _ *peerv1.StatsRequest) (*peerv1.StatsResponse, error) {
-	if err := s.authorizeAny(ctx); err != nil {
-		return nil, err
-	}
-	return &peerv1.StatsResponse{Name: s.self, Keys: s.h.Keys(), RingVersion: s.h.RingVersion()}, nil
 }

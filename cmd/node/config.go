@@ -122,7 +122,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.apiTLSClientCA, "api-tls-client-ca", "", "PEM CA certificates: when set, the public APIs require a client certificate that chains to one of them")
 	fs.StringVar(&c.rlsPath, "rls-config", "", "envoyproxy/ratelimit configuration (a YAML file, or a directory of them, one domain each): serves Envoy's rate limit service (envoy.service.ratelimit.v3) on --grpc; reloaded on change and on SIGHUP")
 	fs.BoolVar(&c.rlsHeaders, "rls-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the rate limit service's answers (response_headers_to_add)")
-	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/ring, /v1/owner, /v1/policy, /v1/overrides and /metrics need an admin token too (checks and /healthz stay open)")
+	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/ring, /v1/owner, /v1/policy, /v1/overrides, /ui/api/status and /metrics need an admin token too (checks, /healthz and the status page's files stay open)")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")
 	trusted := fs.String("trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDR prefixes or addresses of the gateways whose X-Forwarded-For and X-Real-IP /v1/authz believes; from any other address the client IP is the connection's (empty: trust none)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

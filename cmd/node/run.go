@@ -28,6 +28,7 @@ import (
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
+	"github.com/ringlimit/ringlimit/ui"
 )
 
 // run starts a node and serves until ctx is cancelled, then shuts down
@@ -143,6 +144,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil
 	}
 	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.drainDelay}
+	start := time.Now() // the uptime peers and the status page see
 
 	shards := bucket.DefaultShards
 	for shards > 1 && cfg.maxKeys < shards {
@@ -331,9 +333,10 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := step("api"); err != nil {
 		return nil, err
 	}
+	cs := &clusterStatus{cluster: n.cluster, router: n.router}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: &clusterStatus{cluster: n.cluster, router: n.router}, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
-		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, Ready: n.ready, TracerProvider: cfg.tracer}
+		Cluster: cs, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
+		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, Ready: n.ready, TracerProvider: cfg.tracer, Self: cfg.name}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
@@ -346,11 +349,17 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.peerServer.Report(reportStats(a, cs, n.policy, n.rls, start))
+	page, err := ui.New(ui.Config{Source: (&statusPage{cs: cs, peers: n.peers, server: n.peerServer, policy: n.policy}).snapshot,
+		AdminTokens: n.admin, PrivateReads: cfg.privateReads})
+	if err != nil {
+		return nil, err
+	}
 	if err := step("serve"); err != nil {
 		return nil, err
 	}
 	n.httpServer = &http.Server{
-		Handler:           a.Handler(nil),
+		Handler:           a.Handler(page),
 		ReadHeaderTimeout: readHeaderTimeout(cfg.httpReadTimeout),
 		ReadTimeout:       cfg.httpReadTimeout,
 		WriteTimeout:      cfg.httpWriteTimeout,

@@ -20,7 +20,12 @@ func (s *clusterStatus) Owner(key string) (string, uint64) { return s.router.Own
 func (s *clusterStatus) Partitions() ([]string, uint64) { return s.router.Partitions() }
 
 func (s *clusterStatus) Status(ctx context.Context) api.ClusterStatus {
-	keys := s.router.PeerKeys(ctx)
+	return s.status(s.router.PeerKeys(ctx))
+}
+
+// status is Status with what each member said it holds: a member missing
+// from keys did not answer.
+func (s *clusterStatus) status(keys map[string]int64) api.ClusterStatus {
 	onRing := map[string]bool{}
 	for _, name := range s.router.RingMembers() {
 		onRing[name] = true

@@ -61,10 +61,30 @@ func (*StatsRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Keys          int64                  `protobuf:"varint,2,opt,name=keys,proto3" json:"keys,omitempty"`
-	RingVersion   uint64                 `protobuf:"varint,3,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Keys        int64                  `protobuf:"varint,2,opt,name=keys,proto3" json:"keys,omitempty"`
+	RingVersion uint64                 `protobuf:"varint,3,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	// What the node did since it started, all cumulative: checks its API
+	// decided (each layer of a policy request counts), how many of them it
+	// refused, sent to another owner, and answered in their failure mode
+	// (degraded); checks other nodes sent it to decide.
+	Checks     uint64 `protobuf:"varint,4,opt,name=checks,proto3" json:"checks,omitempty"`
+	Refused    uint64 `protobuf:"varint,5,opt,name=refused,proto3" json:"refused,omitempty"`
+	Forwarded  uint64 `protobuf:"varint,6,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
+	Degraded   uint64 `protobuf:"varint,7,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	PeerChecks uint64 `protobuf:"varint,8,opt,name=peer_checks,json=peerChecks,proto3" json:"peer_checks,omitempty"`
+	// How long the last replication round's oldest change waited until its
+	// successors acknowledged it, and how many changes wait for the next.
+	ReplicationLagUs   int64 `protobuf:"varint,9,opt,name=replication_lag_us,json=replicationLagUs,proto3" json:"replication_lag_us,omitempty"`
+	ReplicationPending int64 `protobuf:"varint,10,opt,name=replication_pending,json=replicationPending,proto3" json:"replication_pending,omitempty"`
+	// The version of the policy file and of the RLS configuration in force
+	// (empty without one).
+	PolicyVersion string `protobuf:"bytes,11,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	RlsVersion    string `protobuf:"bytes,12,opt,name=rls_version,json=rlsVersion,proto3" json:"rls_version,omitempty"`
+	// How long the node has run, and the build it runs.
+	UptimeMs      int64  `protobuf:"varint,13,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
+	Version       string `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +138,83 @@ func (x *StatsResponse) GetRingVersion() uint64 {
 		return x.RingVersion
 	}
 	return 0
+}
+
+func (x *StatsResponse) GetChecks() uint64 {
+	if x != nil {
+		return x.Checks
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetForwarded() uint64 {
+	if x != nil {
+		return x.Forwarded
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDegraded() uint64 {
+	if x != nil {
+		return x.Degraded
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPeerChecks() uint64 {
+	if x != nil {
+		return x.PeerChecks
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetReplicationLagUs() int64 {
+	if x != nil {
+		return x.ReplicationLagUs
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetReplicationPending() int64 {
+	if x != nil {
+		return x.ReplicationPending
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPolicyVersion() string {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return ""
+}
+
+func (x *StatsResponse) GetRlsVersion() string {
+	if x != nil {
+		return x.RlsVersion
+	}
+	return ""
+}
+
+func (x *StatsResponse) GetUptimeMs() int64 {
+	if x != nil {
+		return x.UptimeMs
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 // Limit mirrors bucket.Limit; per is in nanoseconds.
@@ -930,11 +1027,25 @@ var File_peer_v1_peer_proto protoreflect.FileDescriptor
 const file_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"\x12peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"\x0e\n" +
-	"\fStatsRequest\"Z\n" +
+	"\fStatsRequest\"\xc5\x03\n" +
 	"\rStatsResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04keys\x18\x02 \x01(\x03R\x04keys\x12!\n" +
-	"\fring_version\x18\x03 \x01(\x04R\vringVersion\"h\n" +
+	"\fring_version\x18\x03 \x01(\x04R\vringVersion\x12\x16\n" +
+	"\x06checks\x18\x04 \x01(\x04R\x06checks\x12\x18\n" +
+	"\arefused\x18\x05 \x01(\x04R\arefused\x12\x1c\n" +
+	"\tforwarded\x18\x06 \x01(\x04R\tforwarded\x12\x1a\n" +
+	"\bdegraded\x18\a \x01(\x04R\bdegraded\x12\x1f\n" +
+	"\vpeer_checks\x18\b \x01(\x04R\n" +
+	"peerChecks\x12,\n" +
+	"\x12replication_lag_us\x18\t \x01(\x03R\x10replicationLagUs\x12/\n" +
+	"\x13replication_pending\x18\n" +
+	" \x01(\x03R\x12replicationPending\x12%\n" +
+	"\x0epolicy_version\x18\v \x01(\tR\rpolicyVersion\x12\x1f\n" +
+	"\vrls_version\x18\f \x01(\tR\n" +
+	"rlsVersion\x12\x1b\n" +
+	"\tuptime_ms\x18\r \x01(\x03R\buptimeMs\x12\x18\n" +
+	"\aversion\x18\x0e \x01(\tR\aversion\"h\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +

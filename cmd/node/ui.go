@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/policy"
+	"github.com/ringlimit/ringlimit/rls"
+	"github.com/ringlimit/ringlimit/ui"
+)
+
+// reportStats is what this node adds to the Stats it answers its peers
+// with (peer.Server.Report): the API's counts, replication, the policy and
+// RLS versions, its uptime since start and its build.
+func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Manager, start time.Time) func(*peer.Stats) {
+	version := nodeVersion()
+	return func(st *peer.Stats) {
+		act := a.Activity()
+		st.Checks, st.Refused, st.Forwarded, st.Degraded = act.Checks, act.Refused, act.Forwarded, act.Degraded
+		fs := cs.router.Status()
+		st.ReplicationLag, st.ReplicationPending = fs.ReplicationLag, fs.ReplicationPending
+		if pm != nil {
+			if p := pm.Current(); p != nil {
+				st.PolicyVersion = p.Version
+			}
+		}
+		if rm != nil {
+			if c := rm.Current(); c != nil {
+				st.RLSVersion = c.Version()
+			}
+		}
+		st.Uptime, st.Version = time.Since(start), version
+	}
+}
+
+// statusPage gathers the status page's snapshot (ui.Source): one Stats
+// call to every peer gives both their counts and the keys /v1/cluster
+// shows.
+type statusPage struct {
+	cs     *clusterStatus
+	peers  *peer.Pool
+	server *peer.Server
+	policy *policy.Manager // nil without --policy
+}
+
+func (s *statusPage) snapshot(ctx context.Context) ui.Snapshot {
+	stats := s.peers.Stats(ctx)
+	self := s.server.LocalStats()
+	stats[self.Name] = self
+	keys := make(map[string]int64, len(stats))
+	snap := ui.Snapshot{Stats: make([]ui.NodeStats, 0, len(stats))}
+	for name, st := range stats {
+		keys[name] = st.Keys
+		snap.Stats = append(snap.Stats, nodeStats(&st))
+	}
+	snap.Cluster = s.cs.status(keys)
+	snap.Ring = api.NewRingStatus(s.cs.Partitions())
+	if s.policy != nil {
+		snap.Policy = &ui.Policy{Overrides: s.policy.Overrides()}
+		if p := s.policy.Current(); p != nil {
+			snap.Policy.Version = p.Version
+		}
+	}
+	return snap
+}
+
+func nodeStats(st *peer.Stats) ui.NodeStats {
+	return ui.NodeStats{Name: st.Name, Version: st.Version, UptimeS: float64(st.Uptime.Milliseconds()) / 1e3,
+		Keys: st.Keys, RingVersion: st.RingVersion, Checks: st.Checks, Refused: st.Refused, Forwarded: st.Forwarded,
+		Degraded: st.Degraded, PeerChecks: st.PeerChecks, ReplicationLagMs: float64(st.ReplicationLag.Microseconds()) / 1e3,
+		ReplicationPending: st.ReplicationPending, PolicyVersion: st.PolicyVersion, RLSVersion: st.RLSVersion}
+}

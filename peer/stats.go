@@ -1,0 +1,84 @@
+package peer
+
+import (
+	"context"
+	"time"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+)
+
+// Stats is what a node reports of itself to the other nodes (Server.Stats,
+// Pool.Stats), for the cluster's status page. The counts are cumulative
+// since the node started; a reader computes rates from two samples, and
+// takes a count smaller than the last one for a restart.
+type Stats struct {
+	Name        string
+	Keys        int64
+	RingVersion uint64
+	// Checks are the checks the node's API decided (each layer of a
+	// policy request is one); Refused, Forwarded and Degraded count those
+	// it refused, sent to another owner, and answered in their failure
+	// mode.
+	Checks, Refused, Forwarded, Degraded uint64
+	// PeerChecks are the checks other nodes sent it and it decided.
+	PeerChecks uint64
+	// ReplicationLag is how long the last replication round's oldest
+	// change waited until acknowledged; ReplicationPending how many
+	// changes wait for the next round.
+	ReplicationLag     time.Duration
+	ReplicationPending int64
+	// PolicyVersion and RLSVersion name the policy file and the RLS
+	// configuration in force; empty without one.
+	PolicyVersion, RLSVersion string
+	// Uptime is how long the node has run; Version is the build it runs.
+	Uptime  time.Duration
+	Version string
+}
+
+// Report makes every Stats answer carry what f fills in: the counts of
+// the API, the versions and the uptime, which the Handler does not know.
+// Name, Keys, RingVersion and PeerChecks are filled before f is called.
+// Call it before serving; f is called concurrently and must not block.
+func (s *Server) Report(f func(*Stats)) { s.report = f }
+
+// LocalStats returns what this node answers a Stats call with.
+func (s *Server) LocalStats() Stats {
+	st := Stats{Name: s.self, Keys: s.h.Keys(), RingVersion: s.h.RingVersion(), PeerChecks: s.peerChecks.Load()}
+	if s.report != nil {
+		s.report(&st)
+		st.Name = s.self
+	}
+	return st
+}
+
+// Stats reports this node's key count, ring version and counts.
+func (s *Server) Stats(ctx context.Context, _ *peerv1.StatsRequest) (*peerv1.StatsResponse, error) {
+	if err := s.authorizeAny(ctx); err != nil {
+		return nil, err
+	}
+	st := s.LocalStats()
+	return statsToProto(&st), nil
+}
+
+func statsToProto(st *Stats) *peerv1.StatsResponse {
+	return &peerv1.StatsResponse{Name: st.Name, Keys: st.Keys, RingVersion: st.RingVersion,
+		Checks: st.Checks, Refused: st.Refused, Forwarded: st.Forwarded, Degraded: st.Degraded, PeerChecks: st.PeerChecks,
+		ReplicationLagUs: st.ReplicationLag.Microseconds(), ReplicationPending: st.ReplicationPending,
+		PolicyVersion: st.PolicyVersion, RlsVersion: st.RLSVersion, UptimeMs: st.Uptime.Milliseconds(), Version: st.Version}
+}
+
+func statsFromProto(r *peerv1.StatsResponse) Stats {
+	return Stats{Name: r.GetName(), Keys: r.GetKeys(), RingVersion: r.GetRingVersion(),
+		Checks: r.GetChecks(), Refused: r.GetRefused(), Forwarded: r.GetForwarded(), Degraded: r.GetDegraded(), PeerChecks: r.GetPeerChecks(),
+		ReplicationLag: time.Duration(r.GetReplicationLagUs()) * time.Microsecond, ReplicationPending: r.GetReplicationPending(),
+		PolicyVersion: r.GetPolicyVersion(), RLSVersion: r.GetRlsVersion(), Uptime: time.Duration(r.GetUptimeMs()) * time.Millisecond, Version: r.GetVersion()}
+}
+
+// stats asks the peer for its Stats.
+func (c *conn) stats(ctx context.Context) (Stats, error) {
+	resp, err := c.rpc.Stats(ctx, &peerv1.StatsRequest{})
+	if err != nil {
+		return Stats{}, err
+	}
+	return statsFromProto(resp), nil
+}
