@@ -226,33 +226,6 @@ func (r *Router) Owner(key string) (string, uint64) {
 // the first SetMembers).
 func (r *Router) RingVersion() uint64 { return r.view.Load().version() }
 
-// RingMembers returns the names on this node's current ring.
-func (r *Router) RingMembers() []string {
-	if v := r.view.Load(); v.ring != nil {
-		return v.ring.Members()
-	}
-	return nil
-}
-
-// Partitions returns the owner of each partition of this node's current
-// ring and the ring's version; no owners when the ring does not say
-// (ring.Ring.Partitions does) or there is none yet.
-func (r *Router) Partitions() ([]string, uint64) {
-	v := r.view.Load()
-	if p, ok := v.ring.(interface{ Partitions() []string }); ok {
-		return p.Partitions(), v.version()
-	}
-	return nil, v.version()
-}
-
-// PeerKeys asks every peer how many keys it holds and includes this node.
-// Peers that do not answer are missing from the map.
-func (r *Router) PeerKeys(ctx context.Context) map[string]int64 {
-	out := r.cfg.Peers.Keys(ctx)
-	out[r.cfg.Self] = int64(r.cfg.Store.Len())
-	return out
-}
-
 // Check decides checks and writes one Result per check into out, which
 // must be at least as long as checks. If any check is invalid it returns an
 // error wrapping ErrInvalid and applies none of them. It returns the

@@ -77,3 +77,30 @@ func (r *Router) Status() Status {
 // SyncReplicas sends every change not yet replicated now, and returns once
 // the successors have acknowledged it (or ctx ends).
 func (r *Router) SyncReplicas(ctx context.Context) { r.repl.flush(ctx) }
+
+// RingMembers returns the names on this node's current ring.
+func (r *Router) RingMembers() []string {
+	if v := r.view.Load(); v.ring != nil {
+		return v.ring.Members()
+	}
+	return nil
+}
+
+// Partitions returns the owner of each partition of this node's current
+// ring and the ring's version; no owners when the ring does not say
+// (ring.Ring.Partitions does) or there is none yet.
+func (r *Router) Partitions() ([]string, uint64) {
+	v := r.view.Load()
+	if p, ok := v.ring.(interface{ Partitions() []string }); ok {
+		return p.Partitions(), v.version()
+	}
+	return nil, v.version()
+}
+
+// PeerKeys asks every peer how many keys it holds and includes this node.
+// Peers that do not answer are missing from the map.
+func (r *Router) PeerKeys(ctx context.Context) map[string]int64 {
+	out := r.cfg.Peers.Keys(ctx)
+	out[r.cfg.Self] = int64(r.cfg.Store.Len())
+	return out
+}

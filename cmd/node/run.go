@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
@@ -358,31 +357,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := step("serve"); err != nil {
 		return nil, err
 	}
-	n.httpServer = &http.Server{
-		Handler:           a.Handler(page),
-		ReadHeaderTimeout: readHeaderTimeout(cfg.httpReadTimeout),
-		ReadTimeout:       cfg.httpReadTimeout,
-		WriteTimeout:      cfg.httpWriteTimeout,
-		IdleTimeout:       cfg.httpIdleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		ConnState:         n.trackConn,
-	}
-	if n.certs.api != nil {
-		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.apiTLSClientCA != "", "h2", "http/1.1")
-	}
-	gopts := append(append(grpcOptions(), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)
-	if h := a.GRPCStatsHandler(); h != nil {
-		gopts = append(gopts, grpc.StatsHandler(h))
-	}
-	n.grpcServer = grpc.NewServer(gopts...)
-	a.RegisterGRPC(n.grpcServer)
-	n.health = health.NewServer()
-	healthpb.RegisterHealthServer(n.grpcServer, n.health)
-	grpcMetrics.Init("public", n.grpcServer)
-	n.peerGRPC = grpc.NewServer(append(append(grpcOptions(), grpcMetrics.ServerOptions("peer")...), n.certs.peerCreds()...)...)
-	n.peerServer.Register(n.peerGRPC)
-	grpcMetrics.Init("peer", n.peerGRPC)
+	n.newServers(cfg, a, page, grpcMetrics, log)
 	bgCtx, stopBg := context.WithCancel(context.Background())
 	n.stopBg = stopBg
 	if n.policy != nil {
@@ -399,15 +374,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
-	go func() {
-		if n.certs.api != nil {
-			n.served <- n.httpServer.ServeTLS(n.httpLn, "", "")
-			return
-		}
-		n.served <- n.httpServer.Serve(n.httpLn)
-	}()
-	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
-	go func() { n.served <- n.peerGRPC.Serve(n.peerLn) }()
+	n.serve()
 	log.Info("node started", "name", cfg.name, "version", nodeVersion(), "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
 		"peer", n.peerLn.Addr().String(), "advertise_http", adv.http, "advertise_grpc", grpcAddr, "advertise_peer", peerAddr,
 		"peer_tls", n.certs.peer != nil, "api_tls", n.certs.api != nil,

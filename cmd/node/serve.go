@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/internal/grpcmetrics"
 	"github.com/ringlimit/ringlimit/peer"
 )
 
@@ -99,4 +102,50 @@ func grpcOptions() []grpc.ServerOption {
 		grpc.StaticStreamWindowSize(peer.StreamWindow), grpc.StaticConnWindowSize(peer.ConnWindow),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams)},
 		peer.ServerOptions()...) // keepalive policy and the largest message
+}
+
+// newServers makes the HTTP server (the API, with the status page for the
+// paths the API does not serve), the public gRPC server (the API and
+// grpc.health.v1) and the peer gRPC server, each with its metrics and, when
+// configured, TLS and tracing.
+func (n *node) newServers(cfg config, a *api.API, page http.Handler, grpcMetrics *grpcmetrics.Metrics, log *slog.Logger) {
+	n.httpServer = &http.Server{
+		Handler:           a.Handler(page),
+		ReadHeaderTimeout: readHeaderTimeout(cfg.httpReadTimeout),
+		ReadTimeout:       cfg.httpReadTimeout,
+		WriteTimeout:      cfg.httpWriteTimeout,
+		IdleTimeout:       cfg.httpIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnState:         n.trackConn,
+	}
+	if n.certs.api != nil {
+		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.apiTLSClientCA != "", "h2", "http/1.1")
+	}
+	gopts := append(append(grpcOptions(), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)
+	if h := a.GRPCStatsHandler(); h != nil {
+		gopts = append(gopts, grpc.StatsHandler(h))
+	}
+	n.grpcServer = grpc.NewServer(gopts...)
+	a.RegisterGRPC(n.grpcServer)
+	n.health = health.NewServer()
+	healthpb.RegisterHealthServer(n.grpcServer, n.health)
+	grpcMetrics.Init("public", n.grpcServer)
+	n.peerGRPC = grpc.NewServer(append(append(grpcOptions(), grpcMetrics.ServerOptions("peer")...), n.certs.peerCreds()...)...)
+	n.peerServer.Register(n.peerGRPC)
+	grpcMetrics.Init("peer", n.peerGRPC)
+}
+
+// serve serves the three servers on their listeners; each one's end is
+// sent on n.served.
+func (n *node) serve() {
+	go func() {
+		if n.certs.api != nil {
+			n.served <- n.httpServer.ServeTLS(n.httpLn, "", "")
+			return
+		}
+		n.served <- n.httpServer.Serve(n.httpLn)
+	}()
+	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
+	go func() { n.served <- n.peerGRPC.Serve(n.peerLn) }()
 }
