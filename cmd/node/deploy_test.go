@@ -257,6 +257,9 @@ func TestDeployBindAllAdvertiseDNS(t *testing.T) {
 	for _, n := range nodes {
 		testkit.WaitFor(t, 5*time.Second, n.name+" ready", func() error { return expectStatus(h.client, "http://"+n.addr(n.http)+"/readyz", 200) })
 	}
+	// The watcher polls on its own; under load its last poll may predate
+	// node-3's readiness.
+	testkit.WaitFor(t, 5*time.Second, "node-3's /readyz watcher sees 200", func() error { return watchIs(watch3, "200") })
 
 	// Checks through every node's advertised address: exactly the limit.
 	admitted := 0

@@ -11,14 +11,16 @@
 // stream's time is its whole life (a peer's Check stream lives as long as
 // its connection), so read the histogram per method.
 //
-// Init, after the services are registered, makes every method's series
+// Init, after the services are registered, makes every method's methodSeries
 // exist from the start (count 0 with code OK), so that rates and alerts
-// have a series before the first call.
+// have a methodSeries before the first call.
 package grpcmetrics
 
 import (
 	"context"
+	"maps"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +39,18 @@ var Buckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05,
 type Metrics struct {
 	handled  *prometheus.CounterVec
 	handling *prometheus.HistogramVec
+	// known holds the series of the methods Init saw, resolved once, so
+	// that a call ending OK looks up no labels. Copied on write.
+	known atomic.Pointer[map[methodKey]*methodSeries]
+}
+
+type methodKey struct{ server, fullMethod string }
+
+// methodSeries are one method's collectors: its OK counter and its histogram.
+type methodSeries struct {
+	service, method string
+	ok              prometheus.Counter
+	handling        prometheus.Observer
 }
 
 // New registers the collectors on reg.
@@ -91,22 +105,39 @@ func (m *Metrics) StreamInterceptor(server string) grpc.StreamServerInterceptor 
 }
 
 func (m *Metrics) record(server, fullMethod string, start time.Time, err error) {
+	if known := m.known.Load(); known != nil {
+		if s := (*known)[methodKey{server, fullMethod}]; s != nil {
+			if err == nil {
+				s.ok.Inc()
+			} else {
+				m.handled.WithLabelValues(server, s.service, s.method, code(err).String()).Inc()
+			}
+			s.handling.Observe(time.Since(start).Seconds())
+			return
+		}
+	}
 	service, method := split(fullMethod)
 	m.handled.WithLabelValues(server, service, method, code(err).String()).Inc()
 	m.handling.WithLabelValues(server, service, method).Observe(time.Since(start).Seconds())
 }
 
-// Init creates the series of every method s serves, for the server named
+// Init creates the methodSeries of every method s serves, for the server named
 // server, at 0 (code OK).
 func (m *Metrics) Init(server string, s interface {
 	GetServiceInfo() map[string]grpc.ServiceInfo
 }) {
+	known := map[methodKey]*methodSeries{}
+	if old := m.known.Load(); old != nil {
+		maps.Copy(known, *old)
+	}
 	for service, info := range s.GetServiceInfo() {
 		for _, mi := range info.Methods {
-			m.handled.WithLabelValues(server, service, mi.Name, "OK")
-			m.handling.WithLabelValues(server, service, mi.Name)
+			known[methodKey{server, "/" + service + "/" + mi.Name}] = &methodSeries{service: service, method: mi.Name,
+				ok:       m.handled.WithLabelValues(server, service, mi.Name, "OK"),
+				handling: m.handling.WithLabelValues(server, service, mi.Name)}
 		}
 	}
+	m.known.Store(&known)
 }
 
 // code is the status code grpc-go answers for a handler's error: its own

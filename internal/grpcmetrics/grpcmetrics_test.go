@@ -5,8 +5,10 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -180,4 +182,37 @@ func keys(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestRecordAllocs: a call of a method Init saw that ends OK records
+// without allocating; one Init did not see still counts.
+func TestRecordAllocs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	m.Init("public", s)
+	start := time.Now()
+	if n := testing.AllocsPerRun(100, func() { m.record("public", "/grpc.health.v1.Health/Check", start, nil) }); n != 0 {
+		t.Errorf("record of a known method: %v allocations, want 0", n)
+	}
+	m.record("public", "/x.Unknown/Call", start, nil)
+	if got := counterValue(t, m.handled.WithLabelValues("public", "grpc.health.v1.Health", "Check", "OK")); got != 101 {
+		t.Errorf("Health/Check OK = %v, want 101 (100 runs and the warm-up)", got)
+	}
+	if got := counterValue(t, m.handled.WithLabelValues("public", "x.Unknown", "Call", "OK")); got != 1 {
+		t.Errorf("x.Unknown/Call OK = %v, want 1", got)
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := c.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetCounter().GetValue()
 }
