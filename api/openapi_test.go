@@ -85,46 +85,18 @@ var anyMethod = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.
 // description.
 func TestOpenAPIRoutes(t *testing.T) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "http.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	registered := map[string]bool{} // "GET /v1/ring"
-	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok || len(call.Args) != 2 {
-			return true
+	// The API's routes, and the status page's (package ui), which the node
+	// serves for the paths the API leaves to it.
+	for _, file := range []string{"http.go", "../ui/ui.go"} {
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok || (sel.Sel.Name != "Handle" && sel.Sel.Name != "HandleFunc") {
-			return true
-		}
-		if id, ok := sel.X.(*ast.Ident); !ok || id.Name != "mux" {
-			return true
-		}
-		lit, ok := call.Args[0].(*ast.BasicLit)
-		if !ok || lit.Kind != token.STRING {
-			t.Errorf("%v: a pattern that is not a string literal", fset.Position(call.Pos()))
-			return true
-		}
-		pattern, _ := strconv.Unquote(lit.Value)
-		method, path, ok := strings.Cut(pattern, " ")
-		if !ok {
-			method, path = "", pattern
-		}
-		switch {
-		case path == "/": // extra: whatever the caller serves
-		case method == "":
-			for _, m := range anyMethod {
-				registered[m+" "+path] = true
-			}
-		default:
-			registered[method+" "+path] = true
-		}
-		return true
-	})
+		ast.Inspect(f, func(n ast.Node) bool { return addRoute(t, fset, registered, n) })
+	}
 	if len(registered) < 10 {
-		t.Fatalf("found only %d routes in http.go: %v", len(registered), registered)
+		t.Fatalf("found only %d routes in http.go and ui.go: %v", len(registered), registered)
 	}
 	described := map[string]bool{}
 	for path, item := range openapiSpec(t).Doc().Paths.Map() {
@@ -134,12 +106,12 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 	for _, r := range slices.Sorted(maps.Keys(registered)) {
 		if !described[r] {
-			t.Errorf("http.go serves %s, which docs/openapi.yaml does not describe", r)
+			t.Errorf("http.go or ui.go serves %s, which docs/openapi.yaml does not describe", r)
 		}
 	}
 	for _, r := range slices.Sorted(maps.Keys(described)) {
 		if !registered[r] {
-			t.Errorf("docs/openapi.yaml describes %s, which http.go does not serve", r)
+			t.Errorf("docs/openapi.yaml describes %s, which neither http.go nor ui.go serves", r)
 		}
 	}
 }
@@ -195,4 +167,43 @@ func TestHTTPCheckFailures(t *testing.T) {
 func (c authzCall) result(h http.Handler) httpResult {
 	w := c.do(h)
 	return httpResult{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
+}
+
+// addRoute adds the route of a mux.Handle or mux.HandleFunc call to
+// registered, as "METHOD /path".
+func addRoute(t *testing.T, fset *token.FileSet, registered map[string]bool, n ast.Node) bool {
+	t.Helper()
+	call, ok := n.(*ast.CallExpr)
+	if !ok || len(call.Args) != 2 {
+		return true
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || (sel.Sel.Name != "Handle" && sel.Sel.Name != "HandleFunc") {
+		return true
+	}
+	if id, ok := sel.X.(*ast.Ident); !ok || id.Name != "mux" {
+		return true
+	}
+	lit, ok := call.Args[0].(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		t.Errorf("%v: a pattern that is not a string literal", fset.Position(call.Pos()))
+		return true
+	}
+	pattern, _ := strconv.Unquote(lit.Value)
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, path = "", pattern
+	}
+	switch {
+	case path == "/": // extra: whatever the caller serves
+	case path == "/{$}": // the exact path /
+		registered[method+" /"] = true
+	case method == "":
+		for _, m := range anyMethod {
+			registered[m+" "+path] = true
+		}
+	default:
+		registered[method+" "+path] = true
+	}
+	return true
 }

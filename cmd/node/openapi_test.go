@@ -74,7 +74,7 @@ func TestOpenAPICluster(t *testing.T) {
 	token := "Bearer " + testAdminToken
 	for _, n := range nodes {
 		base := "http://" + httpAddr(n)
-		for _, path := range []string{"/healthz", "/metrics", "/v1/cluster", "/v1/ring", "/v1/owner?key=user:42", "/v1/owner", "/v1/owner?key=" + strings.Repeat("k", 1025), "/v1/policy", "/v1/overrides"} {
+		for _, path := range []string{"/", "/ui/", "/ui/api/status", "/healthz", "/metrics", "/v1/cluster", "/v1/ring", "/v1/owner?key=user:42", "/v1/owner", "/v1/owner?key=" + strings.Repeat("k", 1025), "/v1/policy", "/v1/overrides"} {
 			status, body := get(base+path, token)
 			if status >= 500 {
 				t.Errorf("%s: GET %s = %d %s", n.router.Self(), path, status, body)

@@ -40,6 +40,12 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 )
 
+// The status page answers HTML, which kin-openapi has no decoder for: its
+// body is checked as a string.
+func init() {
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+}
+
 // Semantic400 are fragments of the messages of 400 answers to requests a
 // schema cannot tell from valid ones: rules across fields, on bytes rather
 // than JSON values, or on the running policy file. docs/openapi.yaml says
