@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"internal/certfile":    {},
 	"internal/clientip":    {},
 	"internal/grpcmetrics": {},
+	"internal/buildinfo":   {},
 	"peer":                 {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":              {"bucket", "clock", "peer"},
 	"policy":               {"bucket", "clock"},

@@ -1,18 +1,17 @@
 package main
 
 import (
-	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"runtime"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/internal/buildinfo"
 )
 
 // Subcommands: the node binary is also its own probe and flag checker, so
@@ -106,33 +105,9 @@ func probe(args []string, getenv func(string) string, stdout io.Writer) error {
 	return nil
 }
 
-// buildInfo returns the version (main.version, else the module version,
-// else "devel"), the VCS commit the binary was built from (main.commit,
-// else the Go toolchain's record with "-dirty" for a modified tree, else
-// "unknown") and the Go version.
-func buildInfo() (v, rev, goVersion string) {
-	v, rev, goVersion = version, commit, runtime.Version()
-	bi, ok := debug.ReadBuildInfo()
-	if !ok || rev != "" {
-		return cmp.Or(v, "devel"), cmp.Or(rev, "unknown"), goVersion
-	}
-	if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	var dirty bool
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if dirty && rev != "" {
-		rev += "-dirty"
-	}
-	return cmp.Or(v, "devel"), cmp.Or(rev, "unknown"), goVersion
-}
+// buildInfo returns the version, commit and Go version of this build
+// (buildinfo.Read).
+func buildInfo() (v, rev, goVersion string) { return buildinfo.Read(version, commit) }
 
 // nodeVersion is buildInfo's version.
 func nodeVersion() string { v, _, _ := buildInfo(); return v }

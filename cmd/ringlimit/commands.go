@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/internal/buildinfo"
 )
 
 const checkSynopsis = "check KEY --limit N --per DUR [--cost N] [--algorithm A] [--burst B] [--failure-mode M] [--lease]\n" +
@@ -284,29 +283,9 @@ func (e *env) version(args []string) error {
 	return nil
 }
 
-// buildInfo returns the version (main.version, else the module version,
-// else "devel"), the VCS commit the binary was built from (main.commit,
-// else the Go toolchain's record with "-dirty" for a modified tree, else
-// "unknown") and the Go version, as ringlimit-node version does.
+// buildInfo returns the version, commit and Go version of this build, as
+// ringlimit-node version does (buildinfo.Read).
 func buildInfo() Version {
-	v, rev := version, commit
-	bi, ok := debug.ReadBuildInfo()
-	if ok && rev == "" {
-		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		var dirty bool
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-		if dirty && rev != "" {
-			rev += "-dirty"
-		}
-	}
-	return Version{Version: cmp.Or(v, "devel"), Commit: cmp.Or(rev, "unknown"), GoVersion: runtime.Version()}
+	v, rev, goVersion := buildinfo.Read(version, commit)
+	return Version{Version: v, Commit: rev, GoVersion: goVersion}
 }
