@@ -220,8 +220,10 @@ trap cleanup EXIT
 # cmd/bench is its own Go module: built from its directory.
 (cd cmd/bench && go build -o "$out/bench" .)
 if has rls; then
-	# envoyproxy/ratelimit at the version cmd/bench/go.mod pins.
-	(cd cmd/bench && go build -o "$out/envoy-ratelimit" github.com/envoyproxy/ratelimit/src/service_cmd)
+	# envoyproxy/ratelimit at the version, and with the dependencies,
+	# cmd/bench/envoyratelimit/go.mod pins (a module of its own: ringlimit's
+	# OpenTelemetry is too new for it).
+	(cd cmd/bench/envoyratelimit && go build -o "$out/envoy-ratelimit" github.com/envoyproxy/ratelimit/src/service_cmd)
 	# A node that does not know --rls-config would not start, and say so
 	# only in its log: ask it first (local-cluster.sh builds the same binary).
 	mkdir -p "$RINGLIMIT_CLUSTER_DIR"

@@ -10,11 +10,11 @@
 //	cd cmd/bench && go run . --name uniform --pids "$(cat /tmp/ringlimit-cluster/node-*.pid | paste -sd,)" \
 //	    --metrics-urls http://127.0.0.1:8081/metrics,http://127.0.0.1:8082/metrics,http://127.0.0.1:8083/metrics
 //
-// The module also pins envoyproxy/ratelimit as a tool (the tool directive
-// in go.mod), the baseline of the Envoy rate limit service; its server is
-// built from here with
+// envoyproxy/ratelimit, the baseline of the Envoy rate limit service, is
+// pinned as a tool by the module in envoyratelimit/ (its own, so that it
+// builds with the dependency versions it asks for); its server is built with
 //
-//	cd cmd/bench && go build -o /tmp/envoy-ratelimit github.com/envoyproxy/ratelimit/src/service_cmd
+//	cd cmd/bench/envoyratelimit && go build -o /tmp/envoy-ratelimit github.com/envoyproxy/ratelimit/src/service_cmd
 //
 // Each of --concurrency goroutines makes one request at a time, round robin
 // over the entry nodes, for --warmup (discarded) and then --duration
