@@ -451,7 +451,7 @@ rls_ringlimit() { run ringlimit-rls --proto rls --targets "$targets" --pids "$no
 rls_envoy() { run envoy-ratelimit-rls --proto rls --targets "$envoy_targets" --pids "$envoy_pids,$redis_pid" "${uniform[@]}"; }
 http_ringlimit() { ringlimit http --proto http "${uniform[@]}"; }
 http_bare() { run nethttp-check --proto http --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
-authz_ringlimit() { run ringlimit-authz --proto authz --http-targets "$http_targets" --pids "$node_pids" --metrics-urls "$metrics" "${uniform[@]}"; }
+authz_ringlimit() { ringlimit authz --proto authz "${uniform[@]}"; }
 authz_bare() { run nethttp-authz --proto authz --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
 
 for round in $(seq 1 "$rounds"); do
