@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
@@ -32,7 +33,16 @@ type Config struct {
 	// Timeout bounds how long one status call waits for Source (the other
 	// nodes' answers). Zero means DefaultTimeout.
 	Timeout time.Duration
+	// MinInterval is the least time between two calls of Source: a status
+	// call within it of the last gathering answers that gathering's
+	// result, so that many open pages (or a client polling hard) cost the
+	// other nodes no more than one Stats call each per MinInterval. Zero
+	// means DefaultMinInterval; negative, none.
+	MinInterval time.Duration
 }
+
+// DefaultMinInterval is Config.MinInterval's default.
+const DefaultMinInterval = 250 * time.Millisecond
 
 // DefaultTimeout is Config.Timeout's default: under the page's poll
 // interval of 1 s, so that a node that does not answer delays nothing.
@@ -86,14 +96,37 @@ func New(cfg Config) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.MinInterval == 0 {
+		cfg.MinInterval = DefaultMinInterval
+	}
 	k := newRateKeeper()
+	// last is the last gathering's answer, shared by the calls within
+	// MinInterval of it; mu makes concurrent calls wait for one gathering.
+	var (
+		mu     sync.Mutex
+		last   []byte
+		lastAt time.Time
+	)
 	var status http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeout)
-		defer cancel()
-		st := k.build(cfg.Source(ctx))
+		mu.Lock()
+		body := last
+		if body == nil || time.Since(lastAt) >= cfg.MinInterval {
+			// Not the caller's context: its answer may serve others.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.Timeout)
+			st := k.build(cfg.Source(ctx))
+			cancel()
+			b, err := json.Marshal(&st)
+			if err != nil {
+				mu.Unlock()
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			body, last, lastAt = append(b, '\n'), append(b, '\n'), time.Now()
+		}
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(&st)
+		w.Write(body)
 	})
 	if cfg.PrivateReads {
 		status = api.RequireAdmin(cfg.AdminTokens, status)

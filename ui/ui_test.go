@@ -20,11 +20,13 @@ import (
 type fakeSource struct {
 	mu    sync.Mutex
 	snaps []Snapshot
+	calls int
 }
 
 func (f *fakeSource) get(context.Context) Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls++
 	s := f.snaps[0]
 	if len(f.snaps) > 1 {
 		f.snaps = f.snaps[1:]
@@ -95,7 +97,7 @@ func TestStatusJSON(t *testing.T) {
 		{Cluster: clusterOf("alive", "alive", "dead"), Ring: ring, Policy: pol,
 			Stats: []NodeStats{stats("node-1", 11.5, 400, 40, 200, 3, 37), stats("node-2", 20.5, 1010, 0, 0, 0, 0)}},
 	}}
-	srv := serve(t, Config{Source: src.get})
+	srv := serve(t, Config{Source: src.get, MinInterval: -1})
 	if resp, body := get(t, srv, "/ui/api/status", ""); resp.StatusCode != 200 {
 		t.Fatalf("first status: %d %s", resp.StatusCode, body)
 	}
@@ -248,5 +250,32 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(Config{Source: (&fakeSource{}).get, Timeout: -1}); err == nil {
 		t.Error("New with a negative Timeout: no error")
+	}
+}
+
+// TestStatusShared: status calls within MinInterval of a gathering answer
+// its result: Source is called once for three calls, all three bodies the
+// same; past MinInterval it is called again.
+func TestStatusShared(t *testing.T) {
+	src := &fakeSource{snaps: []Snapshot{
+		{Cluster: clusterOf("alive"), Stats: []NodeStats{stats("node-1", 10, 100, 0, 0, 0, 0)}},
+		{Cluster: clusterOf("alive"), Stats: []NodeStats{stats("node-1", 12, 300, 0, 0, 0, 0)}},
+	}}
+	srv := serve(t, Config{Source: src.get, MinInterval: 300 * time.Millisecond})
+	_, first := get(t, srv, "/ui/api/status", "")
+	for range 2 {
+		if _, body := get(t, srv, "/ui/api/status", ""); body != first {
+			t.Fatalf("a call within MinInterval answered\n%s\nwant the first gathering's\n%s", body, first)
+		}
+	}
+	src.mu.Lock()
+	calls := src.calls
+	src.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("Source called %d times for 3 calls within MinInterval, want 1", calls)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if _, body := get(t, srv, "/ui/api/status", ""); body == first || !strings.Contains(body, `"checks":300`) {
+		t.Errorf("a call past MinInterval answered %s, want the second gathering", body)
 	}
 }
