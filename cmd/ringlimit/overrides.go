@@ -50,17 +50,8 @@ func (e *env) overrideAdd(args []string) error {
 	if (req.Tier == "") == (req.Limit == nil) {
 		return usagef("override add: give --tier, or --limit and --per, not both")
 	}
-	c, err := e.newClient()
+	o, data, err := e.sendOverride(http.MethodPost, "/v1/overrides", &req)
 	if err != nil {
-		return err
-	}
-	defer c.close()
-	_, data, err := c.do(context.Background(), http.MethodPost, "/v1/overrides", nil, &req, http.StatusOK)
-	if err != nil {
-		return err
-	}
-	var o policy.Override
-	if err := c.decode("/v1/overrides", data, &o); err != nil {
 		return err
 	}
 	if e.g.json {
@@ -133,17 +124,8 @@ func (e *env) overrideRevoke(args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := e.newClient()
+	o, data, err := e.sendOverride(http.MethodDelete, "/v1/overrides/"+url.PathEscape(pos[0]), nil)
 	if err != nil {
-		return err
-	}
-	defer c.close()
-	_, data, err := c.do(context.Background(), http.MethodDelete, "/v1/overrides/"+url.PathEscape(pos[0]), nil, nil, http.StatusOK)
-	if err != nil {
-		return err
-	}
-	var o policy.Override
-	if err := c.decode("/v1/overrides", data, &o); err != nil {
 		return err
 	}
 	if e.g.json {
@@ -152,4 +134,22 @@ func (e *env) overrideRevoke(args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "revoked %s: %s had %s in policy %s\n", o.ID, caller(&o), grant(&o), o.Policy)
 	return nil
+}
+
+// sendOverride makes one request that answers an override (POST
+// /v1/overrides, DELETE /v1/overrides/{id}) and returns the override and
+// the answer's JSON.
+func (e *env) sendOverride(method, path string, body any) (policy.Override, []byte, error) {
+	var o policy.Override
+	c, err := e.newClient()
+	if err != nil {
+		return o, nil, err
+	}
+	defer c.close()
+	_, data, err := c.do(context.Background(), method, path, nil, body, http.StatusOK)
+	if err != nil {
+		return o, nil, err
+	}
+	err = c.decode("/v1/overrides", data, &o)
+	return o, data, err
 }
