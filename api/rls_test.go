@@ -29,7 +29,7 @@ descriptors:
 `
 
 // newRLSEnv is a one-node API serving the rate limit service with conf.
-func newRLSEnv(t *testing.T, conf string, headers bool) (*testEnv, *rlsServer) {
+func newRLSEnv(t testing.TB, conf string, headers bool) (*testEnv, *rlsServer) {
 	t.Helper()
 	c, err := rls.Parse([]rls.File{{Name: "d.yaml", Data: []byte(conf)}})
 	if err != nil {
