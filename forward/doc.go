@@ -22,9 +22,14 @@
 //     fails the batch and changes no state.
 //   - Results come back in the order of the checks; checks on one key are
 //     applied by its owner in the order they were given.
-//   - Hop limit 1: a check received from a peer is decided on this node's
-//     store whatever this node's ring says, so ring views that are still
-//     converging cannot make a check loop.
+//   - At most two hops: a receiver whose ring names another owner
+//     redirects a check (unless it holds a copy it has not pushed), and
+//     the sender sends it once more as a last hop, decided whatever the
+//     receiver's ring says, so ring views that are still converging cannot
+//     make a check loop. A redirect to a member the sender's ring has just
+//     dropped means the receiver's ring is behind: the sender asks it again
+//     until it agrees, then as the last hop (catchUp), never from a fresh
+//     failure-mode share.
 //   - Every peer call has a deadline. When the owner cannot be reached, the
 //     check's FailureMode decides, and the Result says Degraded.
 //   - Ownership moves without refilling buckets: after every ring change the

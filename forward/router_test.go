@@ -559,6 +559,80 @@ func TestRedirectFollowedOnce(t *testing.T) {
 	}
 }
 
+// A check whose owner redirects it to a member the sender's ring has just
+// dropped (the owner has not yet seen it leave) is asked of that owner
+// again until its ring agrees, and decided there; never answered from a
+// fresh failure-mode share, which would know nothing of the key's spend.
+// When the owner's ring never catches up, the owner decides it as the last
+// hop after half the peer deadline.
+func TestRedirectToMemberThatLeftAsksOwnerAgain(t *testing.T) {
+	clock := testkit.NewClock(0)
+	nodes := startNodes(t, clock, realTransport, "A", "B", "C")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	formCluster(clock, a, b, c)
+	// Keys C owns on {A, B, C} and B owns on {A, B}.
+	var keys []string
+	probe, err := newRing([]string{"A", "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; len(keys) < 2; i++ {
+		k := fmt.Sprintf("left-%d", i)
+		if o, _ := a.r.Owner(k); o != "C" {
+			continue
+		}
+		if o, _ := probe.Owner(k); o == "B" {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		if res := check1(t, a.r, k, hourly(10), 4); res.Owner != "C" || res.Remaining != 6 {
+			t.Fatalf("spending 4 of %s: %+v, want decided by C with 6 left", k, res)
+		}
+	}
+	// A has seen C leave; B has not, and holds no copy of the keys.
+	a.r.SetMembers(membersOf(a, b))
+
+	// B catches up while A asks again.
+	done := make(chan Result, 1)
+	go func() { done <- check1(t, a.r, keys[0], hourly(10), 1) }()
+	waitRedirected(t, b, 1)
+	b.r.SetMembers(membersOf(a, b))
+	res := awaitOnClock(t, clock, done)
+	if res.Owner != "B" || !res.Allowed || res.Remaining != 5 || res.Degraded {
+		t.Fatalf("check on A after B caught up: %+v, want decided by B with 5 left", res)
+	}
+
+	// B's ring never catches up: it decides as the last hop.
+	b.r.SetMembers(membersOf(a, b, c))
+	before := testkit.Metric(t, b.reg, "ringlimit_redirects_total")
+	go func() { done <- check1(t, a.r, keys[1], hourly(10), 1) }()
+	waitRedirected(t, b, before+1)
+	res = awaitOnClock(t, clock, done)
+	if res.Owner != "B" || !res.Allowed || res.Remaining != 5 || res.Degraded {
+		t.Fatalf("check on A while B's ring still has C: %+v, want decided by B with 5 left", res)
+	}
+	if got := testkit.Metric(t, a.reg, "ringlimit_degraded_checks_total"); got != 0 {
+		t.Fatalf("A answered %v checks in their failure mode", got)
+	}
+}
+
+// awaitOnClock advances clock 5 ms at a time until a result arrives on done.
+func awaitOnClock(t *testing.T, clock *testkit.Clock, done <-chan Result) Result {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case res := <-done:
+			return res
+		case <-time.After(5 * time.Millisecond):
+			clock.Advance(5 * time.Millisecond)
+		}
+	}
+	t.Fatal("no result within 10s")
+	return Result{}
+}
+
 func TestValidateChecksNamesIndex(t *testing.T) {
 	good := Check{Key: "k", Limit: hourly(10), Cost: 1}
 	cases := []struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -50,11 +51,16 @@ func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []C
 }
 
 // follow sends redirected checks to to, the owner the receiver named, as a
-// last hop. When to is not a member this node knows yet (the receiver's
-// ring is newer), it first waits, at most half the peer deadline, for its
-// own ring to change, and routes them by the new ring.
+// last hop. When to is a member this node's ring has just dropped (it left
+// or died), the receiver's ring is the older one: catchUp asks it again
+// until it agrees. When to is not a member this node knows yet (the
+// receiver's ring is newer), it first waits, at most half the peer
+// deadline, for its own ring to change, and routes them by the new ring.
 func (r *Router) follow(ctx context.Context, v *view, from, to string, idx []int, checks []Check, out []Result, now clock.Instant) error {
 	if to != r.cfg.Self && !v.has(to) {
+		if v.prev != nil && v.prev.Has(to) {
+			return r.catchUp(ctx, v, from, to, idx, checks, out)
+		}
 		nv := r.awaitChange(ctx, v)
 		if nv == v {
 			for _, i := range idx {
@@ -62,18 +68,7 @@ func (r *Router) follow(ctx context.Context, v *view, from, to string, idx []int
 			}
 			return ctx.Err()
 		}
-		v = nv
-		byOwner := map[string][]int{}
-		for _, i := range idx {
-			o := ownerIn(v.ring, r.cfg.Self, checks[i].Key)
-			byOwner[o] = append(byOwner[o], i)
-		}
-		for o, idx := range byOwner {
-			if err := r.follow(ctx, v, from, o, idx, checks, out, now); err != nil {
-				return err
-			}
-		}
-		return nil
+		return r.reroute(ctx, nv, from, idx, checks, out, now)
 	}
 	if to == r.cfg.Self {
 		for _, i := range idx {
@@ -83,6 +78,80 @@ func (r *Router) follow(ctx context.Context, v *view, from, to string, idx []int
 	}
 	_, err := r.lastHop(ctx, v, to, to, idx, checks, out, now)
 	return err
+}
+
+// reroute sends checks that from redirected to their owners on v, a newer
+// view than the one they were routed by, each as a last hop.
+func (r *Router) reroute(ctx context.Context, v *view, from string, idx []int, checks []Check, out []Result, now clock.Instant) error {
+	byOwner := map[string][]int{}
+	for _, i := range idx {
+		o := ownerIn(v.ring, r.cfg.Self, checks[i].Key)
+		byOwner[o] = append(byOwner[o], i)
+	}
+	for o, idx := range byOwner {
+		if err := r.follow(ctx, v, from, o, idx, checks, out, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// catchUpPause is the first pause before catchUp asks again; each next one
+// is twice as long.
+const catchUpPause = 5 * time.Millisecond
+
+// catchUp answers checks that from, their owner on v, redirected to to, a
+// member v no longer has: from has not yet seen to leave or die. It asks
+// from again after a pause, doubling, until from decides them (its ring
+// agrees with v) or names a member v has, for at most half the peer
+// deadline; then from decides them as their last hop. From is the keys'
+// successor on the ring that still has to, so it holds their replicas
+// (with replication on), and what it spends is summed with to's pushes by
+// the spend merge. A fresh failure-mode share on this node would know none
+// of the spend so far. When v changes meanwhile, the checks go by the
+// newer view.
+func (r *Router) catchUp(ctx context.Context, v *view, from, to string, idx []int, checks []Check, out []Result) error {
+	end := r.cfg.Clock.Now().Add(r.cfg.PeerTimeout / 2)
+	for pause := catchUpPause; len(idx) > 0; pause *= 2 {
+		now := r.cfg.Clock.Now()
+		final := !now.Before(end)
+		if !final {
+			if err := r.sleep(ctx, min(pause, end.Sub(now))); err != nil {
+				return err
+			}
+			now = r.cfg.Clock.Now()
+		}
+		if nv := r.view.Load(); nv != v {
+			return r.reroute(ctx, nv, from, idx, checks, out, now)
+		}
+		redirects, err := r.ask(ctx, v, from, idx, checks, out, final, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return r.standIn(ctx, v, from, idx, checks, out, now)
+		}
+		idx = redirects[to]
+		delete(redirects, to)
+		for o, oidx := range redirects {
+			if err := r.follow(ctx, v, from, o, oidx, checks, out, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sleep waits d on the router's clock, or until ctx ends.
+func (r *Router) sleep(ctx context.Context, d time.Duration) error {
+	t := r.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // lastHop asks name to decide the checks idx whatever its ring says; when

@@ -384,6 +384,7 @@ func TestFaultRollingRestart(t *testing.T) {
 	t.Cleanup(sync.OnceFunc(func() { close(stop); <-loaded })) // before the processes are killed
 
 	var took []time.Duration
+	var phases []string // when each restart began and ended, into the load
 	for i, old := range procs {
 		time.Sleep(time.Until(loadStart.Add(time.Second + time.Duration(i)*gap)))
 		start := time.Now()
@@ -396,6 +397,7 @@ func TestFaultRollingRestart(t *testing.T) {
 		h.waitMembers(procs, names3, 15*time.Second)
 		up.Store(new(slices.Clone(procs)))
 		took = append(took, time.Since(start).Round(time.Millisecond))
+		phases = append(phases, fmt.Sprintf("%s %v to %v", old.name, start.Sub(loadStart).Round(time.Millisecond), time.Since(loadStart).Round(time.Millisecond)))
 	}
 	restarted := time.Since(loadStart)
 	<-loaded
@@ -404,6 +406,12 @@ func TestFaultRollingRestart(t *testing.T) {
 	}
 
 	c := count(outs)
+	for i, o := range outs {
+		if o.body.Degraded {
+			t.Logf("degraded answer to check %d (due %v into the load; restarts %v): %s via %s, status %d, %+v",
+				i, time.Duration(i)*every, phases, o.key, o.via.name, o.status, o.body)
+		}
+	}
 	refill := int(time.Since(first) * time.Duration(faultLimit.count) / time.Hour)
 	expected, worst := 0, keys[0]
 	var over []string
