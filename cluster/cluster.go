@@ -59,6 +59,10 @@ type Cluster struct {
 
 	leaving atomic.Bool // advertised in our metadata; read by NodeMeta
 	joined  atomic.Bool // the first join succeeded (or there were no seeds)
+	// joining is true while an attempt at the first join is in flight: the
+	// members the seed knows arrive one by one, and the Listener is told
+	// them all at once when the attempt returns.
+	joining atomic.Bool
 
 	mu      sync.Mutex // guards members; never held while calling out
 	members map[string]*record

@@ -322,6 +322,33 @@ func TestThreeNodesConverge(t *testing.T) {
 	}
 }
 
+// A member that joins is told the whole cluster at once: the first list
+// its Listener gets beyond itself holds every member its seed knew, never
+// part of them (a ring over part of the members would give keys to
+// owners that hold none of their state).
+func TestJoinDeliversWholeCluster(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, "a", "b", "c")
+	for i := range 6 {
+		name := fmt.Sprintf("j%d", i)
+		n := startNode(t, name, withSeeds(nodes[0].LocalAddr()))
+		nodes = append(nodes, n)
+		waitFor(t, 10*time.Second, name+" joins", func() error { return expectAlive(nodes, nodes...) })
+		n.rec.mu.Lock()
+		calls := slices.Clone(n.rec.calls)
+		n.rec.mu.Unlock()
+		for _, call := range calls {
+			if len(call) == 1 {
+				continue
+			}
+			if len(call) != len(nodes) {
+				t.Errorf("%s was first told %d members %v, want all %d", name, len(call), call, len(nodes))
+			}
+			break
+		}
+	}
+}
+
 func TestGracefulLeave(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, "a", "b", "c")

@@ -9,7 +9,10 @@ import (
 )
 
 // eventLoop delivers the member list (Members) to the Listener, one call at
-// a time, whenever it changed.
+// a time, whenever it changed. While an attempt at the first join is in
+// flight it waits for the attempt's end, which kicks it again: a member that
+// joins is told at once every member its seed knew, never some of them (its
+// ring would give their keys to members that hold none of their state).
 func (c *Cluster) eventLoop() {
 	defer close(c.eventsDone)
 	var last []Member
@@ -19,6 +22,9 @@ func (c *Cluster) eventLoop() {
 		case <-c.stopEvents:
 			return
 		case <-c.kick:
+		}
+		if c.joining.Load() {
+			continue
 		}
 		members := c.Members()
 		if delivered && slices.Equal(members, last) {

@@ -93,7 +93,10 @@ func (c *Cluster) join(ctx context.Context, attempt int) bool {
 		c.log.Info(msgJoined, "contacted", 0, "seeds", c.cfg.Seeds, "attempt", attempt, "note", "every seed is already a member")
 		return true
 	}
+	c.joining.Store(true)
 	n, err := c.joinEach(targets)
+	c.joining.Store(false)
+	c.changed() // the members the seeds told of, all at once
 	if ctx.Err() != nil {
 		return false
 	}
