@@ -481,15 +481,7 @@ func TestHopLimitOne(t *testing.T) {
 	done := make(chan Result, 1)
 	go func() { done <- check1(t, a.r, key, hourly(10), 1) }()
 	waitRedirected(t, b, 1)
-	var res Result
-	for waiting := true; waiting; {
-		clock.Advance(time.Second) // A's wait is on the test's clock
-		select {
-		case res = <-done:
-			waiting = false
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	res := awaitOnClock(t, clock, time.Second, done) // A's wait is on the test's clock
 	if res.Owner != "A" || !res.Allowed || res.Remaining != 4 || !res.Degraded {
 		t.Fatalf("check on A for %s (A: owner B, B: owner C) = %+v, want degraded on A with 4 of 5 left", key, res)
 	}
@@ -598,7 +590,7 @@ func TestRedirectToMemberThatLeftAsksOwnerAgain(t *testing.T) {
 	go func() { done <- check1(t, a.r, keys[0], hourly(10), 1) }()
 	waitRedirected(t, b, 1)
 	b.r.SetMembers(membersOf(a, b))
-	res := awaitOnClock(t, clock, done)
+	res := awaitOnClock(t, clock, 5*time.Millisecond, done)
 	if res.Owner != "B" || !res.Allowed || res.Remaining != 5 || res.Degraded {
 		t.Fatalf("check on A after B caught up: %+v, want decided by B with 5 left", res)
 	}
@@ -608,7 +600,7 @@ func TestRedirectToMemberThatLeftAsksOwnerAgain(t *testing.T) {
 	before := testkit.Metric(t, b.reg, "ringlimit_redirects_total")
 	go func() { done <- check1(t, a.r, keys[1], hourly(10), 1) }()
 	waitRedirected(t, b, before+1)
-	res = awaitOnClock(t, clock, done)
+	res = awaitOnClock(t, clock, 5*time.Millisecond, done)
 	if res.Owner != "B" || !res.Allowed || res.Remaining != 5 || res.Degraded {
 		t.Fatalf("check on A while B's ring still has C: %+v, want decided by B with 5 left", res)
 	}
@@ -617,16 +609,17 @@ func TestRedirectToMemberThatLeftAsksOwnerAgain(t *testing.T) {
 	}
 }
 
-// awaitOnClock advances clock 5 ms at a time until a result arrives on done.
-func awaitOnClock(t *testing.T, clock *testkit.Clock, done <-chan Result) Result {
+// awaitOnClock advances clock by step every 5 ms of real time until a
+// result arrives on done.
+func awaitOnClock(t *testing.T, clock *testkit.Clock, step time.Duration, done <-chan Result) Result {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
+		clock.Advance(step)
 		select {
 		case res := <-done:
 			return res
 		case <-time.After(5 * time.Millisecond):
-			clock.Advance(5 * time.Millisecond)
 		}
 	}
 	t.Fatal("no result within 10s")

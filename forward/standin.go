@@ -116,8 +116,8 @@ func (r *Router) catchUp(ctx context.Context, v *view, from, to string, idx []in
 		now := r.cfg.Clock.Now()
 		final := !now.Before(end)
 		if !final {
-			if err := r.sleep(ctx, min(pause, end.Sub(now))); err != nil {
-				return err
+			if !clock.Sleep(r.cfg.Clock, min(pause, end.Sub(now)), ctx.Done()) {
+				return ctx.Err()
 			}
 			now = r.cfg.Clock.Now()
 		}
@@ -140,18 +140,6 @@ func (r *Router) catchUp(ctx context.Context, v *view, from, to string, idx []in
 		}
 	}
 	return nil
-}
-
-// sleep waits d on the router's clock, or until ctx ends.
-func (r *Router) sleep(ctx context.Context, d time.Duration) error {
-	t := r.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // lastHop asks name to decide the checks idx whatever its ring says; when
