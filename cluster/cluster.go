@@ -158,9 +158,10 @@ func New(cfg Config) (*Cluster, error) {
 	c.ml = ml
 	c.localAddr = ml.LocalNode().Address()
 
+	seeds := c.otherSeeds()
+	c.joined.Store(len(seeds) == 0)
 	go c.eventLoop()
 
-	seeds := c.otherSeeds()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopJoin = cancel
 	go c.joinLoop(ctx, len(seeds) > 0)
@@ -262,8 +263,8 @@ func (c *Cluster) pruneLocked(now clock.Instant) bool {
 }
 
 // Joined reports whether this member has joined a cluster: one of its seeds
-// answered, every seed was already a member, or it has no seeds (it starts
-// a cluster). It stays true after Leave.
+// answered, another member joined it first, every seed is this member, or
+// it has no seeds (it starts a cluster). It stays true after Leave.
 func (c *Cluster) Joined() bool { return c.joined.Load() }
 
 // LocalAddr returns the gossip address other members reach this one at

@@ -106,6 +106,21 @@ func (r *recorder) MembersChanged(members []Member) {
 	r.mu.Unlock()
 }
 
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+func (r *recorder) first() []Member {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.calls) == 0 {
+		return nil
+	}
+	return r.calls[0]
+}
+
 func (r *recorder) last() []Member {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -563,8 +578,16 @@ func TestJoinRetry(t *testing.T) {
 			}
 			return nil
 		})
-		if err := expectAlive([]*testNode{n}, n); err != nil {
-			t.Error(err)
+		// It knows itself, but it is not a cluster of its own: it has not
+		// joined, and its Listener has been told nothing.
+		if got := n.Alive(); len(got) != 1 || got[0].Name != "orphan" {
+			t.Errorf("Alive() = %v, want orphan alone", got)
+		}
+		if n.Joined() {
+			t.Error("Joined() = true with its only seed unreachable")
+		}
+		if got := n.rec.count(); got != 0 {
+			t.Errorf("listener told %d times before the first join (last %v), want 0", got, n.rec.last())
 		}
 		start = time.Now()
 		if err := n.Close(ctxTimeout(t, 5*time.Second)); err != nil {
@@ -601,6 +624,35 @@ func TestJoinRetry(t *testing.T) {
 		waitFor(t, 5*time.Second, "orphan joins the late seed", func() error {
 			return expectAlive([]*testNode{orphan, seed}, orphan, seed)
 		})
+		if first := orphan.rec.first(); len(first) != 2 {
+			t.Errorf("orphan's listener was first told %v, want orphan and seed together", first)
+		}
+	})
+
+	// A member whose seeds are down is joined by another: it is in a
+	// cluster from then on, though none of its seeds ever answered.
+	t.Run("joined by another member first", func(t *testing.T) {
+		t.Parallel()
+		first := startNode(t, "first", withSeeds(deadAddr(t)), func(c *Config) { c.JoinRetryInterval = 50 * time.Millisecond })
+		waitFor(t, 5*time.Second, "a failed join attempt", func() error {
+			if got := first.log.count(msgJoinFailed); got < 1 {
+				return fmt.Errorf("%d failed attempts logged", got)
+			}
+			return nil
+		})
+		if first.Joined() || first.rec.count() != 0 {
+			t.Fatalf("before anyone joined it: Joined() = %v, listener told %d times, want false and 0", first.Joined(), first.rec.count())
+		}
+		second := startNode(t, "second", withSeeds(first.LocalAddr()))
+		waitFor(t, 5*time.Second, "both list both", func() error {
+			return expectAlive([]*testNode{first, second}, first, second)
+		})
+		if !first.Joined() {
+			t.Error("first: Joined() = false after second joined it")
+		}
+		if got := first.rec.first(); len(got) != 2 {
+			t.Errorf("first's listener was first told %v, want first and second together", got)
+		}
 	})
 
 }

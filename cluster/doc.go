@@ -20,8 +20,10 @@
 //   - The Listener is called from one goroutine owned by the Cluster, one call
 //     at a time, in order, and only when the list changed; never from
 //     memberlist's goroutines, so a slow listener cannot stall failure
-//     detection. A member that joins is told every member its seed knew in
-//     one call, not one by one as the seed's answer is merged.
+//     detection. Nothing is told before the first join (a member given
+//     seeds is not a cluster of its own); a member that joins is told every
+//     member its seed knew in one call, not one by one as the seed's answer
+//     is merged.
 //   - A member that left gracefully is reported as StateLeft, a crashed one as
 //     StateDead. (memberlist reports both the same way; the leaving member
 //     sets a flag in its metadata before it leaves.) Both stay in Members for

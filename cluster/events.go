@@ -9,10 +9,13 @@ import (
 )
 
 // eventLoop delivers the member list (Members) to the Listener, one call at
-// a time, whenever it changed. While an attempt at the first join is in
-// flight it waits for the attempt's end, which kicks it again: a member that
-// joins is told at once every member its seed knew, never some of them (its
-// ring would give their keys to members that hold none of their state).
+// a time, whenever it changed. Until the first join it delivers nothing: a
+// member given seeds that has not reached one is not a cluster of its own,
+// and its Listener must not route every key to it. While an attempt at the
+// first join is in flight it waits for the attempt's end, which kicks it
+// again: a member that joins is told at once every member its seed knew,
+// never some of them (its ring would give their keys to members that hold
+// none of their state).
 func (c *Cluster) eventLoop() {
 	defer close(c.eventsDone)
 	var last []Member
@@ -23,7 +26,7 @@ func (c *Cluster) eventLoop() {
 			return
 		case <-c.kick:
 		}
-		if c.joining.Load() {
+		if c.joining.Load() || !c.joined.Load() {
 			continue
 		}
 		members := c.Members()

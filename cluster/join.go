@@ -28,6 +28,25 @@ const (
 	msgRejoin     = "cluster: re-joining"
 )
 
+// markJoined records the first join and has the Listener told the members.
+func (c *Cluster) markJoined() {
+	c.joined.Store(true)
+	c.changed()
+}
+
+// othersAlive reports whether a member other than this one is alive or
+// suspect here: it joined this member before this member reached a seed.
+func (c *Cluster) othersAlive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.members {
+		if r.m.Name != c.cfg.Name && r.m.State.onRing() {
+			return true
+		}
+	}
+	return false
+}
+
 // maxParallelJoins bounds the join calls of one round in flight at once.
 // A call to an unreachable address takes up to TCPTimeout, so they are made
 // in parallel: one round (and Close) waits about one TCPTimeout, not one
@@ -53,8 +72,7 @@ func (c *Cluster) joinLoop(ctx context.Context, hasSeeds bool) {
 	defer close(c.joinDone)
 	timer := c.clock.NewTimer(0)
 	defer timer.Stop()
-	joined := !hasSeeds
-	c.joined.Store(joined)
+	joined := !hasSeeds // New stored it before starting the event loop
 	for attempt := 1; ; {
 		select {
 		case <-ctx.Done():
@@ -84,17 +102,27 @@ func (c *Cluster) joinLoop(ctx context.Context, hasSeeds bool) {
 
 // join is one attempt at the first join: it contacts every address of the
 // seeds that is not already a live member, and reports whether this member
-// is now in a cluster (a seed answered, or every seed is already alive here
-// because the seeds joined us first).
+// is now in a cluster: a seed answered, another member joined this one
+// first, or every seed is this member. Only then is the Listener told the
+// members (see eventLoop).
 func (c *Cluster) join(ctx context.Context, attempt int) bool {
+	if c.othersAlive() {
+		c.log.Info(msgJoined, "contacted", 0, "seeds", c.cfg.Seeds, "attempt", attempt, "note", "another member joined this one first")
+		c.markJoined()
+		return true
+	}
 	seeds, resolveErr := c.resolveSeeds(ctx)
 	targets := c.withoutLive(seeds)
 	if len(seeds) > 0 && len(targets) == 0 {
-		c.log.Info(msgJoined, "contacted", 0, "seeds", c.cfg.Seeds, "attempt", attempt, "note", "every seed is already a member")
+		c.log.Info(msgJoined, "contacted", 0, "seeds", c.cfg.Seeds, "attempt", attempt, "note", "every seed is this member")
+		c.markJoined()
 		return true
 	}
 	c.joining.Store(true)
 	n, err := c.joinEach(targets)
+	if n > 0 && ctx.Err() == nil {
+		c.joined.Store(true)
+	}
 	c.joining.Store(false)
 	c.changed() // the members the seeds told of, all at once
 	if ctx.Err() != nil {

@@ -40,8 +40,10 @@ type Member struct {
 // Config.DepartedRetention — exactly what Cluster.Members returns, sorted by
 // name, this member included (as StateLeft once it left). It is called after
 // every change of that list (a member added, changing state or metadata, or
-// forgotten once DepartedRetention has passed), starting with this member
-// alone right after New. The members that belong on the hash ring are the
+// forgotten once DepartedRetention has passed), starting when this member
+// has joined (see Cluster.Joined): right after New when it has no seeds,
+// otherwise with every member it knows once a seed answered or another
+// member joined it. A member that has not joined is told nothing. The members that belong on the hash ring are the
 // alive and suspect ones; a dead member (not left) may come back, a left one
 // is gone for good.
 //

@@ -56,6 +56,13 @@ type Config struct {
 	// not take over the keys of members it cannot see. 0 counts the members
 	// it last knew (up and down; members that left are not counted).
 	ClusterSize int
+	// Joining is set on a node that joins an existing cluster (it was
+	// given seeds): until the first SetMembers it knows no owner, so it is
+	// in a minority with no ring and answers every check in its failure
+	// mode; `local` gives it its share of ClusterSize members, or half of
+	// the limit when ClusterSize is 0 (it has at least one other member).
+	// False: until the first SetMembers this node owns every key.
+	Joining bool
 	// Logger receives membership and handoff events. Nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Nil registers none.

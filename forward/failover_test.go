@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -265,5 +266,63 @@ func TestCancelledCallerReturnsPromptly(t *testing.T) {
 		if got := testkit.Metric(t, a.reg, "ringlimit_degraded_checks_total", "mode", mode); got != 0 {
 			t.Errorf("a cancelled caller counted as degraded (%s: %v)", mode, got)
 		}
+	}
+}
+
+// A node that joins a cluster knows no owner until it is given the members:
+// it answers every check in the check's failure mode, the local one with
+// its share of the limit, and owns keys only from its first member list on.
+func TestJoiningNodeAnswersInFailureMode(t *testing.T) {
+	for _, tc := range []struct {
+		size      int
+		localLeft int64 // what a local bucket of 12 has left after one check
+	}{
+		{size: 0, localLeft: 5}, // half of 12: at least one other member
+		{size: 3, localLeft: 3}, // a third of 12
+		{size: 4, localLeft: 2}, // a quarter of 12
+	} {
+		t.Run(fmt.Sprint("cluster size ", tc.size), func(t *testing.T) {
+			clock := testkit.NewClock(0)
+			a := startNode(t, "A", clock, func(c *nodeConfig) { c.Joining, c.ClusterSize = true, tc.size })
+			if st := a.r.Status(); !st.Minority {
+				t.Errorf("Status before the first member list: %+v, want Minority", st)
+			}
+			if got := testkit.Metric(t, a.reg, "ringlimit_minority"); got != 1 {
+				t.Errorf("ringlimit_minority = %v, want 1", got)
+			}
+			l := hourly(12)
+			checks := []Check{
+				{Key: "open", Limit: l, Cost: 1, Mode: bucket.FailOpen},
+				{Key: "closed", Limit: l, Cost: 1, Mode: bucket.FailClosed},
+				{Key: "local", Limit: l, Cost: 1, Mode: bucket.Local},
+			}
+			out := make([]Result, len(checks))
+			if err := a.r.Check(context.Background(), checks, out); err != nil {
+				t.Fatal(err)
+			}
+			if r := out[0]; !r.Allowed || !r.Degraded {
+				t.Errorf("fail_open: %+v, want allowed and degraded", r)
+			}
+			if r := out[1]; r.Allowed || !r.Degraded || r.RetryAfter != time.Second {
+				t.Errorf("fail_closed: %+v, want refused and degraded, retry after 1s", r)
+			}
+			if r := out[2]; !r.Allowed || !r.Degraded || r.Remaining != tc.localLeft {
+				t.Errorf("local: %+v, want allowed and degraded with %d left", r, tc.localLeft)
+			}
+			if n := a.store.Len(); n != 0 {
+				t.Errorf("the authoritative store holds %d keys, want 0: nothing was decided as owner", n)
+			}
+			// Its first member list (here itself alone, as a cluster whose
+			// seeds are all this node) makes it the owner of every key,
+			// unless ClusterSize still puts one member in a minority.
+			a.r.SetMembers(membersOf(a))
+			res := check1(t, a.r, "fresh", l, 1)
+			switch {
+			case tc.size == 0 && (!res.Allowed || res.Degraded || res.Owner != "A" || res.Remaining != 11):
+				t.Errorf("after SetMembers: %+v, want allowed by A with 11 left", res)
+			case tc.size > 0 && (!res.Degraded || res.Remaining != tc.localLeft):
+				t.Errorf("after SetMembers, 1 of %d members up: %+v, want degraded with %d left", tc.size, res, tc.localLeft)
+			}
+		})
 	}
 }

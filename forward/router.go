@@ -58,7 +58,8 @@ type Router struct {
 var _ peer.Handler = (*Router)(nil)
 
 // New validates cfg and returns a Router that owns every key until
-// SetMembers says otherwise. Close stops it.
+// SetMembers says otherwise, or, with cfg.Joining, that owns none and
+// answers every check in its failure mode until then. Close stops it.
 func New(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -81,9 +82,13 @@ func New(cfg Config) (*Router, error) {
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/forward")
 	}
-	r.view.Store(&view{fetchDown: &sync.Map{}})
-	first := make(chan struct{})
-	r.viewChanged.Store(&first)
+	first := &view{fetchDown: &sync.Map{}}
+	if cfg.Joining {
+		first.minority, first.size = true, max(cfg.ClusterSize, 2)
+	}
+	r.view.Store(first)
+	changed := make(chan struct{})
+	r.viewChanged.Store(&changed)
 	r.shared = newShared(cfg.Store.Capacity())
 	r.known = newRefusals(cfg.LocalKeys)
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)

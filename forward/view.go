@@ -13,8 +13,9 @@ import (
 type view struct {
 	// ring routes keys: the ring of the members up, or, while this node is
 	// in a minority, the last ring it had with a majority. nil before the
-	// first SetMembers (this node owns every key), and while in a minority
-	// that never had a majority (no key has an owner it can reach).
+	// first SetMembers (this node owns every key, unless Config.Joining
+	// makes it a minority), and while in a minority that never had a
+	// majority (no key has an owner it can reach).
 	ring Owners
 	prev Owners
 	// others is the ring without this node: for a node that just joined,

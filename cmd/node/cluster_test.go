@@ -911,7 +911,11 @@ func TestClusterRollingRestart(t *testing.T) {
 }
 
 // TestDeadSeedInProcess: a node whose only seed is a closed port starts,
-// serves alone and keeps retrying the join, and Close returns nil.
+// keeps retrying the join, and until it is in a cluster owns no key: it
+// answers every check in the check's failure mode (local: half the limit,
+// since it has at least one other member) and is not ready. A node that
+// joins it makes it a member, and it owns keys from then on. Close returns
+// nil.
 func TestDeadSeedInProcess(t *testing.T) {
 	h := newHarness(t)
 	seed := testkit.DeadAddr(t)
@@ -925,14 +929,39 @@ func TestDeadSeedInProcess(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || string(b) != "ok\n" {
 		t.Fatalf("/healthz: %d %q", resp.StatusCode, b)
 	}
+	attempts := waitJoinAttempts(t, logs, 2, 10*time.Second)
+	if err := n.ready(); err == nil {
+		t.Error("ready with its only seed unreachable")
+	}
+	local := inlineLimit{count: 4, per: "1h"}
 	for i, want := range []int{200, 200, 429} {
-		a, err := doCheck(h.client, httpAddr(n), "dead-seed", inlineLimit{count: 2, per: "1h"}, 5*time.Second)
-		if err != nil || a.status != want || a.body.Owner != "lonely" || a.body.Degraded {
-			t.Fatalf("check %d: %d %+v %v, want %d from lonely", i, a.status, a.body, err, want)
+		a, err := doCheck(h.client, httpAddr(n), "dead-seed", local, 5*time.Second)
+		if err != nil || a.status != want || a.body.Owner != "lonely" || !a.body.Degraded {
+			t.Fatalf("local check %d: %d %+v %v, want %d, degraded, from lonely", i, a.status, a.body, err, want)
 		}
 	}
-	attempts := waitJoinAttempts(t, logs, 2, 10*time.Second)
-	t.Logf("%d join attempts logged; /v1/cluster members: %d", attempts, len(n.cluster.Members()))
+	a, err := doCheck(h.client, httpAddr(n), "closed", inlineLimit{count: 4, per: "1h", mode: "fail_closed"}, 5*time.Second)
+	if err != nil || a.status != 429 || !a.body.Degraded {
+		t.Fatalf("fail_closed check: %d %+v %v, want 429, degraded", a.status, a.body, err)
+	}
+	t.Logf("%d join attempts logged before a member joined", attempts)
+
+	other, _ := h.start("other", n.cluster.LocalAddr())
+	h.waitRing([]*node{n, other}, []string{"lonely", "other"}, 10*time.Second)
+	if !n.cluster.Joined() {
+		t.Error("lonely: not joined once other joined it")
+	}
+	fresh := inlineLimit{count: 4, per: "1h", mode: "fail_closed"}
+	for i, node := range []*node{n, other, n, other, n} {
+		want := 200
+		if i == 4 {
+			want = 429
+		}
+		a, err := doCheck(h.client, httpAddr(node), "joined", fresh, 5*time.Second)
+		if err != nil || a.status != want || a.body.Degraded {
+			t.Fatalf("check %d after the join, via %s: %d %+v %v, want %d, not degraded", i, node.router.Self(), a.status, a.body, err, want)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.Close(ctx); err != nil {

@@ -269,8 +269,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	n.router, err = forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
 		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0},
-		ClusterSize: cfg.clusterSize,
-		Logger:      log, Registerer: reg, TracerProvider: cfg.tracer})
+		ClusterSize: cfg.clusterSize, Joining: len(cfg.join) > 0,
+		Logger: log, Registerer: reg, TracerProvider: cfg.tracer})
 	if err != nil {
 		return nil, err
 	}
