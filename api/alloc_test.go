@@ -8,6 +8,7 @@ package api
 import (
 	"context"
 	"testing"
+	"time"
 
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
@@ -33,5 +34,42 @@ func TestGRPCHandlerAllocations(t *testing.T) {
 	a1, a16 := testing.AllocsPerRun(500, one), testing.AllocsPerRun(500, sixteen)
 	if a1 != 3 || a16 != 3 {
 		t.Fatalf("allocations per request: %v with 1 check, %v with 16; want 3 and 3 (the response, its decisions and their pointers)", a1, a16)
+	}
+}
+
+// TestBoundedDeadline: a request's checks run under the server's deadline
+// (CheckTimeout) unless the caller's ends sooner, which then stands as is
+// and costs no allocation.
+func TestBoundedDeadline(t *testing.T) {
+	a := &API{checkTimeout: 2 * time.Second}
+	ctx, cancel := a.bounded(context.Background())
+	d, ok := ctx.Deadline()
+	cancel()
+	if left := time.Until(d); !ok || left <= 0 || left > 2*time.Second {
+		t.Errorf("no caller deadline: deadline in %v (%v), want within 2s", left, ok)
+	}
+	later, cancelLater := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelLater()
+	ctx, cancel = a.bounded(later)
+	d, _ = ctx.Deadline()
+	cancel()
+	if left := time.Until(d); ctx == later || left > 2*time.Second {
+		t.Errorf("caller deadline in 10s: deadline in %v, want within 2s", left)
+	}
+	sooner, cancelSooner := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelSooner()
+	if ctx, cancel := a.bounded(sooner); ctx != sooner {
+		cancel()
+		t.Error("caller deadline in 50ms: wrapped, want the caller's context as is")
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		_, cancel := a.bounded(sooner)
+		cancel()
+	}); allocs != 0 {
+		t.Errorf("caller deadline sooner: %v allocations, want 0", allocs)
+	}
+	off := &API{}
+	if ctx, _ := off.bounded(later); ctx != later {
+		t.Error("CheckTimeout 0: wrapped, want the caller's context as is")
 	}
 }

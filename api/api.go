@@ -276,6 +276,23 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
+// noCancel is the cancel function of a context bounded did not wrap.
+func noCancel() {}
+
+// bounded returns ctx under the server's own deadline for one request's
+// checks (Config.CheckTimeout), unless ctx already ends by then, as a call
+// from Envoy (whose rate limit filter sets a timeout) does: that needs no
+// timer of its own.
+func (a *API) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.checkTimeout <= 0 {
+		return ctx, noCancel
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= a.checkTimeout {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, a.checkTimeout)
+}
+
 // check runs checks through the checker and records the metrics. The
 // latency is read from the runtime's monotonic clock, not a clock.Clock:
 // it measures how long the checker took and decides nothing, and a fake

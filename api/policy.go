@@ -117,11 +117,8 @@ func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
 // decide runs a plan and combines each unit's decisions. Layers that
 // admitted a request another layer rejected are refunded.
 func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, error) {
-	if a.checkTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, a.checkTimeout)
-		defer cancel()
-	}
+	ctx, cancel := a.bounded(ctx)
+	defer cancel()
 	p.out = slices.Grow(p.out[:0], len(p.checks))[:len(p.checks)]
 	out := p.out
 	if err := a.check(ctx, surface, p.checks, out); err != nil {

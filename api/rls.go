@@ -170,11 +170,8 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 	}
 	out := make([]forward.Result, len(checks))
 	if len(checks) > 0 {
-		if s.api.checkTimeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, s.api.checkTimeout)
-			defer cancel()
-		}
+		ctx, cancel := s.api.bounded(ctx)
+		defer cancel()
 		if err := s.api.check(ctx, "rls", checks, out); err != nil {
 			return nil, rlsError(err)
 		}
