@@ -77,8 +77,11 @@ type Cluster struct {
 
 	unroute func() // stops routing memberlist's metrics to Config.Registerer; nil without it
 
-	stopJoin   context.CancelFunc
-	joinDone   chan struct{}
+	stopJoin context.CancelFunc
+	joinDone chan struct{}
+	// joinNow wakes the join loop before the first join when another
+	// member joined this one (capacity 1).
+	joinNow    chan struct{}
 	stopEvents chan struct{}
 	eventsDone chan struct{}
 }
@@ -114,6 +117,7 @@ func New(cfg Config) (*Cluster, error) {
 		members:    make(map[string]*record),
 		kick:       make(chan struct{}, 1),
 		joinDone:   make(chan struct{}),
+		joinNow:    make(chan struct{}, 1),
 		stopEvents: make(chan struct{}),
 		eventsDone: make(chan struct{}),
 		mlName:     instanceName(cfg.Name, time.Now()),

@@ -82,6 +82,12 @@ func (c *Cluster) upsert(n *memberlist.Node, m meta) {
 	} else if !ok && tag != "" {
 		c.log.Info("cluster: member instance joined", "member", name, "instance", n.Name, "gossip", addr)
 	}
+	if name != c.cfg.Name && !c.joined.Load() && !c.joining.Load() {
+		select { // another member joined this one: no need to wait for the next attempt
+		case c.joinNow <- struct{}{}:
+		default:
+		}
+	}
 	c.changed()
 }
 

@@ -78,6 +78,10 @@ func (c *Cluster) joinLoop(ctx context.Context, hasSeeds bool) {
 		case <-ctx.Done():
 			return
 		case <-timer.C():
+		case <-c.joinNow:
+			if joined {
+				continue
+			}
 		}
 		if c.leaving.Load() {
 			return

@@ -96,7 +96,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
 	fs.StringVar(&c.peerAddr, "peer", "127.0.0.1:9190", "address of the peer gRPC service, which only other nodes call (mutual TLS with --tls-*)")
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
-	join := fs.String("join", "", "comma-separated seeds to join: gossip addresses host:port (a DNS name may resolve to several nodes, e.g. a Kubernetes headless Service) or DNS SRV names (_gossip._tcp.NAME); names are resolved again every few seconds, and a node keeps retrying until one answers")
+	join := fs.String("join", "", "comma-separated seeds to join: gossip addresses host:port (a DNS name may resolve to several nodes, e.g. a Kubernetes headless Service) or DNS SRV names (_gossip._tcp.NAME); names are resolved again every few seconds, and a node keeps retrying until one answers or another node joins it; until then it owns no key and checks get their failure mode")
 	fs.StringVar(&c.advertiseHost, "advertise-host", "", "host (IP or DNS name) other machines reach this node at, for every listener bound to an unspecified address (0.0.0.0, ::); default $POD_IP, else a private IPv4 address of this machine")
 	fs.StringVar(&c.advertiseHTTP, "advertise-http", "", "host:port other machines reach the HTTP API at (default: --http, with --advertise-host for an unspecified host)")
 	fs.StringVar(&c.advertiseGRPC, "advertise-grpc", "", "host:port clients reach the public gRPC API at (default: --grpc, with --advertise-host for an unspecified host)")
