@@ -144,6 +144,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.drainDelay}
 	start := time.Now() // the uptime peers and the status page see
+	// The ring settles from the start, not from the zero time.
+	n.readiness.changed = start
 
 	shards := bucket.DefaultShards
 	for shards > 1 && cfg.maxKeys < shards {
@@ -316,8 +318,10 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 			}
 		}
 		n.known.Store(&known)
-		n.router.SetMembers(members)
+		// Readiness first: a ring that is changing must never look
+		// settled, not even between the two calls.
 		n.readiness.noteMembers(all)
+		n.router.SetMembers(members)
 	})
 	var osync *policy.OverrideSync
 	if n.policy != nil {
