@@ -308,3 +308,39 @@ func TestRLSReload(t *testing.T) {
 		t.Fatalf("after a bad file: %v, want the limit of 5 with 4 remaining", st)
 	}
 }
+
+// TestRLSBeforeJoin: a node whose seed has not answered owns no key, so it
+// answers UNAVAILABLE for every limited descriptor (Envoy's
+// failure_mode_deny decides) and spends nothing; an unlimited one needs no
+// owner and is OK. Once another node joins it, the limit holds exactly
+// across both.
+func TestRLSBeforeJoin(t *testing.T) {
+	h := newHarness(t)
+	conf := filepath.Join(t.TempDir(), "shop.yaml")
+	if err := os.WriteFile(conf, []byte(rlsTestConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lonely, logs := h.startArgs("lonely", "--rls-config", conf, "--join", testkit.DeadAddr(t))
+	waitJoinAttempts(t, logs, 1, 10*time.Second)
+	c := rlsClients(t, []string{lonely.grpcLn.Addr().String()})
+	limited := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user_id", "early")}}
+	for i := range 7 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := c[0].ShouldRateLimit(ctx, limited)
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("request %d before the join: %v, want UNAVAILABLE", i+1, err)
+		}
+	}
+	vip := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user_id", "vip")}}
+	if ok, over, _ := rlsTally(t, c, 3, vip); ok != 3 || over != 0 {
+		t.Fatalf("unlimited before the join: %d OK, %d OVER_LIMIT of 3, want 3 and 0", ok, over)
+	}
+
+	other, _ := h.startArgs("other", "--rls-config", conf, "--join", lonely.cluster.LocalAddr())
+	h.waitRing([]*node{lonely, other}, []string{"lonely", "other"}, 10*time.Second)
+	both := rlsClients(t, []string{lonely.grpcLn.Addr().String(), other.grpcLn.Addr().String()})
+	if ok, over, _ := rlsTally(t, both, 8, limited); ok != 5 || over != 3 {
+		t.Fatalf("after the join, round robin: %d OK, %d OVER_LIMIT of 8, want 5 and 3 (nothing spent before)", ok, over)
+	}
+}
