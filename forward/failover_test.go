@@ -284,8 +284,8 @@ func TestJoiningNodeAnswersInFailureMode(t *testing.T) {
 		t.Run(fmt.Sprint("cluster size ", tc.size), func(t *testing.T) {
 			clock := testkit.NewClock(0)
 			a := startNode(t, "A", clock, func(c *nodeConfig) { c.Joining, c.ClusterSize = true, tc.size })
-			if st := a.r.Status(); !st.Minority {
-				t.Errorf("Status before the first member list: %+v, want Minority", st)
+			if st := a.r.Status(); !st.Minority || st.ClusterSize != tc.size {
+				t.Errorf("Status before the first member list: %+v, want Minority, ClusterSize %d", st, tc.size)
 			}
 			if got := testkit.Metric(t, a.reg, "ringlimit_minority"); got != 1 {
 				t.Errorf("ringlimit_minority = %v, want 1", got)

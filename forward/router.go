@@ -84,7 +84,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	first := &view{fetchDown: &sync.Map{}}
 	if cfg.Joining {
-		first.minority, first.size = true, max(cfg.ClusterSize, 2)
+		first.minority, first.joining, first.size = true, true, cfg.ClusterSize
 	}
 	r.view.Store(first)
 	changed := make(chan struct{})

@@ -34,6 +34,10 @@ type view struct {
 	// then routes by the last majority ring and answers for the keys of
 	// members it cannot see in their failure mode.
 	minority bool
+	// joining is true before the first SetMembers of a node told to join
+	// a cluster (Config.Joining): it has at least one other member, so a
+	// key's limit is split in at least two shares.
+	joining bool
 }
 
 func (v *view) len() int {
@@ -60,8 +64,15 @@ func (v *view) isDown(name string) bool { return v.down[name] }
 func (v *view) noOwner() bool { return v.minority && v.ring == nil }
 
 // shares is how many parts a key's limit is split into when its owner
-// cannot be reached: every member the quorum counts, at least 1.
-func (v *view) shares() int64 { return int64(max(v.size, v.len(), 1)) }
+// cannot be reached: every member the quorum counts, at least 1 (2 for a
+// node that has not joined yet).
+func (v *view) shares() int64 {
+	least := 1
+	if v.joining {
+		least = 2
+	}
+	return int64(max(v.size, v.len(), least))
+}
 
 // inGrace reports whether keys may still have to be fetched from their
 // previous owner at now.
