@@ -89,8 +89,7 @@ func (c *Cluster) joinLoop(ctx context.Context, hasSeeds bool) {
 		if joined {
 			c.rejoin(ctx)
 		} else {
-			joined = c.join(ctx, attempt)
-			c.joined.Store(joined)
+			joined = c.join(ctx, attempt) // join stores c.joined itself, before telling the Listener
 			attempt++
 		}
 		if ctx.Err() != nil {

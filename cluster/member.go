@@ -43,9 +43,9 @@ type Member struct {
 // forgotten once DepartedRetention has passed), starting when this member
 // has joined (see Cluster.Joined): right after New when it has no seeds,
 // otherwise with every member it knows once a seed answered or another
-// member joined it. A member that has not joined is told nothing. The members that belong on the hash ring are the
-// alive and suspect ones; a dead member (not left) may come back, a left one
-// is gone for good.
+// member joined it. A member that has not joined is told nothing. The
+// members that belong on the hash ring are the alive and suspect ones; a
+// dead member (not left) may come back, a left one is gone for good.
 //
 // Concurrency: MembersChanged is called from a single goroutine owned by the
 // Cluster, one call at a time, in the order the changes happened. Bursts are

@@ -144,8 +144,6 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.drainDelay}
 	start := time.Now() // the uptime peers and the status page see
-	// The ring settles from the start, not from the zero time.
-	n.readiness.changed = start
 
 	shards := bucket.DefaultShards
 	for shards > 1 && cfg.maxKeys < shards {
