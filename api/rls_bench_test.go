@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -23,6 +24,40 @@ descriptors:
 // the local store, answer) and the answer encoded, as the gRPC codec does.
 func BenchmarkRLSHandler(b *testing.B) {
 	_, s := newRLSEnv(b, rlsBenchConfig, false)
+	benchRLS(b, s, context.Background())
+}
+
+// BenchmarkRLSHandlerCheckTimeout is BenchmarkRLSHandler with a server
+// deadline (--check-timeout): a caller whose deadline is later, or who has
+// none, gets the server's own (a timer); one whose deadline is sooner, as
+// Envoy's filter always sets one, keeps its own. The deadlines are hours
+// long so that no call of a long run finds them past.
+func BenchmarkRLSHandlerCheckTimeout(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		callerTimeout time.Duration // 0: no deadline
+		checkTimeout  time.Duration
+	}{
+		{"no caller deadline", 0, 2 * time.Hour},
+		{"caller deadline later", 3 * time.Hour, 2 * time.Hour},
+		{"caller deadline sooner", time.Hour, 2 * time.Hour},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e, s := newRLSEnv(b, rlsBenchConfig, false)
+			e.api.checkTimeout = c.checkTimeout
+			ctx := context.Background()
+			if c.callerTimeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.callerTimeout)
+				defer cancel()
+			}
+			benchRLS(b, s, ctx)
+		})
+	}
+}
+
+// benchRLS runs ShouldRateLimit on s with ctx, over benchKeys users.
+func benchRLS(b *testing.B, s *rlsServer, ctx context.Context) {
 	wire := make([][]byte, benchKeys)
 	for i := range wire {
 		req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("user_id", "bench:"+strconv.Itoa(i))}}
@@ -31,7 +66,6 @@ func BenchmarkRLSHandler(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		req := new(rlsv3.RateLimitRequest)
