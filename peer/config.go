@@ -44,7 +44,10 @@ type Config struct {
 	// MaxInFlight, 2,048 with the defaults: four full batches' worth when
 	// every call is a single check; at least 1,024); a call that finds it full fails at once with ErrBusy, so a
 	// peer that stopped answering holds at most Queue callers until
-	// Timeout. NoWait is always set.
+	// Timeout. Yields is how many times the batcher of a busy peer lets
+	// the goroutines ready to run queue their checks before it sends a
+	// batch (default 3; negative: none): 3.7 to 3.8 checks a batch instead
+	// of 3.1 in the same workload. NoWait is always set.
 	Batch batcher.Config
 	// Grace is how long a peer that left the member list stays dialable
 	// (a new owner may still fetch state from it). Default 3s.
@@ -77,7 +80,9 @@ const minQueue = 1024
 
 // DefaultConfig returns a Config with every default filled in but Self.
 func DefaultConfig() Config {
-	return Config{Timeout: 500 * time.Millisecond, Batch: batcher.DefaultConfig(), Grace: 3 * time.Second}
+	b := batcher.DefaultConfig()
+	b.Yields = 3
+	return Config{Timeout: 500 * time.Millisecond, Batch: b, Grace: 3 * time.Second}
 }
 
 // Validate reports the first bad field by name. It changes nothing.
@@ -92,7 +97,9 @@ func (c *Config) Validate() error {
 	case c.Batch.MaxBatch > MaxCheckBatch:
 		return fmt.Errorf("peer: Batch.MaxBatch must be at most %d (MaxCheckBatch), got %d", MaxCheckBatch, c.Batch.MaxBatch)
 	}
-	return c.Batch.Validate()
+	b := c.Batch
+	b.Yields = max(b.Yields, 0) // negative: none, which the batcher spells 0
+	return b.Validate()
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -109,6 +116,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Batch.Queue == 0 {
 		c.Batch.Queue = max(4*c.Batch.MaxBatch*c.Batch.MaxInFlight, minQueue)
+	}
+	switch {
+	case c.Batch.Yields == 0:
+		c.Batch.Yields = d.Batch.Yields
+	case c.Batch.Yields < 0:
+		c.Batch.Yields = 0
 	}
 	c.Batch.NoWait = true
 	if c.Grace == 0 {

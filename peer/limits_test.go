@@ -85,10 +85,22 @@ func TestOversizeMessagesRefused(t *testing.T) {
 	}
 }
 
-// A pool's batches may not be larger than a peer accepts.
+// A pool's batches may not be larger than a peer accepts; its batcher
+// yields three times before a batch by default, and not at all when told
+// so.
 func TestMaxBatchBounded(t *testing.T) {
 	if _, err := peer.NewPool(peer.Config{Self: "A", Batch: peer.DefaultConfig().Batch}); err != nil {
 		t.Fatal(err)
+	}
+	if y := peer.DefaultConfig().Batch.Yields; y != 3 {
+		t.Errorf("default Batch.Yields %d, want 3", y)
+	}
+	off := peer.Config{Self: "A"}
+	off.Batch.Yields = -1 // none
+	if p, err := peer.NewPool(off); err != nil {
+		t.Errorf("NewPool with Batch.Yields -1: %v", err)
+	} else {
+		p.Close()
 	}
 	cfg := peer.Config{Self: "A"}
 	cfg.Batch.MaxBatch = peer.MaxCheckBatch + 1

@@ -17,6 +17,7 @@ package batcher
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 )
 
@@ -58,6 +59,15 @@ type Config struct {
 	// Queue is how many calls may wait for a batch before Do blocks (or,
 	// with NoWait, fails with ErrFull). Default 4096.
 	Queue int
+	// Yields is how many times the loop, holding a batch's first call,
+	// lets the goroutines ready to run go first (runtime.Gosched) before
+	// it gathers the rest, when the destination is busy (the previous
+	// batch carried more than one call, or calls are already waiting):
+	// calls that those goroutines are about to queue then leave in this
+	// batch instead of the next, for the same cost a batch has. An idle
+	// destination's batch leaves at once, since a yield is not free: it
+	// may wake another thread. 0 (the default): never yield.
+	Yields int
 	// NoWait makes Do fail at once with ErrFull when Queue calls are
 	// already waiting, instead of waiting for room: a destination that
 	// stopped answering then costs its callers nothing more than the
@@ -78,6 +88,8 @@ func (c Config) Validate() error {
 		return errors.New("batcher: MaxInFlight must not be negative")
 	case c.Queue < 0:
 		return errors.New("batcher: Queue must not be negative")
+	case c.Yields < 0:
+		return errors.New("batcher: Yields must not be negative")
 	}
 	return nil
 }
@@ -191,6 +203,7 @@ func (b *Batcher[Q, R]) Close() {
 func (b *Batcher[Q, R]) loop() {
 	defer close(b.stopped)
 	var carry *Call[Q, R] // a call that did not fit in the previous batch
+	last := 0             // calls in the previous batch
 	for {
 		select {
 		case b.slots <- struct{}{}:
@@ -213,6 +226,11 @@ func (b *Batcher[Q, R]) loop() {
 			}
 		}
 		calls, n := []*Call[Q, R]{first}, len(first.In)
+		if last > 1 || len(b.queue) > 0 {
+			for i := 0; i < b.cfg.Yields && n+len(b.queue) < b.cfg.MaxBatch; i++ {
+				runtime.Gosched()
+			}
+		}
 	gather:
 		for n < b.cfg.MaxBatch {
 			select {
@@ -230,6 +248,7 @@ func (b *Batcher[Q, R]) loop() {
 				break gather
 			}
 		}
+		last = len(calls)
 		var once sync.Once
 		b.flush(calls, n, func() { once.Do(func() { <-b.slots }) })
 	}

@@ -3,6 +3,7 @@ package batcher
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -190,6 +191,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{MaxBatch: -1}, "MaxBatch"},
 		{Config{MaxInFlight: -1}, "MaxInFlight"},
 		{Config{Queue: -1}, "Queue"},
+		{Config{Yields: -1}, "Yields"},
 	} {
 		err := tc.cfg.Validate()
 		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
@@ -236,4 +238,75 @@ func TestNoWaitFailsWhenFull(t *testing.T) {
 	if len(got) != 2 || len(got[1]) != 2 || got[1][0] != 2 || got[1][1] != 3 {
 		t.Fatalf("batches %v, want [[1] [2 3]]: the refused call must not be sent", got)
 	}
+}
+
+// TestYieldsGatherTheCallsReadyToQueue makes the destination busy (a batch
+// of two calls) or leaves it idle (a batch of one), then starts ten callers
+// on one P, all of them ready to run before the loop runs again. With
+// Yields, at a busy destination, the loop lets each of them queue before
+// it gathers, and the ten leave in one batch; without Yields, or at an
+// idle destination, the first call to arrive leaves before the other nine
+// have run.
+func TestYieldsGatherTheCallsReadyToQueue(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, tc := range []struct {
+		yields int
+		busy   bool
+	}{{3, true}, {0, true}, {3, false}} {
+		yields, gathered := tc.yields, tc.yields > 0 && tc.busy
+		if !gathered && raceEnabled {
+			continue // the race detector shuffles which ready goroutine runs next
+		}
+		for rep := range 20 {
+			r := newRecorder()
+			b, err := New(Config{Yields: yields}, r.flush, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e0, _ := do(b, context.Background(), 0)
+			release := <-r.held // holds the slot while two calls queue
+			errs := []chan error{e0}
+			for i := range 1 + btoi(tc.busy) {
+				e, _ := do(b, context.Background(), 1+i)
+				errs = append(errs, e)
+				waitQueued(t, b, 1+i)
+			}
+			release()
+			(<-r.held)() // 1, or 1 and 2 together: the destination is busy
+			for _, e := range errs {
+				if err := <-e; err != nil {
+					t.Fatal(err)
+				}
+			}
+			var wg sync.WaitGroup
+			for i := range 10 {
+				wg.Go(func() {
+					if err := b.Do(NewCall(context.Background(), []int{10 + i}, make([]int, 1))); err != nil {
+						t.Errorf("call %d: %v", 10+i, err)
+					}
+				})
+			}
+			for sent := 0; sent < 10; {
+				(<-r.held)()
+				got := r.seen()
+				sent += len(got[len(got)-1])
+			}
+			wg.Wait()
+			b.Close()
+			got := r.seen()
+			if len(got[1]) != 1+btoi(tc.busy) {
+				t.Fatalf("%+v, run %d: batches %v, want the second of %d calls", tc, rep, got, 1+btoi(tc.busy))
+			}
+			if one := len(got) == 3; one != gathered {
+				t.Fatalf("%+v, run %d: batches %v; the last ten in one batch: %v, want %v", tc, rep, got, one, gathered)
+			}
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
