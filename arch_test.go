@@ -22,7 +22,8 @@ var allowed = map[string][]string{
 	"ring":                 {},
 	"cluster":              {"clock"},
 	"proto":                {},
-	"internal/batcher":     {},
+	"internal/batcher":     {"internal/deadline"},
+	"internal/deadline":    {},
 	"internal/devca":       {},
 	"internal/certfile":    {},
 	"internal/clientip":    {},
@@ -33,9 +34,9 @@ var allowed = map[string][]string{
 	"policy":               {"bucket", "clock"},
 	"rls":                  {"bucket", "clock"},
 	"ratelimitheader":      {"clock"},
-	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip"},
+	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"ui":                   {"api", "policy"},
-	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip"},
+	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"cmd":                  nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
 	"internal/testkit":     nil,

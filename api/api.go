@@ -16,6 +16,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/clientip"
+	"github.com/ringlimit/ringlimit/internal/deadline"
 )
 
 // Checker decides a batch of checks, one Result per check in order. It must
@@ -199,8 +200,8 @@ type Config struct {
 	Ready func() error
 	// CheckTimeout is the server's own deadline for one request's checks
 	// (the caller's deadline still applies when sooner): a check not
-	// decided by then fails as abandoned (HTTP 503, gRPC
-	// DeadlineExceeded). It should exceed the peer deadline, so that an
+	// decided by then (rounded up to a 64th of it) fails as abandoned
+	// (HTTP 503, gRPC DeadlineExceeded). It should exceed the peer deadline, so that an
 	// unreachable owner is answered by the failure mode first. Zero means
 	// none.
 	CheckTimeout time.Duration
@@ -227,8 +228,9 @@ type API struct {
 	log         *slog.Logger
 	m           *metrics
 	gather      prometheus.Gatherer
-	// checkTimeout bounds each request's checks (Config.CheckTimeout).
-	checkTimeout time.Duration
+	// deadlines bound each request's checks (Config.CheckTimeout); nil:
+	// no deadline of the server's own.
+	deadlines *deadline.Shared
 	// trusted are Config.TrustedProxies.
 	trusted clientip.Trusted
 	ready   func() error         // nil: always ready
@@ -265,7 +267,10 @@ func New(cfg Config) (*API, error) {
 		}
 	}
 	a := &API{trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, checkTimeout: cfg.CheckTimeout, ready: cfg.Ready, tp: cfg.TracerProvider, self: cfg.Self}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, self: cfg.Self}
+	if cfg.CheckTimeout > 0 {
+		a.deadlines = deadline.New(cfg.CheckTimeout)
+	}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {
@@ -276,21 +281,16 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
-// noCancel is the cancel function of a context bounded did not wrap.
-func noCancel() {}
-
 // bounded returns ctx under the server's own deadline for one request's
 // checks (Config.CheckTimeout), unless ctx already ends by then, as a call
-// from Envoy (whose rate limit filter sets a timeout) does: that needs no
-// timer of its own.
-func (a *API) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	if a.checkTimeout <= 0 {
-		return ctx, noCancel
+// from Envoy (whose rate limit filter sets a timeout) does. The deadline is
+// shared with the requests that start within the same tick (a 64th of
+// CheckTimeout, see internal/deadline): no request has a timer of its own.
+func (a *API) bounded(ctx context.Context) context.Context {
+	if a.deadlines == nil {
+		return ctx
 	}
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= a.checkTimeout {
-		return ctx, noCancel
-	}
-	return context.WithTimeout(ctx, a.checkTimeout)
+	return a.deadlines.Bound(ctx)
 }
 
 // check runs checks through the checker and records the metrics. The

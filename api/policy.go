@@ -117,8 +117,7 @@ func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
 // decide runs a plan and combines each unit's decisions. Layers that
 // admitted a request another layer rejected are refunded.
 func (a *API) decide(ctx context.Context, surface string, p *plan) ([]answer, error) {
-	ctx, cancel := a.bounded(ctx)
-	defer cancel()
+	ctx = a.bounded(ctx)
 	p.out = slices.Grow(p.out[:0], len(p.checks))[:len(p.checks)]
 	out := p.out
 	if err := a.check(ctx, surface, p.checks, out); err != nil {

@@ -170,9 +170,7 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 	}
 	out := make([]forward.Result, len(checks))
 	if len(checks) > 0 {
-		ctx, cancel := s.api.bounded(ctx)
-		defer cancel()
-		if err := s.api.check(ctx, "rls", checks, out); err != nil {
+		if err := s.api.check(s.api.bounded(ctx), "rls", checks, out); err != nil {
 			return nil, rlsError(err)
 		}
 		for i := range out {

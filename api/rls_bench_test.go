@@ -8,6 +8,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ringlimit/ringlimit/internal/deadline"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkRLSHandlerCheckTimeout(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			e, s := newRLSEnv(b, rlsBenchConfig, false)
-			e.api.checkTimeout = c.checkTimeout
+			e.api.deadlines = deadline.New(c.checkTimeout)
 			ctx := context.Background()
 			if c.callerTimeout > 0 {
 				var cancel context.CancelFunc

@@ -19,6 +19,8 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+
+	"github.com/ringlimit/ringlimit/internal/deadline"
 )
 
 // ErrClosed fails the calls still queued, or queued after, Close.
@@ -257,7 +259,7 @@ func (b *Batcher[Q, R]) loop() {
 // gaveUp reports whether c's caller gave up while c waited, and if so
 // fails c without sending it.
 func (b *Batcher[Q, R]) gaveUp(c *Call[Q, R]) bool {
-	err := c.ctx.Err()
+	err := deadline.Err(c.ctx)
 	if err == nil {
 		return false
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit/internal/deadline"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -152,6 +154,43 @@ func TestAbandonedCallIsNeverSent(t *testing.T) {
 	defer mu.Unlock()
 	if abandoned != 2 {
 		t.Fatalf("abandoned items counted %d, want 2", abandoned)
+	}
+}
+
+// A call under a shared deadline (internal/deadline), whose caller gave up
+// while it waited, is never sent either, though its context is not done.
+func TestAbandonedBoundCallIsNeverSent(t *testing.T) {
+	r := newRecorder()
+	b, err := New(Config{MaxBatch: 10}, r.flush, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	first, _ := do(b, context.Background(), 1)
+	release := <-r.held
+	caller, cancel := context.WithCancel(context.Background())
+	gaveUp, _ := do(b, deadline.New(time.Hour).Bound(caller), 2, 3)
+	waitQueued(t, b, 1)
+	kept, _ := do(b, context.Background(), 4)
+	waitQueued(t, b, 2)
+	cancel()
+	release()
+	<-first
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("abandoned call: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		(<-r.held)() // it was sent: answer it, so that nothing is left waiting
+		t.Fatalf("abandoned call sent in %v, want it failed unsent", r.seen())
+	}
+	(<-r.held)()
+	if err := <-kept; err != nil {
+		t.Fatal(err)
+	}
+	if got := r.seen(); len(got) != 2 || len(got[1]) != 1 || got[1][0] != 4 {
+		t.Fatalf("batches %v, want [[1] [4]]: the abandoned call's items must not be sent", got)
 	}
 }
 
