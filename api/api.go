@@ -201,9 +201,9 @@ type Config struct {
 	// CheckTimeout is the server's own deadline for one request's checks
 	// (the caller's deadline still applies when sooner): a check not
 	// decided by then (rounded up to a 64th of it) fails as abandoned
-	// (HTTP 503, gRPC DeadlineExceeded). It should exceed the peer deadline, so that an
-	// unreachable owner is answered by the failure mode first. Zero means
-	// none.
+	// (HTTP 503, gRPC DeadlineExceeded). It should exceed the peer
+	// deadline, so that an unreachable owner is answered by the failure
+	// mode first. Zero means none.
 	CheckTimeout time.Duration
 	// TracerProvider, when set, traces the HTTP API (Handler) and the
 	// public gRPC server (GRPCStatsHandler; see trace.go). Nil: no spans,
