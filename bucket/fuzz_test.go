@@ -100,7 +100,7 @@ func FuzzTakeAt(f *testing.F) {
 			t.Skip()
 		}
 		capacity := lim.Capacity()
-		if capacity < 1 || capacity > MaxCount || lim.Count() != limit || lim.Per() != time.Duration(per) {
+		if capacity < 1 || capacity > MaxWindowCount || Algorithm(alg) != FixedWindow && capacity > MaxCount || lim.Count() != limit || lim.Per() != time.Duration(per) {
 			t.Fatalf("NewLimit(%d, %d, %d, %d) = %v with capacity %d", alg, limit, per, burst, lim, capacity)
 		}
 		p := propParams{alg: Algorithm(alg), limit: limit, per: time.Duration(per), burst: burst}

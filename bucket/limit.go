@@ -68,12 +68,17 @@ const (
 	MinPer = time.Millisecond
 	// MaxPer is the longest period (window) a limit may use: 366 days.
 	MaxPer = 366 * 24 * time.Hour
-	// MaxCount is the largest Limit or Burst of any algorithm.
+	// MaxCount is the largest Limit or Burst of any algorithm but
+	// FixedWindow.
 	MaxCount = 1<<31 - 1
+	// MaxWindowCount is the largest Limit of a FixedWindow: every value
+	// an Envoy requests_per_unit (a uint32) can hold.
+	MaxWindowCount = 1<<32 - 1
 	// MaxLogLimit is the largest Limit of a SlidingWindowLog. A key's log
 	// holds at most 64 runs of 16 bytes whatever the limit (see logRun).
 	MaxLogLimit = 100_000
-	// MaxKeyLen is the longest key, in bytes.
+	// MaxKeyLen is the longest key a request may name, in bytes. The
+	// store's keys add their namespace (see MaxNamespaceLen).
 	MaxKeyLen = 1024
 )
 
@@ -112,8 +117,12 @@ func NewLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit
 	if alg >= numAlgorithms {
 		return Limit{}, fmt.Errorf("%w: %d", ErrAlgorithm, alg)
 	}
-	if limit < 1 || limit > MaxCount {
-		return Limit{}, fmt.Errorf("%w: limit must be between 1 and %d, got %d", ErrLimit, MaxCount, limit)
+	maxLimit := int64(MaxCount)
+	if alg == FixedWindow {
+		maxLimit = MaxWindowCount
+	}
+	if limit < 1 || limit > maxLimit {
+		return Limit{}, fmt.Errorf("%w: limit must be between 1 and %d, got %d", ErrLimit, maxLimit, limit)
 	}
 	if per < MinPer || per > MaxPer {
 		return Limit{}, fmt.Errorf("%w: per must be between %v and %v, got %v", ErrLimit, MinPer, MaxPer, per)
@@ -197,15 +206,23 @@ func (l *Limit) CheckCost(cost int64) error {
 	return nil
 }
 
-// CheckKey returns an error unless key is 1 to MaxKeyLen bytes.
+// CheckKey returns an error unless key, a key as the store holds it (a
+// request's key within its namespace), is 1 to MaxKeyLen + MaxNamespaceLen
+// bytes. CheckRequestKey checks a key as a request names it.
 func CheckKey(key string) error {
 	if key == "" {
-		return fmt.Errorf("%w: key must not be empty", ErrKey)
+		return errEmptyKey()
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key is %d bytes, the maximum is %d", ErrKey, len(key), MaxKeyLen)
+	if len(key) > MaxKeyLen+MaxNamespaceLen {
+		return errLongKey(len(key), MaxKeyLen+MaxNamespaceLen)
 	}
 	return nil
+}
+
+func errEmptyKey() error { return fmt.Errorf("%w: key must not be empty", ErrKey) }
+
+func errLongKey(n, most int) error {
+	return fmt.Errorf("%w: key is %d bytes, the maximum is %d", ErrKey, n, most)
 }
 
 func gcd(a, b int64) int64 {

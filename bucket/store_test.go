@@ -49,7 +49,7 @@ func TestStoreConfigValidate(t *testing.T) {
 func TestStoreBadInputChangesNothing(t *testing.T) {
 	s := newStore(t, 16, 1)
 	lim := MustLimit(TokenBucket, 5, time.Second, 5)
-	long := string(make([]byte, MaxKeyLen+1))
+	long := string(make([]byte, MaxKeyLen+MaxNamespaceLen+1)) // a request's longest key in its namespace, and one byte more
 	for _, c := range []struct {
 		key  string
 		lim  Limit

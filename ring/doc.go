@@ -3,6 +3,8 @@
 // v0.10.0, hashed with github.com/cespare/xxhash/v2).
 //
 // Keys hash into a fixed number of partitions (xxhash(key) mod Partitions).
+// A key of the inline namespace, "i|" + limit spec + "|" + key, hashes as
+// its last part alone: its owner is the owner of the caller's key.
 // Each member is placed on a hash circle ReplicationFactor times, and each
 // partition goes to the first member clockwise from the partition's own
 // hash that still has room: no member owns more than

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
@@ -265,7 +266,26 @@ func (r *Ring) Owner(key string) (string, error) {
 	if r == nil || len(r.table) == 0 {
 		return "", ErrNoMembers
 	}
-	return r.table[xxhash.Sum64String(key)%uint64(len(r.table))], nil
+	return r.table[xxhash.Sum64String(placement(key))%uint64(len(r.table))], nil
+}
+
+// inlineTag begins the keys of inline checks in the store:
+// "i|" + the limit's spec (no '|' in it) + "|" + the caller's key (see
+// bucket.InlineKey; this package imports no other, so the tag is spelled
+// here and a test keeps the two the same).
+const inlineTag = "i|"
+
+// placement is the part of key the ring hashes: the caller's key of an
+// inline key, so that every limit a caller names for one key is decided by
+// the same member (the one GET /v1/owner?key= names), and the whole key
+// otherwise.
+func placement(key string) string {
+	if len(key) > len(inlineTag) && key[:len(inlineTag)] == inlineTag {
+		if i := strings.IndexByte(key[len(inlineTag):], '|'); i >= 0 {
+			return key[len(inlineTag)+i+1:]
+		}
+	}
+	return key
 }
 
 // Members returns the member names in sorted order, in a new slice the

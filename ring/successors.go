@@ -42,7 +42,7 @@ func (r *Ring) AppendSuccessors(dst []string, key string, n int) []string {
 		return dst
 	}
 	n = min(n, len(r.names)-1)
-	p := xxhash.Sum64String(key) % uint64(len(r.table))
+	p := xxhash.Sum64String(placement(key)) % uint64(len(r.table))
 
 	// The set left out so far, as a bitmask of member indexes.
 	var small [32]byte
