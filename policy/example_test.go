@@ -38,10 +38,10 @@ policies:
 	}
 	// Output:
 	// /reports
-	//   tier:free     cost 10 token_bucket 10/1s burst 20      key api|tier:free|user:42
-	//   global        cost 10 token_bucket 2000/1s burst 6000  key api|global|user:42
+	//   tier:free     cost 10 token_bucket 10/1s burst 20      key p|api|tier:free|user:42
+	//   global        cost 10 token_bucket 2000/1s burst 6000  key p|api|global|all
 	// /login
-	//   route:/login  cost 1  token_bucket 5/1m0s burst 5      key api|route:/login|ip:203.0.113.9|/login
-	//   tier:free     cost 1  token_bucket 10/1s burst 20      key api|tier:free|user:42
-	//   global        cost 1  token_bucket 2000/1s burst 6000  key api|global|user:42
+	//   route:/login  cost 1  token_bucket 5/1m0s burst 5      key p|api|route:/login|ip:203.0.113.9|/login
+	//   tier:free     cost 1  token_bucket 10/1s burst 20      key p|api|tier:free|user:42
+	//   global        cost 1  token_bucket 2000/1s burst 6000  key p|api|global|all
 }

@@ -107,7 +107,7 @@ func checkLayer(t *testing.T, policy string, l *Layer) {
 		t.Fatalf("policy %s: layer %s: failure mode %v", policy, l.Scope, l.FailureMode)
 	}
 	switch l.KeyBy {
-	case ByIdentity, ByIP, ByIPRoute, ByIdentityRoute:
+	case ByIdentity, ByIP, ByIPRoute, ByIdentityRoute, ByAll:
 	default:
 		t.Fatalf("policy %s: layer %s: key by %q", policy, l.Scope, l.KeyBy)
 	}

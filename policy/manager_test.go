@@ -418,11 +418,11 @@ func TestManagerResolve(t *testing.T) {
 	}
 	p := f.m.Current().Policies["api"]
 	wantChecks(t, "default policy", got, []Check{
-		checkOn(p.Tiers["free"], "api|tier:free|user:42", 10),
-		checkOn(p.Global, "api|global|user:42", 10),
+		checkOn(p.Tiers["free"], "p|api|tier:free|user:42", 10),
+		checkOn(p.Global, "p|api|global|all", 10),
 	})
 	got, err = f.m.Resolve(Request{Policy: "api", APIKey: "k"})
-	if err != nil || len(got) != 2 || got[0].Key != "api|tier:free|key:k" {
+	if err != nil || len(got) != 2 || got[0].Key != "p|api|tier:free|key:k" {
 		t.Errorf("named policy: got %s, %v", fmtChecks(got), err)
 	}
 	_, err = f.m.Resolve(Request{Policy: "nope", User: "42"})
@@ -467,12 +467,12 @@ func TestOverrideLifecycle(t *testing.T) {
 	ov := *p.Tiers["enterprise"]
 	ov.Scope = "override:tier:enterprise"
 	overridden := []Check{
-		checkOn(&ov, "api|override:tier:enterprise|user:42", 10),
-		checkOn(p.Global, "api|global|user:42", 10),
+		checkOn(&ov, "p|api|override:tier:enterprise|user:42", 10),
+		checkOn(p.Global, "p|api|global|all", 10),
 	}
 	normal := []Check{
-		checkOn(p.Tiers["free"], "api|tier:free|user:42", 10),
-		checkOn(p.Global, "api|global|user:42", 10),
+		checkOn(p.Tiers["free"], "p|api|tier:free|user:42", 10),
+		checkOn(p.Global, "p|api|global|all", 10),
 	}
 	resolve := func(name string, req Request, want []Check) {
 		t.Helper()
@@ -487,14 +487,14 @@ func TestOverrideLifecycle(t *testing.T) {
 	f.setClock(t, expires.Add(-time.Nanosecond))
 	resolve("just before expiry", Request{User: "42", Route: "/reports"}, overridden)
 	resolve("another user", Request{User: "43", Route: "/reports"}, []Check{
-		checkOn(p.Tiers["free"], "api|tier:free|user:43", 10),
-		checkOn(p.Global, "api|global|user:43", 10),
+		checkOn(p.Tiers["free"], "p|api|tier:free|user:43", 10),
+		checkOn(p.Global, "p|api|global|all", 10),
 	})
 	// The override names the caller by user; a request identified by API
 	// key is another caller.
 	resolve("same user behind an API key", Request{APIKey: "k", User: "42"}, []Check{
-		checkOn(p.Tiers["free"], "api|tier:free|key:k", 1),
-		checkOn(p.Global, "api|global|key:k", 1),
+		checkOn(p.Tiers["free"], "p|api|tier:free|key:k", 1),
+		checkOn(p.Global, "p|api|global|all", 1),
 	})
 	if got := f.m.Overrides(); len(got) != 1 || got[0].ID != wantID {
 		t.Errorf("Overrides before expiry: got %+v, want [%s]", got, wantID)
@@ -563,8 +563,8 @@ func TestOverrideLimitAndReplace(t *testing.T) {
 	}
 	ovl := &Layer{Scope: "override", Limit: lim(t, "fixed_window", 50, time.Second, 0), KeyBy: ByIdentity}
 	wantChecks(t, "limit override", got, []Check{
-		checkOn(ovl, "api|override|key:k", 50),
-		checkOn(p.Global, "api|global|key:k", 50),
+		checkOn(ovl, "p|api|override|key:k", 50),
+		checkOn(p.Global, "p|api|global|all", 50),
 	})
 	if list := f.m.Overrides(); len(list) != 1 || list[0].ID != second.ID {
 		t.Errorf("Overrides: got %+v, want only %s", list, second.ID)

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/route"
 )
 
 // MaxFileBytes bounds a policy file.
@@ -31,6 +32,9 @@ const (
 	ByIPRoute KeyBy = "ip+route"
 	// ByIdentityRoute keys by identity and route.
 	ByIdentityRoute KeyBy = "identity+route"
+	// ByAll keys every caller into one bucket: a ceiling for the whole
+	// policy (the default of the global layer), or for a route.
+	ByAll KeyBy = "all"
 )
 
 // Layer is one limit that may apply to a request.
@@ -62,9 +66,12 @@ type Route struct {
 	Layer  *Layer
 }
 
+// matches reports whether the normalised route matches r. A prefix
+// /export/* matches /export too: the normalised spelling of /export/.
 func (r *Route) matches(route string) bool {
 	if r.prefix {
-		return strings.HasPrefix(route, r.Match[:len(r.Match)-1])
+		base := r.Match[:len(r.Match)-1]
+		return strings.HasPrefix(route, base) || len(route)+1 == len(base) && base[len(route)] == '/' && strings.HasPrefix(base, route)
 	}
 	return route == r.Match
 }
@@ -225,6 +232,12 @@ func parsePolicy(name string, y policyYAML) (*Policy, error) {
 		if !strings.HasPrefix(ry.Match, "/") || strings.Contains(strings.TrimSuffix(ry.Match, "*"), "*") {
 			return nil, fmt.Errorf("%s.match: want an exact path like /reports or a prefix like /export/*, got %q", field, ry.Match)
 		}
+		// Requests are matched by their normalised route: a pattern that
+		// is not normalised would never match, or match less than it says.
+		if base := strings.TrimSuffix(ry.Match, "*"); !routeNormalised(base, base != ry.Match) {
+			return nil, fmt.Errorf("%s.match: %q is not a normalised path (no '.' or '..' segments, repeated or trailing slashes, ';' parameters, escaped letters or digits; see README, Routes); write %q",
+				field, ry.Match, route.Normalize(base)+strings.Repeat("/*", len(ry.Match)-len(base)))
+		}
 		if seen[ry.Match] {
 			return nil, fmt.Errorf("%s.match: %q appears twice", field, ry.Match)
 		}
@@ -327,13 +340,18 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	switch by {
 	case "":
 		by = ByIdentity
-	case ByIdentity, ByIP:
+		if scope == "global" {
+			// A ceiling for the whole policy: one bucket, however many
+			// identities a client rotates through.
+			by = ByAll
+		}
+	case ByIdentity, ByIP, ByAll:
 	case ByIPRoute, ByIdentityRoute:
 		if !strings.HasPrefix(scope, "route:") {
 			return nil, fmt.Errorf("key: %s is for route limits, where it means one bucket per caller for the route's pattern", by)
 		}
 	default:
-		return nil, fmt.Errorf("key: want identity, ip, ip+route or identity+route, got %q", y.Key)
+		return nil, fmt.Errorf("key: want identity, ip, ip+route, identity+route or all, got %q", y.Key)
 	}
 	if y.Lease && alg != bucket.TokenBucket {
 		return nil, fmt.Errorf("lease: only a token_bucket can be leased, not %v", alg)
@@ -371,3 +389,20 @@ func checkName(s string) error {
 	}
 	return nil
 }
+
+// routeNormalised reports whether a route pattern's path (before its '*',
+// when prefix) is what requests normalise to: the path itself, or for a
+// prefix ending in '/' that path without its slash.
+func routeNormalised(base string, prefix bool) bool {
+	if strings.ContainsAny(base, "?#") {
+		return false
+	}
+	if prefix && base != "/" {
+		return route.Normalize(base) == strings.TrimSuffix(base, "/")
+	}
+	return route.Normalize(base) == base
+}
+
+// normalizeRoute is route.Normalize, named so that a variable called
+// route does not hide it.
+func normalizeRoute(p string) string { return route.Normalize(p) }

@@ -117,7 +117,7 @@ func TestParseExample(t *testing.T) {
 	}
 	equal(t, "example", "Routes", p.Routes, wantRoutes)
 
-	wantGlobal := &Layer{Scope: "global", Limit: lim(t, "token_bucket", 2000, time.Second, 6000), KeyBy: ByIdentity, Prelimit: 2}
+	wantGlobal := &Layer{Scope: "global", Limit: lim(t, "token_bucket", 2000, time.Second, 6000), KeyBy: ByAll, Prelimit: 2}
 	equal(t, "example", "Global", p.Global, wantGlobal)
 }
 

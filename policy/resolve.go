@@ -18,7 +18,8 @@ type Request struct {
 	APIKey string
 	User   string
 	IP     string
-	// Route is the request path, matched against the policy's routes.
+	// Route is the request path, matched against the policy's routes once
+	// normalised (route.Normalize).
 	Route string
 	// Tier is the caller's plan; "" means the policy's default tier (or its
 	// anonymous tier for a caller known only by IP).
@@ -76,6 +77,9 @@ func (p *Policy) Resolve(req Request, override *Layer) ([]Check, error) {
 	cost := max(req.Cost, 1)
 	var route *Route
 	if req.Route != "" {
+		// One spelling per path: /login/, //login, /login;x=1 and
+		// /%6Cogin are all /login.
+		req.Route = normalizeRoute(req.Route)
 		for i := range p.Routes {
 			if p.Routes[i].matches(req.Route) {
 				route = &p.Routes[i]
@@ -130,11 +134,14 @@ func (p *Policy) Resolve(req Request, override *Layer) ([]Check, error) {
 	return checks, nil
 }
 
-// key derives the layer's bucket key: policy, scope, and what the layer
-// keys by, so that layers never share a bucket.
+// key derives the layer's bucket key in the policy namespace: policy,
+// scope, and what the layer keys by, so that layers never share a bucket
+// and no inline or RLS check can name one.
 func (l *Layer) key(policy, identity string, req Request) (string, error) {
 	var who string
 	switch l.KeyBy {
+	case ByAll:
+		who = "all"
 	case ByIP, ByIPRoute:
 		if req.IP == "" {
 			return "", fmt.Errorf("%w: ip: %s is keyed by client IP", ErrRequest, l.Scope)
@@ -148,7 +155,7 @@ func (l *Layer) key(policy, identity string, req Request) (string, error) {
 		// under a prefix must not multiply the limit.
 		who += "|" + l.route
 	}
-	return policy + "|" + l.Scope + "|" + who, nil
+	return bucket.NamespacePolicy + policy + "|" + l.Scope + "|" + who, nil
 }
 
 // Outcome is a request's answer, combined from its layers' decisions.

@@ -69,42 +69,42 @@ func TestResolveExample(t *testing.T) {
 		{name: "free user on an overridden route (/reports cost 10)",
 			req: Request{User: "42", IP: "1.2.3.4", Route: "/reports"},
 			want: []Check{
-				checkOn(free, "api|tier:free|user:42", 10),
-				checkOn(global, "api|global|user:42", 10),
+				checkOn(free, "p|api|tier:free|user:42", 10),
+				checkOn(global, "p|api|global|all", 10),
 			}},
 		{name: "free user, /reports cost beats the request's cost",
 			req: Request{User: "42", Route: "/reports", Cost: 3},
 			want: []Check{
-				checkOn(free, "api|tier:free|user:42", 10),
-				checkOn(global, "api|global|user:42", 10),
+				checkOn(free, "p|api|tier:free|user:42", 10),
+				checkOn(global, "p|api|global|all", 10),
 			}},
 		{name: "/login by IP: route keyed ip+route, anonymous tier by ip, global",
 			req: Request{IP: "1.2.3.4", Route: "/login"},
 			want: []Check{
-				checkOn(login, "api|route:/login|ip:1.2.3.4|/login", 1),
-				checkOn(anon, "api|tier:anonymous|ip:1.2.3.4", 1),
-				checkOn(global, "api|global|ip:1.2.3.4", 1),
+				checkOn(login, "p|api|route:/login|ip:1.2.3.4|/login", 1),
+				checkOn(anon, "p|api|tier:anonymous|ip:1.2.3.4", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "/login by a user with an IP: the route still keys by ip+route",
 			req: Request{User: "42", IP: "1.2.3.4", Route: "/login"},
 			want: []Check{
-				checkOn(login, "api|route:/login|ip:1.2.3.4|/login", 1),
-				checkOn(free, "api|tier:free|user:42", 1),
-				checkOn(global, "api|global|user:42", 1),
+				checkOn(login, "p|api|route:/login|ip:1.2.3.4|/login", 1),
+				checkOn(free, "p|api|tier:free|user:42", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "/login without an IP", req: Request{User: "42", Route: "/login"},
 			err: []string{"ip: route:/login is keyed by client IP"}},
 		{name: "enterprise user",
 			req: Request{User: "7", Tier: "enterprise", Route: "/orders"},
 			want: []Check{
-				checkOn(ent, "api|tier:enterprise|user:7", 1),
-				checkOn(global, "api|global|user:7", 1),
+				checkOn(ent, "p|api|tier:enterprise|user:7", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "pro API key, no route",
 			req: Request{APIKey: "k-1", Tier: "pro"},
 			want: []Check{
-				checkOn(pro, "api|tier:pro|key:k-1", 1),
-				checkOn(global, "api|global|key:k-1", 1),
+				checkOn(pro, "p|api|tier:pro|key:k-1", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "unknown tier", req: Request{User: "42", Tier: "gold"},
 			err: []string{"tier:", `policy api has no tier "gold"`}},
@@ -113,71 +113,79 @@ func TestResolveExample(t *testing.T) {
 		{name: "api_key wins over user and ip",
 			req: Request{APIKey: "k1", User: "42", IP: "1.2.3.4"},
 			want: []Check{
-				checkOn(free, "api|tier:free|key:k1", 1),
-				checkOn(global, "api|global|key:k1", 1),
+				checkOn(free, "p|api|tier:free|key:k1", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "user wins over ip",
 			req: Request{User: "42", IP: "1.2.3.4"},
 			want: []Check{
-				checkOn(free, "api|tier:free|user:42", 1),
-				checkOn(global, "api|global|user:42", 1),
+				checkOn(free, "p|api|tier:free|user:42", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "ip alone: anonymous tier",
 			req: Request{IP: "1.2.3.4"},
 			want: []Check{
-				checkOn(anon, "api|tier:anonymous|ip:1.2.3.4", 1),
-				checkOn(global, "api|global|ip:1.2.3.4", 1),
+				checkOn(anon, "p|api|tier:anonymous|ip:1.2.3.4", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "ip alone naming its tier",
 			req: Request{IP: "1.2.3.4", Tier: "pro"},
 			want: []Check{
-				checkOn(pro, "api|tier:pro|ip:1.2.3.4", 1),
-				checkOn(global, "api|global|ip:1.2.3.4", 1),
+				checkOn(pro, "p|api|tier:pro|ip:1.2.3.4", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "prefix route /export/* matches /export/x (dry-run layer first)",
 			req: Request{User: "42", Route: "/export/x"},
 			want: []Check{
-				checkOn(export, "api|route:/export/*|user:42", 1),
-				checkOn(free, "api|tier:free|user:42", 1),
-				checkOn(global, "api|global|user:42", 1),
+				checkOn(export, "p|api|route:/export/*|user:42", 1),
+				checkOn(free, "p|api|tier:free|user:42", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "prefix route /export/* matches /export/",
 			req: Request{User: "42", Route: "/export/"},
 			want: []Check{
-				checkOn(export, "api|route:/export/*|user:42", 1),
-				checkOn(free, "api|tier:free|user:42", 1),
-				checkOn(global, "api|global|user:42", 1),
+				checkOn(export, "p|api|route:/export/*|user:42", 1),
+				checkOn(free, "p|api|tier:free|user:42", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "prefix route /export/* does not match /exportx",
 			req: Request{User: "42", Route: "/exportx"},
 			want: []Check{
-				checkOn(free, "api|tier:free|user:42", 1),
-				checkOn(global, "api|global|user:42", 1),
+				checkOn(free, "p|api|tier:free|user:42", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
-		{name: "prefix route /export/* does not match /export",
+		{name: "prefix route /export/* matches /export, the normalised /export/",
 			req: Request{User: "42", Route: "/export"},
 			want: []Check{
-				checkOn(free, "api|tier:free|user:42", 1),
-				checkOn(global, "api|global|user:42", 1),
+				checkOn(export, "p|api|route:/export/*|user:42", 1),
+				checkOn(free, "p|api|tier:free|user:42", 1),
+				checkOn(global, "p|api|global|all", 1),
+			}},
+		{name: "route variants are the route: //export/./a;x=1 is /export/a",
+			req: Request{User: "42", Route: "//export/./a;x=1"},
+			want: []Check{
+				checkOn(export, "p|api|route:/export/*|user:42", 1),
+				checkOn(free, "p|api|tier:free|user:42", 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "exact route is exact: /reports/x is not /reports",
 			req: Request{User: "42", Route: "/reports/x", Cost: 2},
 			want: []Check{
-				checkOn(free, "api|tier:free|user:42", 2),
-				checkOn(global, "api|global|user:42", 2),
+				checkOn(free, "p|api|tier:free|user:42", 2),
+				checkOn(global, "p|api|global|all", 2),
 			}},
 		{name: "cost from the request when the route has none",
 			req: Request{User: "42", Route: "/login", IP: "1.2.3.4", Cost: 5},
 			want: []Check{
-				checkOn(login, "api|route:/login|ip:1.2.3.4|/login", 5),
-				checkOn(free, "api|tier:free|user:42", 5),
-				checkOn(global, "api|global|user:42", 5),
+				checkOn(login, "p|api|route:/login|ip:1.2.3.4|/login", 5),
+				checkOn(free, "p|api|tier:free|user:42", 5),
+				checkOn(global, "p|api|global|all", 5),
 			}},
 		{name: "cost equal to the smallest capacity",
 			req: Request{User: "42", Cost: 20},
 			want: []Check{
-				checkOn(free, "api|tier:free|user:42", 20),
-				checkOn(global, "api|global|user:42", 20),
+				checkOn(free, "p|api|tier:free|user:42", 20),
+				checkOn(global, "p|api|global|all", 20),
 			}},
 		{name: "cost above the free tier's capacity", req: Request{User: "42", Cost: 21},
 			err: []string{"cost: 21 exceeds the capacity 20 of tier:free"}},
@@ -188,8 +196,8 @@ func TestResolveExample(t *testing.T) {
 		{name: "fields of 256 bytes are fine",
 			req: Request{APIKey: long, Route: "/" + long[1:], Tier: "free"},
 			want: []Check{
-				checkOn(free, "api|tier:free|key:"+long, 1),
-				checkOn(global, "api|global|key:"+long, 1),
+				checkOn(free, "p|api|tier:free|key:"+long, 1),
+				checkOn(global, "p|api|global|all", 1),
 			}},
 		{name: "api_key longer than 256", req: Request{APIKey: long + "x"}, err: []string{"api_key: longer than 256 bytes"}},
 		{name: "user longer than 256", req: Request{User: long + "x"}, err: []string{"user: longer than 256 bytes"}},
@@ -230,16 +238,20 @@ func TestResolveRouteSpecificity(t *testing.T) {
 		route    string
 		wantCost int64
 	}{
-		{"/a/b/c", 4},   // exact beats every prefix
-		{"/a/b/c/", 3},  // not exact: longest prefix
-		{"/a/b/cd", 3},  // longer prefix beats shorter
-		{"/a/b/", 3},    // prefix includes its own slash
-		{"/a/b", 2},     // "/a/b" does not have the prefix "/a/b/"
-		{"/a/x", 2},     // shorter prefix
-		{"/ab", 1},      // "/a/*" needs the slash
-		{"/", 1},        // catch-all
-		{"", 1},         // no route: the request's cost (0 means 1)
-		{"/zzz/yyy", 1}, // catch-all
+		{"/a/b/c", 4},      // exact beats every prefix
+		{"/a/b/c/", 4},     // the same route: trailing slash dropped
+		{"//a/b/c;x=1", 4}, // the same route again
+		{"/a/%62/c", 4},    // and again: %62 is b
+		{"/a/b/x/../c", 4}, // dot segments resolved
+		{"/a/b/cd", 3},     // longer prefix beats shorter
+		{"/a/b/", 3},       // prefix includes its own slash
+		{"/a/b", 3},        // "/a/b" is "/a/b/" normalised: the prefix's own path
+		{"/a/bc", 2},       // "/a/bc" does not have the prefix "/a/b/"
+		{"/a/x", 2},        // shorter prefix
+		{"/ab", 1},         // "/a/*" needs the slash
+		{"/", 1},           // catch-all
+		{"", 1},            // no route: the request's cost (0 means 1)
+		{"/zzz/yyy", 1},    // catch-all
 	}
 	for _, c := range cases {
 		got, err := p.Resolve(Request{User: "u", Route: c.route, Cost: 0}, nil)
@@ -247,7 +259,7 @@ func TestResolveRouteSpecificity(t *testing.T) {
 			t.Errorf("route %q: got error %v, want cost %d", c.route, err, c.wantCost)
 			continue
 		}
-		want := []Check{checkOn(p.Global, "api|global|user:u", c.wantCost)}
+		want := []Check{checkOn(p.Global, "p|api|global|all", c.wantCost)}
 		wantChecks(t, "route "+c.route, got, want)
 	}
 }
@@ -262,26 +274,26 @@ func TestResolveOverrideReplacesTier(t *testing.T) {
 		want []Check
 	}{
 		{"default tier replaced", Request{User: "42", Route: "/reports"}, []Check{
-			checkOn(&ov, "api|override:tier:enterprise|user:42", 10),
-			checkOn(p.Global, "api|global|user:42", 10),
+			checkOn(&ov, "p|api|override:tier:enterprise|user:42", 10),
+			checkOn(p.Global, "p|api|global|all", 10),
 		}},
 		{"named tier replaced", Request{User: "42", Tier: "pro"}, []Check{
-			checkOn(&ov, "api|override:tier:enterprise|user:42", 1),
-			checkOn(p.Global, "api|global|user:42", 1),
+			checkOn(&ov, "p|api|override:tier:enterprise|user:42", 1),
+			checkOn(p.Global, "p|api|global|all", 1),
 		}},
 		{"unknown tier ignored when overridden", Request{User: "42", Tier: "gold"}, []Check{
-			checkOn(&ov, "api|override:tier:enterprise|user:42", 1),
-			checkOn(p.Global, "api|global|user:42", 1),
+			checkOn(&ov, "p|api|override:tier:enterprise|user:42", 1),
+			checkOn(p.Global, "p|api|global|all", 1),
 		}},
 		{"route layer kept", Request{User: "42", IP: "1.2.3.4", Route: "/login"}, []Check{
-			checkOn(p.Routes[1].Layer, "api|route:/login|ip:1.2.3.4|/login", 1),
-			checkOn(&ov, "api|override:tier:enterprise|user:42", 1),
-			checkOn(p.Global, "api|global|user:42", 1),
+			checkOn(p.Routes[1].Layer, "p|api|route:/login|ip:1.2.3.4|/login", 1),
+			checkOn(&ov, "p|api|override:tier:enterprise|user:42", 1),
+			checkOn(p.Global, "p|api|global|all", 1),
 		}},
 		// The free tier's capacity (20) no longer bounds the cost.
 		{"capacity is the override's", Request{User: "42", Cost: 100}, []Check{
-			checkOn(&ov, "api|override:tier:enterprise|user:42", 100),
-			checkOn(p.Global, "api|global|user:42", 100),
+			checkOn(&ov, "p|api|override:tier:enterprise|user:42", 100),
+			checkOn(p.Global, "p|api|global|all", 100),
 		}},
 	}
 	for _, c := range cases {
@@ -308,7 +320,7 @@ func TestResolveNoTier(t *testing.T) {
 	if err != nil {
 		t.Fatalf("route only: %v", err)
 	}
-	wantChecks(t, "route only", got, []Check{checkOn(r.Routes[0].Layer, "onlyroutes|route:/a|user:u|/a", 1)})
+	wantChecks(t, "route only", got, []Check{checkOn(r.Routes[0].Layer, "p|onlyroutes|route:/a|user:u|/a", 1)})
 
 	_, err = r.Resolve(Request{User: "u", Route: "/b"}, nil)
 	wantRequestErr(t, "no layer applies", err, "policy onlyroutes has no default tier")
@@ -334,11 +346,11 @@ func wantOutcome(t testing.TB, name string, got, want Outcome) {
 
 func TestCombine(t *testing.T) {
 	// Layers as the resolution tests produce them.
-	reports := Check{Scope: "route:/reports", Limit: bucket.MustLimit(bucket.TokenBucket, 2, time.Second, 0), Key: "api|route:/reports|user:42", Cost: 1}
+	reports := Check{Scope: "route:/reports", Limit: bucket.MustLimit(bucket.TokenBucket, 2, time.Second, 0), Key: "p|api|route:/reports|user:42", Cost: 1}
 	export := Check{Scope: "route:/export/*", Limit: bucket.MustLimit(bucket.SlidingWindowCounter, 100, time.Hour, 0), DryRun: true, Key: "x", Cost: 1}
-	free := Check{Scope: "tier:free", Limit: bucket.MustLimit(bucket.TokenBucket, 10, time.Second, 20), Key: "api|tier:free|user:42", Cost: 1}
-	ent := Check{Scope: "tier:enterprise", Limit: bucket.MustLimit(bucket.TokenBucket, 1000, time.Second, 5000), Key: "api|tier:enterprise|user:7", Cost: 1}
-	global := Check{Scope: "global", Limit: bucket.MustLimit(bucket.TokenBucket, 2000, time.Second, 6000), Key: "api|global|user:42", Cost: 1}
+	free := Check{Scope: "tier:free", Limit: bucket.MustLimit(bucket.TokenBucket, 10, time.Second, 20), Key: "p|api|tier:free|user:42", Cost: 1}
+	ent := Check{Scope: "tier:enterprise", Limit: bucket.MustLimit(bucket.TokenBucket, 1000, time.Second, 5000), Key: "p|api|tier:enterprise|user:7", Cost: 1}
+	global := Check{Scope: "global", Limit: bucket.MustLimit(bucket.TokenBucket, 2000, time.Second, 6000), Key: "p|api|global|all", Cost: 1}
 	shadowFree := free
 	shadowFree.DryRun = true
 	leaky := Check{Scope: "tier:leaky", Limit: bucket.MustLimit(bucket.LeakyBucket, 10, time.Second, 5), Key: "k", Cost: 1}
@@ -378,7 +390,7 @@ func TestCombine(t *testing.T) {
 			Outcome{Allowed: false, Scope: "global", Limit: 2000, Per: time.Second, Remaining: 0,
 				RetryAfter: 1 * ms, ResetAfter: 3000 * ms, Refund: []int{0}}},
 		{"an enterprise user hits the global ceiling",
-			[]Check{ent, {Scope: "global", Limit: global.Limit, Key: "api|global|user:7", Cost: 1}},
+			[]Check{ent, {Scope: "global", Limit: global.Limit, Key: "p|api|global|all", Cost: 1}},
 			[]bucket.Decision{dec(true, 4000, 0, ms), dec(false, 0, 1*ms, 3*ms)},
 			Outcome{Allowed: false, Scope: "global", Limit: 2000, Per: time.Second, Remaining: 0,
 				RetryAfter: 1 * ms, ResetAfter: 3 * ms, Refund: []int{0}}},
