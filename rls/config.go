@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/route"
 )
 
 // File is one configuration file: its name, used in errors and in the
@@ -213,6 +214,13 @@ func (p *parser) descriptor(item *yaml.Node, parent *node, prefix string) error 
 	}
 	if key == "" {
 		return p.errorf(keyNode, "descriptor has empty key")
+	}
+	if isRoute(key, value) && !strings.HasSuffix(value, "*") {
+		// Requests' routes are normalised before they are matched.
+		if norm := route.Normalize(value); norm != value {
+			p.warnf(keyNode, "value %q is a route: it matches requests for %q, its normalised form", value, norm)
+			value = norm
+		}
 	}
 	composite := key
 	if value != "" {

@@ -121,7 +121,7 @@ descriptors:
 domain: d
 descriptors:
   - key: a
-    rate_limit: {unit: second, requests_per_unit: 3000000000}
+    rate_limit: {unit: second, requests_per_unit: 3000000000, algorithm: token_bucket}
 `, `rls: f.yaml:4: requests_per_unit 3000000000 per SECOND: bucket: invalid limit: limit must be between 1 and 2147483647, got 3000000000`},
 		{"count as a string", `
 domain: d

@@ -45,7 +45,8 @@
 // file with algorithm set does not load there.
 //
 // Where ringlimit is stricter: requests_per_unit above bucket.MaxCount
-// (2^31-1), a second YAML document in a file, a key repeated in one
+// (2^31-1) with an algorithm other than fixed_window (a fixed window holds
+// every uint32), a second YAML document in a file, a key repeated in one
 // mapping, YAML merge keys (<<), nesting deeper than 64 levels and aliases
 // that expand past 2^20 nodes are refused. Decimals are refused where
 // envoyproxy/ratelimit refuses them too: anywhere.

@@ -7,6 +7,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/route"
 )
 
 // Match finds the rule of one descriptor of a request in domain, with
@@ -14,10 +15,16 @@ import (
 //
 //   - An unknown domain, or a descriptor without entries, matches nothing.
 //   - A descriptor carrying its own limit (an override) matches in any
-//     known domain: a fixed window of its requests_per_unit per unit, never
-//     shadow, named by its entries. An override with the unit UNKNOWN
-//     matches nothing; more than bucket.MaxCount requests count as
-//     bucket.MaxCount.
+//     known domain: a fixed window of exactly its requests_per_unit per
+//     unit (a uint32 always fits), never shadow, named by its entries,
+//     counted in a bucket of its own (bucket.NamespaceRLSOverride and the
+//     limit's spec before the descriptor's key), so an override never
+//     lowers what the configured rule, or another override, has counted.
+//     An override with the unit UNKNOWN matches nothing.
+//   - An entry whose key is "path" or ":path", or whose value begins with
+//     '/', carries a route: its value is normalised (route.Normalize)
+//     before it is matched and keyed, as the configuration's own values
+//     are, so that /login/, //login and /%6Cogin are /login.
 //   - Otherwise each entry, in order, descends one level of the domain's
 //     descriptors: first the entry's key and value, then the first
 //     wildcard value (ending in '*') in file order whose prefix fits, then
@@ -47,11 +54,15 @@ func (c *Config) Match(domain string, d *rlcommon.RateLimitDescriptor) (Rule, bo
 		// copy.
 		composite = append(composite[:0], e.GetKey()...)
 		composite = append(composite, '_')
-		composite = append(composite, e.GetValue()...)
+		composite = append(composite, entryValue(e)...)
 		next := level.children[string(composite)]
 		if next == nil {
+			// A route's normalised value has no trailing slash: /api is
+			// /api/, which a wildcard /api/* covers.
+			slash := isRoute(e.GetKey(), e.GetValue())
 			for _, w := range level.wildcards {
-				if len(composite) >= len(w.prefix) && string(composite[:len(w.prefix)]) == w.prefix {
+				if len(composite) >= len(w.prefix) && string(composite[:len(w.prefix)]) == w.prefix ||
+					slash && len(composite)+1 == len(w.prefix) && w.prefix[len(composite)] == '/' && w.prefix[:len(composite)] == string(composite) {
 					next = w.node
 					break
 				}
@@ -93,33 +104,52 @@ func override(domain string, entries []*rlcommon.RateLimitDescriptor_Entry, o *r
 	}
 	r := Rule{
 		FullKey:         descriptorKey(domain, entries),
-		Key:             bucketKey(domain, entries),
 		RequestsPerUnit: o.GetRequestsPerUnit(),
 		Unit:            unit,
 		Override:        true,
 	}
 	if n := int64(r.RequestsPerUnit); n > 0 {
-		r.Limit = bucket.MustLimit(bucket.FixedWindow, min(n, bucket.MaxCount), per, 0)
+		// A fixed window holds every uint32: what is answered is what is
+		// enforced.
+		r.Limit = bucket.MustLimit(bucket.FixedWindow, n, per, 0)
+		key := bucketKey(domain, entries)
+		r.Key = bucket.NamespaceRLSOverride + r.Limit.Spec() + "|" + key[len(bucket.NamespaceRLS):]
 	}
 	return r, true
+}
+
+// isRoute reports whether an entry carries a request path: its key is
+// "path" or ":path" (as Envoy's request_headers action is usually set up),
+// or its value begins with '/'; an empty value is none.
+func isRoute(key, value string) bool {
+	return value != "" && (key == "path" || key == ":path" || value[0] == '/')
+}
+
+// entryValue is e's value as it is matched and keyed: normalised when it
+// is a route (allocating only when it was not normalised already).
+func entryValue(e *rlcommon.RateLimitDescriptor_Entry) string {
+	if v := e.GetValue(); isRoute(e.GetKey(), v) {
+		return route.Normalize(v)
+	}
+	return e.GetValue()
 }
 
 // bucketKey is BucketKey of the request's entries, built in one
 // allocation when nothing needs escaping.
 func bucketKey(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) string {
 	var b strings.Builder
-	n := len("rls|") + len(domain)
+	n := len(bucket.NamespaceRLS) + len(domain)
 	for _, e := range entries {
 		n += 2 + len(e.GetKey()) + len(e.GetValue())
 	}
 	b.Grow(n)
-	b.WriteString("rls|")
+	b.WriteString(bucket.NamespaceRLS)
 	escape(&b, domain)
 	for _, e := range entries {
 		b.WriteByte('|')
 		escape(&b, e.GetKey())
 		b.WriteByte('=')
-		escape(&b, e.GetValue())
+		escape(&b, entryValue(e))
 	}
 	return b.String()
 }
@@ -138,7 +168,7 @@ func detailedKey(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) s
 		b.WriteByte('.')
 		b.WriteString(e.GetKey())
 		b.WriteByte('_')
-		b.WriteString(e.GetValue())
+		b.WriteString(entryValue(e))
 	}
 	return b.String()
 }
@@ -160,9 +190,9 @@ func descriptorKey(domain string, entries []*rlcommon.RateLimitDescriptor_Entry)
 			b.WriteByte('.')
 		}
 		b.WriteString(e.GetKey())
-		if e.GetValue() != "" {
+		if v := entryValue(e); v != "" {
 			b.WriteByte('_')
-			b.WriteString(e.GetValue())
+			b.WriteString(v)
 		}
 	}
 	return b.String()

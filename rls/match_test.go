@@ -121,16 +121,28 @@ func TestMatch(t *testing.T) {
 		{name: "no entries", domain: "messaging", d: desc()},
 		{name: "nil descriptor", domain: "messaging", d: nil},
 		{name: "override", domain: "messaging", d: withOverride(desc("to_number", "999", "x", ""), 42, typev3.RateLimitUnit_MINUTE), ok: true, want: Rule{
-			FullKey: "messaging.to_number_999.x", Key: key("messaging", "to_number", "999", "x", ""),
+			FullKey: "messaging.to_number_999.x", Key: "o|fw:42:1m0s:42|messaging|to_number=999|x=",
 			Limit: fixed(42, time.Minute), RequestsPerUnit: 42, Unit: minute, Override: true}},
 		{name: "override is never shadow", domain: "messaging", d: withOverride(desc("client", "abc"), 1, typev3.RateLimitUnit_SECOND), ok: true, want: Rule{
-			FullKey: "messaging.client_abc", Key: key("messaging", "client", "abc"),
+			FullKey: "messaging.client_abc", Key: "o|fw:1:1s:1|messaging|client=abc",
 			Limit: fixed(1, time.Second), RequestsPerUnit: 1, Unit: second, Override: true}},
 		{name: "override of zero", domain: "messaging", d: withOverride(desc("a", "b"), 0, typev3.RateLimitUnit_HOUR), ok: true, want: Rule{
-			FullKey: "messaging.a_b", Key: key("messaging", "a", "b"), Unit: hour, Override: true}},
-		{name: "override beyond bucket.MaxCount", domain: "messaging", d: withOverride(desc("a", "b"), 1<<32-1, typev3.RateLimitUnit_HOUR), ok: true, want: Rule{
-			FullKey: "messaging.a_b", Key: key("messaging", "a", "b"),
-			Limit: fixed(bucket.MaxCount, time.Hour), RequestsPerUnit: 1<<32 - 1, Unit: hour, Override: true}},
+			FullKey: "messaging.a_b", Unit: hour, Override: true}}, // never counted: no key
+		{name: "override beyond bucket.MaxCount: enforced as answered", domain: "messaging", d: withOverride(desc("a", "b"), 1<<32-1, typev3.RateLimitUnit_HOUR), ok: true, want: Rule{
+			FullKey: "messaging.a_b", Key: "o|fw:4294967295:1h0m0s:4294967295|messaging|a=b",
+			Limit: fixed(bucket.MaxWindowCount, time.Hour), RequestsPerUnit: 1<<32 - 1, Unit: hour, Override: true}},
+		{name: "route values normalised", domain: "messaging", d: desc("path", "//api/v2/./x;y=1"), ok: true, want: Rule{
+			FullKey: "messaging.path_/api/*", Key: "r|messaging|path=/api/v2/x",
+			Limit: fixed(30, time.Minute), RequestsPerUnit: 30, Unit: minute}},
+		{name: "a route without its trailing slash is the wildcard's own path", domain: "messaging", d: desc("path", "//api//"), ok: true, want: Rule{
+			FullKey: "messaging.path_/api/*", Key: "r|messaging|path=/api",
+			Limit: fixed(30, time.Minute), RequestsPerUnit: 30, Unit: minute}},
+		{name: "a route outside the wildcards: key alone", domain: "messaging", d: desc("path", "/a/../health/"), ok: true, want: Rule{
+			FullKey: "messaging.path", Key: "r|messaging|path=/health",
+			Limit: fixed(1000, time.Minute), RequestsPerUnit: 1000, Unit: minute}},
+		{name: "escaped letters are the letters", domain: "messaging", d: desc("path", "/%61pi/x"), ok: true, want: Rule{
+			FullKey: "messaging.path_/api/*", Key: "r|messaging|path=/api/x",
+			Limit: fixed(30, time.Minute), RequestsPerUnit: 30, Unit: minute}},
 		{name: "override with unit UNKNOWN", domain: "messaging", d: withOverride(desc("a", "b"), 5, typev3.RateLimitUnit_UNKNOWN)},
 		{name: "override in an unknown domain", domain: "email", d: withOverride(desc("a", "b"), 5, typev3.RateLimitUnit_HOUR)},
 	}

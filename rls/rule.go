@@ -6,6 +6,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/route"
 )
 
 // Rule is what one descriptor of a request matched.
@@ -43,19 +44,24 @@ type Rule struct {
 	Override bool
 }
 
-// BucketKey is the bucket key of a descriptor's entries in domain:
-// "rls|" + domain, then each entry as "|" + key + "=" + value, where '|',
+// BucketKey is the bucket key of a descriptor's entries in domain, in the
+// RLS namespace: bucket.NamespaceRLS + domain, then each entry as "|" +
+// key + "=" + value (a route's value normalised, see Match), where '|',
 // '=' and '\' inside domain, keys and values are escaped with '\', so
 // that two different descriptors never share a key.
 func BucketKey(domain string, entries [][2]string) string {
 	var b strings.Builder
-	b.WriteString("rls|")
+	b.WriteString(bucket.NamespaceRLS)
 	escape(&b, domain)
 	for _, e := range entries {
+		v := e[1]
+		if isRoute(e[0], v) {
+			v = route.Normalize(v)
+		}
 		b.WriteByte('|')
 		escape(&b, e[0])
 		b.WriteByte('=')
-		escape(&b, e[1])
+		escape(&b, v)
 	}
 	return b.String()
 }
