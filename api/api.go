@@ -212,7 +212,16 @@ type Config struct {
 	// Self is this node's name: a check another node decided counts as
 	// forwarded in Activity. Empty: none does.
 	Self string
+	// DisableInlineLimits refuses inline limits (a key and a limit in the
+	// request) on HTTP and gRPC: 400 INLINE_LIMITS_DISABLED, gRPC
+	// INVALID_ARGUMENT. For nodes that serve only policy and RLS. False
+	// (the zero value) accepts them.
+	DisableInlineLimits bool
 }
+
+// errInlineDisabled refuses an inline limit under
+// Config.DisableInlineLimits.
+var errInlineDisabled = errors.New(CodeInlineLimitsDisabled + ": this node accepts no inline limits (--inline-limits=false); name configured policy (policy, api_key, user, ip, route, tier) instead")
 
 // API holds what the HTTP and gRPC surfaces share. It is safe for
 // concurrent use.
@@ -237,6 +246,8 @@ type API struct {
 	tp      trace.TracerProvider // nil: tracing off
 	self    string               // Config.Self
 	act     activity
+	// noInline is Config.DisableInlineLimits.
+	noInline bool
 }
 
 // New validates cfg and returns an API.
@@ -267,7 +278,7 @@ func New(cfg Config) (*API, error) {
 		}
 	}
 	a := &API{trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, self: cfg.Self}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, self: cfg.Self, noInline: cfg.DisableInlineLimits}
 	if cfg.CheckTimeout > 0 {
 		a.deadlines = deadline.New(cfg.CheckTimeout)
 	}
@@ -348,9 +359,10 @@ func validateCost(field string, l *bucket.Limit, cost int64) error {
 	return nil
 }
 
-// validateKey names the field when key is empty or too long.
+// validateKey names the field when key, as a request names it, is empty
+// or too long.
 func validateKey(field, key string) error {
-	if err := bucket.CheckKey(key); err != nil {
+	if err := bucket.CheckRequestKey(key); err != nil {
 		return fmt.Errorf("%s: %w", field, err)
 	}
 	return nil

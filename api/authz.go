@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"path"
 	"strconv"
 	"strings"
 
 	"github.com/ringlimit/ringlimit/internal/clientip"
+	"github.com/ringlimit/ringlimit/internal/route"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -190,10 +190,11 @@ func eitherHeader(h http.Header, nginx, traefik string) (string, error) {
 }
 
 // routeOf is the route of a request URI as the gateway saw it: its path,
-// without query or fragment, percent-decoded and cleaned as net/http's
-// ServeMux cleans one (dot segments and repeated slashes removed, a
-// trailing slash kept), so that an encoded or padded path counts against
-// the route it reaches. An absolute URI (http://host/path) gives its path.
+// without query or fragment, normalised as every route is
+// (route.Normalize: dot segments, repeated slashes, escaped unreserved
+// characters, ';' parameters and a trailing slash resolved), so that a
+// route limit cannot be skipped by spelling its path another way. An
+// absolute URI (http://host/path) gives its path.
 func routeOf(uri string) (string, error) {
 	if uri == "" {
 		return "", fmt.Errorf("%s or %s: required: the URI of the request being authorised", HeaderOriginalURI, HeaderForwardedURI)
@@ -209,18 +210,10 @@ func routeOf(uri string) (string, error) {
 		}
 		raw = u.EscapedPath()
 	}
-	p, err := url.PathUnescape(raw)
-	if err != nil {
+	if _, err := url.PathUnescape(raw); err != nil {
 		return "", fmt.Errorf("%s or %s: %q: bad percent-encoding", HeaderOriginalURI, HeaderForwardedURI, uri)
 	}
-	if p == "" {
-		return "/", nil
-	}
-	clean := path.Clean("/" + p)
-	if strings.HasSuffix(p, "/") && clean != "/" {
-		clean += "/"
-	}
-	return clean, nil
+	return route.Normalize(raw), nil
 }
 
 // isToken reports whether s is an RFC 9110 token, as a method must be.

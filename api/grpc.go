@@ -92,6 +92,9 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
 			}
 			continue
 		}
+		if a.noInline {
+			return fmt.Errorf("checks[%d]: %w", i, errInlineDisabled)
+		}
 		fc, err := checkFromProto(c)
 		if err != nil {
 			return fmt.Errorf("checks[%d].%w", i, err)
@@ -102,7 +105,7 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
 }
 
 // checkFromProto validates an inline check; its errors name fields from
-// within the check ("key: …").
+// within the check ("key: …"). Its key is namespaced as toCheck's is.
 func checkFromProto(c *pb.Check) (forward.Check, error) {
 	if err := validateKey("key", c.GetKey()); err != nil {
 		return forward.Check{}, err
@@ -135,7 +138,7 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 	if pl.GetLease() && l.Algorithm() != bucket.TokenBucket {
 		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
 	}
-	return forward.Check{Key: c.GetKey(), Limit: l, Cost: cost, Mode: bucket.FailureMode(pl.GetFailureMode()), Lease: pl.GetLease()}, nil
+	return forward.Check{Key: bucket.InlineKey(c.GetKey(), &l), Limit: l, Cost: cost, Mode: bucket.FailureMode(pl.GetFailureMode()), Lease: pl.GetLease()}, nil
 }
 
 // algorithmName maps the proto enum to the bucket package's wire names.

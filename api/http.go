@@ -25,6 +25,9 @@ const (
 	CodeUnavailable     = "UNAVAILABLE"
 	CodeInternal        = "INTERNAL"
 	CodeNotFound        = "NOT_FOUND"
+	// CodeInlineLimitsDisabled refuses an inline limit on a node started
+	// with --inline-limits=false (Config.DisableInlineLimits).
+	CodeInlineLimitsDisabled = "INLINE_LIMITS_DISABLED"
 )
 
 // ScopeInline is the scope of a limit given inline in the request.
@@ -129,6 +132,11 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 			writeJSON(w, http.StatusOK, &st)
 		})))
 		mux.Handle("GET /v1/owner", read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// key is an inline key as a request names it: its owner is
+			// the owner of every limit named for it (the ring places an
+			// inline key by the request's key). A key as the store holds
+			// it (p|..., r|..., as the status page lists them) gets its
+			// own owner.
 			key := r.URL.Query().Get("key")
 			if err := validateKey("key", key); err != nil {
 				writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
@@ -161,7 +169,11 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	err := a.decodeCheck(w, r, p)
 	if err != nil {
 		a.m.invalid.WithLabelValues("http").Inc()
-		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+		code := CodeInvalidArgument
+		if errors.Is(err, errInlineDisabled) {
+			code = CodeInlineLimitsDisabled
+		}
+		writeError(w, http.StatusBadRequest, code, err.Error())
 		return
 	}
 	answers, err := a.decide(r.Context(), "http", p)
@@ -218,6 +230,9 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error
 		return a.addPolicy(p, "", policy.Request{Policy: req.Policy, APIKey: req.APIKey, User: req.User, IP: req.IP,
 			Route: req.Route, Tier: req.Tier, Cost: cost})
 	}
+	if a.noInline {
+		return errInlineDisabled
+	}
 	c, err := req.toCheck()
 	if err != nil {
 		return err
@@ -269,6 +284,10 @@ func decodeCheckBody(w http.ResponseWriter, r *http.Request, cb *checkBody) erro
 	return nil
 }
 
+// toCheck validates an inline check. Its key is the request's key in the
+// inline namespace under the limit's spec (bucket.InlineKey): no inline
+// check can name a policy or RLS bucket, and a check that names another
+// limit for the same key has a bucket of its own.
 func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if err := validateKey("key", req.Key); err != nil {
 		return forward.Check{}, err
@@ -294,7 +313,7 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if req.Limit.Lease && l.Algorithm() != bucket.TokenBucket {
 		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
 	}
-	return forward.Check{Key: req.Key, Limit: l, Cost: cost, Mode: req.Limit.FailureMode, Lease: req.Limit.Lease}, nil
+	return forward.Check{Key: bucket.InlineKey(req.Key, &l), Limit: l, Cost: cost, Mode: req.Limit.FailureMode, Lease: req.Limit.Lease}, nil
 }
 
 // jsonError turns a decoding error into a message naming the field.

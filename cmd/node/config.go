@@ -44,6 +44,7 @@ type config struct {
 	privateReads    bool
 	rlsPath         string
 	rlsHeaders      bool
+	inlineLimits    bool
 	trustedProxies  []netip.Prefix // whose X-Forwarded-For / X-Real-IP /v1/authz believes
 
 	// Addresses other machines reach the listeners at (advertise.go).
@@ -121,6 +122,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.apiTLSKey, "api-tls-key", "", "PEM file of the key of --api-tls-cert")
 	fs.StringVar(&c.apiTLSClientCA, "api-tls-client-ca", "", "PEM CA certificates: when set, the public APIs require a client certificate that chains to one of them")
 	fs.StringVar(&c.rlsPath, "rls-config", "", "envoyproxy/ratelimit configuration (a YAML file, or a directory of them, one domain each): serves Envoy's rate limit service (envoy.service.ratelimit.v3) on --grpc; reloaded on change and on SIGHUP")
+	fs.BoolVar(&c.inlineLimits, "inline-limits", true, "accept inline limits (a key and a limit in the request) on POST /v1/check and gRPC Check; false refuses them with 400 / INVALID_ARGUMENT, code INLINE_LIMITS_DISABLED, for nodes that serve only policy and RLS")
 	fs.BoolVar(&c.rlsHeaders, "rls-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the rate limit service's answers (response_headers_to_add)")
 	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/ring, /v1/owner, /v1/policy, /v1/overrides, /ui/api/status and /metrics need an admin token too (checks, /healthz and the status page's files stay open)")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")

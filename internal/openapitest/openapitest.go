@@ -73,6 +73,7 @@ var Semantic400 = []string{
 	"X-Forwarded-Uri: required",                // neither route header
 	"want a path such as",                      // a route header that is no path or URI
 	"bad percent-encoding",                     // a route header badly encoded
+	"accepts no inline limits",                 // an inline limit on a node with --inline-limits=false
 	"unknown parameter",                        // /v1/authz query parameter other than policy, deny_status
 	"query deny_status: want a status",         // deny_status not exactly three digits (0429)
 	"query: invalid",                           // a query string that does not parse
