@@ -302,6 +302,13 @@ func newClient(t testing.TB, cfg client.Config) *client.Client {
 	return cl
 }
 
+// ikey is the key the store holds for inline(key, limit, ...): the key in
+// the inline namespace under its limit.
+func ikey(key string, limit int64) string {
+	l := bucket.MustLimit(bucket.TokenBucket, limit, time.Hour, 0)
+	return bucket.InlineKey(key, &l)
+}
+
 // inline returns an inline check of key at limit per hour (burst = limit).
 func inline(key string, limit, cost int64) *pb.Check {
 	return &pb.Check{Key: key, Cost: &cost, Limit: &pb.Limit{Limit: limit, PerMs: time.Hour.Milliseconds()}}
@@ -343,7 +350,7 @@ func TestClientExactAcrossNodes(t *testing.T) {
 	if allowed.Load() != limit || rejected.Load() != total-limit {
 		t.Fatalf("allowed %d rejected %d, want exactly %d and %d", allowed.Load(), rejected.Load(), limit, total-limit)
 	}
-	if got := c.used(t, "hot"); got != limit {
+	if got := c.used(t, ikey("hot", limit)); got != limit {
 		t.Fatalf("owner %s: used %d, want %d", c.owner("hot"), got, limit)
 	}
 	// Every node served some of the checks: the client spreads them.
@@ -386,9 +393,9 @@ func TestClientMultiCheckDecisionsInOrder(t *testing.T) {
 				{true, 5, 4, 0, 12 * 60_000, "inline", c.owner(a)},
 				{true, 7, 5, 0, (2*3_600_000 + 6) / 7, "inline", c.owner(b)}, // 2/7 h, rounded up to the ms
 				{true, 5, 1, 0, 4 * 12 * 60_000, "inline", c.owner(a)},
-				{true, 5, 4, 0, 12 * 60_000, "tier:free", c.owner("api|tier:free|key:" + apiKey)},
+				{true, 5, 4, 0, 12 * 60_000, "tier:free", c.owner("p|api|tier:free|key:" + apiKey)},
 				{false, 5, 1, 12 * 60_000, 4 * 12 * 60_000, "inline", c.owner(a)},
-				{true, 5, 3, 0, 2 * 12 * 60_000, "tier:free", c.owner("api|tier:free|key:" + apiKey)},
+				{true, 5, 3, 0, 2 * 12 * 60_000, "tier:free", c.owner("p|api|tier:free|key:" + apiKey)},
 			}
 			if len(ds) != len(wants) {
 				t.Fatalf("%d decisions for %d checks", len(ds), len(wants))
@@ -513,8 +520,8 @@ func TestClientFailoverOneDeadTarget(t *testing.T) {
 			}
 			wg.Wait()
 			// Nothing reached the dead node, so nothing was spent twice.
-			if allowed.Load() != 100 || c.used(t, key) != 100 {
-				t.Fatalf("allowed %d, used %d; want 100 and 100", allowed.Load(), c.used(t, key))
+			if allowed.Load() != 100 || c.used(t, ikey(key, 100)) != 100 {
+				t.Fatalf("allowed %d, used %d; want 100 and 100", allowed.Load(), c.used(t, ikey(key, 100)))
 			}
 		})
 	}
@@ -589,7 +596,7 @@ func TestClientInvalidArgumentNotRetried(t *testing.T) {
 	}
 	// Nothing of the rejected calls was applied.
 	for _, nd := range c.nodes {
-		if nd.store.Has("fine") {
+		if nd.store.Has(ikey("fine", 10)) {
 			t.Fatalf("%s holds the good check of a rejected call", nd.name)
 		}
 	}
@@ -692,7 +699,7 @@ func TestClientBadCheckCoalescedWithGoodOnes(t *testing.T) {
 		if errs[i] != nil || !results[i].GetAllowed() || results[i].GetRemaining() != 10-int64(1+i%3) {
 			t.Errorf("good check %d: %+v, %v; want allowed with %d left", i, results[i], errs[i], 10-int64(1+i%3))
 		}
-		if used := c.used(t, fmt.Sprintf("good-%d", i)); used != int64(1+i%3) {
+		if used := c.used(t, ikey(fmt.Sprintf("good-%d", i), 10)); used != int64(1+i%3) {
 			t.Errorf("good-%d: used %d, want %d (applied exactly once)", i, used, 1+i%3)
 		}
 	}
@@ -749,11 +756,12 @@ func TestClientAbandonedCheckIsNotSent(t *testing.T) {
 		t.Fatalf("abandoned checks %d, want 1", got)
 	}
 	store := c.nodes[0].store
-	if !store.Has("blocker") || store.Has("gone") || !store.Has("after") {
+	kb, kg, ka := ikey("blocker", 10), ikey("gone", 10), ikey("after", 10)
+	if !store.Has(kb) || store.Has(kg) || !store.Has(ka) {
 		t.Fatalf("the node holds blocker %v, gone %v, after %v; want the abandoned one alone missing",
-			store.Has("blocker"), store.Has("gone"), store.Has("after"))
+			store.Has(kb), store.Has(kg), store.Has(ka))
 	}
-	if b, a := c.used(t, "blocker"), c.used(t, "after"); b != 1 || a != 1 {
+	if b, a := c.used(t, kb), c.used(t, ka); b != 1 || a != 1 {
 		t.Fatalf("used: blocker %d, after %d; want 1 and 1", b, a)
 	}
 }

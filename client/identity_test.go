@@ -75,10 +75,9 @@ func TestMiddlewareRotatingAPIKeyIsOneCaller(t *testing.T) {
 			ok, limited, f.served.Load())
 	}
 	for key, want := range map[string]int64{
-		"default|tier:std|ip:127.0.0.1":  20,
-		"default|global|ip:127.0.0.1":    20, // the rejected ones were refunded
-		"default|tier:std|key:rotated-0": 0,
-		"default|global|key:rotated-0":   0,
+		"p|default|tier:std|ip:127.0.0.1":  20,
+		"p|default|global|all":             20, // one ceiling for all; the rejected ones were refunded
+		"p|default|tier:std|key:rotated-0": 0,
 	} {
 		if got := c.used(t, key); got != want {
 			t.Errorf("%s: used %d, want %d", key, got, want)
@@ -108,10 +107,10 @@ func TestMiddlewareIdentityFromApplication(t *testing.T) {
 		t.Fatalf("100 requests each from two users: %d admitted, %d limited; want 40, 160", ok, limited)
 	}
 	for key, want := range map[string]int64{
-		"default|tier:std|user:alice":    20,
-		"default|tier:std|user:bob":      20,
-		"default|tier:std|ip:127.0.0.1":  0,
-		"default|tier:std|key:rotated-0": 0,
+		"p|default|tier:std|user:alice":    20,
+		"p|default|tier:std|user:bob":      20,
+		"p|default|tier:std|ip:127.0.0.1":  0,
+		"p|default|tier:std|key:rotated-0": 0,
 	} {
 		if got := c.used(t, key); got != want {
 			t.Errorf("%s: used %d, want %d", key, got, want)
@@ -163,7 +162,7 @@ func TestMiddlewareTrustedProxies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := "default|tier:std|ip:" + tc.want
+			key := "p|default|tier:std|ip:" + tc.want
 			before := c.used(t, key)
 			w := httptest.NewRecorder()
 			mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)

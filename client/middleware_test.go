@@ -188,10 +188,10 @@ func TestMiddlewareHeadersAndRejection(t *testing.T) {
 	}
 	// The rejected request spent nothing: the global layer it passed was
 	// refunded.
-	if got := c.used(t, "default|global|key:alice"); got != 3 {
+	if got := c.used(t, "p|default|global|all"); got != 3 {
 		t.Fatalf("global layer: used %d, want 3", got)
 	}
-	if got := c.used(t, "default|tier:free|key:alice"); got != 3 {
+	if got := c.used(t, "p|default|tier:free|key:alice"); got != 3 {
 		t.Fatalf("tier layer: used %d, want 3", got)
 	}
 	// Another caller has its own buckets.
@@ -214,7 +214,7 @@ func TestMiddlewareRouteCost(t *testing.T) {
 	// Two tokens needed, one left: one token's wait.
 	wantRejected(t, "/reports again", f.get(t, "/reports", "carol"), 3, 1, "tier:free", freeTokenMs, 2*freeTokenMs/1000)
 	wantAdmitted(t, "/", f.get(t, "/", "carol"), "/", 3, 0, "tier:free", 3*freeTokenMs/1000)
-	if got := c.used(t, "default|global|key:carol"); got != 3 {
+	if got := c.used(t, "p|default|global|all"); got != 3 {
 		t.Fatalf("global layer: used %d, want 3 (2 + 1, the rejected 2 refunded)", got)
 	}
 }
@@ -245,7 +245,7 @@ func TestMiddlewareAnonymousByIP(t *testing.T) {
 		wantRejected(t, "anonymous 3", f.get(t, "/", ""), 2, 0, "tier:anon", anonTokenMs, 2*anonTokenMs/1000)
 		// A caller with a key from the same address is not affected.
 		wantAdmitted(t, "with a key", f.get(t, "/", "frank"), "/", 3, 2, "tier:free", freeTokenMs/1000)
-		if got := c.used(t, "default|tier:anon|ip:127.0.0.1"); got != 2 {
+		if got := c.used(t, "p|default|tier:anon|ip:127.0.0.1"); got != 2 {
 			t.Fatalf("anonymous bucket of 127.0.0.1: used %d, want 2", got)
 		}
 	})
@@ -255,7 +255,7 @@ func TestMiddlewareAnonymousByIP(t *testing.T) {
 			wantAdmitted(t, fmt.Sprintf("anonymous %d", i+1), f.get(t, "/", ""), "/", 3, 2-i, "tier:free", (i+1)*freeTokenMs/1000)
 		}
 		wantRejected(t, "anonymous 4", f.get(t, "/", ""), 3, 0, "tier:free", freeTokenMs, 3*freeTokenMs/1000)
-		if got := c.used(t, "plain|tier:free|ip:127.0.0.1"); got != 3 {
+		if got := c.used(t, "p|plain|tier:free|ip:127.0.0.1"); got != 3 {
 			t.Fatalf("free bucket of 127.0.0.1: used %d, want 3", got)
 		}
 	})
@@ -390,12 +390,12 @@ func TestMiddlewareCustomExtractors(t *testing.T) {
 	}
 	// User from X-User (trimmed), route /v2/reports → /reports (cost 2).
 	wantAdmitted(t, "user", do("/v2/reports", map[string]string{"X-User": " 42 "}), "/v2/reports", 3, 1, "tier:free", 2*freeTokenMs/1000)
-	if got := c.used(t, "default|tier:free|user:42"); got != 2 {
+	if got := c.used(t, "p|default|tier:free|user:42"); got != 2 {
 		t.Fatalf("user 42: used %d, want 2", got)
 	}
 	// IP from X-Forwarded-For, anonymous tier.
 	wantAdmitted(t, "ip", do("/", map[string]string{"X-Forwarded-For": "203.0.113.9"}), "/", 2, 1, "tier:anon", anonTokenMs/1000)
-	if got := c.used(t, "default|tier:anon|ip:203.0.113.9"); got != 1 {
+	if got := c.used(t, "p|default|tier:anon|ip:203.0.113.9"); got != 1 {
 		t.Fatalf("203.0.113.9: used %d, want 1", got)
 	}
 	// An unknown tier is refused by the cluster, and OnError says why.

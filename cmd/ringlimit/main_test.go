@@ -374,7 +374,7 @@ func TestPolicyValidate(t *testing.T) {
 		{"route", "match: /login", "match: login", 11,
 			`policies.api.routes[1].match: want an exact path like /reports or a prefix like /export/*, got "login"`},
 		{"route limit", "limit: 5, per: 1m, key: ip+route", "limit: 5, per: 1m, key: ip+router", 12,
-			`policies.api.routes[1].limit.key: want identity, ip, ip+route or identity+route, got "ip+router"`},
+			`policies.api.routes[1].limit.key: want identity, ip, ip+route, identity+route or all, got "ip+router"`},
 		{"default tier", "default_tier: free", "default_tier: gold", 4, `policies.api.default_tier: no tier named "gold"`},
 		{"unknown field", "cost: 10", "costs: 10", 10, "field costs not found in type policy.routeYAML"},
 		{"decimal", "cost: 10", "cost: 2.5", 10, `want a whole number, got "2.5"`},
