@@ -56,7 +56,7 @@ func TestClusterOverrideAdminAndRevoke(t *testing.T) {
 	if err != nil || status != http.StatusOK || json.Unmarshal(b, &o) != nil || o.Actor != "oncall" {
 		t.Fatalf("POST /v1/overrides with the token: %d %s %v, want 200 and actor oncall", status, b, err)
 	}
-	entKey := "api|override:tier:enterprise|user:42"
+	entKey := "p|api|override:tier:enterprise|user:42"
 	poll(t, 2*time.Second, "the override on every node", func() (bool, string) {
 		for i, a := range c.addrs {
 			if got := h.overrides(a); len(got) != 1 || got[0].ID != o.ID {
@@ -94,7 +94,7 @@ func TestClusterOverrideAdminAndRevoke(t *testing.T) {
 		return true, ""
 	})
 	t.Logf("the revocation on every node %v after the DELETE", time.Since(revoked).Round(time.Millisecond))
-	freeKey := "api|tier:free|user:42"
+	freeKey := "p|api|tier:free|user:42"
 	for i, a := range c.addrs {
 		r := h.mustCheck(a, `{"user":"42"}`)
 		if r.body.Scope != "tier:free" || r.body.Owner != c.owner(freeKey) {

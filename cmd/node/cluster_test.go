@@ -28,6 +28,7 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/bucket"
 )
 
 // TestMain checks that the package's tests, the existing ones included,
@@ -207,6 +208,22 @@ type inlineLimit struct {
 	count int64
 	per   string
 	mode  string
+}
+
+// storedKeys are the keys the store holds for inline checks of keys under
+// l (a token bucket of l.count per l.per): each in the inline namespace
+// with its limit's spec.
+func storedKeys(keys []string, l inlineLimit) []string {
+	per, err := time.ParseDuration(l.per)
+	if err != nil {
+		panic(err)
+	}
+	lim := bucket.MustLimit(bucket.TokenBucket, l.count, per, 0)
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = bucket.InlineKey(k, &lim)
+	}
+	return out
 }
 
 // checkBody is the JSON body of a check of cost 1 under l.
@@ -523,7 +540,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	}
 	// The old owners push the state; wait for it before any check reaches
 	// node-3 (a check would fetch the state itself during the grace period).
-	h.waitHeld(n3, moved, true, 10*time.Second)
+	h.waitHeld(n3, storedKeys(moved, inlineLimit{count: limit, per: per}), true, 10*time.Second)
 	t.Logf("node-3 holds the %d keys it owns %v after it started", len(moved), time.Since(start).Round(time.Millisecond))
 	sweep("3 nodes", three, limit-4) // not refilled: 7 left before this check
 	// The previous owners drop their copies after the grace period.
@@ -534,7 +551,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 				gave = append(gave, k)
 			}
 		}
-		h.waitHeld(byName[name], gave, false, 15*time.Second)
+		h.waitHeld(byName[name], storedKeys(gave, inlineLimit{count: limit, per: per}), false, 15*time.Second)
 	}
 	t.Logf("previous owners dropped their copies %v after node-3 started", time.Since(start).Round(time.Millisecond))
 	// Now every key is held by its owner only, and /v1/cluster (which asks
@@ -576,7 +593,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 				back = append(back, k)
 			}
 		}
-		h.waitHeld(byName[name], back, true, 10*time.Second)
+		h.waitHeld(byName[name], storedKeys(back, inlineLimit{count: limit, per: per}), true, 10*time.Second)
 	}
 	t.Logf("node-3 left: Close took %v, rings back to 2 members and keys back with their owners %v after Close began",
 		closed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))

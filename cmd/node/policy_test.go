@@ -361,7 +361,7 @@ func TestClusterPolicyReload(t *testing.T) {
 			t.Fatalf("%s: reloads ok=%v error=%v at startup, want 1 and 0", c.names[i], ok, bad)
 		}
 	}
-	tierKey := "api|tier:free|user:42"
+	tierKey := "p|api|tier:free|user:42"
 	// check sends {"user":"42"} through node i and expects it admitted under
 	// limit with remaining left, decided by the tier key's owner.
 	check := func(label string, i int, version string, limit, remaining int64) {
@@ -502,8 +502,8 @@ func TestClusterOverride(t *testing.T) {
 	h.validateOpenAPI()
 	c := startPolicyCluster(h, t.TempDir(), overridePolicy)
 	version := versionOf(t, overridePolicy)
-	freeKey := "api|tier:free|user:42"
-	entKey := "api|override:tier:enterprise|user:42"
+	freeKey := "p|api|tier:free|user:42"
+	entKey := "p|api|override:tier:enterprise|user:42"
 
 	// User 42 on free: 2 admitted, then rejected by the tier, whichever
 	// node it enters through.
@@ -678,7 +678,7 @@ func TestClusterOverrideReachesLateMember(t *testing.T) {
 	t.Logf("the override on node-4 %v after it started", time.Since(joined).Round(time.Millisecond))
 	h.waitRing(append(slices.Clone(c.nodes), n4), append(slices.Clone(c.names), "node-4"), 10*time.Second)
 
-	entKey := "api|override:tier:enterprise|user:42"
+	entKey := "p|api|override:tier:enterprise|user:42"
 	owner, _ := c.nodes[0].router.Owner(entKey)
 	a := h.mustCheck(addr4, `{"user":"42"}`)
 	if a.status != http.StatusOK || a.body.Scope != "override:tier:enterprise" || a.body.Limit != 50 || a.body.Remaining != 49 || a.body.Owner != owner {
@@ -774,7 +774,7 @@ func TestClusterPolicyLayers(t *testing.T) {
 	// 3rd is surely rejected if it returns within 1 s: they do unless the
 	// machine stalls, when the test says so and checks less.
 	reports := `{"user":"7","route":"/reports"}`
-	tier7 := "api|tier:free|user:7"
+	tier7 := "p|api|tier:free|user:7"
 	t0 := time.Now()
 	expect("/reports 1", 0, reports, http.StatusOK, "tier:free", 10, 10, tier7)
 	b := expect("/reports 2", 1, reports, http.StatusOK, "tier:free", 10, -1, tier7)
@@ -797,8 +797,8 @@ func TestClusterPolicyLayers(t *testing.T) {
 	// An anonymous caller (IP only) at /login: 5 per minute by IP and
 	// route; the anonymous tier (60/min, bursts of 120, by IP) admits all.
 	login := `{"ip":"203.0.113.7","route":"/login"}`
-	loginKey := "api|route:/login|ip:203.0.113.7|/login"
-	anonKey := "api|tier:anonymous|ip:203.0.113.7"
+	loginKey := "p|api|route:/login|ip:203.0.113.7|/login"
+	anonKey := "p|api|tier:anonymous|ip:203.0.113.7"
 	t0 = time.Now()
 	for i := range 5 {
 		expect(fmt.Sprintf("/login %d", i+1), i, login, http.StatusOK, "route:/login", 5, int64(4-i), loginKey)
@@ -823,13 +823,13 @@ func TestClusterPolicyLayers(t *testing.T) {
 	}
 	c.waitVersion(versionOf(t, layersPolicy), 5*time.Second)
 	reports = `{"user":"8","route":"/reports"}`
-	tier8, global8 := "api|tier:free|user:8", "api|global|user:8"
+	tier8, global := "p|api|tier:free|user:8", "p|api|global|all"
 	expect("slow /reports 1", 0, reports, http.StatusOK, "tier:free", 20, 10, tier8)
 	expect("slow /reports 2", 1, reports, http.StatusOK, "tier:free", 20, 0, tier8)
 	expect("slow /reports 3", 2, reports, http.StatusTooManyRequests, "tier:free", 20, 0, tier8)
 	// The global layer admitted the 3rd and got its 10 back.
-	if u := used(global8); u != 20 {
-		t.Errorf("%s spent %d after 2 admitted /reports and 1 rejected, want 20: the rejected one is refunded", global8, u)
+	if u := used(global); u != 20 {
+		t.Errorf("%s spent %d after 2 admitted /reports and 1 rejected, want 20: the rejected one is refunded", global, u)
 	}
 	if u := used(tier8); u != 20 {
 		t.Errorf("%s spent %d, want 20", tier8, u)
@@ -838,9 +838,8 @@ func TestClusterPolicyLayers(t *testing.T) {
 	// request would have been rejected: admitted, listed, counted once, on
 	// the node it entered through.
 	export := `{"user":"9","route":"/export/x"}`
-	global9 := "api|global|user:9"
 	for i := range 4 {
-		b := expect(fmt.Sprintf("/export %d", i+1), 1, export, http.StatusOK, "tier:free", 20, int64(19-i), "api|tier:free|user:9")
+		b := expect(fmt.Sprintf("/export %d", i+1), 1, export, http.StatusOK, "tier:free", 20, int64(19-i), "p|api|tier:free|user:9")
 		want := []string(nil)
 		if i >= 2 {
 			want = []string{"route:/export/*"}
@@ -860,8 +859,9 @@ func TestClusterPolicyLayers(t *testing.T) {
 			}
 		}
 	}
-	if u := used(global9); u != 4 {
-		t.Errorf("%s spent %d after 4 admitted /export, want 4", global9, u)
+	// One global ceiling for every caller (100/h: nothing refills here).
+	if u := used(global); u != 20+4 {
+		t.Errorf("%s spent %d after user 8's 20 and 4 admitted /export, want 24", global, u)
 	}
 	if logged := c.logs[1].records("dry-run layer would have rejected"); len(logged) != 2 {
 		t.Errorf("node-2 logged %d dry-run rejections, want 2", len(logged))
@@ -903,8 +903,8 @@ const prelimitFlood, prelimitClients = 600, 16
 func floodPrelimit(t *testing.T, entryOwnsGlobal bool) floodStats {
 	h := newHarness(t)
 	c := startPolicyCluster(h, t.TempDir(), prelimitPolicy)
-	tierKey := func(u int) string { return fmt.Sprintf("api|tier:free|user:%d", u) }
-	globalKey := func(u int) string { return fmt.Sprintf("api|global|user:%d", u) }
+	tierKey := func(u int) string { return fmt.Sprintf("p|api|tier:free|user:%d", u) }
+	globalKey := func(int) string { return "p|api|global|all" }
 	st := floodStats{user: -1, scopes: map[string]int{}}
 	for u := 1; u <= 1000 && st.user < 0; u++ {
 		for e, name := range c.names {

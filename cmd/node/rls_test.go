@@ -21,6 +21,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
 )
 
@@ -233,21 +234,29 @@ func TestRLSCluster(t *testing.T) {
 
 	// node-1 alone, the others killed: it is in the minority and cannot
 	// decide for their keys, so it answers UNAVAILABLE and Envoy's
-	// failure_mode_deny decides.
+	// failure_mode_deny decides. The user's key is owned by node-2 and
+	// succeeded by node-3, so that node-1 never owns it on the way (node-2
+	// may be seen dead before node-3 is, while node-1 still has a
+	// majority).
+	full, err := ring.New(ring.DefaultConfig(), names3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var theirs string
 	for i := range 100 {
 		user := fmt.Sprintf("u%d", i)
+		key := rls.BucketKey("shop", [][2]string{{"user_id", user}})
 		var o api.OwnerResponse
-		if err := getJSON(h.client, "http://"+p1.http+"/v1/owner?key="+url.QueryEscape(rls.BucketKey("shop", [][2]string{{"user_id", user}})), &o); err != nil {
+		if err := getJSON(h.client, "http://"+p1.http+"/v1/owner?key="+url.QueryEscape(key), &o); err != nil {
 			t.Fatal(err)
 		}
-		if o.Owner == "node-2" {
+		if o.Owner == "node-2" && full.Successors(key, 1)[0] == "node-3" {
 			theirs = user
 			break
 		}
 	}
 	if theirs == "" {
-		t.Fatal("node-2 owns none of 100 users")
+		t.Fatal("none of 100 users is owned by node-2 and succeeded by node-3")
 	}
 	for _, p := range procs[1:] {
 		_ = p.stop(t, syscall.SIGKILL, 5*time.Second) // its error is "signal: killed"
