@@ -142,7 +142,7 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 				writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
 				return
 			}
-			owner, version := a.cluster.Owner(key)
+			owner, version := a.cluster.Owner(bucket.InlineOwnerKey(key))
 			writeJSON(w, http.StatusOK, &OwnerResponse{Key: key, Owner: owner, RingVersion: version})
 		})))
 	}

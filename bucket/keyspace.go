@@ -46,15 +46,18 @@ var algorithmCodes = [numAlgorithms]string{
 // have the same algorithm and parameters. It contains no '|' and is at
 // most 48 bytes long.
 func (l Limit) Spec() string {
-	b := make([]byte, 0, 48)
+	var buf [64]byte
+	return string(l.appendSpec(buf[:0]))
+}
+
+func (l *Limit) appendSpec(b []byte) []byte {
 	b = append(b, algorithmCodes[l.alg%numAlgorithms]...)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, l.limit, 10)
 	b = append(b, ':')
 	b = append(b, l.per.String()...)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, l.burst, 10)
-	return string(b)
+	return strconv.AppendInt(b, l.burst, 10)
 }
 
 // InlineKey is the stored key of an inline check of key under l:
@@ -62,17 +65,24 @@ func (l Limit) Spec() string {
 // limit for the same key gets a bucket of its own, so no request-named
 // limit can lower what a key has spent under another. The ring places an
 // inline key by key alone (see package ring), so every limit a caller
-// names for one key is decided by the same node.
+// names for one key is decided by the same node. It allocates only the
+// string it returns.
 func InlineKey(key string, l *Limit) string {
-	spec := l.Spec()
+	var buf [64]byte
+	spec := l.appendSpec(append(buf[:0], NamespaceInline...))
 	var b strings.Builder
-	b.Grow(len(NamespaceInline) + len(spec) + 1 + len(key))
-	b.WriteString(NamespaceInline)
-	b.WriteString(spec)
+	b.Grow(len(spec) + 1 + len(key))
+	b.Write(spec)
 	b.WriteByte('|')
 	b.WriteString(key)
 	return b.String()
 }
+
+// InlineOwnerKey is a key the ring places exactly where it places every
+// InlineKey of key (whatever the limit): the inline namespace with an
+// empty spec. No bucket is ever stored under it; GET /v1/owner asks the
+// ring for it.
+func InlineOwnerKey(key string) string { return NamespaceInline + "|" + key }
 
 // CheckRequestKey returns an error unless key, as a request names it
 // before its namespace is added, is 1 to MaxKeyLen bytes.

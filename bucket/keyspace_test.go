@@ -87,3 +87,10 @@ func TestFixedWindowFullUint32(t *testing.T) {
 		t.Fatal("a token bucket above MaxCount accepted")
 	}
 }
+
+func TestInlineKeyAllocatesOnce(t *testing.T) {
+	l := MustLimit(TokenBucket, 10, time.Second, 50)
+	if n := testing.AllocsPerRun(100, func() { InlineKey("user:42", &l) }); n != 1 {
+		t.Errorf("InlineKey: %v allocations, want 1 (the key)", n)
+	}
+}

@@ -22,10 +22,21 @@ func TestInlinePlacement(t *testing.T) {
 		bucket.MustLimit(bucket.TokenBucket, 1000000, time.Millisecond, 0),
 		bucket.MustLimit(bucket.FixedWindow, 10, time.Second, 0),
 	}
+	// A caller's key that itself begins with the inline tag.
+	for _, key := range []string{"i|x|y", "i|", "i||"} {
+		l := limits[0]
+		want, _ := r.Owner(bucket.InlineKey(key, &l))
+		if got, _ := r.Owner(bucket.InlineOwnerKey(key)); got != want {
+			t.Fatalf("caller's key %q: InlineOwnerKey owned by %s, its InlineKey by %s", key, got, want)
+		}
+	}
 	for i := range 200 {
 		key := "user:" + string(rune('a'+i%26)) + "|x|" + string(rune('0'+i%10))
 		want, _ := r.Owner(key)
 		wantSucc := r.Successors(key, 2)
+		if got, _ := r.Owner(bucket.InlineOwnerKey(key)); got != want {
+			t.Fatalf("Owner(InlineOwnerKey(%q)) = %s, want %s", key, got, want)
+		}
 		for _, l := range limits {
 			got, _ := r.Owner(bucket.InlineKey(key, &l))
 			if got != want {
