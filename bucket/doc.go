@@ -21,6 +21,13 @@
 //     check at now+RetryAfter with the same cost is admitted.
 //   - The Store is bounded: each shard is an LRU with a size cap, and evicting a
 //     key is safe because a key nobody has touched is full anyway.
+//   - Keys live in namespaces (keyspace.go): every key the store holds
+//     begins with a tag the node chose (inline, policy, RLS, RLS override,
+//     concurrency), and an inline key carries its limit's Spec, so that no
+//     request can name another namespace's bucket, and a check that names
+//     another limit for an inline key gets a bucket of its own. The Store
+//     converts a key's spend when the same key comes with another limit
+//     (an operator's reload), never refilling it.
 //
 // # Usage
 //
