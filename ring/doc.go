@@ -27,7 +27,8 @@
 //     rings are built on first use and cached on the Ring, under a lock.
 //   - Owner is the hot path: one xxhash and one index into a partition table
 //     built by New. It takes no lock and allocates nothing, and it answers
-//     exactly what the library's LocateKey answers for the same members.
+//     exactly what the library's LocateKey answers for the same members
+//     (for an inline key, for the caller's key it carries).
 //   - Version identifies the ownership mapping: two nodes that see the same
 //     member names under the same Config compute the same Version, whatever
 //     the order they learned the names in; any change of members (or of
