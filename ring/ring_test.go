@@ -86,14 +86,14 @@ func agree(t *testing.T, r *Ring, lib *consistent.Consistent, keys []string) {
 		if !r.Has(got) {
 			t.Fatalf("Owner(%q) = %q, not a member of %v", k, got, r.Members())
 		}
-		m := lib.LocateKey([]byte(k))
+		m := lib.LocateKey([]byte(placement(k))) // an inline key is placed by its caller's key
 		if m == nil {
 			t.Fatalf("library LocateKey(%q) = nil", k)
 		}
 		if want := m.(member).name; got != want {
 			t.Fatalf("Owner(%q) = %q, library LocateKey = %q", k, got, want)
 		}
-		if p, want := int(xxhash.Sum64String(k)%uint64(len(r.table))), lib.FindPartitionID([]byte(k)); p != want {
+		if p, want := int(xxhash.Sum64String(placement(k))%uint64(len(r.table))), lib.FindPartitionID([]byte(placement(k))); p != want {
 			t.Fatalf("partition of %q = %d, library FindPartitionID = %d", k, p, want)
 		}
 	}
