@@ -381,3 +381,27 @@ func TestAdversaryInlineLimitsOff(t *testing.T) {
 		t.Errorf("/healthz: %d %v", status, err)
 	}
 }
+
+// TestInlineLimitsFlag: --inline-limits defaults to true; the flag and
+// RINGLIMIT_INLINE_LIMITS turn it off, the flag winning over the
+// environment.
+func TestInlineLimitsFlag(t *testing.T) {
+	for i, st := range []struct {
+		args []string
+		env  string
+		want bool
+	}{
+		{nil, "", true},
+		{[]string{"--inline-limits=false"}, "", false},
+		{nil, "false", false},
+		{nil, "true", true},
+		{[]string{"--inline-limits=true"}, "false", true},
+	} {
+		c, err := parseConfig(append([]string{"--name", "n1"}, st.args...), func(k string) string {
+			return map[string]string{"RINGLIMIT_INLINE_LIMITS": st.env}[k]
+		}, io.Discard)
+		if err != nil || c.inlineLimits != st.want {
+			t.Errorf("step %d: args %q, RINGLIMIT_INLINE_LIMITS=%q: inline limits %v, %v; want %v", i, st.args, st.env, c.inlineLimits, err, st.want)
+		}
+	}
+}
