@@ -16,6 +16,12 @@
 //     never more than the limit admitted in between).
 //   - A policy is validated whole before it replaces the running one; a bad
 //     file changes nothing.
+//   - Every key Resolve derives is in the policy namespace
+//     (bucket.NamespacePolicy): no inline or RLS check can name it. The
+//     global layer is one bucket per policy unless its key says otherwise.
+//   - A request's route is normalised (internal/route) before it is
+//     matched, so no spelling of a path skips its route limit; route
+//     patterns must be normalised themselves.
 //
 // Failure modes (bucket.FailureMode) and pre-limiter factors
 // (bucket.CheckPrelimit) are parsed and checked once, when a file is
