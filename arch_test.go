@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"internal/clientip":    {},
 	"internal/grpcmetrics": {},
 	"internal/buildinfo":   {},
+	"internal/connlimit":   {"clock"},
 	"peer":                 {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":              {"bucket", "clock", "peer"},
 	"policy":               {"bucket", "clock"},
