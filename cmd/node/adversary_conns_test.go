@@ -226,7 +226,7 @@ func TestAdversaryIdleConns(t *testing.T) {
 	t.Logf("%d idle connections to gRPC and %d to HTTP opened in %v", n, n, time.Since(start).Round(time.Millisecond))
 
 	// /healthz answers on a new connection (one idle connection makes room).
-	testkit.WaitFor(t, 10*time.Second, "/healthz under the attack", func() error { return healthz(victim.http) })
+	testkit.WaitFor(t, 4*time.Second, "/healthz under the attack", func() error { return healthz(victim.http) })
 	t.Logf("/healthz answered %v after the attack began", time.Since(start).Round(time.Millisecond))
 
 	// An HTTP check: 5 allowed, then refused. A new connection is closed
