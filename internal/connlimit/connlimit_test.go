@@ -141,15 +141,16 @@ func TestCapRefusesWhenNoneIdle(t *testing.T) {
 func TestEvictsIdlest(t *testing.T) {
 	r := newRig(t, 3, time.Second)
 	c1, s1 := r.dial()
+	read(t, c1, s1) // at 0s
+	r.clock.Advance(time.Second)
 	c2, s2 := r.dial()
-	c3, s3 := r.dial()
+	read(t, c2, s2) // at 1s
 	r.clock.Advance(time.Second)
-	read(t, c1, s1) // at 1s
-	r.clock.Advance(time.Second)
-	read(t, c2, s2) // at 2s
+	c3, s3 := r.dial() // silent since 2s
 	r.clock.Advance(5 * time.Second)
 
-	// c3 never read a byte: it goes first, though c1 read longest ago.
+	// c3 never read a byte: it goes first, though c1 and c2 have been
+	// idle longer.
 	c4, s4 := r.dial()
 	if s4 == nil {
 		t.Fatal("new connection refused with idle ones to evict")
@@ -173,7 +174,7 @@ func TestEvictsIdlest(t *testing.T) {
 	wantOpen(t, "c4", c4, s4)
 	wantStats(t, "idlest evicted", r.l, connlimit.Stats{Open: 3, Accepted: 5, Evicted: 2})
 
-	// c2 read 5s ago, c4 and c5 just now (c5 silent but new): c2 goes.
+	// c2 read 6s ago, c4 just now, c5 is silent but new: c2 goes.
 	_, s6 := r.dial()
 	if s6 == nil {
 		t.Fatal("refused")
