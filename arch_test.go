@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"internal/grpcmetrics": {},
 	"internal/buildinfo":   {},
 	"internal/route":       {},
+	"internal/connlimit":   {"clock"},
 	"peer":                 {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":              {"bucket", "clock", "peer"},
 	"policy":               {"bucket", "clock", "internal/route"},

@@ -75,7 +75,8 @@ type Cluster struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	unroute func() // stops routing memberlist's metrics to Config.Registerer; nil without it
+	unroute func()     // stops routing memberlist's metrics to Config.Registerer; nil without it
+	mlLog   *logWriter // memberlist's log lines, limited and counted
 
 	stopJoin context.CancelFunc
 	joinDone chan struct{}
@@ -143,8 +144,14 @@ func New(cfg Config) (*Cluster, error) {
 		c.cfg.BindAddr = net.JoinHostPort(ip.String(), strconv.Itoa(port))
 		c.cfg.AdvertiseAddr = ""
 	}
+	c.mlLog = newLogWriter(c.log, c.suspected, c.clock)
 	mc := c.memberlistConfig()
 	if cfg.Registerer != nil {
+		for _, col := range c.mlLog.collectors() {
+			if err := cfg.Registerer.Register(col); err != nil {
+				return nil, fmt.Errorf("cluster: memberlist log metrics: %w", err)
+			}
+		}
 		label, unroute, err := newMetricsRoute(cfg.Registerer)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: memberlist metrics: %w", err)
@@ -213,7 +220,7 @@ func (c *Cluster) memberlistConfig() *memberlist.Config {
 	mc.Events = d
 	mc.Alive = d
 	mc.Ping = d
-	mc.Logger = newMemberlistLogger(c.log, c.suspected)
+	mc.Logger = newMemberlistLogger(c.mlLog)
 	return mc
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
 
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/faultnet"
 )
 
@@ -893,7 +894,7 @@ func TestMemberlistLogLines(t *testing.T) {
 	// The adapter routes lines into slog at their level.
 	h := &testLog{t: t, level: slog.LevelError + 1, counts: map[string]int{}}
 	var suspects []string
-	l := newMemberlistLogger(slog.New(h), func(n string) { suspects = append(suspects, n) })
+	l := newMemberlistLogger(newLogWriter(slog.New(h), func(n string) { suspects = append(suspects, n) }, clock.System()))
 	l.Printf("[WARN] memberlist: hello")
 	l.Printf("[INFO] memberlist: Suspect x has failed, no acks received")
 	if h.count("memberlist: hello") != 1 || !slices.Equal(suspects, []string{"x"}) {

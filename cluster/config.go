@@ -229,8 +229,10 @@ type Config struct {
 	Clock clock.Clock
 
 	// Logger receives this package's logs and memberlist's own log lines
-	// (at their level: memberlist's [DEBUG] at debug, [ERR] at error). Nil:
-	// discard.
+	// (at their level: memberlist's [DEBUG] at debug, [ERR] at error).
+	// memberlist's warnings and errors (one per refused gossip packet) are
+	// logged at most 10 at once and 5 a second, and counted by kind in
+	// ringlimit_gossip_errors_total (log.go). Nil: discard.
 	Logger *slog.Logger
 
 	// Resolver resolves the seeds' hostnames and SRV names. Nil:

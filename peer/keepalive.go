@@ -20,6 +20,15 @@ const (
 	KeepaliveMinTime = 10 * time.Second
 )
 
+// ServerKeepalive is the keepalive of ServerOptions: the server pings a
+// connection quiet for Time and drops it when the ping is not answered
+// within Timeout. A server that also closes idle connections sets
+// MaxConnectionIdle on it and passes it after ServerOptions (the last
+// KeepaliveParams option wins).
+func ServerKeepalive() keepalive.ServerParameters {
+	return keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}
+}
+
 // ServerOptions are the gRPC server options a node serves the peer service
 // (and its public gRPC API) with: the keepalive policy that matches what
 // Pool connections send, keepalive pings of its own on quiet connections,
@@ -27,7 +36,7 @@ const (
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(ServerKeepalive()),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 	}
 }

@@ -74,6 +74,10 @@ type config struct {
 	httpIdleTimeout  time.Duration
 	checkTimeout     time.Duration
 
+	// Connection caps and idle timeouts (conns.go).
+	maxConns        int
+	grpcIdleTimeout time.Duration
+
 	// failAt, set only by tests, makes startNode fail at the step of that
 	// name (see startSteps), to show that it releases what it opened.
 	failAt string
@@ -133,6 +137,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", 60*time.Second, "how long an idle keep-alive HTTP connection stays open")
 	fs.DurationVar(&c.checkTimeout, "check-timeout", 2*time.Second, "the server's deadline for one request's checks, HTTP and gRPC alike; keep it above the peer deadline (500ms) so that an unreachable owner is answered by the failure mode")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
+	fs.IntVar(&c.maxConns, "max-conns", 0, "most connections open at once on each public listener (--http, --grpc); at the cap a new connection closes the one idle longest (silent for 1s at least), else is refused. 0: derived from the open-file limit (ulimit -n): (limit - reserve) / 2, where reserve = max(256, limit/8) file descriptors are kept for peers (at most reserve/4 connections on --peer), gossip, file reloads and /healthz")
+	fs.DurationVar(&c.grpcIdleTimeout, "grpc-idle-timeout", 60*time.Second, "how long a public gRPC connection with no call in flight stays open (then GOAWAY; clients reconnect on their next call); a gRPC connection must finish its handshake within 5s")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -208,6 +214,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.drainDelay < 0 {
 		return c, fmt.Errorf("--drain-delay: must not be negative, got %v", c.drainDelay)
+	}
+	if err := c.checkConns(); err != nil {
+		return c, err
 	}
 	if c.checkTimeout >= c.httpWriteTimeout {
 		return c, fmt.Errorf("--check-timeout (%v) must be less than --http-write-timeout (%v), or a late answer could not be written", c.checkTimeout, c.httpWriteTimeout)

@@ -248,6 +248,9 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, fmt.Errorf("--peer: %w", err)
 	}
 	undo = append(undo, func() { n.peerLn.Close() })
+	if err := n.limitConns(cfg, reg, log); err != nil {
+		return nil, err
+	}
 	adv, err := cfg.advertiseAll(n.httpLn.Addr().String(), grpcAddr, n.peerLn.Addr().String())
 	if err != nil {
 		return nil, err

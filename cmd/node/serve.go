@@ -122,7 +122,7 @@ func (n *node) newServers(cfg config, a *api.API, page http.Handler, grpcMetrics
 	if n.certs.api != nil {
 		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.apiTLSClientCA != "", "h2", "http/1.1")
 	}
-	gopts := append(append(grpcOptions(), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)
+	gopts := append(append(append(grpcOptions(), idleOptions(cfg.grpcIdleTimeout)...), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)
 	if h := a.GRPCStatsHandler(); h != nil {
 		gopts = append(gopts, grpc.StatsHandler(h))
 	}
@@ -131,7 +131,7 @@ func (n *node) newServers(cfg config, a *api.API, page http.Handler, grpcMetrics
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpcServer, n.health)
 	grpcMetrics.Init("public", n.grpcServer)
-	n.peerGRPC = grpc.NewServer(append(append(grpcOptions(), grpcMetrics.ServerOptions("peer")...), n.certs.peerCreds()...)...)
+	n.peerGRPC = grpc.NewServer(append(append(append(grpcOptions(), idleOptions(peerIdleTimeout)...), grpcMetrics.ServerOptions("peer")...), n.certs.peerCreds()...)...)
 	n.peerServer.Register(n.peerGRPC)
 	grpcMetrics.Init("peer", n.peerGRPC)
 }
