@@ -113,6 +113,10 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		return h
 	}
 	mux.HandleFunc("POST /v1/check", a.handleCheck)
+	mux.HandleFunc("OPTIONS /v1/check", func(w http.ResponseWriter, _ *http.Request) { // a preflight: see crossSite
+		w.Header().Set("Allow", "OPTIONS, POST")
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("/v1/authz", a.handleAuthz) // any method: gateways send their client's
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -152,7 +156,7 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 	if extra != nil {
 		mux.Handle("/", extra)
 	}
-	return a.traced(mux)
+	return a.traced(crossSite(a.origins, mux))
 }
 
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
