@@ -279,6 +279,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	n.peerServer.Trace(cfg.tracer)
 	if n.certs.peer != nil {
 		n.peerServer.Authenticate(func(name string) bool { return (*n.known.Load())[name] })
+		n.peerServer.Verify(n.certs.peer)
 	}
 	n.known.Store(&map[string]bool{})
 
@@ -374,7 +375,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if adminFile != nil {
 		n.bg.Go(func() { adminFile.watch(bgCtx, tokenPoll) })
 	}
-	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log) })
+	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log, n.peerCertsChanged(bgCtx, log, &n.bg)) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
 	n.serve()
 	log.Info("node started", "name", cfg.name, "version", nodeVersion(), "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
