@@ -2,8 +2,12 @@ package peer_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,19 +136,82 @@ func TestTLSCAChangeRechecksAndClosesConnections(t *testing.T) {
 	if n := c.psrv.Sweep(); n < 1 {
 		t.Fatalf("Sweep closed %d connections, want at least the raw client's", n)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for raw.GetState() == connectivity.Ready {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection made under the old CA is still open 5s after Sweep")
+	testkit.WaitFor(t, 5*time.Second, "the connection made under the old CA closed by Sweep", func() error {
+		if s := raw.GetState(); s == connectivity.Ready {
+			return fmt.Errorf("still %v", s)
 		}
-		sctx, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		raw.WaitForStateChange(sctx, connectivity.Ready)
-		scancel()
-	}
+		return nil
+	})
 	if got := testkit.Metric(t, c.reg, "ringlimit_peer_connections_closed_total"); got < 1 {
 		t.Errorf("ringlimit_peer_connections_closed_total = %v, want at least 1", got)
 	}
 	if n := c.psrv.Sweep(); n != 0 {
 		t.Errorf("a second Sweep closed %d connections, want none", n)
 	}
+}
+
+// countingListener counts the connections it accepted that are still open.
+type countingListener struct {
+	net.Listener
+	open atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.open.Add(1)
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// Renew makes a new connection to every member at once, with the
+// certificates of the moment, and closes the old one Grace later: checks
+// go on, exactly counted, over the new one.
+func TestTLSPoolRenewReplacesConnections(t *testing.T) {
+	p := newPKI(t, "cluster CA")
+	m := newMembers("A", "C")
+	setC := p.certs(t, "C")
+	c, lis := newNode(t, "C", testkit.NewClock(0), nil, grpc.Creds(credentials.NewTLS(setC.ServerConfig(true))))
+	c.psrv.Authenticate(m.known)
+	counted := &countingListener{Listener: lis}
+	c.serve(t, counted)
+	a, err := peer.NewPool(peer.Config{Self: "A", Timeout: 5 * time.Second, TLS: p.certs(t, "A"), Grace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	a.SetMembers(testVersion, map[string]string{"C": c.addr})
+	l := hourlyLimit(5)
+	step := func(i int, wantRemaining int64, wantOpen int64) {
+		t.Helper()
+		ans, _, err := check(&node{pool: a}, "C", "k", l, 10*time.Second)
+		if err != nil || !ans.Allowed || ans.Remaining != wantRemaining {
+			t.Fatalf("step %d: check: %+v, %v; want allowed with %d left", i, ans, err, wantRemaining)
+		}
+		if got := counted.open.Load(); got != wantOpen {
+			t.Errorf("step %d: %d connections open, want %d", i, got, wantOpen)
+		}
+	}
+	step(0, 4, 1)
+	a.Renew()
+	step(1, 3, 2) // the new one, and the old one for Grace
+	testkit.WaitFor(t, 5*time.Second, "the old connection closed, Grace after Renew", func() error {
+		if n := counted.open.Load(); n != 1 {
+			return fmt.Errorf("%d connections open", n)
+		}
+		return nil
+	})
+	step(2, 2, 1)
 }
