@@ -70,19 +70,23 @@ func (a *API) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	}
 	p := getPlan()
 	defer p.release()
+	priv := a.private(r.Header.Get("Authorization"))
 	req, deny, err := a.parseAuthz(r)
 	if err == nil {
 		err = a.addPolicy(p, "", req)
 	}
 	if err != nil {
 		a.m.invalid.WithLabelValues("authz").Inc()
-		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, a.message(err, priv))
 		return
 	}
 	answers, err := a.decide(r.Context(), "authz", p)
 	if err != nil {
-		a.writeCheckError(w, err)
+		a.writeCheckError(w, err, priv)
 		return
+	}
+	if priv {
+		answers[0].hide()
 	}
 	writeAnswer(w, &answers[0], deny)
 }

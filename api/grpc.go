@@ -33,18 +33,22 @@ type grpcServer struct {
 func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	p := getPlan()
 	defer p.release()
+	priv := g.api.privateGRPC(ctx)
 	if err := g.api.planFromProto(req, p); err != nil {
 		g.api.m.invalid.WithLabelValues("grpc").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, status.Error(codes.InvalidArgument, g.api.message(err, priv))
 	}
 	answers, err := g.api.decide(ctx, "grpc", p)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, grpcError(err, priv)
 	}
 	resp := &pb.CheckResponse{Decisions: make([]*pb.Decision, len(answers))}
 	decisions := make([]pb.Decision, len(answers)) // one allocation for all
 	for i := range answers {
 		a := &answers[i]
+		if priv {
+			a.hide()
+		}
 		d := &decisions[i]
 		d.Allowed = a.Allowed
 		d.Limit = a.Limit
@@ -156,16 +160,25 @@ func algorithmName(a pb.Algorithm) string {
 	return "token_bucket"
 }
 
-func grpcError(err error) error {
+// grpcError is the status of a check that failed with err; with priv (see
+// API.private), without the names of members, addresses, policies and
+// scopes.
+func grpcError(err error, priv bool) error {
 	switch {
+	case errors.Is(err, forward.ErrInvalid) && priv:
+		return status.Error(codes.InvalidArgument, hideNames(err.Error()))
 	case errors.Is(err, forward.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, forward.ErrUnavailable) && priv:
+		return status.Error(codes.Unavailable, privateUnavailable)
 	case errors.Is(err, forward.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
+	case priv:
+		return status.Error(codes.Internal, privateInternal)
 	}
 	return status.Error(codes.Internal, err.Error())
 }

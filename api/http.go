@@ -116,6 +116,10 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		return h
 	}
 	mux.HandleFunc("POST /v1/check", a.handleCheck)
+	mux.HandleFunc("OPTIONS /v1/check", func(w http.ResponseWriter, _ *http.Request) { // a preflight: see crossSite
+		w.Header().Set("Allow", "OPTIONS, POST")
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("/v1/authz", a.handleAuthz) // any method: gateways send their client's
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -160,12 +164,13 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 	if extra != nil {
 		mux.Handle("/", extra)
 	}
-	return a.traced(mux)
+	return a.traced(crossSite(a.origins, mux))
 }
 
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	p := getPlan()
 	defer p.release()
+	priv := a.private(r.Header.Get("Authorization"))
 	err := a.decodeCheck(w, r, p)
 	if err != nil {
 		a.m.invalid.WithLabelValues("http").Inc()
@@ -173,13 +178,16 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errInlineDisabled) {
 			code = CodeInlineLimitsDisabled
 		}
-		writeError(w, http.StatusBadRequest, code, err.Error())
+		writeError(w, http.StatusBadRequest, code, a.message(err, priv))
 		return
 	}
 	answers, err := a.decide(r.Context(), "http", p)
 	if err != nil {
-		a.writeCheckError(w, err)
+		a.writeCheckError(w, err, priv)
 		return
+	}
+	if priv {
+		answers[0].hide()
 	}
 	writeAnswer(w, &answers[0], http.StatusTooManyRequests)
 }
@@ -345,19 +353,30 @@ func jsonError(err error, textField string) error {
 	return fmt.Errorf("body: %v", err)
 }
 
-func (a *API) writeCheckError(w http.ResponseWriter, err error) {
+// writeCheckError writes the answer to a check that failed with err;
+// with priv (see API.private), without the names of members, addresses,
+// policies and scopes.
+func (a *API) writeCheckError(w http.ResponseWriter, err error, priv bool) {
 	switch {
 	case errors.Is(err, forward.ErrInvalid):
-		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, a.message(err, priv))
 	case errors.Is(err, forward.ErrUnavailable):
-		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		msg := err.Error()
+		if priv {
+			msg = privateUnavailable
+		}
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, msg)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The caller gave up; nothing was decided for it.
 		a.log.Debug("check abandoned", "err", err)
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 	default:
 		a.log.Error("check failed", "err", err)
-		writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
+		msg := err.Error()
+		if priv {
+			msg = privateInternal
+		}
+		writeError(w, http.StatusInternalServerError, CodeInternal, msg)
 	}
 }
 

@@ -581,8 +581,8 @@ func TestHTTPHealthMetricsMethods(t *testing.T) {
 		status       int
 		allow        string
 	}{
-		{http.MethodGet, "/v1/check", http.StatusMethodNotAllowed, "POST"},
-		{http.MethodPut, "/v1/check", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodGet, "/v1/check", http.StatusMethodNotAllowed, "OPTIONS, POST"}, // OPTIONS: CORS preflights
+		{http.MethodPut, "/v1/check", http.StatusMethodNotAllowed, "OPTIONS, POST"},
 		{http.MethodPost, "/healthz", http.StatusMethodNotAllowed, "GET, HEAD"},
 		{http.MethodGet, "/v1/nothing", http.StatusNotFound, ""},
 	} {

@@ -62,6 +62,7 @@ type answer struct {
 	WouldReject []string
 	Version     string
 	layers      []policy.Check
+	private     bool // hidden (hide): the headers name scopes by kind
 }
 
 // plan accumulates the forward checks of a batch of public checks, and
@@ -194,7 +195,11 @@ func writeHeaders(h http.Header, ans *answer) {
 	enforced := buf[:0]
 	for _, l := range ans.layers {
 		if !l.DryRun {
-			enforced = append(enforced, ratelimitheader.Policy{Name: l.Scope, Quota: l.Limit.Count(), Window: l.Limit.Per()})
+			name := l.Scope
+			if ans.private {
+				name = scopeKind(name)
+			}
+			enforced = append(enforced, ratelimitheader.Policy{Name: name, Quota: l.Limit.Count(), Window: l.Limit.Per()})
 		}
 	}
 	ratelimitheader.Write(h, &d, enforced...)

@@ -193,8 +193,8 @@ func rlsHits(req *rlsv3.RateLimitRequest, d *rlcommon.RateLimitDescriptor) uint6
 
 // rlsError maps a failure to decide to the status Envoy acts on.
 func rlsError(err error) error {
-	if code := status.Code(grpcError(err)); code == codes.InvalidArgument || code == codes.Canceled {
-		return grpcError(err)
+	if code := status.Code(grpcError(err, false)); code == codes.InvalidArgument || code == codes.Canceled {
+		return grpcError(err, false)
 	}
 	return status.Error(codes.Unavailable, err.Error())
 }

@@ -18,6 +18,9 @@ type Metrics struct {
 	replicateErrors prometheus.Counter
 	replicas        prometheus.Counter
 	unauthenticated prometheus.Counter
+	// certClosed counts the connections closed because the certificate
+	// of their other side no longer verifies (Server.Sweep).
+	certClosed prometheus.Counter
 }
 
 func newMetrics() *Metrics {
@@ -75,6 +78,10 @@ func newMetrics() *Metrics {
 			Name: "ringlimit_peer_unauthenticated_total",
 			Help: "Peer calls refused because the caller showed no verified certificate, or one that does not name the member it claimed to be or a member of this cluster.",
 		}),
+		certClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_connections_closed_total",
+			Help: "Peer connections this node served that it closed after a CA or certificate reload, because the other side's certificate no longer verifies against the CAs loaded.",
+		}),
 	}
 }
 
@@ -86,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.busy, m.refused, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
-		m.replicated, m.replicateErrors, m.replicas, m.unauthenticated} {
+		m.replicated, m.replicateErrors, m.replicas, m.unauthenticated, m.certClosed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // Pool keeps a connection to every other member and sends each its
@@ -26,6 +27,9 @@ type Pool struct {
 	conns   map[string]*conn // by member name; guarded by mu
 	retired []*conn
 	closed  bool
+	// sweep closes the connections Renew retired; nil before the first
+	// Renew.
+	sweep clock.Timer
 }
 
 // NewPool validates cfg and returns a Pool with no members.
@@ -231,6 +235,9 @@ func (p *Pool) Close() {
 		return
 	}
 	p.closed = true
+	if p.sweep != nil {
+		p.sweep.Stop()
+	}
 	conns := p.retired
 	for _, c := range p.conns {
 		conns = append(conns, c)

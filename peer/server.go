@@ -68,6 +68,14 @@ type Server struct {
 	report    func(*Stats)           // set by Report; nil: Stats carries the Handler's part only
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
+
+	// certs, set by Verify, are the CAs client certificates are verified
+	// against again after a change (recheck.go); nil: at the handshake
+	// only. checked are those Recheck adopted last (nil: none yet).
+	certs   Certs
+	checked atomic.Pointer[checkedCAs]
+	connMu  sync.Mutex                // guards conns
+	conns   map[*guardedConn]struct{} // the connections served, with Credentials
 }
 
 // NewServer returns the peer service of the node self, deciding with h;
@@ -119,7 +127,8 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 		case <-stop:
 		}
 	})
-	var sender string // the last batch's sender, authorized
+	var sender string  // the last batch's sender, authorized
+	var authGen uint64 // the generation of the CAs Recheck adopted when it was
 	for {
 		pb := receivedPool.Get().(*received)
 		if err := st.RecvMsg(&pb.in); err != nil {
@@ -129,7 +138,9 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 			}
 			return err
 		}
-		if s.known != nil && (sender == "" || pb.in.from != sender) {
+		if s.known != nil && (sender == "" || pb.in.from != sender || s.checkedGen() != authGen) {
+			// A new sender, or new CAs adopted since it was authorized.
+			authGen = s.checkedGen()
 			if err := s.authorize(ctx, pb.in.from); err != nil {
 				receivedPool.Put(pb)
 				return err

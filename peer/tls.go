@@ -19,10 +19,13 @@ import (
 // certificate and the CAs it trusts, read again at every handshake, so
 // that replacing them (internal/certfile.Set) rotates them with no
 // restart. A node's certificate names the node: its member name is one of
-// the certificate's DNS names or its subject common name.
+// the certificate's DNS names or, for a certificate without DNS names, its
+// subject common name.
 type Certs interface {
 	Certificate() *tls.Certificate
 	Roots() *x509.CertPool
+	// Generation changes whenever Certificate or Roots does.
+	Generation() uint64
 }
 
 // AuthWait is how long the peer service waits for gossip to tell it of a
@@ -79,13 +82,17 @@ func verifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.Ext
 }
 
 // certNames returns the names a certificate gives its holder: its DNS
-// names, then its subject common name.
+// names, or when it has none, its subject common name (as TLS clients
+// have done since RFC 6125: a certificate with DNS names does not name its
+// common name too).
 func certNames(c *x509.Certificate) []string {
-	names := append([]string(nil), c.DNSNames...)
-	if c.Subject.CommonName != "" {
-		names = append(names, c.Subject.CommonName)
+	if len(c.DNSNames) > 0 {
+		return c.DNSNames
 	}
-	return names
+	if c.Subject.CommonName != "" {
+		return []string{c.Subject.CommonName}
+	}
+	return nil
 }
 
 // Authenticate makes s serve only calls that came over TLS with a verified
@@ -135,12 +142,28 @@ func (s *Server) authorizeAny(ctx context.Context) error {
 func (s *Server) authorizeAs(ctx context.Context, pick func(names []string) (string, bool)) error {
 	p, ok := grpcpeer.FromContext(ctx)
 	var info credentials.TLSInfo
+	gen, guarded := uint64(0), false
 	if ok {
-		info, ok = p.AuthInfo.(credentials.TLSInfo)
+		switch ai := p.AuthInfo.(type) {
+		case credentials.TLSInfo:
+			info = ai
+		case guardedInfo:
+			info, gen, guarded = ai.TLSInfo, ai.gen, true
+		default:
+			ok = false
+		}
 	}
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		s.m.unauthenticated.Inc()
 		return status.Error(codes.Unauthenticated, "peer: a verified client certificate is required")
+	}
+	if ck := s.checked.Load(); ck != nil && (!guarded || gen < ck.gen) {
+		// The connection was made before the CAs Recheck adopted: the
+		// certificate must verify against them too.
+		if _, err := verifyChain(info.State.PeerCertificates, ck.roots, x509.ExtKeyUsageClientAuth); err != nil {
+			s.m.unauthenticated.Inc()
+			return status.Errorf(codes.Unauthenticated, "peer: the client certificate no longer verifies: %v", err)
+		}
 	}
 	names := certNames(info.State.VerifiedChains[0][0])
 	if len(names) == 0 {

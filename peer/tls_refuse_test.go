@@ -161,7 +161,7 @@ func TestTLSRefusesSenderTheCertificateDoesNotName(t *testing.T) {
 	l := hourlyLimit(5)
 	exhaust(t, a, "C", "spent", l)
 	setB := p.certs(t, "B")
-	const refused = `peer: the certificate names ["B" "B"], not the sender "A"`
+	const refused = `peer: the certificate names ["B"], not the sender "A"`
 	for call, err := range rawCalls(rawClient(t, c.addr, tlsCreds("C", p.roots(t), setB.Certificate())), "A", "spent", "fresh", l) {
 		if call == "Stats" { // names no sender: B may ask
 			if err != nil {

@@ -246,7 +246,7 @@ func TestTLSPoolRefusesServerNotNamingTheMember(t *testing.T) {
 	l := hourlyLimit(5)
 	for _, tc := range []struct{ name, addr, msg string }{
 		{"certificate of another member", c.addr, // quoted in the status:
-			`peer: the server dialled as member \"B\" presents a certificate for [\"C\" \"C\"]`},
+			`peer: the server dialled as member \"B\" presents a certificate for [\"C\"]`},
 		{"certificate of another CA", foreignB.addr, "certificate signed by unknown authority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

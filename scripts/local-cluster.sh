@@ -60,7 +60,7 @@ start_node() {
 		--gossip-key-file "$dir/gossip.keys" --cluster-name ringlimit-local --admin-token-file "$dir/admin.tokens" \
 		--tls-ca "$certs/ca.pem" --tls-cert "$certs/node-$i.pem" --tls-key "$certs/node-$i-key.pem" \
 		--http "127.0.0.1:$((http_base + i))" --grpc "127.0.0.1:$((grpc_base + i))" --peer "127.0.0.1:$((peer_base + i))" \
-		--gossip "127.0.0.1:$((gossip_base + i))" --join "$seeds" ${RINGLIMIT_NODE_FLAGS:-} \
+		--gossip "127.0.0.1:$((gossip_base + i))" --join "$seeds" --trusted-proxies 127.0.0.1/32 ${RINGLIMIT_NODE_FLAGS:-} \
 		>>"$dir/node-$i.log" 2>&1 &
 	echo $! >"$dir/node-$i.pid"
 	local deadline=$((SECONDS + 15))

@@ -190,7 +190,8 @@ func TestParseConfigTrustedProxies(t *testing.T) {
 		env  string
 		want []netip.Prefix
 	}{
-		{nil, "", prefixes("127.0.0.0/8", "::1/128")},
+		{nil, "", nil}, // trust none unless told
+		{[]string{"--trusted-proxies", "127.0.0.0/8,::1"}, "", prefixes("127.0.0.0/8", "::1/128")},
 		{[]string{"--trusted-proxies", "10.0.0.0/8, 192.0.2.7 ,fd00::/8"}, "", prefixes("10.0.0.0/8", "192.0.2.7/32", "fd00::/8")},
 		{nil, "172.16.0.0/12", prefixes("172.16.0.0/12")},
 		{[]string{"--trusted-proxies", ""}, "172.16.0.0/12", nil}, // trust none

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/clientip"
@@ -46,6 +47,7 @@ type config struct {
 	rlsHeaders      bool
 	inlineLimits    bool
 	trustedProxies  []netip.Prefix // whose X-Forwarded-For / X-Real-IP /v1/authz believes
+	corsOrigins     []string       // origins whose browser pages may call the state-changing endpoints
 
 	// Addresses other machines reach the listeners at (advertise.go).
 	advertiseHost                                                string
@@ -130,7 +132,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.rlsHeaders, "rls-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the rate limit service's answers (response_headers_to_add)")
 	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/ring, /v1/owner, /v1/policy, /v1/overrides, /ui/api/status and /metrics need an admin token too (checks, /healthz and the status page's files stay open)")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")
-	trusted := fs.String("trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDR prefixes or addresses of the gateways whose X-Forwarded-For and X-Real-IP /v1/authz believes; from any other address the client IP is the connection's (empty: trust none)")
+	trusted := fs.String("trusted-proxies", "", "comma-separated CIDR prefixes or addresses of the gateways whose X-Forwarded-For and X-Real-IP /v1/authz believes, e.g. 127.0.0.1/32 for a gateway on this machine; from any other address the client IP is the connection's (default: trust none)")
+	fs.Func("cors-origins", "comma-separated origins (https://app.example) whose browser pages may POST to the API; a request with any other Origin is refused 403 CROSS_ORIGIN (default: none)", func(v string) (err error) {
+		c.corsOrigins, err = api.ParseOrigins(strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }))
+		return err
+	})
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.httpReadTimeout, "http-read-timeout", 10*time.Second, "most time an HTTP client may take to send a whole request, headers and body (a slow client is disconnected)")
 	fs.DurationVar(&c.httpWriteTimeout, "http-write-timeout", 10*time.Second, "most time from the end of a request's headers to the end of its response")

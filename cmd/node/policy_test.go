@@ -38,8 +38,9 @@ func tokenPath(policyPath, name string) string {
 	return filepath.Join(filepath.Dir(policyPath), name+".admin-tokens")
 }
 
-// startPolicyNode is harness.start with --policy, --audit-log and
-// --admin-token-file (tokenPath, holding testAdminToken named "oncall"): an
+// startPolicyNode is harness.start with --policy, --audit-log,
+// --admin-token-file (tokenPath, holding testAdminToken named "oncall") and
+// --trusted-proxies 127.0.0.1/32 (the tests' gateways run on loopback): an
 // in-process node on 127.0.0.1:0, closed in t.Cleanup.
 func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...string) (*node, *logSink) {
 	t := h.t
@@ -48,7 +49,8 @@ func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...st
 	if err := os.WriteFile(tokens, []byte("oncall:"+testAdminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	extra := append([]string{"--policy", policyPath, "--audit-log", auditPath, "--admin-token-file", tokens}, joinArgs(join)...)
+	extra := append([]string{"--policy", policyPath, "--audit-log", auditPath, "--admin-token-file", tokens,
+		"--trusted-proxies", "127.0.0.1/32"}, joinArgs(join)...)
 	return h.startWith(name, extra, nil)
 }
 

@@ -282,6 +282,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	n.peerServer.Trace(cfg.tracer)
 	if n.certs.peer != nil {
 		n.peerServer.Authenticate(func(name string) bool { return (*n.known.Load())[name] })
+		n.peerServer.Verify(n.certs.peer)
 	}
 	n.known.Store(&map[string]bool{})
 
@@ -340,7 +341,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	cs := &clusterStatus{cluster: n.cluster, router: n.router}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
 		Cluster: cs, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
-		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, Ready: n.ready, TracerProvider: cfg.tracer, Self: cfg.name,
+		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, CORSOrigins: cfg.corsOrigins, Ready: n.ready, TracerProvider: cfg.tracer, Self: cfg.name,
 		DisableInlineLimits: !cfg.inlineLimits}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
@@ -378,7 +379,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if adminFile != nil {
 		n.bg.Go(func() { adminFile.watch(bgCtx, tokenPoll) })
 	}
-	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log) })
+	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log, n.peerCertsChanged(bgCtx, log, &n.bg)) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
 	n.serve()
 	log.Info("node started", "name", cfg.name, "version", nodeVersion(), "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),

@@ -131,7 +131,7 @@ func (n *node) newServers(cfg config, a *api.API, page http.Handler, grpcMetrics
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpcServer, n.health)
 	grpcMetrics.Init("public", n.grpcServer)
-	n.peerGRPC = grpc.NewServer(append(append(append(grpcOptions(), idleOptions(peerIdleTimeout)...), grpcMetrics.ServerOptions("peer")...), n.certs.peerCreds()...)...)
+	n.peerGRPC = grpc.NewServer(append(append(append(grpcOptions(), idleOptions(peerIdleTimeout)...), grpcMetrics.ServerOptions("peer")...), n.certs.peerCreds(n.peerServer)...)...)
 	n.peerServer.Register(n.peerGRPC)
 	grpcMetrics.Init("peer", n.peerGRPC)
 }

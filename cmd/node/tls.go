@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,8 +61,12 @@ func checkNodeCert(cert *tls.Certificate, roots *x509.CertPool, name string) err
 		}
 		inter.AddCert(c)
 	}
-	if !slices.Contains(leaf.DNSNames, name) && leaf.Subject.CommonName != name {
-		return fmt.Errorf("the certificate names %q and %q, not this node's --name %q", leaf.DNSNames, leaf.Subject.CommonName, name)
+	// The DNS names name the node; the common name only when there is none.
+	if len(leaf.DNSNames) > 0 && !slices.Contains(leaf.DNSNames, name) {
+		return fmt.Errorf("the certificate names %q (DNS names; its common name counts only without them), not this node's --name %q", leaf.DNSNames, name)
+	}
+	if len(leaf.DNSNames) == 0 && leaf.Subject.CommonName != name {
+		return fmt.Errorf("the certificate names %q, not this node's --name %q", leaf.Subject.CommonName, name)
 	}
 	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
@@ -80,12 +85,45 @@ func (c certs) peerCerts() peer.Certs {
 }
 
 // peerCreds returns the peer server's transport credentials: mutual TLS,
-// or none.
-func (c certs) peerCreds() []grpc.ServerOption {
+// with the connections known to s (peer.Server.Sweep), or none.
+func (c certs) peerCreds(s *peer.Server) []grpc.ServerOption {
 	if c.peer == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(c.peer.ServerConfig(true)))}
+	return []grpc.ServerOption{grpc.Creds(s.Credentials(credentials.NewTLS(c.peer.ServerConfig(true))))}
+}
+
+// peerRecheckDelay is how long after a change of the peer certificates or
+// CAs the peer service verifies again the connections made before: the
+// other nodes' pools have replaced theirs by then (a pool closes a retired
+// connection 3 s after its last call could have started on it), so that no
+// check in flight is cut.
+const peerRecheckDelay = 3 * time.Second
+
+// peerCertsChanged is what a change of the peer certificates or CAs does:
+// every connection to the other nodes is made again with them at once (the
+// old ones closed once their calls are done, peer.Pool.Renew), and
+// peerRecheckDelay later the calls on the connections served that were
+// made before are verified against the CAs (peer.Server.Recheck), and those
+// whose client certificate no longer verifies are closed
+// (peer.Server.Sweep). bg runs the delayed part, which ends with ctx.
+func (n *node) peerCertsChanged(ctx context.Context, log *slog.Logger, bg *sync.WaitGroup) func() {
+	return func() {
+		n.peers.Renew()
+		bg.Go(func() {
+			t := time.NewTimer(peerRecheckDelay)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			n.peerServer.Recheck()
+			if closed := n.peerServer.Sweep(); closed > 0 {
+				log.Warn("peer connections closed: their certificate no longer verifies against --tls-ca", "connections", closed)
+			}
+		})
+	}
 }
 
 // apiCreds returns the public gRPC server's transport credentials.
@@ -96,17 +134,22 @@ func (c certs) apiCreds(clientAuth bool) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(c.api.ServerConfig(clientAuth)))}
 }
 
-// watch re-reads the files until ctx ends.
-func (c certs) watch(ctx context.Context, cfg config, log *slog.Logger) {
+// watch re-reads the files until ctx ends, calling peerChanged after each
+// change of the peer ones.
+func (c certs) watch(ctx context.Context, cfg config, log *slog.Logger, peerChanged func()) {
 	every := cmp.Or(cfg.certPoll, certPoll)
 	done := make(chan struct{}, 2)
-	for _, s := range []*certfile.Set{c.peer, c.api} {
+	for i, s := range []*certfile.Set{c.peer, c.api} {
 		if s == nil {
 			done <- struct{}{}
 			continue
 		}
+		changed := peerChanged
+		if i > 0 {
+			changed = nil
+		}
 		go func() {
-			s.Watch(ctx, every, log, nil)
+			s.Watch(ctx, every, log, changed)
 			done <- struct{}{}
 		}()
 	}

@@ -106,10 +106,17 @@ func TestNodeCertificateMustNameNode(t *testing.T) {
 	ca := filepath.Join(dir, "prod-ca.pem")
 	cert, key := p.issue("node-2", "node-2")
 	ocert, okey := other.issue("other-n1", "n1")
+	// Common name n1, DNS name node-3: the DNS names name the node.
+	cnPEM, cnKeyPEM, err := p.ca.Issue("n1", []string{"node-3"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnCert, cnKey := p.write("cn-n1.pem", cnPEM), p.write("cn-n1-key.pem", cnKeyPEM)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct{ cert, key, want string }{
 		{cert, key, `not this node's --name "n1"`},
 		{ocert, okey, "does not verify against --tls-ca"},
+		{cnCert, cnKey, `the certificate names ["node-3"] (DNS names; its common name counts only without them), not this node's --name "n1"`},
 	} {
 		cfg, err := parseConfig([]string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0",
 			"--tls-ca", ca, "--tls-cert", tc.cert, "--tls-key", tc.key}, func(string) string { return "" }, io.Discard)

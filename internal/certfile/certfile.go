@@ -70,10 +70,15 @@ func (s *Set) Certificate() *tls.Certificate { return s.load().cert }
 // Roots returns the CA pool last loaded (nil without Files.CA).
 func (s *Set) Roots() *x509.CertPool { return s.load().roots }
 
+// Generation counts the loads that changed the set: it changes whenever
+// Certificate or Roots does (1 after Load).
+func (s *Set) Generation() uint64 { return s.load().gen }
+
 // material is what one load read.
 type material struct {
 	cert  *tls.Certificate
 	roots *x509.CertPool
+	gen   uint64 // the previous load's, plus one
 }
 
 func (s *Set) load() *material {
@@ -130,7 +135,7 @@ func (s *Set) Reload() (changed bool, err error) {
 		}
 	}
 	s.sum = sum
-	s.cur.Store(&material{cert: cert, roots: roots})
+	s.cur.Store(&material{cert: cert, roots: roots, gen: s.load().gen + 1})
 	return true, nil
 }
 
