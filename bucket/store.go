@@ -50,24 +50,33 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 // key is empty or longer than MaxKeyLen, l was not built by NewLimit, or cost
 // is not between 1 and l.Capacity().
 func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decision, error) {
+	d, _, err := s.TakeUnsent(key, l, now, cost)
+	return d, err
+}
+
+// TakeUnsent is Take that also returns, when the check is admitted and the
+// store tracks changes (StoreConfig.Track), the tokens key admitted since
+// Changed last handed it out, this check's included: what a copy of the
+// key made before this check lacks. It is 0 otherwise.
+func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) (d Decision, unsent int64, err error) {
 	if err := CheckKey(key); err != nil {
-		return Decision{}, err
+		return Decision{}, 0, err
 	}
 	if !l.Valid() {
-		return Decision{}, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
+		return Decision{}, 0, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
 	}
 	if err := l.CheckCost(cost); err != nil {
-		return Decision{}, err
+		return Decision{}, 0, err
 	}
 	h := xxhash.Sum64String(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	i, d := sh.take(h, key, l, int64(now), cost)
 	if d.Allowed {
-		s.markSlot(sh, i, int64(now))
+		unsent = s.markSlot(sh, i, int64(now), cost)
 	}
 	sh.mu.Unlock()
-	return d, nil
+	return d, unsent, nil
 }
 
 // Len returns the number of keys held.

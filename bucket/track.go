@@ -1,6 +1,8 @@
 package bucket
 
 import (
+	"math"
+
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/clock"
@@ -12,39 +14,53 @@ import (
 // members that take its keys over. Marking happens under the shard lock the
 // change already holds and costs one bit test for a key already marked; a
 // key's slot is recorded once until the next Changed.
+//
+// Each marked key also counts the tokens it admitted since it was last
+// handed out (TakeUnsent): the spend a crash of this node would lose if no
+// copy made after it reached the successors. The count costs 4 bytes a
+// slot, and only with Track.
 
 // tracked is a shard's record of changed slots.
 type tracked struct {
 	on     bool
 	bits   []uint64 // one bit per slot: marked since the last Changed
 	marked []uint32 // the marked slots, in the order they were marked
+	unsent []uint32 // by slot: tokens admitted since the last Changed (saturating)
 }
 
-// mark records that slot i changed; it reports whether i was not marked
-// yet.
-func (t *tracked) mark(i uint32) bool {
+// mark records that slot i changed, spending spent tokens; it reports
+// whether i was not marked yet, and the tokens i admitted since the last
+// Changed.
+func (t *tracked) mark(i uint32, spent int64) (fresh bool, unsent int64) {
 	if !t.on {
-		return false
+		return false, 0
 	}
 	w := int(i >> 6)
 	if w >= len(t.bits) {
 		t.bits = append(t.bits, make([]uint64, w+1-len(t.bits))...)
+		t.unsent = append(t.unsent, make([]uint32, len(t.bits)*64-len(t.unsent))...)
 	}
+	u := &t.unsent[i]
+	*u = uint32(min(int64(*u)+max(spent, 0), math.MaxUint32))
 	b := uint64(1) << (i & 63)
 	if t.bits[w]&b != 0 {
-		return false
+		return false, int64(*u)
 	}
 	t.bits[w] |= b
 	t.marked = append(t.marked, i)
-	return true
+	return true, int64(*u)
 }
 
-// markSlot marks slot i of sh, at now.
-func (s *Store) markSlot(sh *shard, i uint32, now int64) {
-	if sh.track.mark(i) {
+// markSlot marks slot i of sh, at now, spending spent tokens (0 for a
+// change that admits nothing: a refund, a merge, a Set), and returns the
+// tokens i admitted since the last Changed.
+func (s *Store) markSlot(sh *shard, i uint32, now int64, spent int64) int64 {
+	fresh, unsent := sh.track.mark(i, spent)
+	if fresh {
 		s.pending.Add(1)
 		s.first.CompareAndSwap(0, now) // the oldest mark since the last Changed
 	}
+	return unsent
 }
 
 // Pending returns how many keys changed since the last Changed (0 without
@@ -72,6 +88,7 @@ func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapsh
 		s.pending.Add(-int64(len(slots)))
 		for _, j := range slots {
 			sh.track.bits[j>>6] &^= 1 << (j & 63)
+			sh.track.unsent[j] = 0
 			e := sh.at(j)
 			if e.klen == 0 {
 				continue
@@ -116,7 +133,7 @@ func (s *Store) Mark(key string, at clock.Instant) {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	if i := sh.lookup(h, key); i != none {
-		s.markSlot(sh, i, int64(at))
+		s.markSlot(sh, i, int64(at), 0)
 	}
 	sh.mu.Unlock()
 }

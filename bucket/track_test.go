@@ -102,3 +102,52 @@ func TestChangedSpentOnlySkipsFullKeys(t *testing.T) {
 		t.Fatalf("Changed(spentOnly) = %v, pending %d; want only spent with 3", got, s.Pending())
 	}
 }
+
+// TakeUnsent counts the tokens a key admitted since Changed last handed it
+// out: admissions and grants add their cost, refusals and other changes
+// nothing, and Changed starts the count again.
+func TestTakeUnsentCountsTokensSinceChanged(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 4, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := MustLimit(TokenBucket, 10, time.Hour, 10)
+	t0 := clock.Instant(time.Hour)
+	steps := []struct {
+		cost    int64
+		allowed bool
+		unsent  int64
+		drain   bool // Changed before the step
+	}{
+		{1, true, 1, false},
+		{2, true, 3, false},
+		{1, true, 4, false},
+		{1, true, 1, true},
+		{3, true, 4, false},
+		{5, false, 0, false}, // 8 spent of 10: refused, counts nothing
+		{2, true, 6, false},
+		{1, false, 0, true},
+	}
+	for i, st := range steps {
+		if st.drain {
+			changed(s, t0)
+		}
+		d, unsent, err := s.TakeUnsent("k", &l, t0, st.cost)
+		if err != nil || d.Allowed != st.allowed || unsent != st.unsent {
+			t.Errorf("step %d: TakeUnsent(cost %d) = allowed %v unsent %d err %v, want %v %d", i, st.cost, d.Allowed, unsent, err, st.allowed, st.unsent)
+		}
+	}
+	// A refund marks without counting; a grant counts what it took.
+	s.Refund("k", &l, t0, 4)
+	if n := s.Grant("k", &l, t0, 3); n != 3 {
+		t.Fatalf("Grant = %d, want 3", n)
+	}
+	if _, unsent, _ := s.TakeUnsent("k", &l, t0, 1); unsent != 4 {
+		t.Errorf("after a refund and a grant of 3: unsent %d, want 4", unsent)
+	}
+	// Without tracking there is nothing to count.
+	u, _ := NewStore(StoreConfig{MaxKeys: 4, Shards: 1})
+	if _, unsent, _ := u.TakeUnsent("k", &l, t0, 1); unsent != 0 {
+		t.Errorf("untracked store: unsent %d, want 0", unsent)
+	}
+}
