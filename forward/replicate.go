@@ -30,6 +30,13 @@ const _ = uint(peer.MaxReplicateStates - replicateChunk)
 // successor holds none of them. A key that is full when its round comes is
 // not sent: every earlier state of it, refilled to now, is full too (it
 // spent no more since), so the successor's replica is already right.
+//
+// The bound in tokens (ReplicationConfig.MaxLoss) and replication: sync
+// hold an answer instead: the router asks await for a round that begins
+// after the check's spend, and answers once that round is acknowledged.
+// Rounds are numbered; one runs at a time, so a round's copy of a key holds
+// every spend made before it began, and the checks held meanwhile share the
+// next round (the replica round trip is paid once per round, not per check).
 type replicator struct {
 	cfg   ReplicationConfig
 	self  string
@@ -43,13 +50,81 @@ type replicator struct {
 	mu      sync.Mutex // one round at a time
 	resync  chan struct{}
 	lastLag atomic.Int64 // of the last round, ns
+
+	kick    chan struct{} // a held answer asks for a round now
+	started atomic.Uint64 // rounds begun (the number of the last one)
+	roundMu sync.Mutex    // guards the three fields below
+	done    uint64        // the last round acknowledged (or given up)
+	failed  uint64        // the last round some of whose copies were not acknowledged
+	ended   chan struct{} // closed, and replaced, when a round ends
 }
 
 func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers Peers, view func() *view,
 	c clock.Clock, log *slog.Logger, m *metrics) *replicator {
 	store.SetTrack(!cfg.Off)
 	return &replicator{cfg: cfg, self: self, store: store, peers: peers, view: view, clock: c, log: log, m: m,
-		resync: make(chan struct{}, 1)}
+		resync: make(chan struct{}, 1), kick: make(chan struct{}, 1), ended: make(chan struct{})}
+}
+
+// hold reports whether a check that left its key with unsent tokens
+// admitted since its last copy (bucket.Store.TakeUnsent) must wait for a
+// round before it is answered: always for a sync check that spent, and
+// past half of MaxLoss otherwise.
+func (p *replicator) hold(unsent int64, sync bool) bool {
+	if !p.on() || unsent <= 0 {
+		return false
+	}
+	return sync || (p.cfg.MaxLoss > 0 && unsent > p.cfg.MaxLoss/2)
+}
+
+// await returns once a round that began after it was called has ended,
+// starting one at once if none is running; it reports whether that round's
+// successors acknowledged every copy. It gives up, unconfirmed, when ctx
+// ends or stop is closed (the router is closing).
+func (p *replicator) await(ctx context.Context, stop <-chan struct{}) bool {
+	p.m.replicationWaits.Inc()
+	want := p.started.Load() + 1
+	select {
+	case p.kick <- struct{}{}:
+	default: // a round is asked for already
+	}
+	for {
+		p.roundMu.Lock()
+		done, failed, ended := p.done, p.failed, p.ended
+		p.roundMu.Unlock()
+		if done >= want {
+			if failed >= want {
+				p.m.unconfirmed.Inc()
+				return false
+			}
+			return true
+		}
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			p.m.unconfirmed.Inc()
+			return false
+		case <-stop:
+			p.m.unconfirmed.Inc()
+			return false
+		}
+	}
+}
+
+// begin numbers a new round; the caller holds p.mu.
+func (p *replicator) begin() uint64 { return p.started.Add(1) }
+
+// end records that round n ended, acknowledged whole or not, and wakes the
+// answers waiting for it.
+func (p *replicator) end(n uint64, ok bool) {
+	p.roundMu.Lock()
+	p.done = n
+	if !ok {
+		p.failed = n
+	}
+	close(p.ended)
+	p.ended = make(chan struct{})
+	p.roundMu.Unlock()
 }
 
 // on reports whether keys are replicated at all.
@@ -66,8 +141,9 @@ func (p *replicator) ringChanged() {
 	}
 }
 
-// loop runs a round every Interval, and sooner when MaxPending keys are
-// marked (looked at four times an Interval).
+// loop runs a round every Interval, sooner when MaxPending keys are marked
+// (looked at four times an Interval), and at once when an answer waits for
+// one.
 func (p *replicator) loop(ctx context.Context) {
 	if !p.on() {
 		return
@@ -81,6 +157,9 @@ func (p *replicator) loop(ctx context.Context) {
 			return
 		case <-p.resync:
 			p.sendOwned(ctx)
+			last = p.clock.Now()
+		case <-p.kick:
+			p.flush(ctx)
 			last = p.clock.Now()
 		case <-tick.C():
 			now := p.clock.Now()
@@ -96,14 +175,18 @@ func (p *replicator) loop(ctx context.Context) {
 func (p *replicator) sendOwned(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := p.begin()
 	v := p.view()
 	now := p.clock.Now()
 	out := map[string][]peer.State{}
+	ok := true
 	p.store.Range(now, func(batch []bucket.Snapshot) bool {
-		p.add(v, out, batch)
+		ok = p.add(v, out, batch) && ok
 		return ctx.Err() == nil
 	})
-	p.send(ctx, out)
+	// Range leaves the keys marked: the next flush sends them again, and
+	// ends the rounds their held answers wait for.
+	p.end(n, p.send(ctx, out) && ok && ctx.Err() == nil)
 }
 
 // flush sends the marked keys' states to their successors and waits for
@@ -111,14 +194,17 @@ func (p *replicator) sendOwned(ctx context.Context) {
 func (p *replicator) flush(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := p.begin()
 	v := p.view()
 	out := map[string][]peer.State{}
+	ok := true
 	// A key full again needs no replica: the successor's, refilled, is full.
-	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
+	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { ok = p.add(v, out, batch) && ok })
 	if len(out) == 0 {
+		p.end(n, ok)
 		return
 	}
-	p.send(ctx, out)
+	p.end(n, p.send(ctx, out) && ok)
 	if first != 0 { // 0: marked while the previous round drained the store
 		lag := p.clock.Now().Sub(first)
 		p.lastLag.Store(int64(lag))
@@ -127,9 +213,15 @@ func (p *replicator) flush(ctx context.Context) {
 }
 
 // add appends the states of the keys this node owns to out, by successor.
-func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Snapshot) {
+// It reports whether every spent key it owns has a live successor to take
+// its copy.
+func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Snapshot) bool {
+	ok := true
 	if v.ring == nil || v.ring.Len() < 2 {
-		return
+		for i := range batch {
+			ok = ok && batch[i].Used == 0
+		}
+		return ok
 	}
 	var buf [4]string
 	for i := range batch {
@@ -137,27 +229,38 @@ func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Sn
 		if s.Used == 0 || ownerIn(v.ring, p.self, s.Key) != p.self {
 			continue // full (so is the replica), or not ours: a copy the handoff moves
 		}
+		copies := 0
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
 				out[succ] = append(out[succ], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+				copies++
 			}
 		}
+		ok = ok && copies > 0
 	}
+	return ok
 }
 
-// send replicates out, one goroutine per successor.
-func (p *replicator) send(ctx context.Context, out map[string][]peer.State) {
+// send replicates out, one goroutine per successor, and reports whether
+// every successor acknowledged every state.
+func (p *replicator) send(ctx context.Context, out map[string][]peer.State) bool {
 	var wg sync.WaitGroup
+	var failed atomic.Bool
 	for succ, states := range out {
-		wg.Go(func() { p.sendTo(ctx, succ, states) })
+		wg.Go(func() {
+			if !p.sendTo(ctx, succ, states) {
+				failed.Store(true)
+			}
+		})
 	}
 	wg.Wait()
+	return !failed.Load()
 }
 
-// sendTo replicates states to succ in chunks; on failure it marks them
-// again (the next round retries) unless the successor is gone or this node
-// is stopping.
-func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State) {
+// sendTo replicates states to succ in chunks and reports whether succ
+// acknowledged them all; on failure it marks them again (the next round
+// retries) unless the successor is gone or this node is stopping.
+func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State) bool {
 	for off := 0; off < len(states); off += replicateChunk {
 		chunk := states[off:min(off+replicateChunk, len(states))]
 		if _, err := p.peers.Replicate(ctx, succ, chunk); err == nil {
@@ -167,14 +270,15 @@ func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.Stat
 			p.log.Debug("replication failed", "to", succ, "keys", len(chunk), "err", err)
 		}
 		if ctx.Err() != nil || !p.view().has(succ) {
-			return
+			return false
 		}
 		now := p.clock.Now()
 		for _, s := range states[off:] {
 			p.store.Mark(s.Key, now)
 		}
-		return
+		return false
 	}
+	return true
 }
 
 // lag is how long the last round's oldest change waited until its

@@ -1,0 +1,206 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/peer"
+)
+
+// replicaPeers is a successor that keeps the highest spend each key was
+// replicated with, and answers the other calls with nothing. With fail
+// set, it refuses every Replicate.
+type replicaPeers struct {
+	failingPeers
+	fail   atomic.Bool
+	mu     sync.Mutex
+	used   map[string]int64
+	rounds int
+}
+
+func (p *replicaPeers) Replicate(_ context.Context, _ string, states []peer.State) (int, error) {
+	if p.fail.Load() {
+		return 0, errors.New("successor unreachable")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rounds++
+	for _, s := range states {
+		p.used[s.Key] = max(p.used[s.Key], s.Used)
+	}
+	return len(states), nil
+}
+
+// acked is the spend of key its successor acknowledged.
+func (p *replicaPeers) acked(key string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.used[key]
+}
+
+// replicatingRouter is router A of members A and B, B being peers, on a
+// fake clock that never moves: no round runs because Interval passed,
+// only the rounds a held answer asks for. It returns a key A owns.
+func replicatingRouter(t *testing.T, maxLoss int64) (*Router, *replicaPeers, *prometheus.Registry, string) {
+	t.Helper()
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1024, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := &replicaPeers{used: map[string]int64{}}
+	reg := prometheus.NewRegistry()
+	r, err := New(Config{Self: "A", Store: store, Peers: peers, NewRing: newRing, Clock: testkit.NewClock(0),
+		Registerer: reg, Replication: ReplicationConfig{Interval: 20 * time.Millisecond, MaxLoss: maxLoss}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	r.SetMembers([]Member{{Name: "A", Addr: "a"}, {Name: "B", Addr: "b"}})
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("crash-%d", i); ownerIn(r.view.Load().ring, "A", k) == "A" {
+			return r, peers, reg, k
+		}
+	}
+}
+
+// After every answer, the tokens a key admitted and its successor has not
+// acknowledged are at most MaxLoss, however fast the checks come: the
+// clock does not move, so only the bound in tokens makes rounds run.
+func TestMaxLossBoundsUnreplicatedTokens(t *testing.T) {
+	for _, tc := range []struct {
+		maxLoss   int64
+		wantWaits int // of 50 checks of cost 1 in a row
+	}{
+		{10, 8},  // an answer waits when 6 are unsent: checks 6, 12, ..., 48
+		{11, 8},  // 11/2 = 5, as for 10
+		{2, 25},  // when 2 are unsent: every second check
+		{1, 50},  // every check
+		{-1, 0},  // no bound in tokens: only Interval, which never comes
+		{100, 0}, // 50 never passes 50
+	} {
+		t.Run(fmt.Sprint("MaxLoss=", tc.maxLoss), func(t *testing.T) {
+			r, peers, reg, key := replicatingRouter(t, tc.maxLoss)
+			lim := hourly(1000)
+			for i := 1; i <= 50; i++ {
+				res := check1(t, r, key, lim, 1)
+				if !res.Allowed {
+					t.Fatalf("check %d refused", i)
+				}
+				if lost := int64(i) - peers.acked(key); tc.maxLoss > 0 && lost > tc.maxLoss {
+					t.Fatalf("after check %d: %d admitted, %d acknowledged: %d would be lost, want ≤ %d", i, i, peers.acked(key), lost, tc.maxLoss)
+				}
+			}
+			if got := testkit.Metric(t, reg, "ringlimit_replication_waits_total"); got != float64(tc.wantWaits) {
+				t.Errorf("ringlimit_replication_waits_total = %v, want %d", got, tc.wantWaits)
+			}
+		})
+	}
+}
+
+// The bound holds for checks of several tokens and for concurrent callers:
+// at every answer, what was answered admitted minus what the successor
+// acknowledged is at most MaxLoss.
+func TestMaxLossUnderConcurrentChecks(t *testing.T) {
+	const maxLoss, workers, each = 10, 8, 40
+	r, peers, _, key := replicatingRouter(t, maxLoss)
+	lim := hourly(1 << 20)
+	var answered atomic.Int64
+	var worst atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			out := make([]Result, 1)
+			for i := range each {
+				cost := int64(1 + (w+i)%3)
+				if err := r.Check(context.Background(), []Check{{Key: key, Limit: lim, Cost: cost}}, out); err != nil || !out[0].Allowed {
+					t.Errorf("worker %d check %d: %+v %v", w, i, out[0], err)
+					return
+				}
+				lost := answered.Add(cost) - peers.acked(key)
+				for {
+					old := worst.Load()
+					if lost <= old || worst.CompareAndSwap(old, lost) {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if w := worst.Load(); w > maxLoss {
+		t.Errorf("at some answer %d tokens were admitted and not acknowledged, want ≤ %d", w, maxLoss)
+	}
+	t.Logf("%d tokens admitted by %d callers, %d rounds; worst admitted-not-acknowledged at an answer: %d",
+		answered.Load(), workers, peers.rounds, worst.Load())
+}
+
+// A Sync check is answered only once its spend is acknowledged, even with
+// the bound in tokens off; a successor that does not acknowledge delays
+// no answer, and each such answer is counted.
+func TestSyncCheckWaitsForItsReplica(t *testing.T) {
+	r, peers, reg, key := replicatingRouter(t, -1)
+	lim := hourly(100)
+	out := make([]Result, 1)
+	for i := int64(1); i <= 20; i++ {
+		if err := r.Check(context.Background(), []Check{{Key: key, Limit: lim, Cost: 1, Sync: true}}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("check %d: %+v %v", i, out[0], err)
+		}
+		if got := peers.acked(key); got != i {
+			t.Fatalf("after sync check %d: successor acknowledged %d, want %d", i, got, i)
+		}
+	}
+	// A refused check spends nothing and waits for nothing.
+	for range 80 {
+		r.Check(context.Background(), []Check{{Key: key, Limit: lim, Cost: 1, Sync: true}}, out)
+	}
+	waits := testkit.Metric(t, reg, "ringlimit_replication_waits_total")
+	if err := r.Check(context.Background(), []Check{{Key: key, Limit: lim, Cost: 1, Sync: true}}, out); err != nil || out[0].Allowed {
+		t.Fatalf("check 101 of 100: %+v %v, want refused", out[0], err)
+	}
+	if got := testkit.Metric(t, reg, "ringlimit_replication_waits_total"); got != waits {
+		t.Errorf("a refused sync check waited: waits %v, then %v", waits, got)
+	}
+
+	other := key + "-x"
+	for ownerIn(r.view.Load().ring, "A", other) != "A" {
+		other += "x"
+	}
+	peers.fail.Store(true)
+	for i := range 3 {
+		if err := r.Check(context.Background(), []Check{{Key: other, Limit: lim, Cost: 1, Sync: true}}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("check %d with the successor down: %+v %v, want admitted", i, out[0], err)
+		}
+	}
+	if got := testkit.Metric(t, reg, "ringlimit_replication_unconfirmed_total"); got != 3 {
+		t.Errorf("ringlimit_replication_unconfirmed_total = %v, want 3", got)
+	}
+}
+
+// A sync check whose owner is another node carries Sync to it: the owner
+// holds the answer, not the entry node.
+func TestSyncForwardedToOwner(t *testing.T) {
+	clk := testkit.NewClock(0)
+	nodes := startNodes(t, clk, nil, "A", "B", "C")
+	formCluster(clk, nodes...)
+	a := nodes[0]
+	key := keysOwnedBy(t, a.r, "B", "sync", 1)[0]
+	lim := hourly(100)
+	out := make([]Result, 1)
+	for i := range 5 {
+		if err := a.r.Check(context.Background(), []Check{{Key: key, Limit: lim, Cost: 1, Sync: true}}, out); err != nil || !out[0].Allowed || out[0].Owner != "B" {
+			t.Fatalf("check %d: %+v %v, want admitted by B", i, out[0], err)
+		}
+	}
+	if got := testkit.Metric(t, nodes[1].reg, "ringlimit_replication_waits_total"); got != 5 {
+		t.Errorf("B held %v answers for their replica, want 5", got)
+	}
+}
