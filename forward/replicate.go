@@ -69,12 +69,19 @@ func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peer
 // hold reports whether a check that left its key with unsent tokens
 // admitted since its last copy (bucket.Store.TakeUnsent) must wait for a
 // round before it is answered: always for a sync check that spent, and
-// past half of MaxLoss otherwise.
-func (p *replicator) hold(unsent int64, sync bool) bool {
-	if !p.on() || unsent <= 0 {
+// past half of MaxLoss otherwise. On a ring of one there is no successor
+// to wait for: a sync check is answered at once and counted unconfirmed.
+func (p *replicator) hold(v *view, unsent int64, sync bool) bool {
+	if !p.on() || unsent <= 0 || !(sync || (p.cfg.MaxLoss > 0 && unsent > p.cfg.MaxLoss/2)) {
 		return false
 	}
-	return sync || (p.cfg.MaxLoss > 0 && unsent > p.cfg.MaxLoss/2)
+	if v.ring == nil || v.ring.Len() < 2 {
+		if sync {
+			p.m.unconfirmed.Inc()
+		}
+		return false
+	}
+	return true
 }
 
 // await returns once a round that began after it was called has ended,

@@ -204,3 +204,19 @@ func TestSyncForwardedToOwner(t *testing.T) {
 		t.Errorf("B held %v answers for their replica, want 5", got)
 	}
 }
+
+// Alone on its ring, a node has no successor to wait for: a sync check is
+// answered at once, and counted as unconfirmed; no round runs.
+func TestSyncAloneIsUnconfirmed(t *testing.T) {
+	r, peers, reg, key := replicatingRouter(t, 10)
+	r.SetMembers([]Member{{Name: "A", Addr: "a"}})
+	out := make([]Result, 1)
+	for i := range 20 {
+		if err := r.Check(context.Background(), []Check{{Key: key, Limit: hourly(100), Cost: 1, Sync: i%2 == 0}}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("check %d: %+v %v", i, out[0], err)
+		}
+	}
+	if w, u := testkit.Metric(t, reg, "ringlimit_replication_waits_total"), testkit.Metric(t, reg, "ringlimit_replication_unconfirmed_total"); w != 0 || u != 10 || peers.acked(key) != 0 {
+		t.Errorf("alone: %v waits, %v unconfirmed, %d replicated; want 0, 10 (the sync checks), 0", w, u, peers.acked(key))
+	}
+}

@@ -339,7 +339,7 @@ func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
-	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, r.repl.hold(unsent, sync)
+	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, r.repl.hold(v, unsent, sync)
 }
 
 // recover gives this node a copy of a key it now owns and holds none of.
