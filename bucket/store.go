@@ -25,6 +25,8 @@ type Store struct {
 	// the first of them was.
 	pending atomic.Int64
 	first   atomic.Int64
+	round   atomic.Uint32 // the last Changed's round
+	acked   atomic.Uint32 // the last round acknowledged (Acked)
 }
 
 // NewStore validates cfg and returns an empty Store.
@@ -55,9 +57,9 @@ func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decis
 }
 
 // TakeUnsent is Take that also returns, when the check is admitted and the
-// store tracks changes (StoreConfig.Track), the tokens key admitted since
-// Changed last handed it out, this check's included: what a copy of the
-// key made before this check lacks. It is 0 otherwise.
+// store tracks changes (StoreConfig.Track), the tokens key admitted that no
+// acknowledged round carries (see Acked), this check's included: what a
+// crash would lose of it now. It is 0 otherwise.
 func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) (d Decision, unsent int64, err error) {
 	if err := CheckKey(key); err != nil {
 		return Decision{}, 0, err

@@ -15,52 +15,108 @@ import (
 // change already holds and costs one bit test for a key already marked; a
 // key's slot is recorded once until the next Changed.
 //
-// Each marked key also counts the tokens it admitted since it was last
-// handed out (TakeUnsent): the spend a crash of this node would lose if no
-// copy made after it reached the successors. The count costs 4 bytes a
-// slot, and only with Track.
+// Each key also counts the tokens it admitted that no acknowledged copy
+// holds yet (TakeUnsent): the spend a crash of this node would lose. The
+// count is the tokens admitted since Changed last handed the key out, plus,
+// while the round of that Changed is not acknowledged (Acked), the tokens
+// that round carries. Rounds are numbered by Changed; 12 bytes a slot, and
+// only with Track.
 
 // tracked is a shard's record of changed slots.
 type tracked struct {
 	on     bool
-	bits   []uint64 // one bit per slot: marked since the last Changed
-	marked []uint32 // the marked slots, in the order they were marked
-	unsent []uint32 // by slot: tokens admitted since the last Changed (saturating)
+	bits   []uint64    // one bit per slot: marked since the last Changed
+	marked []uint32    // the marked slots, in the order they were marked
+	counts []slotCount // by slot
+}
+
+// slotCount is what one slot admitted and not yet acknowledged, in tokens
+// (saturating).
+type slotCount struct {
+	unsent uint32 // admitted since the last Changed that handed the slot out
+	sent   uint32 // handed out by round, not acknowledged when round was
+	round  uint32 // the round that last handed the slot out; 0: none
+}
+
+// after reports whether round a comes after round b (wrapping).
+func after(a, b uint32) bool { return int32(a-b) > 0 }
+
+// unacked is the tokens c admitted that round acked or an earlier one did
+// not acknowledge.
+func (c *slotCount) unacked(acked uint32) int64 {
+	n := int64(c.unsent)
+	if after(c.round, acked) {
+		n += int64(c.sent)
+	}
+	return n
 }
 
 // mark records that slot i changed, spending spent tokens; it reports
-// whether i was not marked yet, and the tokens i admitted since the last
-// Changed.
-func (t *tracked) mark(i uint32, spent int64) (fresh bool, unsent int64) {
+// whether i was not marked yet, and the tokens i admitted that no
+// acknowledged round carries (acked: the last acknowledged round).
+func (t *tracked) mark(i uint32, spent int64, acked uint32) (fresh bool, unacked int64) {
 	if !t.on {
 		return false, 0
 	}
 	w := int(i >> 6)
 	if w >= len(t.bits) {
 		t.bits = append(t.bits, make([]uint64, w+1-len(t.bits))...)
-		t.unsent = append(t.unsent, make([]uint32, len(t.bits)*64-len(t.unsent))...)
+		t.counts = append(t.counts, make([]slotCount, len(t.bits)*64-len(t.counts))...)
 	}
-	u := &t.unsent[i]
-	*u = uint32(min(int64(*u)+max(spent, 0), math.MaxUint32))
+	c := &t.counts[i]
+	c.unsent = uint32(min(int64(c.unsent)+max(spent, 0), math.MaxUint32))
 	b := uint64(1) << (i & 63)
 	if t.bits[w]&b != 0 {
-		return false, int64(*u)
+		return false, c.unacked(acked)
 	}
 	t.bits[w] |= b
 	t.marked = append(t.marked, i)
-	return true, int64(*u)
+	return true, c.unacked(acked)
+}
+
+// handOut records that round hands slot j out with what it admitted, or
+// (spent false) that j holds nothing a copy could lack.
+func (t *tracked) handOut(j, round, acked uint32, spent bool) {
+	c := &t.counts[j]
+	switch {
+	case !spent:
+		*c = slotCount{}
+		return
+	case after(c.round, acked): // the last round's tokens are not acknowledged either
+		c.sent = uint32(min(int64(c.sent)+int64(c.unsent), math.MaxUint32))
+	default:
+		c.sent = c.unsent
+	}
+	c.unsent, c.round = 0, round
 }
 
 // markSlot marks slot i of sh, at now, spending spent tokens (0 for a
 // change that admits nothing: a refund, a merge, a Set), and returns the
-// tokens i admitted since the last Changed.
+// tokens i admitted that no acknowledged round carries.
 func (s *Store) markSlot(sh *shard, i uint32, now int64, spent int64) int64 {
-	fresh, unsent := sh.track.mark(i, spent)
+	fresh, unacked := sh.track.mark(i, spent, s.acked.Load())
 	if fresh {
 		s.pending.Add(1)
 		s.first.CompareAndSwap(0, now) // the oldest mark since the last Changed
 	}
-	return unsent
+	return unacked
+}
+
+// Round returns the number of the last Changed call, the round it handed
+// out (0 before the first; it wraps).
+func (s *Store) Round() uint32 { return s.round.Load() }
+
+// Acked records that round, and every round before it, is acknowledged:
+// the copies made of what it handed out are safe. The caller acknowledges
+// rounds in order, and a round only when every earlier round's keys that
+// failed were handed out again by it (marked again, see Mark).
+func (s *Store) Acked(round uint32) {
+	for {
+		old := s.acked.Load()
+		if !after(round, old) || s.acked.CompareAndSwap(old, round) {
+			return
+		}
+	}
 }
 
 // Pending returns how many keys changed since the last Changed (0 without
@@ -77,6 +133,11 @@ func (s *Store) Pending() int64 { return s.pending.Load() }
 // (it spent no more), so a copy made from that state needs nothing.
 func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapshot)) (first clock.Instant) {
 	now := int64(at)
+	round := s.round.Add(1)
+	if round == 0 { // 0 means no round
+		round = s.round.Add(1)
+	}
+	acked := s.acked.Load()
 	first = clock.Instant(s.first.Swap(0))
 	var batch []Snapshot
 	var slots []uint32
@@ -88,16 +149,19 @@ func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapsh
 		s.pending.Add(-int64(len(slots)))
 		for _, j := range slots {
 			sh.track.bits[j>>6] &^= 1 << (j & 63)
-			sh.track.unsent[j] = 0
 			e := sh.at(j)
 			if e.klen == 0 {
+				sh.track.handOut(j, round, acked, false)
 				continue
 			}
 			l, ok := sh.limits[e.fp]
 			if !ok {
+				sh.track.handOut(j, round, acked, false)
 				continue
 			}
 			used := l.used(&e.st, sh.logs[j], now)
+			// A key full again holds nothing a copy could lack.
+			sh.track.handOut(j, round, acked, used > 0)
 			if used == 0 && spentOnly {
 				continue
 			}

@@ -103,38 +103,52 @@ func TestChangedSpentOnlySkipsFullKeys(t *testing.T) {
 	}
 }
 
-// TakeUnsent counts the tokens a key admitted since Changed last handed it
-// out: admissions and grants add their cost, refusals and other changes
-// nothing, and Changed starts the count again.
-func TestTakeUnsentCountsTokensSinceChanged(t *testing.T) {
+// TakeUnsent counts the tokens a key admitted that no acknowledged round
+// carries: admissions and grants add their cost, refusals and other
+// changes nothing; a round (Changed) moves the count into flight, and
+// only its acknowledgement (Acked) takes it off. A round that is never
+// acknowledged keeps its tokens counted through the next one.
+func TestTakeUnsentCountsUnacknowledgedTokens(t *testing.T) {
 	s, err := NewStore(StoreConfig{MaxKeys: 4, Shards: 1, Track: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := MustLimit(TokenBucket, 10, time.Hour, 10)
+	l := MustLimit(TokenBucket, 20, time.Hour, 20)
 	t0 := clock.Instant(time.Hour)
+	const (
+		none  = iota
+		round // Changed: a round hands the key out
+		ack   // Acked(the last round)
+		both  // a round, acknowledged
+	)
 	steps := []struct {
+		before  int
 		cost    int64
 		allowed bool
-		unsent  int64
-		drain   bool // Changed before the step
+		unacked int64
 	}{
-		{1, true, 1, false},
-		{2, true, 3, false},
-		{1, true, 4, false},
-		{1, true, 1, true},
-		{3, true, 4, false},
-		{5, false, 0, false}, // 8 spent of 10: refused, counts nothing
-		{2, true, 6, false},
-		{1, false, 0, true},
+		{none, 1, true, 1},
+		{none, 2, true, 3},
+		{round, 1, true, 4},  // 3 in flight, 1 since
+		{ack, 1, true, 2},    // the 3 acknowledged
+		{both, 3, true, 3},   // 2 sent and acknowledged
+		{round, 1, true, 4},  // 3 in flight
+		{round, 1, true, 5},  // a round lost (never acknowledged): 3 + 1 in flight
+		{ack, 2, true, 3},    // both acknowledged by the later one's: 1 + 2
+		{none, 20, false, 0}, // 12 spent of 20: refused, counts nothing
+		{none, 8, true, 11},
+		{both, 1, false, 0},
 	}
 	for i, st := range steps {
-		if st.drain {
+		if st.before == round || st.before == both {
 			changed(s, t0)
 		}
-		d, unsent, err := s.TakeUnsent("k", &l, t0, st.cost)
-		if err != nil || d.Allowed != st.allowed || unsent != st.unsent {
-			t.Errorf("step %d: TakeUnsent(cost %d) = allowed %v unsent %d err %v, want %v %d", i, st.cost, d.Allowed, unsent, err, st.allowed, st.unsent)
+		if st.before == ack || st.before == both {
+			s.Acked(s.Round())
+		}
+		d, unacked, err := s.TakeUnsent("k", &l, t0, st.cost)
+		if err != nil || d.Allowed != st.allowed || unacked != st.unacked {
+			t.Errorf("step %d: TakeUnsent(cost %d) = allowed %v unacked %d err %v, want %v %d", i, st.cost, d.Allowed, unacked, err, st.allowed, st.unacked)
 		}
 	}
 	// A refund marks without counting; a grant counts what it took.
@@ -142,12 +156,20 @@ func TestTakeUnsentCountsTokensSinceChanged(t *testing.T) {
 	if n := s.Grant("k", &l, t0, 3); n != 3 {
 		t.Fatalf("Grant = %d, want 3", n)
 	}
-	if _, unsent, _ := s.TakeUnsent("k", &l, t0, 1); unsent != 4 {
-		t.Errorf("after a refund and a grant of 3: unsent %d, want 4", unsent)
+	if _, unacked, _ := s.TakeUnsent("k", &l, t0, 1); unacked != 4 {
+		t.Errorf("after a refund and a grant of 3: unacked %d, want 4", unacked)
+	}
+	// A key full again when its round hands it out holds nothing a copy
+	// could lack.
+	r := MustLimit(TokenBucket, 10, time.Second, 10)
+	s.TakeUnsent("r", &r, t0, 5)
+	changed(s, t0+clock.Instant(time.Second))
+	if _, unacked, _ := s.TakeUnsent("r", &r, t0+clock.Instant(time.Second), 1); unacked != 1 {
+		t.Errorf("after a round that found r full: unacked %d, want 1", unacked)
 	}
 	// Without tracking there is nothing to count.
 	u, _ := NewStore(StoreConfig{MaxKeys: 4, Shards: 1})
-	if _, unsent, _ := u.TakeUnsent("k", &l, t0, 1); unsent != 0 {
-		t.Errorf("untracked store: unsent %d, want 0", unsent)
+	if _, unacked, _ := u.TakeUnsent("k", &l, t0, 1); unacked != 0 {
+		t.Errorf("untracked store: unacked %d, want 0", unacked)
 	}
 }

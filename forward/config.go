@@ -97,11 +97,11 @@ type ReplicationConfig struct {
 	// MaxLoss bounds, in tokens, what a crash of the owner can lose of one
 	// key: at no instant has a key admitted more than MaxLoss tokens that
 	// its successors have not acknowledged, whatever the check rate. A
-	// check that brings a key's tokens admitted since its last copy above
-	// MaxLoss/2 starts a round at once and is answered when a round begun
-	// after it is acknowledged (the other half is the round in flight).
-	// Default 10; negative: no bound in tokens (Interval and MaxPending
-	// only). A check with Sync always waits, whatever MaxLoss.
+	// check that brings a key's unacknowledged tokens above MaxLoss/2
+	// starts a round at once (and is answered at once); one that brings
+	// them above MaxLoss is answered when a round begun after it is
+	// acknowledged. Default 10; negative: no bound in tokens (Interval and
+	// MaxPending only). A check with Sync always waits, whatever MaxLoss.
 	MaxLoss int64
 }
 

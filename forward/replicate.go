@@ -31,9 +31,13 @@ const _ = uint(peer.MaxReplicateStates - replicateChunk)
 // not sent: every earlier state of it, refilled to now, is full too (it
 // spent no more since), so the successor's replica is already right.
 //
-// The bound in tokens (ReplicationConfig.MaxLoss) and replication: sync
-// hold an answer instead: the router asks await for a round that begins
-// after the check's spend, and answers once that round is acknowledged.
+// The bound in tokens (ReplicationConfig.MaxLoss): the store counts, per
+// key, the tokens admitted that no acknowledged round carries. Past half of
+// MaxLoss a check starts a round at once; past MaxLoss (and for every
+// replication: sync check) the router holds the answer: it asks await for a
+// round that begins after the check's spend, and answers once that round is
+// acknowledged. A round is acknowledged (bucket.Store.Acked) when every
+// successor took every copy it carried.
 // Rounds are numbered; one runs at a time, so a round's copy of a key holds
 // every spend made before it began, and the checks held meanwhile share the
 // next round (the replica round trip is paid once per round, not per check).
@@ -66,13 +70,18 @@ func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peer
 		resync: make(chan struct{}, 1), kick: make(chan struct{}, 1), ended: make(chan struct{})}
 }
 
-// hold reports whether a check that left its key with unsent tokens
-// admitted since its last copy (bucket.Store.TakeUnsent) must wait for a
-// round before it is answered: always for a sync check that spent, and
-// past half of MaxLoss otherwise. On a ring of one there is no successor
-// to wait for: a sync check is answered at once and counted unconfirmed.
-func (p *replicator) hold(v *view, unsent int64, sync bool) bool {
-	if !p.on() || unsent <= 0 || !(sync || (p.cfg.MaxLoss > 0 && unsent > p.cfg.MaxLoss/2)) {
+// hold says what a check that left its key with unacked tokens no
+// acknowledged round carries (bucket.Store.TakeUnsent) needs before it is
+// answered: past MaxLoss (or for a sync check that spent), a round begun
+// after it (it reports true: the caller awaits); past half of MaxLoss, a
+// round started now, without waiting for it. On a ring of one there is no
+// successor: a sync check is answered at once and counted unconfirmed.
+func (p *replicator) hold(v *view, unacked int64, sync bool) bool {
+	if !p.on() || unacked <= 0 {
+		return false
+	}
+	bounded := p.cfg.MaxLoss > 0
+	if !sync && (!bounded || unacked <= p.cfg.MaxLoss/2) {
 		return false
 	}
 	if v.ring == nil || v.ring.Len() < 2 {
@@ -81,7 +90,14 @@ func (p *replicator) hold(v *view, unsent int64, sync bool) bool {
 		}
 		return false
 	}
-	return true
+	if sync || unacked > p.cfg.MaxLoss {
+		return true
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default: // a round is asked for already
+	}
+	return false
 }
 
 // await returns once a round that began after it was called has ended,
@@ -193,7 +209,11 @@ func (p *replicator) sendOwned(ctx context.Context) {
 	})
 	// Range leaves the keys marked: the next flush sends them again, and
 	// ends the rounds their held answers wait for.
-	p.end(n, p.send(ctx, out) && ok && ctx.Err() == nil)
+	ok = p.send(ctx, out) && ok && ctx.Err() == nil
+	if ok { // every key's state now, so every round handed out before
+		p.store.Acked(p.store.Round())
+	}
+	p.end(n, ok)
 }
 
 // flush sends the marked keys' states to their successors and waits for
@@ -207,11 +227,17 @@ func (p *replicator) flush(ctx context.Context) {
 	ok := true
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { ok = p.add(v, out, batch) && ok })
+	round := p.store.Round()
+	if len(out) > 0 {
+		ok = p.send(ctx, out) && ok
+	}
+	if ok {
+		p.store.Acked(round)
+	}
+	p.end(n, ok)
 	if len(out) == 0 {
-		p.end(n, ok)
 		return
 	}
-	p.end(n, p.send(ctx, out) && ok)
 	if first != 0 { // 0: marked while the previous round drained the store
 		lag := p.clock.Now().Sub(first)
 		p.lastLag.Store(int64(lag))

@@ -21,15 +21,30 @@ import (
 // set, it refuses every Replicate.
 type replicaPeers struct {
 	failingPeers
-	fail   atomic.Bool
-	mu     sync.Mutex
-	used   map[string]int64
-	rounds int
+	fail    atomic.Bool
+	gate    chan struct{} // when not nil, Replicate waits for it to close
+	entered chan struct{} // when not nil, Replicate sends on it first
+	mu      sync.Mutex
+	used    map[string]int64
+	rounds  int
 }
 
-func (p *replicaPeers) Replicate(_ context.Context, _ string, states []peer.State) (int, error) {
+func (p *replicaPeers) Replicate(ctx context.Context, _ string, states []peer.State) (int, error) {
 	if p.fail.Load() {
 		return 0, errors.New("successor unreachable")
+	}
+	if p.entered != nil {
+		select {
+		case p.entered <- struct{}{}:
+		default:
+		}
+	}
+	if p.gate != nil {
+		select {
+		case <-p.gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -38,6 +53,13 @@ func (p *replicaPeers) Replicate(_ context.Context, _ string, states []peer.Stat
 		p.used[s.Key] = max(p.used[s.Key], s.Used)
 	}
 	return len(states), nil
+}
+
+// calls is how many Replicate calls took states.
+func (p *replicaPeers) calls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rounds
 }
 
 // acked is the spend of key its successor acknowledged.
@@ -76,33 +98,83 @@ func replicatingRouter(t *testing.T, maxLoss int64) (*Router, *replicaPeers, *pr
 // acknowledged are at most MaxLoss, however fast the checks come: the
 // clock does not move, so only the bound in tokens makes rounds run.
 func TestMaxLossBoundsUnreplicatedTokens(t *testing.T) {
-	for _, tc := range []struct {
-		maxLoss   int64
-		wantWaits int // of 50 checks of cost 1 in a row
-	}{
-		{10, 8},  // an answer waits when 6 are unsent: checks 6, 12, ..., 48
-		{11, 8},  // 11/2 = 5, as for 10
-		{2, 25},  // when 2 are unsent: every second check
-		{1, 50},  // every check
-		{-1, 0},  // no bound in tokens: only Interval, which never comes
-		{100, 0}, // 50 never passes 50
-	} {
-		t.Run(fmt.Sprint("MaxLoss=", tc.maxLoss), func(t *testing.T) {
-			r, peers, reg, key := replicatingRouter(t, tc.maxLoss)
+	for _, maxLoss := range []int64{10, 11, 2, 1} {
+		t.Run(fmt.Sprint("MaxLoss=", maxLoss), func(t *testing.T) {
+			r, peers, _, key := replicatingRouter(t, maxLoss)
 			lim := hourly(1000)
 			for i := 1; i <= 50; i++ {
 				res := check1(t, r, key, lim, 1)
 				if !res.Allowed {
 					t.Fatalf("check %d refused", i)
 				}
-				if lost := int64(i) - peers.acked(key); tc.maxLoss > 0 && lost > tc.maxLoss {
-					t.Fatalf("after check %d: %d admitted, %d acknowledged: %d would be lost, want ≤ %d", i, i, peers.acked(key), lost, tc.maxLoss)
+				if lost := int64(i) - peers.acked(key); lost > maxLoss {
+					t.Fatalf("after check %d: %d admitted, %d acknowledged: %d would be lost, want ≤ %d", i, i, peers.acked(key), lost, maxLoss)
 				}
 			}
-			if got := testkit.Metric(t, reg, "ringlimit_replication_waits_total"); got != float64(tc.wantWaits) {
-				t.Errorf("ringlimit_replication_waits_total = %v, want %d", got, tc.wantWaits)
-			}
 		})
+	}
+	// Without a bound in tokens nothing is sent before Interval, which
+	// never comes on this clock.
+	r, peers, reg, key := replicatingRouter(t, -1)
+	for range 50 {
+		check1(t, r, key, hourly(1000), 1)
+	}
+	if n, w := peers.acked(key), testkit.Metric(t, reg, "ringlimit_replication_waits_total"); n != 0 || w != 0 {
+		t.Errorf("MaxLoss -1: %d acknowledged, %v waits; want 0 and 0", n, w)
+	}
+}
+
+// Past half of MaxLoss a check starts a round and is answered without
+// waiting for it; only a check past MaxLoss waits, for a round begun after
+// its spend. The successor here holds every round until the test lets it
+// go.
+func TestMaxLossStartsRoundsEarlyAndWaitsLate(t *testing.T) {
+	r, peers, reg, key := replicatingRouter(t, 10)
+	peers.gate, peers.entered = make(chan struct{}), make(chan struct{}, 1)
+	released := sync.OnceFunc(func() { close(peers.gate) })
+	t.Cleanup(released)
+	lim := hourly(1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make([]Result, 1)
+	spend := func(i int) {
+		t.Helper()
+		if err := r.Check(ctx, []Check{{Key: key, Limit: lim, Cost: 1}}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("check %d: %+v %v", i, out[0], err)
+		}
+	}
+	for i := 1; i <= 6; i++ { // the 6th leaves 6 > 10/2 unacknowledged: a round starts
+		spend(i)
+	}
+	select {
+	case <-peers.entered:
+	case <-ctx.Done():
+		t.Fatal("no round started after 6 tokens")
+	}
+	for i := 7; i <= 10; i++ { // 6 in flight + up to 4: answered while the round is held
+		spend(i)
+	}
+	if w := testkit.Metric(t, reg, "ringlimit_replication_waits_total"); w != 0 {
+		t.Fatalf("%v answers waited within the bound, want 0", w)
+	}
+	done := make(chan int64)
+	go func() {
+		out := make([]Result, 1)
+		r.Check(ctx, []Check{{Key: key, Limit: lim, Cost: 1}}, out)
+		done <- peers.acked(key) // the 11th: 11 unacknowledged, it waits
+	}()
+	testkit.WaitFor(t, 5*time.Second, "the 11th check waiting", func() error {
+		if testkit.Metric(t, reg, "ringlimit_replication_waits_total") != 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	released()
+	if acked := <-done; acked != 11 {
+		t.Errorf("the 11th check answered with %d acknowledged, want 11 (a round begun after it)", acked)
+	}
+	if u := testkit.Metric(t, reg, "ringlimit_replication_unconfirmed_total"); u != 0 {
+		t.Errorf("%v answers unconfirmed, want 0", u)
 	}
 }
 
@@ -140,7 +212,7 @@ func TestMaxLossUnderConcurrentChecks(t *testing.T) {
 		t.Errorf("at some answer %d tokens were admitted and not acknowledged, want ≤ %d", w, maxLoss)
 	}
 	t.Logf("%d tokens admitted by %d callers, %d rounds; worst admitted-not-acknowledged at an answer: %d",
-		answered.Load(), workers, peers.rounds, worst.Load())
+		answered.Load(), workers, peers.calls(), worst.Load())
 }
 
 // A Sync check is answered only once its spend is acknowledged, even with
