@@ -74,12 +74,14 @@ func TestAdversaryCrashBound(t *testing.T) {
 	} {
 		start := time.Now()
 		overs := make([]int, 0, crashRuns)
+		var lat []time.Duration // of the spends on the owner, over HTTP
 		for run := range crashRuns {
-			over, err := crashRun(h, procs, mode.body(run), run)
+			over, l, err := crashRun(h, procs, mode.body(run), run)
 			if err != nil {
 				t.Fatalf("%s, run %d: %v", mode.name, run, err)
 			}
 			overs = append(overs, over)
+			lat = append(lat, l...)
 			// The killed node back under its name and addresses: the next
 			// run starts from three members again.
 			restarted := ""
@@ -112,8 +114,10 @@ func TestAdversaryCrashBound(t *testing.T) {
 				return nil
 			})
 		}
-		t.Logf("%s: over-admission per run after kill -9 of the owner right after %d back-to-back spends: %v (max %d, bound %d); %d runs in %v",
-			mode.name, crashBurst, overs, slices.Max(overs), mode.bound, crashRuns, time.Since(start).Round(time.Millisecond))
+		slices.Sort(lat)
+		t.Logf("%s: over-admission per run after kill -9 of the owner right after %d back-to-back spends: %v (max %d, bound %d); %d runs in %v; a spend on the owner over HTTP: p50 %v p99 %v",
+			mode.name, crashBurst, overs, slices.Max(overs), mode.bound, crashRuns, time.Since(start).Round(time.Millisecond),
+			lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond))
 		for run, over := range overs {
 			if over > mode.bound || over < 0 {
 				t.Errorf("%s, run %d: %d admitted over the limit of %d, want 0 to %d", mode.name, run, over, crashLimit, mode.bound)
@@ -123,11 +127,12 @@ func TestAdversaryCrashBound(t *testing.T) {
 }
 
 // crashRun makes one run on body's fresh key and returns its
-// over-admission. The killed owner is left dead for the caller to restart.
-func crashRun(h *harness, procs []*proc, body string, run int) (int, error) {
+// over-admission, and the latencies of the spends sent to the owner. The
+// killed owner is left dead for the caller to restart.
+func crashRun(h *harness, procs []*proc, body string, run int) (int, []time.Duration, error) {
 	first, err := policyCheck(h.client, procs[0].http, body)
 	if err != nil || first.status != http.StatusOK || first.body.Degraded {
-		return 0, fmt.Errorf("first spend via %s: %d %+v %v, want 200 not degraded", procs[0].name, first.status, first.body, err)
+		return 0, nil, fmt.Errorf("first spend via %s: %d %+v %v, want 200 not degraded", procs[0].name, first.status, first.body, err)
 	}
 	var owner *proc
 	var survivors []*proc
@@ -139,39 +144,41 @@ func crashRun(h *harness, procs []*proc, body string, run int) (int, error) {
 		}
 	}
 	if owner == nil {
-		return 0, fmt.Errorf("first spend decided by %q, not a member", first.body.Owner)
+		return 0, nil, fmt.Errorf("first spend decided by %q, not a member", first.body.Owner)
 	}
+	lat := make([]time.Duration, 0, crashBurst)
 	for i := 2; i <= crashBurst; i++ {
 		a, err := policyCheck(h.client, owner.http, body)
+		lat = append(lat, a.latency)
 		if err != nil || a.status != http.StatusOK || a.body.Degraded || a.body.Owner != owner.name {
-			return 0, fmt.Errorf("spend %d on owner %s: %d %+v %v, want 200 decided by it", i, owner.name, a.status, a.body, err)
+			return 0, nil, fmt.Errorf("spend %d on owner %s: %d %+v %v, want 200 decided by it", i, owner.name, a.status, a.body, err)
 		}
 	}
 	if err := owner.cmd.Process.Kill(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	select {
 	case <-owner.exited:
 	case <-time.After(10 * time.Second):
-		return 0, fmt.Errorf("%s still running 10s after SIGKILL", owner.name)
+		return 0, nil, fmt.Errorf("%s still running 10s after SIGKILL", owner.name)
 	}
 	via := survivors[run%2]
 	admitted := crashBurst
 	for i := 0; ; i++ {
 		if i == 2*crashLimit {
-			return 0, fmt.Errorf("still admitted after %d spends via %s", i, via.name)
+			return 0, nil, fmt.Errorf("still admitted after %d spends via %s", i, via.name)
 		}
 		a, err := policyCheck(h.client, via.http, body)
 		if err != nil {
-			return 0, fmt.Errorf("spend %d after the kill, via %s: %w", i+1, via.name, err)
+			return 0, nil, fmt.Errorf("spend %d after the kill, via %s: %w", i+1, via.name, err)
 		}
 		if a.body.Degraded {
-			return 0, fmt.Errorf("spend %d after the kill, via %s: degraded answer %+v, want the successor to decide", i+1, via.name, a.body)
+			return 0, nil, fmt.Errorf("spend %d after the kill, via %s: degraded answer %+v, want the successor to decide", i+1, via.name, a.body)
 		}
 		if a.status != http.StatusOK {
 			break
 		}
 		admitted++
 	}
-	return admitted - crashLimit, nil
+	return admitted - crashLimit, lat, nil
 }
