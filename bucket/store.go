@@ -58,8 +58,9 @@ func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decis
 
 // TakeUnsent is Take that also returns, when the check is admitted and the
 // store tracks changes (StoreConfig.Track), the tokens key admitted that no
-// acknowledged round carries (see Acked), this check's included: what a
-// crash would lose of it now. It is 0 otherwise.
+// acknowledged round carries (see Acked), this check's included, or the
+// key's spend now if that is less: at least what a crash would lose of it
+// now. It is 0 otherwise.
 func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) (d Decision, unsent int64, err error) {
 	if err := CheckKey(key); err != nil {
 		return Decision{}, 0, err
@@ -76,6 +77,13 @@ func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) 
 	i, d := sh.take(h, key, l, int64(now), cost)
 	if d.Allowed {
 		unsent = s.markSlot(sh, i, int64(now), cost)
+		// A crash loses at most what the key holds spent now: a key that
+		// refills faster than it spends has little to lose, however many
+		// tokens it admitted. (A log's spend is not looked up: it costs a
+		// walk of the log.)
+		if unsent > 1 && l.alg != SlidingWindowLog {
+			unsent = min(unsent, l.used(&sh.at(i).st, nil, int64(now)))
+		}
 	}
 	sh.mu.Unlock()
 	return d, unsent, nil

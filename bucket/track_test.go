@@ -173,3 +173,28 @@ func TestTakeUnsentCountsUnacknowledgedTokens(t *testing.T) {
 		t.Errorf("untracked store: unacked %d, want 0", unacked)
 	}
 }
+
+// A key that refills faster than it spends reports no more than it holds
+// spent: a crash cannot lose tokens the bucket has refilled since.
+func TestTakeUnsentAtMostTheSpendHeld(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 4, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := MustLimit(TokenBucket, 1000, time.Second, 10) // a token a millisecond
+	t0 := clock.Instant(time.Hour)
+	for i := range 50 {
+		_, unacked, _ := s.TakeUnsent("fast", &fast, t0+clock.Instant(i)*clock.Instant(time.Millisecond), 1)
+		if unacked != 1 {
+			t.Fatalf("check %d, a millisecond after the last: unacked %d, want 1 (what the key holds spent)", i, unacked)
+		}
+	}
+	// The same spends on a key that refills once an hour are all held.
+	slow := MustLimit(TokenBucket, 1, time.Hour, 10)
+	for i := range 5 {
+		_, unacked, _ := s.TakeUnsent("slow", &slow, t0+clock.Instant(i)*clock.Instant(time.Millisecond), 1)
+		if want := int64(i + 1); unacked != want {
+			t.Fatalf("slow check %d: unacked %d, want %d", i, unacked, want)
+		}
+	}
+}
