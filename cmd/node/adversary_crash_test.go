@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,4 +182,65 @@ func crashRun(h *harness, procs []*proc, body string, run int) (int, []time.Dura
 		admitted++
 	}
 	return admitted - crashLimit, lat, nil
+}
+
+// TestAdversaryCrashSyncWithoutSuccessor: with every other node killed, a
+// replication: sync layer's owner cannot have its spend acknowledged. It
+// answers as async (the layer stays available: it keeps deciding the keys
+// it owns, as a minority does) and counts each such answer in
+// ringlimit_replication_unconfirmed_total; no answer waits past the
+// client's 2 s.
+func TestAdversaryCrashSyncWithoutSuccessor(t *testing.T) {
+	bin := buildNode(t)
+	h := newHarness(t)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(crashPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	extra := []string{"--policy", policy}
+	p1 := startFaultProc(t, bin, nil, procSpec{name: "node-1", extra: extra})
+	p2 := startFaultProc(t, bin, nil, procSpec{name: "node-2", join: []string{p1.gossip}, extra: extra})
+	p3 := startFaultProc(t, bin, nil, procSpec{name: "node-3", join: []string{p1.gossip}, extra: extra})
+	procs := []*proc{p1, p2, p3}
+	h.waitMembers(procs, names3, 15*time.Second)
+	const body = `{"policy":"api","user":"alone"}`
+	first := h.mustCheck(p1.http, body)
+	var owner *proc
+	for _, p := range procs {
+		if p.name == first.body.Owner {
+			owner = p
+		}
+	}
+	if owner == nil || first.status != http.StatusOK {
+		t.Fatalf("first spend: %d decided by %q", first.status, first.body.Owner)
+	}
+	if n := h.sumCounter([]string{owner.http}, "ringlimit_replication_unconfirmed_total"); n != 0 {
+		t.Fatalf("%s: %v unconfirmed answers with its successor up, want 0", owner.name, n)
+	}
+	for _, p := range procs {
+		if p != owner {
+			if err := p.stop(t, syscall.SIGKILL, 10*time.Second); err == nil {
+				t.Fatalf("%s exited cleanly after SIGKILL", p.name)
+			}
+		}
+	}
+	h.client.CloseIdleConnections()
+	const n = 5
+	var slowest time.Duration
+	for i := range n {
+		a, err := policyCheck(h.client, owner.http, body)
+		if err != nil || a.status != http.StatusOK || a.body.Owner != owner.name {
+			t.Fatalf("spend %d with no successor: %d %+v %v, want 200 decided by %s", i+2, a.status, a.body, err, owner.name)
+		}
+		if a.latency > 2*time.Second {
+			t.Errorf("spend %d with no successor answered after %v, want within 2s", i+2, a.latency)
+		}
+		slowest = max(slowest, a.latency)
+	}
+	got := h.sumCounter([]string{owner.http}, "ringlimit_replication_unconfirmed_total")
+	t.Logf("%d sync spends on %s with both other nodes killed: all admitted, slowest %v, %v counted unconfirmed",
+		n, owner.name, slowest.Round(time.Microsecond), got)
+	if got != n {
+		t.Errorf("ringlimit_replication_unconfirmed_total = %v, want %d", got, n)
+	}
 }
