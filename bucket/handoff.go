@@ -67,6 +67,10 @@ type Snapshot struct {
 	Key   string
 	Limit Limit
 	Used  int64
+	// Unacked, from Changed only, is the tokens the key admitted that this
+	// hand-out carries and no acknowledged round did: what Mark gives back
+	// if its copy is not acknowledged.
+	Unacked int64
 }
 
 // Range calls fn with the state of every key, one shard at a time: each

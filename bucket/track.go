@@ -74,20 +74,22 @@ func (t *tracked) mark(i uint32, spent int64, acked uint32) (fresh bool, unacked
 	return true, c.unacked(acked)
 }
 
-// handOut records that round hands slot j out with what it admitted, or
-// (spent false) that j holds nothing a copy could lack.
-func (t *tracked) handOut(j, round, acked uint32, spent bool) {
+// handOut records that round hands slot j out with what it admitted, and
+// returns those tokens; or (spent false) that j holds nothing a copy could
+// lack.
+func (t *tracked) handOut(j, round, acked uint32, spent bool) int64 {
 	c := &t.counts[j]
 	switch {
 	case !spent:
 		*c = slotCount{}
-		return
+		return 0
 	case after(c.round, acked): // the last round's tokens are not acknowledged either
 		c.sent = uint32(min(int64(c.sent)+int64(c.unsent), math.MaxUint32))
 	default:
 		c.sent = c.unsent
 	}
 	c.unsent, c.round = 0, round
+	return int64(c.sent)
 }
 
 // markSlot marks slot i of sh, at now, spending spent tokens (0 for a
@@ -107,9 +109,8 @@ func (s *Store) markSlot(sh *shard, i uint32, now int64, spent int64) int64 {
 func (s *Store) Round() uint32 { return s.round.Load() }
 
 // Acked records that round, and every round before it, is acknowledged:
-// the copies made of what it handed out are safe. The caller acknowledges
-// rounds in order, and a round only when every earlier round's keys that
-// failed were handed out again by it (marked again, see Mark).
+// the copies made of what it handed out are safe, except those of keys
+// given back with Mark before. The caller acknowledges rounds in order.
 func (s *Store) Acked(round uint32) {
 	for {
 		old := s.acked.Load()
@@ -161,11 +162,11 @@ func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapsh
 			}
 			used := l.used(&e.st, sh.logs[j], now)
 			// A key full again holds nothing a copy could lack.
-			sh.track.handOut(j, round, acked, used > 0)
+			unacked := sh.track.handOut(j, round, acked, used > 0)
 			if used == 0 && spentOnly {
 				continue
 			}
-			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: used})
+			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: used, Unacked: unacked})
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 {
@@ -191,13 +192,15 @@ func (s *Store) SetTrack(on bool) {
 }
 
 // Mark marks key as changed at now, if the store holds it and tracks
-// changes: for a change that must be reported again.
-func (s *Store) Mark(key string, at clock.Instant) {
+// changes: for a change that must be reported again. unacked gives back
+// the tokens of a hand-out whose copy was not acknowledged
+// (Snapshot.Unacked): they count as admitted since the last Changed again.
+func (s *Store) Mark(key string, at clock.Instant, unacked int64) {
 	h := xxhash.Sum64String(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	if i := sh.lookup(h, key); i != none {
-		s.markSlot(sh, i, int64(at), 0)
+		s.markSlot(sh, i, int64(at), unacked)
 	}
 	sh.mu.Unlock()
 }

@@ -198,3 +198,35 @@ func TestTakeUnsentAtMostTheSpendHeld(t *testing.T) {
 		}
 	}
 }
+
+// A hand-out whose copy was not acknowledged gives its tokens back with
+// Mark: acknowledging the round then clears every other key, not that one.
+func TestMarkGivesBackUnacknowledgedTokens(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 8, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := MustLimit(TokenBucket, 100, time.Hour, 100)
+	t0 := clock.Instant(time.Hour)
+	for range 4 {
+		s.TakeUnsent("ok", &l, t0, 1)
+		s.TakeUnsent("lost", &l, t0, 2)
+	}
+	got := map[string]int64{}
+	s.Changed(t0, true, func(batch []Snapshot) {
+		for _, b := range batch {
+			got[b.Key] = b.Unacked
+		}
+	})
+	if want := map[string]int64{"ok": 4, "lost": 8}; !maps.Equal(got, want) {
+		t.Fatalf("Changed handed out %v, want %v", got, want)
+	}
+	s.Mark("lost", t0, got["lost"])
+	s.Acked(s.Round())
+	if _, n, _ := s.TakeUnsent("ok", &l, t0, 1); n != 1 {
+		t.Errorf("ok after its round was acknowledged: %d unacknowledged, want 1", n)
+	}
+	if _, n, _ := s.TakeUnsent("lost", &l, t0, 1); n != 9 {
+		t.Errorf("lost after its copy was given back: %d unacknowledged, want 8 + 1", n)
+	}
+}

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,15 +202,14 @@ func (p *replicator) sendOwned(ctx context.Context) {
 	n := p.begin()
 	v := p.view()
 	now := p.clock.Now()
-	out := map[string][]peer.State{}
-	ok := true
+	out := newOutbox()
 	p.store.Range(now, func(batch []bucket.Snapshot) bool {
-		ok = p.add(v, out, batch) && ok
+		p.add(v, out, batch)
 		return ctx.Err() == nil
 	})
 	// Range leaves the keys marked: the next flush sends them again, and
 	// ends the rounds their held answers wait for.
-	ok = p.send(ctx, out) && ok && ctx.Err() == nil
+	ok := p.send(ctx, out) && out.whole() && ctx.Err() == nil
 	if ok { // every key's state now, so every round handed out before
 		p.store.Acked(p.store.Round())
 	}
@@ -217,25 +217,28 @@ func (p *replicator) sendOwned(ctx context.Context) {
 }
 
 // flush sends the marked keys' states to their successors and waits for
-// their acknowledgements.
+// their acknowledgements. A copy that is not acknowledged gives its key's
+// tokens back to the store (Mark), so that the round can be acknowledged
+// for all the others.
 func (p *replicator) flush(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.begin()
 	v := p.view()
-	out := map[string][]peer.State{}
-	ok := true
+	out := newOutbox()
 	// A key full again needs no replica: the successor's, refilled, is full.
-	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { ok = p.add(v, out, batch) && ok })
+	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
 	round := p.store.Round()
-	if len(out) > 0 {
-		ok = p.send(ctx, out) && ok
+	now := p.clock.Now()
+	for _, s := range out.orphans { // after Changed: it would hand them out again
+		p.store.Mark(s.Key, now, s.Unacked)
 	}
-	if ok {
+	ok := p.send(ctx, out) && out.whole()
+	if !out.alone { // alone, nothing was copied: the tokens stay counted
 		p.store.Acked(round)
 	}
 	p.end(n, ok)
-	if len(out) == 0 {
+	if len(out.states) == 0 {
 		return
 	}
 	if first != 0 { // 0: marked while the previous round drained the store
@@ -245,16 +248,29 @@ func (p *replicator) flush(ctx context.Context) {
 	}
 }
 
+// outbox is a round's copies, by successor, each with the tokens it
+// carries that no acknowledged round did.
+type outbox struct {
+	states  map[string][]peer.State
+	unacked map[string][]int64
+	orphans []bucket.Snapshot // spent keys of this node's with no live successor
+	alone   bool              // on a ring of one: no copies at all
+}
+
+func newOutbox() *outbox {
+	return &outbox{states: map[string][]peer.State{}, unacked: map[string][]int64{}}
+}
+
+// whole reports whether every spent key has a copy to send.
+func (o *outbox) whole() bool { return !o.alone && len(o.orphans) == 0 }
+
 // add appends the states of the keys this node owns to out, by successor.
-// It reports whether every spent key it owns has a live successor to take
-// its copy.
-func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Snapshot) bool {
-	ok := true
+func (p *replicator) add(v *view, out *outbox, batch []bucket.Snapshot) {
 	if v.ring == nil || v.ring.Len() < 2 {
 		for i := range batch {
-			ok = ok && batch[i].Used == 0
+			out.alone = out.alone || batch[i].Used > 0
 		}
-		return ok
+		return
 	}
 	var buf [4]string
 	for i := range batch {
@@ -265,23 +281,25 @@ func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Sn
 		copies := 0
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
-				out[succ] = append(out[succ], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+				out.states[succ] = append(out.states[succ], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+				out.unacked[succ] = append(out.unacked[succ], s.Unacked)
 				copies++
 			}
 		}
-		ok = ok && copies > 0
+		if copies == 0 {
+			out.orphans = append(out.orphans, bucket.Snapshot{Key: strings.Clone(s.Key), Unacked: s.Unacked})
+		}
 	}
-	return ok
 }
 
 // send replicates out, one goroutine per successor, and reports whether
 // every successor acknowledged every state.
-func (p *replicator) send(ctx context.Context, out map[string][]peer.State) bool {
+func (p *replicator) send(ctx context.Context, out *outbox) bool {
 	var wg sync.WaitGroup
 	var failed atomic.Bool
-	for succ, states := range out {
+	for succ, states := range out.states {
 		wg.Go(func() {
-			if !p.sendTo(ctx, succ, states) {
+			if !p.sendTo(ctx, succ, states, out.unacked[succ]) {
 				failed.Store(true)
 			}
 		})
@@ -291,9 +309,10 @@ func (p *replicator) send(ctx context.Context, out map[string][]peer.State) bool
 }
 
 // sendTo replicates states to succ in chunks and reports whether succ
-// acknowledged them all; on failure it marks them again (the next round
-// retries) unless the successor is gone or this node is stopping.
-func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State) bool {
+// acknowledged them all; on failure it marks them again, giving back the
+// tokens each carried (unacked, by state), so that the next round retries
+// them, unless this node is stopping.
+func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State, unacked []int64) bool {
 	for off := 0; off < len(states); off += replicateChunk {
 		chunk := states[off:min(off+replicateChunk, len(states))]
 		if _, err := p.peers.Replicate(ctx, succ, chunk); err == nil {
@@ -302,12 +321,12 @@ func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.Stat
 			p.m.replicationErrors.Inc()
 			p.log.Debug("replication failed", "to", succ, "keys", len(chunk), "err", err)
 		}
-		if ctx.Err() != nil || !p.view().has(succ) {
+		if ctx.Err() != nil {
 			return false
 		}
 		now := p.clock.Now()
-		for _, s := range states[off:] {
-			p.store.Mark(s.Key, now)
+		for i := off; i < len(states); i++ {
+			p.store.Mark(states[i].Key, now, unacked[i])
 		}
 		return false
 	}

@@ -22,6 +22,7 @@ import (
 type replicaPeers struct {
 	failingPeers
 	fail    atomic.Bool
+	failTo  string        // when not empty, Replicate to this member fails
 	gate    chan struct{} // when not nil, Replicate waits for it to close
 	entered chan struct{} // when not nil, Replicate sends on it first
 	mu      sync.Mutex
@@ -29,8 +30,8 @@ type replicaPeers struct {
 	rounds  int
 }
 
-func (p *replicaPeers) Replicate(ctx context.Context, _ string, states []peer.State) (int, error) {
-	if p.fail.Load() {
+func (p *replicaPeers) Replicate(ctx context.Context, to string, states []peer.State) (int, error) {
+	if p.fail.Load() || to == p.failTo {
 		return 0, errors.New("successor unreachable")
 	}
 	if p.entered != nil {
@@ -290,5 +291,57 @@ func TestSyncAloneIsUnconfirmed(t *testing.T) {
 	}
 	if w, u := testkit.Metric(t, reg, "ringlimit_replication_waits_total"), testkit.Metric(t, reg, "ringlimit_replication_unconfirmed_total"); w != 0 || u != 10 || peers.acked(key) != 0 {
 		t.Errorf("alone: %v waits, %v unconfirmed, %d replicated; want 0, 10 (the sync checks), 0", w, u, peers.acked(key))
+	}
+}
+
+// A successor that does not acknowledge holds up only its own keys: the
+// copies it refused give their tokens back and are sent again, and the
+// round is acknowledged for the keys of the successors that took theirs.
+func TestFailingSuccessorHoldsOnlyItsKeys(t *testing.T) {
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1024, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := &replicaPeers{used: map[string]int64{}, failTo: "C"}
+	reg := prometheus.NewRegistry()
+	r, err := New(Config{Self: "A", Store: store, Peers: peers, NewRing: newRing, Clock: testkit.NewClock(0),
+		Registerer: reg, Replication: ReplicationConfig{Interval: 20 * time.Millisecond, MaxLoss: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	r.SetMembers([]Member{{Name: "A", Addr: "a"}, {Name: "B", Addr: "b"}, {Name: "C", Addr: "c"}})
+	bySucc := map[string]string{}
+	ring := r.view.Load().ring
+	for i := 0; bySucc["B"] == "" || bySucc["C"] == ""; i++ {
+		k := fmt.Sprintf("succ-%d", i)
+		if ownerIn(ring, "A", k) == "A" {
+			bySucc[ring.AppendSuccessors(nil, k, 1)[0]] = k
+		}
+	}
+	lim := hourly(1000)
+	for i := 1; i <= 30; i++ { // C's key: never acknowledged
+		check1(t, r, bySucc["C"], lim, 1)
+	}
+	before := testkit.Metric(t, reg, "ringlimit_replication_waits_total")
+	for i := 1; i <= 50; i++ {
+		check1(t, r, bySucc["B"], lim, 1)
+		if lost := int64(i) - peers.acked(bySucc["B"]); lost > 10 {
+			t.Fatalf("B's key after check %d: %d not acknowledged, want ≤ 10", i, lost)
+		}
+	}
+	// Each check past 10 unacknowledged waits; with the round acknowledged
+	// for B's key it gets there once every 6 checks at most.
+	if w := testkit.Metric(t, reg, "ringlimit_replication_waits_total") - before; w > 9 {
+		t.Errorf("50 checks of B's key waited %v times, want at most 9 (C's refusals must not hold B's keys)", w)
+	}
+	if got := peers.acked(bySucc["C"]); got != 0 {
+		t.Errorf("C acknowledged %d, want 0", got)
+	}
+	// C's key is still counted: its next check waits, and is unconfirmed.
+	unconfirmed := testkit.Metric(t, reg, "ringlimit_replication_unconfirmed_total")
+	check1(t, r, bySucc["C"], lim, 1)
+	if u := testkit.Metric(t, reg, "ringlimit_replication_unconfirmed_total"); u != unconfirmed+1 {
+		t.Errorf("C's key: unconfirmed %v then %v, want one more", unconfirmed, u)
 	}
 }
