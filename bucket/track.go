@@ -41,8 +41,8 @@ type slotCount struct {
 // after reports whether round a comes after round b (wrapping).
 func after(a, b uint32) bool { return int32(a-b) > 0 }
 
-// unacked is the tokens c admitted that round acked or an earlier one did
-// not acknowledge.
+// unacked is the tokens c admitted that no round up to acked (the last
+// acknowledged one) carries.
 func (c *slotCount) unacked(acked uint32) int64 {
 	n := int64(c.unsent)
 	if after(c.round, acked) {
