@@ -56,12 +56,13 @@ type replicator struct {
 	resync  chan struct{}
 	lastLag atomic.Int64 // of the last round, ns
 
-	kick    chan struct{} // a held answer asks for a round now
-	started atomic.Uint64 // rounds begun (the number of the last one)
-	roundMu sync.Mutex    // guards the three fields below
-	done    uint64        // the last round acknowledged (or given up)
-	failed  uint64        // the last round some of whose copies were not acknowledged
-	ended   chan struct{} // closed, and replaced, when a round ends
+	kick     chan struct{} // a held answer asks for a round now
+	lastHold atomic.Int64  // when an answer was last held (clock.Instant), 0: never
+	started  atomic.Uint64 // rounds begun (the number of the last one)
+	roundMu  sync.Mutex    // guards the three fields below
+	done     uint64        // the last round acknowledged (or given up)
+	failed   uint64        // the last round some of whose copies were not acknowledged
+	ended    chan struct{} // closed, and replaced, when a round ends
 }
 
 func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers Peers, view func() *view,
@@ -107,6 +108,7 @@ func (p *replicator) hold(v *view, unacked int64, sync bool) bool {
 // ends or stop is closed (the router is closing).
 func (p *replicator) await(ctx context.Context, stop <-chan struct{}) bool {
 	p.m.replicationWaits.Inc()
+	p.lastHold.Store(int64(p.clock.Now()))
 	want := p.started.Load() + 1
 	select {
 	case p.kick <- struct{}{}:
@@ -133,6 +135,16 @@ func (p *replicator) await(ctx context.Context, stop <-chan struct{}) bool {
 			return false
 		}
 	}
+}
+
+// holdWindow is how long after a held answer the peer service decides
+// each batch on its own goroutine (see Router.MayWait).
+const holdWindow = time.Second
+
+// holding reports whether an answer was held within holdWindow of now.
+func (p *replicator) holding(now clock.Instant) bool {
+	last := p.lastHold.Load()
+	return last != 0 && now.Sub(clock.Instant(last)) < holdWindow
 }
 
 // begin numbers a new round; the caller holds p.mu.

@@ -345,3 +345,26 @@ func TestFailingSuccessorHoldsOnlyItsKeys(t *testing.T) {
 		t.Errorf("C's key: unconfirmed %v then %v, want one more", unconfirmed, u)
 	}
 }
+
+// Within a second of a held answer, the peer service decides each batch on
+// its own goroutine (MayWait), so that a batch held for its replica does
+// not hold up the batches behind it on the stream.
+func TestHeldAnswerMakesBatchesMayWait(t *testing.T) {
+	r, _, _, key := replicatingRouter(t, 10)
+	clk := r.cfg.Clock.(*testkit.Clock)
+	clk.Advance(r.cfg.Grace + time.Second) // past the ring change's grace
+	if r.MayWait("B") {
+		t.Fatal("MayWait before any held answer, past the grace period")
+	}
+	out := make([]Result, 1)
+	if err := r.Check(context.Background(), []Check{{Key: key, Limit: hourly(10), Cost: 1, Sync: true}}, out); err != nil || !out[0].Allowed {
+		t.Fatalf("%+v %v", out[0], err)
+	}
+	if !r.MayWait("B") {
+		t.Error("no MayWait right after a held answer")
+	}
+	clk.Advance(time.Second)
+	if r.MayWait("B") {
+		t.Error("MayWait a second after the last held answer")
+	}
+}

@@ -59,14 +59,17 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 }
 
 // MayWait implements peer.Handler: a batch may block when its sender is
-// not on this node's ring yet, or when a ring change is recent enough that
-// keys may be fetched from their previous owner.
+// not on this node's ring yet, when a ring change is recent enough that
+// keys may be fetched from their previous owner, or when answers were held
+// for their replica within the last second (replication: sync, or a key
+// past the bound in tokens): a held batch must not hold up the others.
 func (r *Router) MayWait(from string) bool {
 	v := r.view.Load()
 	if from != "" && !v.has(from) && v.len() <= 1 {
 		return true
 	}
-	return v.inGrace(r.cfg.Clock.Now(), r.cfg.Grace)
+	now := r.cfg.Clock.Now()
+	return v.inGrace(now, r.cfg.Grace) || r.repl.holding(now)
 }
 
 // Merge implements peer.Handler: each state is spend the sender made on
