@@ -79,6 +79,7 @@ const (
 	seenBurst
 	seenFailureMode
 	seenLease
+	seenReplication
 )
 
 // decodeCheckFast decodes b into cb as encoding/json, with
@@ -177,6 +178,9 @@ func decodeLimitFast(p *scanner, l *LimitJSON) bool {
 		case "lease":
 			bit = seenLease
 			l.Lease, ok = p.bool()
+		case "replication":
+			bit = seenReplication
+			l.Replication, ok = p.str()
 		}
 		if !ok || bit == 0 || seen&bit != 0 {
 			return false

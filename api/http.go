@@ -68,6 +68,10 @@ type LimitJSON struct {
 	// Lease lets nodes that do not own the key admit from short leases of
 	// its tokens (token_bucket only).
 	Lease bool `json:"lease,omitempty"`
+	// Replication is "async" (default) or "sync": an admitted spend is
+	// acknowledged by the key's successor before the answer, so that a
+	// crash of its owner right after the answer over-admits none of it.
+	Replication string `json:"replication,omitempty"`
 }
 
 // CheckResponse is the body of an answer to POST /v1/check (200 or 429).
@@ -321,7 +325,18 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if req.Limit.Lease && l.Algorithm() != bucket.TokenBucket {
 		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
 	}
-	return forward.Check{Key: bucket.InlineKey(req.Key, &l), Limit: l, Cost: cost, Mode: req.Limit.FailureMode, Lease: req.Limit.Lease}, nil
+	var sync bool
+	switch req.Limit.Replication {
+	case "", "async":
+	case "sync":
+		if req.Limit.Lease {
+			return forward.Check{}, errors.New("limit.replication: sync cannot be leased")
+		}
+		sync = true
+	default:
+		return forward.Check{}, fmt.Errorf("limit.replication: want async or sync, got %q", req.Limit.Replication)
+	}
+	return forward.Check{Key: bucket.InlineKey(req.Key, &l), Limit: l, Cost: cost, Mode: req.Limit.FailureMode, Lease: req.Limit.Lease, Sync: sync}, nil
 }
 
 // jsonError turns a decoding error into a message naming the field.

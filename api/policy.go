@@ -109,7 +109,7 @@ func (a *API) addPolicy(p *plan, field string, req policy.Request) error {
 	together := int32(len(p.units) + 1) // the request's layers stand or fall together at the pre-limiter
 	for _, l := range layers {
 		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: l.FailureMode,
-			Prelimit: l.Prelimit, Together: together, Lease: l.Lease})
+			Prelimit: l.Prelimit, Together: together, Lease: l.Lease, Sync: l.Sync})
 	}
 	p.units = append(p.units, unit{from: n, to: len(p.checks), layers: layers, version: version})
 	return nil

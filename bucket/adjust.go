@@ -53,7 +53,7 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 	if l.alg == SlidingWindowLog {
 		sh.logs[i] = log
 	}
-	s.markSlot(sh, i, now)
+	s.markSlot(sh, i, now, 0)
 	return nil
 }
 
@@ -102,7 +102,7 @@ func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string
 				if l.alg == SlidingWindowLog {
 					sh.logs[k] = log
 				}
-				s.markSlot(sh, k, now)
+				s.markSlot(sh, k, now, 0)
 			}
 		}
 		sh.mu.Unlock()

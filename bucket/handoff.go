@@ -67,6 +67,10 @@ type Snapshot struct {
 	Key   string
 	Limit Limit
 	Used  int64
+	// Unacked, from Changed only, is the tokens the key admitted that this
+	// hand-out carries and no acknowledged round did: what Mark gives back
+	// if its copy is not acknowledged.
+	Unacked int64
 }
 
 // Range calls fn with the state of every key, one shard at a time: each
@@ -134,7 +138,7 @@ func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error
 	} else {
 		l.refund(&e.st, now, cost)
 	}
-	s.markSlot(sh, i, now)
+	s.markSlot(sh, i, now, 0)
 	return nil
 }
 
@@ -154,7 +158,7 @@ func (s *Store) Grant(key string, l *Limit, now clock.Instant, most int64) int64
 	n := min(level/l.den, most)
 	e.st.a, e.st.b = level-n*l.den, at
 	if n > 0 {
-		s.markSlot(sh, i, int64(now))
+		s.markSlot(sh, i, int64(now), n)
 	}
 	return n
 }

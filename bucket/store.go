@@ -25,6 +25,8 @@ type Store struct {
 	// the first of them was.
 	pending atomic.Int64
 	first   atomic.Int64
+	round   atomic.Uint32 // the last Changed's round
+	acked   atomic.Uint32 // the last round acknowledged (Acked)
 }
 
 // NewStore validates cfg and returns an empty Store.
@@ -50,24 +52,41 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 // key is empty or longer than MaxKeyLen, l was not built by NewLimit, or cost
 // is not between 1 and l.Capacity().
 func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decision, error) {
+	d, _, err := s.TakeUnsent(key, l, now, cost)
+	return d, err
+}
+
+// TakeUnsent is Take that also returns, when the check is admitted and the
+// store tracks changes (StoreConfig.Track), the tokens key admitted that no
+// acknowledged round carries (see Acked), this check's included, or the
+// key's spend now if that is less: at least what a crash would lose of it
+// now. It is 0 otherwise.
+func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) (d Decision, unsent int64, err error) {
 	if err := CheckKey(key); err != nil {
-		return Decision{}, err
+		return Decision{}, 0, err
 	}
 	if !l.Valid() {
-		return Decision{}, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
+		return Decision{}, 0, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
 	}
 	if err := l.CheckCost(cost); err != nil {
-		return Decision{}, err
+		return Decision{}, 0, err
 	}
 	h := xxhash.Sum64String(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	i, d := sh.take(h, key, l, int64(now), cost)
 	if d.Allowed {
-		s.markSlot(sh, i, int64(now))
+		unsent = s.markSlot(sh, i, int64(now), cost)
+		// A crash loses at most what the key holds spent now: a key that
+		// refills faster than it spends has little to lose, however many
+		// tokens it admitted. (A log's spend is not looked up: it costs a
+		// walk of the log.)
+		if unsent > 1 && l.alg != SlidingWindowLog {
+			unsent = min(unsent, l.used(&sh.at(i).st, nil, int64(now)))
+		}
 	}
 	sh.mu.Unlock()
-	return d, nil
+	return d, unsent, nil
 }
 
 // Len returns the number of keys held.

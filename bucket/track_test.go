@@ -102,3 +102,131 @@ func TestChangedSpentOnlySkipsFullKeys(t *testing.T) {
 		t.Fatalf("Changed(spentOnly) = %v, pending %d; want only spent with 3", got, s.Pending())
 	}
 }
+
+// TakeUnsent counts the tokens a key admitted that no acknowledged round
+// carries: admissions and grants add their cost, refusals and other
+// changes nothing; a round (Changed) moves the count into flight, and
+// only its acknowledgement (Acked) takes it off. A round that is never
+// acknowledged keeps its tokens counted through the next one.
+func TestTakeUnsentCountsUnacknowledgedTokens(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 4, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := MustLimit(TokenBucket, 20, time.Hour, 20)
+	t0 := clock.Instant(time.Hour)
+	const (
+		none  = iota
+		round // Changed: a round hands the key out
+		ack   // Acked(the last round)
+		both  // a round, acknowledged
+	)
+	steps := []struct {
+		before  int
+		cost    int64
+		allowed bool
+		unacked int64
+	}{
+		{none, 1, true, 1},
+		{none, 2, true, 3},
+		{round, 1, true, 4},  // 3 in flight, 1 since
+		{ack, 1, true, 2},    // the 3 acknowledged
+		{both, 3, true, 3},   // 2 sent and acknowledged
+		{round, 1, true, 4},  // 3 in flight
+		{round, 1, true, 5},  // a round lost (never acknowledged): 3 + 1 in flight
+		{ack, 2, true, 3},    // both acknowledged by the later one's: 1 + 2
+		{none, 20, false, 0}, // 12 spent of 20: refused, counts nothing
+		{none, 8, true, 11},
+		{both, 1, false, 0},
+	}
+	for i, st := range steps {
+		if st.before == round || st.before == both {
+			changed(s, t0)
+		}
+		if st.before == ack || st.before == both {
+			s.Acked(s.Round())
+		}
+		d, unacked, err := s.TakeUnsent("k", &l, t0, st.cost)
+		if err != nil || d.Allowed != st.allowed || unacked != st.unacked {
+			t.Errorf("step %d: TakeUnsent(cost %d) = allowed %v unacked %d err %v, want %v %d", i, st.cost, d.Allowed, unacked, err, st.allowed, st.unacked)
+		}
+	}
+	// A refund marks without counting; a grant counts what it took.
+	s.Refund("k", &l, t0, 4)
+	if n := s.Grant("k", &l, t0, 3); n != 3 {
+		t.Fatalf("Grant = %d, want 3", n)
+	}
+	if _, unacked, _ := s.TakeUnsent("k", &l, t0, 1); unacked != 4 {
+		t.Errorf("after a refund and a grant of 3: unacked %d, want 4", unacked)
+	}
+	// A key full again when its round hands it out holds nothing a copy
+	// could lack.
+	r := MustLimit(TokenBucket, 10, time.Second, 10)
+	s.TakeUnsent("r", &r, t0, 5)
+	changed(s, t0+clock.Instant(time.Second))
+	if _, unacked, _ := s.TakeUnsent("r", &r, t0+clock.Instant(time.Second), 1); unacked != 1 {
+		t.Errorf("after a round that found r full: unacked %d, want 1", unacked)
+	}
+	// Without tracking there is nothing to count.
+	u, _ := NewStore(StoreConfig{MaxKeys: 4, Shards: 1})
+	if _, unacked, _ := u.TakeUnsent("k", &l, t0, 1); unacked != 0 {
+		t.Errorf("untracked store: unacked %d, want 0", unacked)
+	}
+}
+
+// A key that refills faster than it spends reports no more than it holds
+// spent: a crash cannot lose tokens the bucket has refilled since.
+func TestTakeUnsentAtMostTheSpendHeld(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 4, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := MustLimit(TokenBucket, 1000, time.Second, 10) // a token a millisecond
+	t0 := clock.Instant(time.Hour)
+	for i := range 50 {
+		_, unacked, _ := s.TakeUnsent("fast", &fast, t0+clock.Instant(i)*clock.Instant(time.Millisecond), 1)
+		if unacked != 1 {
+			t.Fatalf("check %d, a millisecond after the last: unacked %d, want 1 (what the key holds spent)", i, unacked)
+		}
+	}
+	// The same spends on a key that refills once an hour are all held.
+	slow := MustLimit(TokenBucket, 1, time.Hour, 10)
+	for i := range 5 {
+		_, unacked, _ := s.TakeUnsent("slow", &slow, t0+clock.Instant(i)*clock.Instant(time.Millisecond), 1)
+		if want := int64(i + 1); unacked != want {
+			t.Fatalf("slow check %d: unacked %d, want %d", i, unacked, want)
+		}
+	}
+}
+
+// A hand-out whose copy was not acknowledged gives its tokens back with
+// Mark: acknowledging the round then clears every other key, not that one.
+func TestMarkGivesBackUnacknowledgedTokens(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 8, Shards: 1, Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := MustLimit(TokenBucket, 100, time.Hour, 100)
+	t0 := clock.Instant(time.Hour)
+	for range 4 {
+		s.TakeUnsent("ok", &l, t0, 1)
+		s.TakeUnsent("lost", &l, t0, 2)
+	}
+	got := map[string]int64{}
+	s.Changed(t0, true, func(batch []Snapshot) {
+		for _, b := range batch {
+			got[b.Key] = b.Unacked
+		}
+	})
+	if want := map[string]int64{"ok": 4, "lost": 8}; !maps.Equal(got, want) {
+		t.Fatalf("Changed handed out %v, want %v", got, want)
+	}
+	s.Mark("lost", t0, got["lost"])
+	s.Acked(s.Round())
+	if _, n, _ := s.TakeUnsent("ok", &l, t0, 1); n != 1 {
+		t.Errorf("ok after its round was acknowledged: %d unacknowledged, want 1", n)
+	}
+	if _, n, _ := s.TakeUnsent("lost", &l, t0, 1); n != 9 {
+		t.Errorf("lost after its copy was given back: %d unacknowledged, want 8 + 1", n)
+	}
+}

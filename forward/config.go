@@ -94,6 +94,15 @@ type ReplicationConfig struct {
 	// MaxPending sends the changes at once when this many keys have
 	// changed, before Interval ends. Default 256.
 	MaxPending int
+	// MaxLoss bounds, in tokens, what a crash of the owner can lose of one
+	// key: at no instant has a key admitted more than MaxLoss tokens that
+	// its successors have not acknowledged, whatever the check rate. A
+	// check that brings a key's unacknowledged tokens above MaxLoss/2
+	// starts a round at once (and is answered at once); one that brings
+	// them above MaxLoss is answered when a round begun after it is
+	// acknowledged. Default 10; negative: no bound in tokens (Interval and
+	// MaxPending only). A check with Sync always waits, whatever MaxLoss.
+	MaxLoss int64
 }
 
 // DefaultConfig returns the defaults; Self, Store, NewRing and Peers are
@@ -101,7 +110,7 @@ type ReplicationConfig struct {
 func DefaultConfig() Config {
 	return Config{PeerTimeout: 500 * time.Millisecond, Grace: 3 * time.Second, LocalKeys: 1 << 16,
 		Lease:       LeaseConfig{TTL: 100 * time.Millisecond, Max: 1000},
-		Replication: ReplicationConfig{Factor: 1, Interval: 20 * time.Millisecond, MaxPending: 256}}
+		Replication: ReplicationConfig{Factor: 1, Interval: 20 * time.Millisecond, MaxPending: 256, MaxLoss: 10}}
 }
 
 // Validate reports the first missing or invalid field by name. It changes
@@ -163,6 +172,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replication.MaxPending == 0 {
 		c.Replication.MaxPending = d.Replication.MaxPending
+	}
+	if c.Replication.MaxLoss == 0 {
+		c.Replication.MaxLoss = d.Replication.MaxLoss
 	}
 	if c.Clock == nil {
 		c.Clock = clock.System()

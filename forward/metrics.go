@@ -30,6 +30,8 @@ type metrics struct {
 	// Surviving crashes and partitions.
 	replicationLag    prometheus.Histogram
 	replicationErrors prometheus.Counter
+	replicationWaits  prometheus.Counter
+	unconfirmed       prometheus.Counter
 	replicasRefused   prometheus.Counter
 	standInChecks     prometheus.Counter
 	standInForwarded  prometheus.Counter
@@ -81,6 +83,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .02, .03, .05, .1, .25, .5, 1, 2.5},
 		}),
 		replicationErrors: counter("ringlimit_replication_errors_total", "Replication batches a successor did not acknowledge."),
+		replicationWaits:  counter("ringlimit_replication_waits_total", "Answers held until the key's successors acknowledged its spend (replication: sync, or the key's spend since its last copy past half of MaxLoss)."),
+		unconfirmed:       counter("ringlimit_replication_unconfirmed_total", "Held answers given without the successors' acknowledgement (no live successor, a failed round, or the caller gone): answered as async."),
 		replicasRefused:   counter("ringlimit_replicas_refused_total", "Replicated states refused because their sender is not a member of this node's ring."),
 		standInChecks:     counter("ringlimit_successor_checks_total", "Checks this node decided as the successor of an owner that could not be reached (or as a redirected check's last hop)."),
 		standInForwarded:  counter("ringlimit_successor_forwarded_total", "Checks this node sent to a key's successor because the owner could not be reached."),
@@ -98,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{degraded, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted,
-			m.leasesReturned, m.leasedChecks, m.replicationLag, m.replicationErrors, m.replicasRefused, m.standInChecks,
+			m.leasesReturned, m.leasedChecks, m.replicationLag, m.replicationErrors, m.replicationWaits, m.unconfirmed, m.replicasRefused, m.standInChecks,
 			m.standInForwarded, m.promoted, m.redirects, m.redirectsFollowed, m.ringDisagreements} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,17 @@ const _ = uint(peer.MaxReplicateStates - replicateChunk)
 // successor holds none of them. A key that is full when its round comes is
 // not sent: every earlier state of it, refilled to now, is full too (it
 // spent no more since), so the successor's replica is already right.
+//
+// The bound in tokens (ReplicationConfig.MaxLoss): the store counts, per
+// key, the tokens admitted that no acknowledged round carries. Past half of
+// MaxLoss a check starts a round at once; past MaxLoss (and for every
+// replication: sync check) the router holds the answer: it asks await for a
+// round that begins after the check's spend, and answers once that round is
+// acknowledged. A round is acknowledged (bucket.Store.Acked) when every
+// successor took every copy it carried.
+// Rounds are numbered; one runs at a time, so a round's copy of a key holds
+// every spend made before it began, and the checks held meanwhile share the
+// next round (the replica round trip is paid once per round, not per check).
 type replicator struct {
 	cfg   ReplicationConfig
 	self  string
@@ -43,13 +55,112 @@ type replicator struct {
 	mu      sync.Mutex // one round at a time
 	resync  chan struct{}
 	lastLag atomic.Int64 // of the last round, ns
+
+	kick     chan struct{} // a held answer asks for a round now
+	lastHold atomic.Int64  // when an answer was last held (clock.Instant), 0: never
+	started  atomic.Uint64 // rounds begun (the number of the last one)
+	roundMu  sync.Mutex    // guards the three fields below
+	done     uint64        // the last round acknowledged (or given up)
+	failed   uint64        // the last round some of whose copies were not acknowledged
+	ended    chan struct{} // closed, and replaced, when a round ends
 }
 
 func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers Peers, view func() *view,
 	c clock.Clock, log *slog.Logger, m *metrics) *replicator {
 	store.SetTrack(!cfg.Off)
 	return &replicator{cfg: cfg, self: self, store: store, peers: peers, view: view, clock: c, log: log, m: m,
-		resync: make(chan struct{}, 1)}
+		resync: make(chan struct{}, 1), kick: make(chan struct{}, 1), ended: make(chan struct{})}
+}
+
+// hold says what a check that left its key with unacked tokens no
+// acknowledged round carries (bucket.Store.TakeUnsent) needs before it is
+// answered: past MaxLoss (or for a sync check that spent), a round begun
+// after it (it reports true: the caller awaits); past half of MaxLoss, a
+// round started now, without waiting for it. On a ring of one there is no
+// successor: a sync check is answered at once and counted unconfirmed.
+func (p *replicator) hold(v *view, unacked int64, sync bool) bool {
+	if !p.on() || unacked <= 0 {
+		return false
+	}
+	bounded := p.cfg.MaxLoss > 0
+	if !sync && (!bounded || unacked <= p.cfg.MaxLoss/2) {
+		return false
+	}
+	if v.ring == nil || v.ring.Len() < 2 {
+		if sync {
+			p.m.unconfirmed.Inc()
+		}
+		return false
+	}
+	if sync || unacked > p.cfg.MaxLoss {
+		return true
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default: // a round is asked for already
+	}
+	return false
+}
+
+// await returns once a round that began after it was called has ended,
+// starting one at once if none is running; it reports whether that round's
+// successors acknowledged every copy. It gives up, unconfirmed, when ctx
+// ends or stop is closed (the router is closing).
+func (p *replicator) await(ctx context.Context, stop <-chan struct{}) bool {
+	p.m.replicationWaits.Inc()
+	p.lastHold.Store(int64(p.clock.Now()))
+	want := p.started.Load() + 1
+	select {
+	case p.kick <- struct{}{}:
+	default: // a round is asked for already
+	}
+	for {
+		p.roundMu.Lock()
+		done, failed, ended := p.done, p.failed, p.ended
+		p.roundMu.Unlock()
+		if done >= want {
+			if failed >= want {
+				p.m.unconfirmed.Inc()
+				return false
+			}
+			return true
+		}
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			p.m.unconfirmed.Inc()
+			return false
+		case <-stop:
+			p.m.unconfirmed.Inc()
+			return false
+		}
+	}
+}
+
+// holdWindow is how long after a held answer the peer service decides
+// each batch on its own goroutine (see Router.MayWait).
+const holdWindow = time.Second
+
+// holding reports whether an answer was held within holdWindow of now.
+func (p *replicator) holding(now clock.Instant) bool {
+	last := p.lastHold.Load()
+	return last != 0 && now.Sub(clock.Instant(last)) < holdWindow
+}
+
+// begin numbers a new round; the caller holds p.mu.
+func (p *replicator) begin() uint64 { return p.started.Add(1) }
+
+// end records that round n ended, acknowledged whole or not, and wakes the
+// answers waiting for it.
+func (p *replicator) end(n uint64, ok bool) {
+	p.roundMu.Lock()
+	p.done = n
+	if !ok {
+		p.failed = n
+	}
+	close(p.ended)
+	p.ended = make(chan struct{})
+	p.roundMu.Unlock()
 }
 
 // on reports whether keys are replicated at all.
@@ -66,8 +177,9 @@ func (p *replicator) ringChanged() {
 	}
 }
 
-// loop runs a round every Interval, and sooner when MaxPending keys are
-// marked (looked at four times an Interval).
+// loop runs a round every Interval, sooner when MaxPending keys are marked
+// (looked at four times an Interval), and at once when an answer waits for
+// one.
 func (p *replicator) loop(ctx context.Context) {
 	if !p.on() {
 		return
@@ -81,6 +193,9 @@ func (p *replicator) loop(ctx context.Context) {
 			return
 		case <-p.resync:
 			p.sendOwned(ctx)
+			last = p.clock.Now()
+		case <-p.kick:
+			p.flush(ctx)
 			last = p.clock.Now()
 		case <-tick.C():
 			now := p.clock.Now()
@@ -96,29 +211,48 @@ func (p *replicator) loop(ctx context.Context) {
 func (p *replicator) sendOwned(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := p.begin()
 	v := p.view()
 	now := p.clock.Now()
-	out := map[string][]peer.State{}
+	out := newOutbox()
 	p.store.Range(now, func(batch []bucket.Snapshot) bool {
 		p.add(v, out, batch)
 		return ctx.Err() == nil
 	})
-	p.send(ctx, out)
+	// Range leaves the keys marked: the next flush sends them again, and
+	// ends the rounds their held answers wait for.
+	ok := p.send(ctx, out) && out.whole() && ctx.Err() == nil
+	if ok { // every key's state now, so every round handed out before
+		p.store.Acked(p.store.Round())
+	}
+	p.end(n, ok)
 }
 
 // flush sends the marked keys' states to their successors and waits for
-// their acknowledgements.
+// their acknowledgements. A copy that is not acknowledged gives its key's
+// tokens back to the store (Mark), so that the round can be acknowledged
+// for all the others.
 func (p *replicator) flush(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := p.begin()
 	v := p.view()
-	out := map[string][]peer.State{}
+	out := newOutbox()
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
-	if len(out) == 0 {
+	round := p.store.Round()
+	now := p.clock.Now()
+	for _, s := range out.orphans { // after Changed: it would hand them out again
+		p.store.Mark(s.Key, now, s.Unacked)
+	}
+	ok := p.send(ctx, out) && out.whole()
+	if !out.alone { // alone, nothing was copied: the tokens stay counted
+		p.store.Acked(round)
+	}
+	p.end(n, ok)
+	if len(out.states) == 0 {
 		return
 	}
-	p.send(ctx, out)
 	if first != 0 { // 0: marked while the previous round drained the store
 		lag := p.clock.Now().Sub(first)
 		p.lastLag.Store(int64(lag))
@@ -126,9 +260,28 @@ func (p *replicator) flush(ctx context.Context) {
 	}
 }
 
+// outbox is a round's copies, by successor, each with the tokens it
+// carries that no acknowledged round did.
+type outbox struct {
+	states  map[string][]peer.State
+	unacked map[string][]int64
+	orphans []bucket.Snapshot // spent keys of this node's with no live successor
+	alone   bool              // on a ring of one: no copies at all
+}
+
+func newOutbox() *outbox {
+	return &outbox{states: map[string][]peer.State{}, unacked: map[string][]int64{}}
+}
+
+// whole reports whether every spent key has a copy to send.
+func (o *outbox) whole() bool { return !o.alone && len(o.orphans) == 0 }
+
 // add appends the states of the keys this node owns to out, by successor.
-func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Snapshot) {
+func (p *replicator) add(v *view, out *outbox, batch []bucket.Snapshot) {
 	if v.ring == nil || v.ring.Len() < 2 {
+		for i := range batch {
+			out.alone = out.alone || batch[i].Used > 0
+		}
 		return
 	}
 	var buf [4]string
@@ -137,27 +290,41 @@ func (p *replicator) add(v *view, out map[string][]peer.State, batch []bucket.Sn
 		if s.Used == 0 || ownerIn(v.ring, p.self, s.Key) != p.self {
 			continue // full (so is the replica), or not ours: a copy the handoff moves
 		}
+		copies := 0
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
-				out[succ] = append(out[succ], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+				out.states[succ] = append(out.states[succ], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+				out.unacked[succ] = append(out.unacked[succ], s.Unacked)
+				copies++
 			}
+		}
+		if copies == 0 {
+			out.orphans = append(out.orphans, bucket.Snapshot{Key: strings.Clone(s.Key), Unacked: s.Unacked})
 		}
 	}
 }
 
-// send replicates out, one goroutine per successor.
-func (p *replicator) send(ctx context.Context, out map[string][]peer.State) {
+// send replicates out, one goroutine per successor, and reports whether
+// every successor acknowledged every state.
+func (p *replicator) send(ctx context.Context, out *outbox) bool {
 	var wg sync.WaitGroup
-	for succ, states := range out {
-		wg.Go(func() { p.sendTo(ctx, succ, states) })
+	var failed atomic.Bool
+	for succ, states := range out.states {
+		wg.Go(func() {
+			if !p.sendTo(ctx, succ, states, out.unacked[succ]) {
+				failed.Store(true)
+			}
+		})
 	}
 	wg.Wait()
+	return !failed.Load()
 }
 
-// sendTo replicates states to succ in chunks; on failure it marks them
-// again (the next round retries) unless the successor is gone or this node
-// is stopping.
-func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State) {
+// sendTo replicates states to succ in chunks and reports whether succ
+// acknowledged them all; on failure it marks them again, giving back the
+// tokens each carried (unacked, by state), so that the next round retries
+// them, unless this node is stopping.
+func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State, unacked []int64) bool {
 	for off := 0; off < len(states); off += replicateChunk {
 		chunk := states[off:min(off+replicateChunk, len(states))]
 		if _, err := p.peers.Replicate(ctx, succ, chunk); err == nil {
@@ -166,15 +333,16 @@ func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.Stat
 			p.m.replicationErrors.Inc()
 			p.log.Debug("replication failed", "to", succ, "keys", len(chunk), "err", err)
 		}
-		if ctx.Err() != nil || !p.view().has(succ) {
-			return
+		if ctx.Err() != nil {
+			return false
 		}
 		now := p.clock.Now()
-		for _, s := range states[off:] {
-			p.store.Mark(s.Key, now)
+		for i := off; i < len(states); i++ {
+			p.store.Mark(states[i].Key, now, unacked[i])
 		}
-		return
+		return false
 	}
+	return true
 }
 
 // lag is how long the last round's oldest change waited until its

@@ -250,6 +250,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 	remote := func(c *Check) bool { return ownerIn(v.ring, r.cfg.Self, c.Key) != r.cfg.Self }
 	shedGroups := r.pre.all(r.cfg.Self, checks, out, remote, now)
 	var groups []*group // one per remote owner, in order of first appearance
+	hold := false       // a local spend waits for its replica before the answer
 	for i := range checks {
 		c := &checks[i]
 		if out[i].Shed {
@@ -277,7 +278,9 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 				out[i] = Result{Owner: r.cfg.Self}
 				continue
 			}
-			out[i] = r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, now)
+			var h bool
+			out[i], h = r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, c.Sync, now)
+			hold = hold || h
 			continue
 		}
 		g := findGroup(groups, owner)
@@ -286,6 +289,9 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			groups = append(groups, g)
 		}
 		g.idx = append(g.idx, i)
+	}
+	if hold {
+		defer r.repl.await(ctx, r.ctx.Done())
 	}
 	if len(groups) == 0 {
 		return nil
@@ -320,18 +326,20 @@ func findGroup(groups []*group, owner string) *group {
 // decideLocal decides a check of a key this node owns on its store. During
 // the grace period after a ring change, or while a member is down, a key it
 // holds no copy of first gets one from where its state is: the replica of a
-// previous owner that died, or the previous owner itself.
-func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket.Limit, cost int64, now clock.Instant) Result {
+// previous owner that died, or the previous owner itself. It reports
+// whether the answer must wait for a replication round (replicator.hold):
+// the caller awaits one round for all its checks before it answers.
+func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket.Limit, cost int64, sync bool, now clock.Instant) (Result, bool) {
 	// Only after a ring change (or while a member is down) can a key this
 	// node has no copy of have state elsewhere: no lookup otherwise.
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
 	}
-	d, err := r.cfg.Store.Take(key, l, now, cost)
+	d, unsent, err := r.cfg.Store.TakeUnsent(key, l, now, cost)
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
-	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
+	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, r.repl.hold(v, unsent, sync)
 }
 
 // recover gives this node a copy of a key it now owns and holds none of.

@@ -23,6 +23,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 	if version != 0 && version != v.version() {
 		r.m.ringDisagreements.Inc()
 	}
+	hold := false // a local spend waits for its replica before the batch is answered
 	for i := range reqs {
 		q, a := &reqs[i], &out[i]
 		*a = peer.Answer{}
@@ -38,9 +39,11 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		}
 		var res Result
 		if owner == r.cfg.Self {
-			res = r.decideLocal(ctx, v, q.Key, &q.Limit, q.Cost, now)
+			var h bool
+			res, h = r.decideLocal(ctx, v, q.Key, &q.Limit, q.Cost, q.Sync, now)
+			hold = hold || h
 		} else {
-			res = r.decideFor(ctx, v, owner, &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost}, now)
+			res = r.decideFor(ctx, v, owner, &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Sync: q.Sync}, now)
 		}
 		if q.Lease > 0 && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
 			if a.LeaseGranted = r.cfg.Store.Grant(q.Key, &q.Limit, now, min(q.Lease, q.Limit.Burst())); a.LeaseGranted > 0 {
@@ -50,17 +53,23 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		}
 		a.SetDecision(&res.Decision)
 	}
+	if hold {
+		r.repl.await(ctx, r.ctx.Done())
+	}
 }
 
 // MayWait implements peer.Handler: a batch may block when its sender is
-// not on this node's ring yet, or when a ring change is recent enough that
-// keys may be fetched from their previous owner.
+// not on this node's ring yet, when a ring change is recent enough that
+// keys may be fetched from their previous owner, or when answers were held
+// for their replica within the last second (replication: sync, or a key
+// past the bound in tokens): a held batch must not hold up the others.
 func (r *Router) MayWait(from string) bool {
 	v := r.view.Load()
 	if from != "" && !v.has(from) && v.len() <= 1 {
 		return true
 	}
-	return v.inGrace(r.cfg.Clock.Now(), r.cfg.Grace)
+	now := r.cfg.Clock.Now()
+	return v.inGrace(now, r.cfg.Grace) || r.repl.holding(now)
 }
 
 // Merge implements peer.Handler: each state is spend the sender made on

@@ -189,7 +189,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 	var asked []string // keys this call asks a lease for
 	for j, i := range idx {
 		c := &checks[i]
-		reqs[j] = peer.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final}
+		reqs[j] = peer.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync}
 		if !final && c.Lease && !c.Refund && r.leases.ask(c.Key) {
 			reqs[j].Lease = r.leases.size(c, v.len())
 			asked = append(asked, c.Key)
@@ -289,7 +289,11 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 		return Result{Owner: r.cfg.Self}
 	}
 	if owner == r.cfg.Self {
-		return r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, now)
+		res, hold := r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, c.Sync, now)
+		if hold {
+			r.repl.await(ctx, r.ctx.Done())
+		}
+		return res
 	}
 	r.handoff.mayHoldForeign()
 	r.adopt(owner, c.Key, now)

@@ -66,6 +66,12 @@ type Check struct {
 	// short lease of the key's tokens granted by the owner (token bucket
 	// only; see lease.go).
 	Lease bool
+	// Sync holds an admitted check's answer until the key's successors
+	// acknowledged its spend (replication: sync): a crash of the owner
+	// right after the answer loses none of it. Without a live successor
+	// the answer is given as without Sync and counted
+	// (ringlimit_replication_unconfirmed_total).
+	Sync bool
 	// Together, when not 0, groups the checks of one request (its layers):
 	// when the pre-limiter sheds one of them, the others of the group are
 	// neither sent nor spent, and come back Skipped.

@@ -103,7 +103,7 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 		in := make([]wireCheck, n)
 		for j := range in {
 			r := &reqs[off+j]
-			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final,
+			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final, sync: r.Sync,
 				trace: tc, traced: traced}
 		}
 		call := batcher.NewCall(ctx, in, make([]wireDecision, n))

@@ -202,7 +202,7 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
 			return
 		}
-		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final})
+		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final, Sync: c.sync})
 	}
 	if cap(pb.answers) < len(pb.reqs) {
 		pb.answers = make([]Answer, len(pb.reqs))

@@ -20,6 +20,9 @@ type Request struct {
 	// names another owner (the sender's last hop: a stand-in for an
 	// unreachable owner, or a redirected check).
 	Final bool
+	// Sync asks the owner to answer an admitted check only once the key's
+	// successors acknowledged its spend (replication: sync).
+	Sync bool
 }
 
 // Answer is the owner's decision on one Request.

@@ -112,6 +112,7 @@ type wireCheck struct {
 	refund bool
 	lease  int64
 	final  bool
+	sync   bool
 	// trace is the check's W3C trace context when traced is set (field
 	// trace, written only then: an untraced check has the bytes it had
 	// before the field existed).
@@ -157,7 +158,7 @@ type checkAnswer struct {
 const (
 	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst                     = 1, 2, 3, 4
 	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease, fCheckFinal = 1, 2, 3, 4, 5, 6
-	fCheckTrace                                                                = 7
+	fCheckTrace, fCheckSync                                                    = 7, 8
 	fReqFrom, fReqChecks, fReqID, fReqRingVersion                              = 1, 2, 3, 4
 	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
 	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect                               = 6, 7, 8
@@ -220,7 +221,8 @@ func (c *wireCheck) size() int {
 	// field even when it is empty).
 	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
 		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
-		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final)) + c.traceSize()
+		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final)) + c.traceSize() +
+		varintSize(fCheckSync, boolVal(c.sync))
 }
 
 func (c *wireCheck) traceSize() int {
@@ -243,7 +245,7 @@ func (c *wireCheck) appendTo(b []byte) []byte {
 		b = protowire.AppendTag(b, fCheckTrace, protowire.BytesType)
 		b = protowire.AppendBytes(b, c.trace[:])
 	}
-	return b
+	return appendVarint(b, fCheckSync, boolVal(c.sync))
 }
 
 func (m *checkBatch) size() int {

@@ -100,6 +100,8 @@ func (c *wireCheck) parse(b []byte) error {
 			c.lease = int64(v)
 		case fCheckFinal << 3:
 			c.final = v != 0
+		case fCheckSync << 3:
+			c.sync = v != 0
 		case fCheckTrace<<3 | 2:
 			// Best effort: a trace context of another length (a later
 			// format) is ignored, not a reason to refuse the batch.

@@ -28,6 +28,7 @@ func genWireCheck(t *rapid.T, label string) wireCheck {
 		refund: rapid.Bool().Draw(t, label+".refund"),
 		lease:  rapid.Int64().Draw(t, label+".lease"),
 		final:  rapid.Bool().Draw(t, label+".final"),
+		sync:   rapid.Bool().Draw(t, label+".sync"),
 		traced: rapid.Bool().Draw(t, label+".traced"),
 		trace:  traceContext(rapid.SliceOfN(rapid.Byte(), traceContextLen, traceContextLen).Draw(t, label+".trace")),
 	}
@@ -49,6 +50,7 @@ func batchToProto(m *checkBatch) *peerv1.CheckRequest {
 			Refund: c.refund,
 			Lease:  c.lease,
 			Final:  c.final,
+			Sync:   c.sync,
 		}
 		if c.traced {
 			pc.Trace = bytes.Clone(c.trace[:])

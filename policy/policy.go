@@ -54,6 +54,10 @@ type Layer struct {
 	// Lease lets entry nodes admit from short leases of the key's tokens
 	// (token bucket only): for hot keys.
 	Lease bool
+	// Sync is replication: sync: every admitted spend of the layer's keys
+	// is acknowledged by the key's successor before the answer, so that a
+	// crash of the owner over-admits none of it (forward.Check.Sync).
+	Sync bool
 
 	route string // a route layer's pattern, used in +route keys
 }
@@ -142,6 +146,7 @@ type limitYAML struct {
 	DryRun      *bool    `yaml:"dry_run"`
 	Prelimit    *float64 `yaml:"prelimit"`
 	Lease       bool     `yaml:"lease"`
+	Replication string   `yaml:"replication"`
 }
 
 type routeYAML struct {
@@ -356,7 +361,18 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	if y.Lease && alg != bucket.TokenBucket {
 		return nil, fmt.Errorf("lease: only a token_bucket can be leased, not %v", alg)
 	}
-	l := &Layer{Scope: scope, Limit: lim, FailureMode: mode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit, Lease: y.Lease}
+	var sync bool
+	switch y.Replication {
+	case "", "async":
+	case "sync":
+		if y.Lease {
+			return nil, errors.New("replication: sync cannot be leased (an entry node admits from a lease before the owner's replica has it)")
+		}
+		sync = true
+	default:
+		return nil, fmt.Errorf("replication: want async or sync, got %q", y.Replication)
+	}
+	l := &Layer{Scope: scope, Limit: lim, FailureMode: mode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit, Lease: y.Lease, Sync: sync}
 	if y.DryRun != nil {
 		l.DryRun = *y.DryRun
 	}

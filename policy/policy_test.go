@@ -233,6 +233,10 @@ func TestParseErrors(t *testing.T) {
 			[]string{`policies.api.anonymous_tier: no tier named "anon"`}, ""},
 		{"bad failure_mode", "policies:\n  api:\n    tiers:\n      free: {limit: 10, per: 1s, failure_mode: fail_maybe}\n",
 			[]string{"policies.api.tiers.free.failure_mode:", `got "fail_maybe"`}, ""},
+		{"bad replication", "policies:\n  api:\n    tiers:\n      free: {limit: 10, per: 1s, replication: quorum}\n",
+			[]string{"policies.api.tiers.free.replication:", `want async or sync, got "quorum"`}, ""},
+		{"sync replication of a leased layer", "policies:\n  api:\n    tiers:\n      free: {limit: 10, per: 1s, lease: true, replication: sync}\n",
+			[]string{"policies.api.tiers.free.replication: sync cannot be leased"}, ""},
 		{"bad key", "policies:\n  api:\n    tiers:\n      free: {limit: 10, per: 1s, key: cookie}\n",
 			[]string{"policies.api.tiers.free.key:", `got "cookie"`}, ""},
 		{"prelimit 0.5 on the policy", "policies:\n  api:\n    prelimit: 0.5\n    tiers:\n" + okTier,
@@ -325,6 +329,31 @@ func TestParseAccepts(t *testing.T) {
 				"e": {Scope: "tier:e", Limit: lim(t, "sliding_window_counter", 5, time.Second, 0), KeyBy: ByIdentity},
 			}
 			equal(t, "every algorithm", "tiers", p.Tiers, want)
+		}, "api"},
+		{"replication: sync on a tier and a route, async and absent elsewhere", `policies:
+  api:
+    tiers:
+      a: {limit: 1, per: 1s, replication: sync}
+      b: {limit: 1, per: 1s, replication: async}
+      c: {limit: 1, per: 1s}
+    routes:
+      - {match: /pay, limit: {limit: 1, per: 1s, replication: sync}}
+`, func(t *testing.T, s *Set) {
+			p := s.Policies["api"]
+			got := map[string]bool{"a": p.Tiers["a"].Sync, "b": p.Tiers["b"].Sync, "c": p.Tiers["c"].Sync, "/pay": p.Routes[0].Layer.Sync}
+			equal(t, "replication", "sync", got, map[string]bool{"a": true, "b": false, "c": false, "/pay": true})
+			checks, err := p.Resolve(Request{User: "u", Route: "/pay", Tier: "a"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(checks) != 2 {
+				t.Fatalf("Resolve: %d checks, want the route's and the tier's", len(checks))
+			}
+			for _, c := range checks {
+				if !c.Sync {
+					t.Errorf("Resolve: %s check without Sync", c.Scope)
+				}
+			}
 		}, "api"},
 		{"dry_run and prelimit: policy default, layer overrides", `policies:
   api:

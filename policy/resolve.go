@@ -38,6 +38,7 @@ type Check struct {
 	DryRun      bool
 	Prelimit    float64
 	Lease       bool
+	Sync        bool
 }
 
 // ErrRequest wraps every error caused by a bad request; callers map it to
@@ -129,7 +130,7 @@ func (p *Policy) Resolve(req Request, override *Layer) ([]Check, error) {
 			return nil, fmt.Errorf("%w: cost: %d exceeds the capacity %d of %s", ErrRequest, cost, l.Limit.Capacity(), l.Scope)
 		}
 		checks = append(checks, Check{Key: key, Limit: l.Limit, Cost: cost, Scope: l.Scope,
-			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease})
+			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease, Sync: l.Sync})
 	}
 	return checks, nil
 }

@@ -36,6 +36,7 @@ type config struct {
 	adminTokenFile  string
 	gcHeadroomMiB   int
 	replication     int
+	maxLoss         int64 // --replication-max-loss
 	clusterSize     int
 	gossipKeyFile   string
 	gossipKeys      [][]byte // read from gossipKeyFile at startup
@@ -117,6 +118,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.auditPath, "audit-log", "", "file to append the audit log to (JSON lines); empty logs audit entries with the other logs")
 	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")
 	fs.IntVar(&c.replication, "replication-factor", 1, "successors that keep a copy of each key's state, so that a crash loses at most the last few milliseconds of spend (0: off)")
+	fs.Int64Var(&c.maxLoss, "replication-max-loss", 10, "most tokens of one key a kill -9 of its owner can over-admit, whatever the check rate: a key past half of it since its last copy is replicated before the answer (0: no bound in tokens, only the 20ms rounds)")
 	fs.IntVar(&c.clusterSize, "cluster-size", 0, "members the quorum is counted against: a node that sees fewer than a majority up does not take over the keys of the others (0: the members it last knew)")
 	fs.StringVar(&c.gossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys (16, 24 or 32 bytes), one per line, the first used to encrypt, all tried to decrypt; re-read every 2s and applied to the running keyring (off when empty: gossip in clear)")
 	fs.StringVar(&c.clusterName, "cluster-name", "", "label carried by all gossip; nodes with another name (or none) are refused (at most 255 bytes)")
@@ -198,6 +200,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.replication < 0 || c.replication > 8 {
 		return c, fmt.Errorf("--replication-factor: must be from 0 to 8, got %d", c.replication)
+	}
+	if c.maxLoss < 0 || c.maxLoss > 1<<30 {
+		return c, fmt.Errorf("--replication-max-loss: must be from 0 to %d tokens, got %d", 1<<30, c.maxLoss)
 	}
 	if c.clusterSize < 0 {
 		return c, fmt.Errorf("--cluster-size: must not be negative, got %d", c.clusterSize)

@@ -46,6 +46,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--max-keys", "0"}, nil, "--max-keys"},
 		{[]string{"--log-level", "loud"}, nil, "--log-level"},
 		{[]string{"--gc-headroom", "-1"}, nil, "--gc-headroom"},
+		{[]string{"--replication-max-loss", "-1"}, nil, "--replication-max-loss"},
 		{[]string{"--name", ""}, nil, "--name"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{nil, map[string]string{"RINGLIMIT_MAX_KEYS": "many"}, "RINGLIMIT_MAX_KEYS"},

@@ -271,7 +271,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	ringCfg := ring.DefaultConfig()
 	n.router, err = forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
-		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0},
+		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0, MaxLoss: cmp.Or(cfg.maxLoss, -1)},
 		ClusterSize: cfg.clusterSize, Joining: len(cfg.join) > 0,
 		Logger: log, Registerer: reg, TracerProvider: cfg.tracer})
 	if err != nil {

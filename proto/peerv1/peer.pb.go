@@ -306,7 +306,12 @@ type Check struct {
 	// bytes) and the trace flags (1 byte), 25 bytes in all. Left out when
 	// the check is not part of a sampled trace; a receiver that does not
 	// know the field skips it.
-	Trace         []byte `protobuf:"bytes,7,opt,name=trace,proto3" json:"trace,omitempty"`
+	Trace []byte `protobuf:"bytes,7,opt,name=trace,proto3" json:"trace,omitempty"`
+	// Answer an admitted check only once the key's successors acknowledged
+	// its spend (replication: sync), so that a crash of the owner right after
+	// the answer loses none of it. A receiver that does not know the field
+	// answers as it always did.
+	Sync          bool `protobuf:"varint,8,opt,name=sync,proto3" json:"sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +393,13 @@ func (x *Check) GetTrace() []byte {
 		return x.Trace
 	}
 	return nil
+}
+
+func (x *Check) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
 }
 
 type CheckRequest struct {
@@ -1050,7 +1062,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xb7\x01\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xcb\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1058,7 +1070,8 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x06refund\x18\x04 \x01(\bR\x06refund\x12\x14\n" +
 	"\x05lease\x18\x05 \x01(\x03R\x05lease\x12\x14\n" +
 	"\x05final\x18\x06 \x01(\bR\x05final\x12\x14\n" +
-	"\x05trace\x18\a \x01(\fR\x05trace\"\x87\x01\n" +
+	"\x05trace\x18\a \x01(\fR\x05trace\x12\x12\n" +
+	"\x04sync\x18\b \x01(\bR\x04sync\"\x87\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
