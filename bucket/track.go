@@ -1,8 +1,6 @@
 package bucket
 
 import (
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/ringlimit/ringlimit/clock"
 )
 
@@ -112,7 +110,7 @@ func (s *Store) SetTrack(on bool) {
 // Mark marks key as changed at now, if the store holds it and tracks
 // changes: for a change that must be reported again.
 func (s *Store) Mark(key string, at clock.Instant) {
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	if i := sh.lookup(h, key); i != none {
