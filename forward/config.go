@@ -94,6 +94,12 @@ type ReplicationConfig struct {
 	// MaxPending sends the changes at once when this many keys have
 	// changed, before Interval ends. Default 256.
 	MaxPending int
+	// MaxMemory bounds, in bytes, the states this node keeps for each
+	// other member (replicas of its keys, what it shares with it after
+	// fetches and pushes), apart from the node's own Store: see
+	// bucket.StoreConfig.MaxMemory. Default: the Store's MaxMemory, so
+	// that a successor can hold its owner's whole store.
+	MaxMemory int64
 }
 
 // DefaultConfig returns the defaults; Self, Store, NewRing and Peers are
@@ -129,6 +135,7 @@ func (c *Config) Validate() error {
 		{"Replication.Factor", c.Replication.Factor < 0},
 		{"Replication.Interval", c.Replication.Interval < 0},
 		{"Replication.MaxPending", c.Replication.MaxPending < 0},
+		{"Replication.MaxMemory", c.Replication.MaxMemory < 0},
 		{"ClusterSize", c.ClusterSize < 0},
 	} {
 		if f.bad {

@@ -89,7 +89,7 @@ func New(cfg Config) (*Router, error) {
 	r.view.Store(first)
 	changed := make(chan struct{})
 	r.viewChanged.Store(&changed)
-	r.shared = newShared(cfg.Store.Capacity())
+	r.shared = newShared(cfg.Store.Capacity(), cmp.Or(cfg.Replication.MaxMemory, cfg.Store.MaxMemory()))
 	r.known = newRefusals(cfg.LocalKeys)
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,
@@ -242,6 +242,11 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 	if err := ValidateChecks(checks); err != nil {
 		return err
 	}
+	for i := range checks {
+		if err := r.cfg.Store.CheckKey(checks[i].Key); err != nil {
+			return fmt.Errorf("%w: checks[%d].key: %w", ErrInvalid, i, err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -277,7 +282,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 				out[i] = Result{Owner: r.cfg.Self}
 				continue
 			}
-			out[i] = r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, now)
+			out[i] = r.decideLocal(ctx, v, c, now)
 			continue
 		}
 		g := findGroup(groups, owner)
@@ -320,14 +325,20 @@ func findGroup(groups []*group, owner string) *group {
 // decideLocal decides a check of a key this node owns on its store. During
 // the grace period after a ring change, or while a member is down, a key it
 // holds no copy of first gets one from where its state is: the replica of a
-// previous owner that died, or the previous owner itself.
-func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket.Limit, cost int64, now clock.Instant) Result {
+// previous owner that died, or the previous owner itself. A new key the
+// store has no room for (every key it holds has spent) is decided in its
+// failure mode, as for an unreachable owner.
+func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.Instant) Result {
+	key, l := c.Key, &c.Limit
 	// Only after a ring change (or while a member is down) can a key this
 	// node has no copy of have state elsewhere: no lookup otherwise.
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
 	}
-	d, err := r.cfg.Store.Take(key, l, now, cost)
+	d, err := r.cfg.Store.Take(key, l, now, c.Cost)
+	if errors.Is(err, bucket.ErrFull) {
+		return r.degrade(v, c, now)
+	}
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
