@@ -25,6 +25,8 @@ const (
 	CodeUnavailable     = "UNAVAILABLE"
 	CodeInternal        = "INTERNAL"
 	CodeNotFound        = "NOT_FOUND"
+	// CodeKeyTooLong: a key longer than the node's --max-key-bytes (400).
+	CodeKeyTooLong = "KEY_TOO_LONG"
 )
 
 // ScopeInline is the scope of a limit given inline in the request.
@@ -328,6 +330,8 @@ func jsonError(err error, textField string) error {
 
 func (a *API) writeCheckError(w http.ResponseWriter, err error) {
 	switch {
+	case errors.Is(err, bucket.ErrKeyTooLong):
+		writeError(w, http.StatusBadRequest, CodeKeyTooLong, err.Error())
 	case errors.Is(err, forward.ErrInvalid):
 		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
 	case errors.Is(err, forward.ErrUnavailable):

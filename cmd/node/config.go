@@ -25,6 +25,8 @@ type config struct {
 	grpcAddr        string
 	peerAddr        string
 	maxKeys         int
+	maxMemory       byteSize // --max-memory (store.go)
+	maxKeyBytes     int
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 	gossipAddr      string
@@ -93,7 +95,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.name, "name", host, "this node's name, unique in the cluster")
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "address of the HTTP API")
 	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:9090", "address of the gRPC API")
-	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
+	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; beyond it (or --max-memory) only keys that hold nothing (full again, or past their window) are dropped, least recently used first, and a new key finds no room when every key has spent: it gets its failure mode")
+	c.maxMemory = bucket.DefaultMaxMemory
+	fs.Var(&c.maxMemory, "max-memory", "bytes the key store may count (suffix KiB, MiB or GiB): 96 a key, plus the key's bytes past 23, plus a sliding window log's runs; about 104 B a short key and 1.1 KiB a 1 KiB key. Each other member's replicas get as much again. A new key that finds no room gets its failure mode (ringlimit_store_full_total)")
+	fs.IntVar(&c.maxKeyBytes, "max-key-bytes", bucket.MaxKeyLen, "longest key accepted, in bytes (at most 1024): a longer one is refused with 400 KEY_TOO_LONG / INVALID_ARGUMENT, changing nothing")
 	fs.StringVar(&c.peerAddr, "peer", "127.0.0.1:9190", "address of the peer gRPC service, which only other nodes call (mutual TLS with --tls-*)")
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
 	join := fs.String("join", "", "comma-separated seeds to join: gossip addresses host:port (a DNS name may resolve to several nodes, e.g. a Kubernetes headless Service) or DNS SRV names (_gossip._tcp.NAME); names are resolved again every few seconds, and a node keeps retrying until one answers or another node joins it; until then it owns no key and checks get their failure mode")

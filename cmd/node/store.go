@@ -1,0 +1,36 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// minShardMemory is the smallest --max-memory share a shard of the store
+// accepts (bucket: a few keys of the longest length).
+const minShardMemory = 4096
+
+// byteSize is a flag value in bytes: a whole number, optionally followed
+// by KiB, MiB or GiB.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = rest, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 || n > (1<<50)/mult || n*mult < minShardMemory {
+		return fmt.Errorf("want bytes from %d to 2^50, optionally with KiB, MiB or GiB, got %q", minShardMemory, s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
