@@ -163,7 +163,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	err := a.decodeCheck(w, r, p)
 	if err != nil {
 		a.m.invalid.WithLabelValues("http").Inc()
-		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+		writeError(w, http.StatusBadRequest, invalidCode(err), err.Error())
 		return
 	}
 	answers, err := a.decide(r.Context(), "http", p)
@@ -328,12 +328,19 @@ func jsonError(err error, textField string) error {
 	return fmt.Errorf("body: %v", err)
 }
 
+// invalidCode is the code of a 400: KEY_TOO_LONG for a key past the
+// limit, INVALID_ARGUMENT otherwise.
+func invalidCode(err error) string {
+	if errors.Is(err, bucket.ErrKeyTooLong) {
+		return CodeKeyTooLong
+	}
+	return CodeInvalidArgument
+}
+
 func (a *API) writeCheckError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, bucket.ErrKeyTooLong):
-		writeError(w, http.StatusBadRequest, CodeKeyTooLong, err.Error())
 	case errors.Is(err, forward.ErrInvalid):
-		writeError(w, http.StatusBadRequest, CodeInvalidArgument, err.Error())
+		writeError(w, http.StatusBadRequest, invalidCode(err), err.Error())
 	case errors.Is(err, forward.ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
