@@ -232,6 +232,9 @@ func testStoreFlood(t *testing.T, bin string) {
 	t.Logf("%d keys in %v: %d held, %d decided by their failure mode; RSS %d MiB before, %d MiB after (budget %d MiB)",
 		flood, time.Since(start).Round(time.Millisecond), len(held), full, before>>20, after>>20, budget>>20)
 
+	if n := stillExhausted(t, c, vs); n != 0 {
+		t.Fatalf("%d of %d exhausted keys admitted after the flood, want 0", n, victims)
+	}
 	if full == 0 {
 		t.Fatal("the store never filled")
 	}
@@ -240,9 +243,6 @@ func testStoreFlood(t *testing.T, bin string) {
 	}
 	if got := metric(t, h.client, p, "ringlimit_store_bytes"); got > budget {
 		t.Fatalf("ringlimit_store_bytes = %v, over the budget %d", got, budget)
-	}
-	if n := stillExhausted(t, c, vs); n != 0 {
-		t.Fatalf("%d of %d exhausted keys admitted after the flood, want 0", n, victims)
 	}
 	// Keys held keep working: each had 2 left, now 1.
 	for _, i := range held[:10] {
