@@ -213,9 +213,11 @@ const (
 	// MaxKeyLen bytes.
 	minShardMemory = 4096
 	// Bytes a key counts (see StoreConfig.MaxMemory).
-	entryBytes  = 64 + 16 + 16 // entry, index share, long-key header share
-	logBaseSize = 64           // a log's map entry and slice header
-	logRunSize  = 16
+	entryBytes = 64 + 16 + 16 // entry, index share, long-key header share
+	// logReserve is what a key under a sliding window log counts for its
+	// log, reserved whole when it takes one: its map entry and slice
+	// header (64), and maxLogRuns runs of 16 bytes.
+	logReserve = 64 + 16*maxLogRuns
 )
 
 // keyBytes returns the bytes a key of n bytes counts, its log apart.
@@ -237,14 +239,6 @@ func allocSize(n int) int64 {
 		return int64(n+127) &^ 127
 	}
 	return int64(n+1023) &^ 1023
-}
-
-// logBytes returns the bytes a sliding window log counts.
-func logBytes(log []logRun) int64 {
-	if cap(log) == 0 {
-		return 0
-	}
-	return logBaseSize + logRunSize*int64(cap(log))
 }
 
 // entry is one key's slot: one 64-byte cache line. Entries live in fixed
@@ -397,7 +391,7 @@ func (sh *shard) entry(h uint64, key string, l *Limit, now int64, peer bool) (i 
 	i = sh.lookup(h, key)
 	fresh = i == none
 	if fresh {
-		if i = sh.insert(h, key, now, peer); i == none {
+		if i = sh.insert(h, key, now, peer, l.alg == SlidingWindowLog); i == none {
 			return none, nil, true, false
 		}
 		e = sh.at(i)
@@ -408,15 +402,24 @@ func (sh *shard) entry(h uint64, key string, l *Limit, now int64, peer bool) (i 
 	sh.touch(i)
 	e = sh.at(i)
 	if e.fp != l.fp {
+		if _, has := sh.logs[i]; l.alg == SlidingWindowLog && !has && !sh.makeRoom(logReserve, now, peer, i) {
+			return i, e, false, false // no room for the log: the key keeps its state
+		}
 		sh.convert(e, i, l, now)
 	}
 	return i, e, false, true
 }
 
+// take applies a check. A new key with no room is not taken: ok is false.
+// A key held whose state cannot be converted to l for want of room is
+// refused, with a retry-after of l's period, and keeps its state.
 func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) (uint32, Decision, bool) {
 	i, e, fresh, ok := sh.entry(h, key, l, now, false)
 	if !ok {
-		return none, Decision{}, false
+		if fresh {
+			return none, Decision{}, false
+		}
+		return i, Decision{Limit: l.limit, RetryAfter: roundUpMs(int64(l.per)), ResetAfter: roundUpMs(int64(l.per))}, true
 	}
 	if l.alg == SlidingWindowLog {
 		log := sh.logs[i]
@@ -430,16 +433,19 @@ func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) (uint32, 
 	return i, d, true
 }
 
-// setLog makes log slot i's sliding window log, counting its bytes.
+// setLog makes log slot i's sliding window log; a slot that had none
+// counts logReserve from now on.
 func (sh *shard) setLog(i uint32, log []logRun) {
-	sh.bytes += logBytes(log) - logBytes(sh.logs[i])
+	if _, ok := sh.logs[i]; !ok {
+		sh.bytes += logReserve
+	}
 	sh.logs[i] = log
 }
 
 // dropLog deletes slot i's log, if any.
 func (sh *shard) dropLog(i uint32) {
-	if log, ok := sh.logs[i]; ok {
-		sh.bytes -= logBytes(log)
+	if _, ok := sh.logs[i]; ok {
+		sh.bytes -= logReserve
 		delete(sh.logs, i)
 	}
 }
@@ -482,9 +488,12 @@ func (sh *shard) remember(l *Limit) {
 // insert puts key in a fresh slot at the head of the LRU list, first
 // dropping keys that hold nothing at now if the shard is full. It returns
 // none, inserting nothing, when it finds no room.
-func (sh *shard) insert(h uint64, key string, now int64, peer bool) uint32 {
+func (sh *shard) insert(h uint64, key string, now int64, peer, log bool) uint32 {
 	need := keyBytes(len(key))
-	if !sh.makeRoom(need, now, peer) {
+	if log {
+		need += logReserve
+	}
+	if !sh.makeRoom(need, now, peer, none) {
 		return none
 	}
 	var i uint32
@@ -512,24 +521,33 @@ func (sh *shard) insert(h uint64, key string, now int64, peer bool) uint32 {
 	sh.idx.insert(uint32(h), i)
 	sh.n++
 	sh.bytes += need
+	if log {
+		sh.logs[i] = nil // the log's reserve, counted in need
+	}
 	return i
 }
 
 // makeRoom drops keys that hold nothing at now, least recently used first,
-// until a key counting need bytes fits, looking at most at evictScan that
-// still hold spend (each moved to the head). It reports whether the key
-// fits: within the shard's bounds, or for peer within the allowance.
-func (sh *shard) makeRoom(need, now int64, peer bool) bool {
-	for scanned := 0; sh.n >= sh.capacity || sh.bytes+need > sh.budget; {
+// until need more bytes fit (and a new key, unless keep names the slot
+// that needs them), looking at most at evictScan keys that still hold
+// spend (each moved to the head) or are keep. It reports whether they fit:
+// within the shard's bounds, or for peer within the allowance.
+func (sh *shard) makeRoom(need, now int64, peer bool, keep uint32) bool {
+	n := sh.n
+	if keep != none {
+		n-- // no new key
+	}
+	for scanned := 0; n >= sh.capacity || sh.bytes+need > sh.budget; {
 		i := sh.tail
 		if i == none || scanned >= evictScan {
-			return peer && sh.n < sh.capacity+sh.capacity/peerAllowance &&
+			return peer && n < sh.capacity+sh.capacity/peerAllowance &&
 				sh.bytes+need <= sh.budget+sh.budget/peerAllowance
 		}
-		if sh.at(i).idle <= now {
+		if i != keep && sh.at(i).idle <= now {
 			sh.remove(i)
 			sh.free = append(sh.free, i)
 			sh.evictions++
+			n--
 			continue
 		}
 		scanned++
