@@ -325,10 +325,13 @@ func TestStoreConvertToLogNeedsRoom(t *testing.T) {
 	tb := MustLimit(TokenBucket, 3, time.Hour, 3)
 	lg := MustLimit(SlidingWindowLog, 3, time.Hour, 0)
 	n := 0
-	for ; ; n++ {
+	for ; n < 1000; n++ {
 		if _, err := s.Take("k"+strconv.Itoa(n), &tb, 0, 2); errors.Is(err, ErrFull) {
 			break
 		}
+	}
+	if n == 1000 {
+		t.Fatal("1,000 keys of 96 bytes fit in 4 KiB: the budget is not kept")
 	}
 	d, err := s.Take("k0", &lg, 0, 1)
 	if err != nil || d.Allowed || d.RetryAfter != time.Hour {
