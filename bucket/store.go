@@ -213,7 +213,7 @@ const (
 	// MaxKeyLen bytes.
 	minShardMemory = 4096
 	// Bytes a key counts (see StoreConfig.MaxMemory).
-	entryBytes = 64 + 16 + 16 // entry, index share, long-key header share
+	entryBytes = 64 + 24 + 16 // entry, index share (8-byte cells at most 3/4 full, doubling), long-key header share
 	// logReserve is what a key under a sliding window log counts for its
 	// log, reserved whole when it takes one: its map entry and slice
 	// header (64), and maxLogRuns runs of 16 bytes.
