@@ -221,6 +221,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.maxKeys < 1 {
 		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)
 	}
+	if c.maxKeyBytes < 1 || c.maxKeyBytes > bucket.MaxKeyLen {
+		return c, fmt.Errorf("--max-key-bytes: must be between 1 and %d, got %d", bucket.MaxKeyLen, c.maxKeyBytes)
+	}
 	return c, nil
 }
 

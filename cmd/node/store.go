@@ -14,7 +14,18 @@ const minShardMemory = 4096
 // by KiB, MiB or GiB.
 type byteSize int64
 
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) String() string {
+	switch v := int64(*b); {
+	case v != 0 && v%(1<<30) == 0:
+		return strconv.FormatInt(v>>30, 10) + "GiB"
+	case v != 0 && v%(1<<20) == 0:
+		return strconv.FormatInt(v>>20, 10) + "MiB"
+	case v != 0 && v%(1<<10) == 0:
+		return strconv.FormatInt(v>>10, 10) + "KiB"
+	default:
+		return strconv.FormatInt(v, 10)
+	}
+}
 
 func (b *byteSize) Set(s string) error {
 	mult := int64(1)
