@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"testing"
@@ -91,5 +92,88 @@ func TestStoreFullFailureMode(t *testing.T) {
 	}
 	if res := check1(t, a.r, "k0", lim, 1); !res.Allowed || res.Degraded || res.Remaining != 8 {
 		t.Fatalf("a key held: %+v, want remaining 8", res)
+	}
+}
+
+// TestPromotionNeverEvictsSpent: B holds replicas of A's keys and a store
+// full of its own spent keys when A dies. Promotion takes A's keys over
+// within the store's allowance for peer state and drops none of B's spent
+// keys; the replicas it has no room for stay replicas, counted, and their
+// keys, exhausted, are not admitted by a failure mode that can refuse.
+func TestPromotionNeverEvictsSpent(t *testing.T) {
+	clk := testkit.NewClock(0)
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 64, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, "B", clk, func(c *nodeConfig) { c.Store = store })
+	a := startNode(t, "A", clk, nil)
+	c := startNode(t, "C", clk, nil)
+	setMembers(membersOf(a, b, c), b)
+	lim := hourly(10)
+	// B's own keys, on the ring before and after A dies; A's keys that B
+	// takes over.
+	all, err := newRing([]string{"A", "B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := newRing([]string{"B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own, theirs []string
+	for i := 0; len(own) < 64 || len(theirs) < 16; i++ {
+		k := "k-" + strconv.Itoa(i)
+		o1, _ := all.Owner(k)
+		o2, _ := after.Owner(k)
+		switch {
+		case o1 == "B" && len(own) < 64:
+			own = append(own, k)
+		case o1 == "A" && o2 == "B" && len(theirs) < 16:
+			theirs = append(theirs, k)
+		}
+	}
+	for _, k := range own {
+		if res := check1(t, b.r, k, lim, 4); !res.Allowed {
+			t.Fatalf("%s: %+v", k, res)
+		}
+	}
+	w := limitProto(lim)
+	var states []*peerv1.BucketState
+	for _, k := range theirs {
+		states = append(states, &peerv1.BucketState{Key: k, Limit: w, Used: 10})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := peerClient(t, b.addr).Replicate(ctx, &peerv1.ReplicateRequest{From: "A", Buckets: states}); err != nil {
+		t.Fatal(err)
+	}
+	down := membersOf(a, b, c)
+	down[0].Down = true
+	b.r.SetMembers(down)
+	testkit.WaitFor(t, 5*time.Second, "promotion", func() error {
+		if got := testkit.Metric(t, b.reg, "ringlimit_replicas_promoted_total"); got != 64/8 {
+			return fmt.Errorf("promoted %v, want %d", got, 64/8)
+		}
+		return nil
+	})
+	if got := testkit.Metric(t, b.reg, "ringlimit_store_states_refused_total", "store", "own", "reason", "full"); got != 16-64/8 {
+		t.Fatalf("refused %v, want %d", got, 16-64/8)
+	}
+	for _, k := range own {
+		if _, used, ok := store.Used(k, clk.Now()); !ok || used != 4 {
+			t.Fatalf("own key %s after promotion: used %d held %v, want 4", k, used, ok)
+		}
+	}
+	for _, k := range theirs {
+		for _, mode := range []bucket.FailureMode{bucket.FailClosed, bucket.Local} {
+			var out [1]Result
+			if err := b.r.Check(context.Background(), []Check{{Key: k, Limit: lim, Cost: 1, Mode: mode}}, out[:]); err != nil {
+				t.Fatal(err)
+			}
+			if out[0].Allowed {
+				t.Fatalf("%s, exhausted on A, after promotion (%v): %+v, want refused", k, mode, out[0])
+			}
+		}
 	}
 }

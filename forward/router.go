@@ -353,7 +353,9 @@ func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Lim
 	}
 	if v.isDown(prev) {
 		if rl, used, ok := r.shared.state(prev, key, now); ok {
-			r.cfg.Store.Set(key, &rl, now, used)
+			if r.cfg.Store.Set(key, &rl, now, used) != nil {
+				return // no room: the replica stays, and answers for the key (see exhausted)
+			}
 			r.shared.forget(prev, key)
 			r.m.promoted.Inc()
 			return
