@@ -28,6 +28,8 @@ const (
 	// CodeInlineLimitsDisabled refuses an inline limit on a node started
 	// with --inline-limits=false (Config.DisableInlineLimits).
 	CodeInlineLimitsDisabled = "INLINE_LIMITS_DISABLED"
+	// CodeKeyTooLong: a key longer than the node's --max-key-bytes (400).
+	CodeKeyTooLong = "KEY_TOO_LONG"
 )
 
 // ScopeInline is the scope of a limit given inline in the request.
@@ -178,7 +180,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	err := a.decodeCheck(w, r, p)
 	if err != nil {
 		a.m.invalid.WithLabelValues("http").Inc()
-		code := CodeInvalidArgument
+		code := invalidCode(err)
 		if errors.Is(err, errInlineDisabled) {
 			code = CodeInlineLimitsDisabled
 		}
@@ -368,13 +370,22 @@ func jsonError(err error, textField string) error {
 	return fmt.Errorf("body: %v", err)
 }
 
+// invalidCode is the code of a 400: KEY_TOO_LONG for a key past the
+// limit, INVALID_ARGUMENT otherwise.
+func invalidCode(err error) string {
+	if errors.Is(err, bucket.ErrKeyTooLong) {
+		return CodeKeyTooLong
+	}
+	return CodeInvalidArgument
+}
+
 // writeCheckError writes the answer to a check that failed with err;
 // with priv (see API.private), without the names of members, addresses,
 // policies and scopes.
 func (a *API) writeCheckError(w http.ResponseWriter, err error, priv bool) {
 	switch {
 	case errors.Is(err, forward.ErrInvalid):
-		writeError(w, http.StatusBadRequest, CodeInvalidArgument, a.message(err, priv))
+		writeError(w, http.StatusBadRequest, invalidCode(err), a.message(err, priv))
 	case errors.Is(err, forward.ErrUnavailable):
 		msg := err.Error()
 		if priv {

@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 			}, func() float64 { return float64(stats.Len()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "ringlimit_evictions_total",
-				Help: "Keys evicted from this node's bucket store to keep it within --max-keys.",
+				Help: "Keys that held nothing (full again, or past their window) dropped from this node's bucket store to make room within --max-keys and --max-memory.",
 			}, func() float64 { return float64(stats.Evictions()) }),
 		)
 	}

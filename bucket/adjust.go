@@ -1,15 +1,26 @@
 package bucket
 
 import (
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/ringlimit/ringlimit/clock"
 )
 
+// The entry points below take state from other nodes (replicas, handoff,
+// pushes, fetch answers) and hold every value hostile until checked: a
+// negative used or spend is refused (ErrSpend) and counted (Invalid), a
+// spend past the capacity saturates at it, and a key the store does not
+// hold is inserted only when it has spent something, never by dropping a
+// key that has (see StoreConfig.MaxMemory; refusals are counted by
+// Refused).
+
 // Set makes key's state under l exactly used at time now (clamped to the
 // limit's capacity): a copy of another node's state that replaces the one
-// held. It returns an error, changing nothing, for a bad key or limit.
+// held. It returns an error, changing nothing, for a bad key or limit, a
+// negative used (ErrSpend), or a new key with no room (ErrFull).
 func (s *Store) Set(key string, l *Limit, now clock.Instant, used int64) error {
+	if used < 0 {
+		s.invalid.Add(1)
+		return ErrSpend
+	}
 	return s.adjust(key, l, now, func(int64, bool) (int64, bool) { return used, true })
 }
 
@@ -17,29 +28,45 @@ func (s *Store) Set(key string, l *Limit, now clock.Instant, used int64) error {
 // admission check and never beyond the limit's capacity: the spend another
 // copy of the key made and this one has not seen. A key not held starts
 // full, so it ends with spend spent. It returns an error, changing
-// nothing, for a bad key or limit.
+// nothing, for a bad key or limit, a negative spend (ErrSpend), or a new
+// key with no room (ErrFull).
 func (s *Store) Charge(key string, l *Limit, now clock.Instant, spend int64) error {
-	if spend <= 0 {
+	if spend < 0 {
+		s.invalid.Add(1)
+		return ErrSpend
+	}
+	if spend == 0 {
 		return nil
 	}
+	spend = min(spend, l.burst) // cur ≤ burst: the sum cannot overflow
 	return s.adjust(key, l, now, func(cur int64, _ bool) (int64, bool) { return cur + spend, true })
 }
 
 // adjust sets key's used to what fn returns from its current used (0 for
-// a key not held, fresh), unless fn says to leave it.
+// a key not held, fresh), unless fn says to leave it. A key not held that
+// would end with nothing spent is not inserted: it is full either way.
 func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64, fresh bool) (used int64, set bool)) error {
 	now := int64(at)
-	if err := CheckKey(key); err != nil {
+	if err := s.CheckKey(key); err != nil {
 		return err
 	}
 	if !l.Valid() {
 		return ErrLimit
 	}
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, e, fresh := sh.entry(h, key, l, now)
+	if sh.lookup(h, key) == none {
+		if used, set := fn(0, true); !set || used <= 0 {
+			return nil
+		}
+	}
+	i, e, fresh, ok := sh.entry(h, key, l, now, true)
+	if !ok {
+		s.refused.Add(1)
+		return ErrFull
+	}
 	log := sh.logs[i]
 	var cur int64
 	if !fresh {
@@ -51,26 +78,32 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 	}
 	l.setUsed(&e.st, &log, now, used)
 	if l.alg == SlidingWindowLog {
-		sh.logs[i] = log
+		sh.setLog(i, log)
 	}
+	e.idle = l.idleAt(&e.st, log)
 	s.markSlot(sh, i, now, 0)
 	return nil
 }
 
 // MergeEach merges n states into the store as Merge does, state(i) giving
 // the i-th, taking each shard's lock once for all its states. States with
-// a bad key or limit are skipped. It returns how many were merged.
+// a bad key or limit or a negative used are skipped (the last counted by
+// Invalid), and so are new keys with no room (counted by Refused). It
+// returns how many were merged.
 func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string, l *Limit, used int64)) int {
 	now := int64(at)
 	hashes := make([]uint64, n)
 	start := make([]int, len(s.shards)+1) // counting sort of the states by shard
 	for i := range n {
-		key, l, _ := state(i)
-		if CheckKey(key) != nil || !l.Valid() {
+		key, l, used := state(i)
+		if s.CheckKey(key) != nil || !l.Valid() || used < 0 {
+			if used < 0 {
+				s.invalid.Add(1)
+			}
 			hashes[i] = 0
 			continue
 		}
-		h := xxhash.Sum64String(key) | 1 // 0 marks a skipped state
+		h := s.hash(key) | 1 // 0 marks a skipped state
 		hashes[i] = h
 		start[s.shardIndex(h)+1]++
 	}
@@ -86,6 +119,7 @@ func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string
 			next[j]++
 		}
 	}
+	merged := 0
 	for j := range s.shards {
 		if start[j] == start[j+1] {
 			continue
@@ -94,18 +128,28 @@ func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string
 		sh.mu.Lock()
 		for _, i := range order[start[j]:start[j+1]] {
 			key, l, used := state(int(i))
-			h := xxhash.Sum64String(key)
-			k, e, fresh := sh.entry(h, key, l, now)
+			h := s.hash(key)
+			if used == 0 && sh.lookup(h, key) == none {
+				merged++ // full either way
+				continue
+			}
+			k, e, fresh, ok := sh.entry(h, key, l, now, true)
+			if !ok {
+				s.refused.Add(1)
+				continue
+			}
+			merged++
 			log := sh.logs[k]
 			if fresh || used > l.used(&e.st, log, now) {
 				l.setUsed(&e.st, &log, now, used)
 				if l.alg == SlidingWindowLog {
-					sh.logs[k] = log
+					sh.setLog(k, log)
 				}
+				e.idle = l.idleAt(&e.st, log)
 				s.markSlot(sh, k, now, 0)
 			}
 		}
 		sh.mu.Unlock()
 	}
-	return len(order)
+	return merged
 }

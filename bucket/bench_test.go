@@ -147,12 +147,26 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 	}
 	// A key too long to be held in its entry: "user:" and 35 digits.
 	b.Run("token_bucket/40-byte-keys", func(b *testing.B) { benchMemory(b, TokenBucket, "user:%035d") })
+	// Keys of 1 KiB (MaxKeyLen), 65,536 of them, in a store shaped like a
+	// member's replica store (forward/shared.go: 16 shards).
+	b.Run("token_bucket/1KiB-keys", func(b *testing.B) {
+		benchMemoryN(b, TokenBucket, "user:%01019d", 1<<16, 16)
+	})
+	b.Run("token_bucket/short-keys-16-shards", func(b *testing.B) {
+		benchMemoryN(b, TokenBucket, "user:%d", 1<<16, 16)
+	})
 }
 
 // benchMemory reports the heap bytes per key of a store holding 1M keys of
 // the form format (with the key's number), under alg.
 func benchMemory(b *testing.B, alg Algorithm, format string) {
-	const n = 1 << 20
+	benchMemoryN(b, alg, format, 1<<20, DefaultShards)
+}
+
+// benchMemoryN reports the heap bytes per key of a store of shards shards
+// holding n keys of the form format, and the bytes the store counts per
+// key against StoreConfig.MaxMemory.
+func benchMemoryN(b *testing.B, alg Algorithm, format string, n, shards int) {
 	lim := MustLimit(alg, 10, time.Hour, 0)
 	cost := int64(1)
 	if alg == SlidingWindowLog {
@@ -160,17 +174,22 @@ func benchMemory(b *testing.B, alg Algorithm, format string) {
 	}
 	for b.Loop() {
 		b.StopTimer()
+		var counted int64
 		bytes := heapGrowth(b, func() any {
-			s, err := NewStore(StoreConfig{MaxKeys: n, Shards: DefaultShards})
+			s, err := NewStore(StoreConfig{MaxKeys: 2 * n, MaxMemory: 1 << 40, Shards: shards}) // room in every shard
 			if err != nil {
 				b.Fatal(err)
 			}
 			for i := range n {
-				s.Take(fmt.Sprintf(format, i), &lim, 1e15, cost)
+				if _, err := s.Take(fmt.Sprintf(format, i), &lim, 1e15, cost); err != nil {
+					b.Fatal(err)
+				}
 			}
+			counted = s.Bytes()
 			return s
 		})
-		b.ReportMetric(float64(bytes)/n, "B/key")
+		b.ReportMetric(float64(bytes)/float64(n), "B/key")
+		b.ReportMetric(float64(counted)/float64(n), "counted-B/key")
 		b.StartTimer()
 	}
 }

@@ -1,5 +1,7 @@
 package bucket
 
+import "math"
+
 // A key's state belongs to the limit it was built under. When a check names
 // different parameters for a key that already has state, the store converts
 // the state instead of resetting it: the cost already spent (rounded up, so
@@ -118,4 +120,51 @@ func (l *Limit) refundLog(log *[]logRun, cost int64) {
 		rs = rs[:len(rs)-1]
 	}
 	*log = rs
+}
+
+// idleAt returns the instant from which st (and log) hold nothing under l:
+// a bucket full again, a window passed. 0 for a state that holds nothing
+// whatever the time. A state whose clock is behind its own is not taken
+// as idle earlier than its last check.
+func (l *Limit) idleAt(st *state, log []logRun) int64 {
+	switch l.alg {
+	case TokenBucket:
+		missing := l.capUnits - st.a
+		if missing <= 0 {
+			return 0
+		}
+		return satAdd(st.b, ceilDiv(missing, l.num))
+	case LeakyBucket:
+		if st.a <= 0 {
+			return 0
+		}
+		return satAdd(st.b, ceilDiv(st.a, l.num))
+	case FixedWindow:
+		if st.b <= 0 {
+			return 0
+		}
+		return satAdd(st.a, int64(l.per))
+	case SlidingWindowCounter:
+		w := int64(l.per)
+		switch curr, prev := st.b>>32, st.b&(1<<32-1); {
+		case curr > 0:
+			return satAdd(st.a, 2*w)
+		case prev > 0:
+			return satAdd(st.a, w)
+		}
+		return 0
+	default:
+		if len(log) == 0 {
+			return 0
+		}
+		return satAdd(log[len(log)-1].t, int64(l.per))
+	}
+}
+
+// satAdd returns a+b for b ≥ 0, saturated at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -19,8 +19,13 @@
 //   - Arithmetic is exact: bucket levels are integers in units of 1/den of a
 //     token, so retry-after is exact and rounded up to the millisecond, and a
 //     check at now+RetryAfter with the same cost is admitted.
-//   - The Store is bounded: each shard is an LRU with a size cap, and evicting a
-//     key is safe because a key nobody has touched is full anyway.
+//   - The Store is bounded in keys and bytes (keys counted with their length),
+//     and drops only keys that hold nothing: full again, or past their window.
+//     A key that has spent is never evicted to make room; a new key that finds
+//     none is refused (ErrFull) and its caller decides it in its failure mode.
+//     State from peers never drops a spent key either, and a negative used or
+//     spend from a peer is refused. Which shard a key lands in is seeded per
+//     process, so no caller can aim keys at one shard.
 //   - Keys live in namespaces (keyspace.go): every key the store holds
 //     begins with a tag the node chose (inline, policy, RLS, RLS override,
 //     concurrency), and an inline key carries its limit's Spec, so that no

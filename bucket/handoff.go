@@ -1,8 +1,6 @@
 package bucket
 
 import (
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/ringlimit/ringlimit/clock"
 )
 
@@ -13,7 +11,7 @@ import (
 // Has reports whether key has state in the store. It does not touch the LRU
 // order.
 func (s *Store) Has(key string) bool {
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -23,7 +21,7 @@ func (s *Store) Has(key string) bool {
 // Used returns the limit key's state was built under and the cost spent at
 // time now (rounded up), or ok == false if the store has no state for key.
 func (s *Store) Used(key string, now clock.Instant) (l Limit, used int64, ok bool) {
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -42,14 +40,18 @@ func (s *Store) Used(key string, now clock.Instant) (l Limit, used int64, ok boo
 // Merge folds a state received from another node into key: afterwards the
 // key has spent at least used under l at time now, and no less than it had
 // spent before. It returns an error, changing nothing, for a bad key or
-// limit.
+// limit, a negative used (ErrSpend), or a new key with no room (ErrFull).
 func (s *Store) Merge(key string, l *Limit, at clock.Instant, used int64) error {
+	if used < 0 {
+		s.invalid.Add(1)
+		return ErrSpend
+	}
 	return s.adjust(key, l, at, func(cur int64, fresh bool) (int64, bool) { return used, fresh || used > cur })
 }
 
 // Delete drops key's state. It reports whether the key was held.
 func (s *Store) Delete(key string) bool {
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -110,7 +112,7 @@ func (s *Store) shardIndex(h uint64) int { return int(h >> s.shift & uint64(len(
 // does nothing when the key's state belongs to another limit.
 func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error {
 	now := int64(at)
-	if err := CheckKey(key); err != nil {
+	if err := s.CheckKey(key); err != nil {
 		return err
 	}
 	if !l.Valid() {
@@ -119,7 +121,7 @@ func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error
 	if err := l.CheckCost(cost); err != nil {
 		return err
 	}
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -134,9 +136,11 @@ func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error
 	if l.alg == SlidingWindowLog {
 		log := sh.logs[i]
 		l.refundLog(&log, cost)
-		sh.logs[i] = log
+		sh.setLog(i, log)
+		e.idle = l.idleAt(&e.st, log)
 	} else {
 		l.refund(&e.st, now, cost)
+		e.idle = l.idleAt(&e.st, nil)
 	}
 	s.markSlot(sh, i, now, 0)
 	return nil
@@ -146,17 +150,21 @@ func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error
 // returns how many it took (0 when the key is empty or not a token bucket
 // under l): the owner's side of a token lease. A key never seen starts full.
 func (s *Store) Grant(key string, l *Limit, now clock.Instant, most int64) int64 {
-	if l.alg != TokenBucket || most < 1 || CheckKey(key) != nil || !l.Valid() {
+	if l.alg != TokenBucket || most < 1 || s.CheckKey(key) != nil || !l.Valid() {
 		return 0
 	}
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, e, fresh := sh.entry(h, key, l, int64(now))
+	i, e, fresh, ok := sh.entry(h, key, l, int64(now), false)
+	if !ok {
+		return 0
+	}
 	level, at := l.refill(&e.st, fresh, int64(now))
 	n := min(level/l.den, most)
 	e.st.a, e.st.b = level-n*l.den, at
+	e.idle = l.idleAt(&e.st, nil)
 	if n > 0 {
 		s.markSlot(sh, i, int64(now), n)
 	}

@@ -91,7 +91,25 @@ func CheckRequestKey(key string) error {
 		return errEmptyKey()
 	}
 	if len(key) > MaxKeyLen {
-		return errLongKey(len(key), MaxKeyLen)
+		return tooLong{len(key), MaxKeyLen}
 	}
 	return nil
+}
+
+// requestLen is the length of the part of a stored key that a request
+// named: an inline key's or an RLS override's key after its Spec, another
+// namespace's key after its tag, and an untagged key whole.
+func requestLen(key string) int {
+	if len(key) < 2 || key[1] != '|' {
+		return len(key)
+	}
+	switch key[:2] {
+	case NamespaceInline, NamespaceRLSOverride:
+		if i := strings.IndexByte(key[2:], '|'); i >= 0 {
+			return len(key) - 3 - i
+		}
+	case NamespacePolicy, NamespaceRLS, NamespaceConcurrency:
+		return len(key) - 2
+	}
+	return len(key)
 }

@@ -89,7 +89,20 @@ var (
 	ErrLimit     = errors.New("bucket: invalid limit")
 	ErrCost      = errors.New("bucket: invalid cost")
 	ErrKey       = errors.New("bucket: invalid key")
+	// ErrKeyTooLong is wrapped, with ErrKey, by the error for a key longer
+	// than the store accepts.
+	ErrKeyTooLong = errors.New("bucket: key too long")
 )
+
+// tooLong is the error for a key of n bytes where at most max are
+// accepted.
+type tooLong struct{ n, max int }
+
+func (e tooLong) Error() string {
+	return fmt.Sprintf("%v: key is %d bytes, the maximum is %d", ErrKey, e.n, e.max)
+}
+
+func (e tooLong) Is(target error) bool { return target == ErrKey || target == ErrKeyTooLong }
 
 // Limit is a validated, precomputed rate limit: an algorithm and its
 // parameters. Build one with NewLimit; the zero Limit is not usable.
@@ -214,16 +227,12 @@ func CheckKey(key string) error {
 		return errEmptyKey()
 	}
 	if len(key) > MaxKeyLen+MaxNamespaceLen {
-		return errLongKey(len(key), MaxKeyLen+MaxNamespaceLen)
+		return tooLong{len(key), MaxKeyLen + MaxNamespaceLen}
 	}
 	return nil
 }
 
 func errEmptyKey() error { return fmt.Errorf("%w: key must not be empty", ErrKey) }
-
-func errLongKey(n, most int) error {
-	return fmt.Errorf("%w: key is %d bytes, the maximum is %d", ErrKey, n, most)
-}
 
 func gcd(a, b int64) int64 {
 	for b != 0 {

@@ -146,7 +146,7 @@ func TestLogMemoryBounded(t *testing.T) {
 	const keys = 1000
 	lim := MustLimit(SlidingWindowLog, MaxLogLimit, time.Hour, 0)
 	grew := heapGrowth(t, func() any {
-		s, err := NewStore(StoreConfig{MaxKeys: keys, Shards: DefaultShards})
+		s, err := NewStore(StoreConfig{MaxKeys: 4 * keys, Shards: DefaultShards})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func TestLogMemoryBounded(t *testing.T) {
 	// The worst case per key: every check at its own instant, so the log
 	// holds maxLogRuns runs.
 	full := heapGrowth(t, func() any {
-		s, err := NewStore(StoreConfig{MaxKeys: keys, Shards: DefaultShards})
+		s, err := NewStore(StoreConfig{MaxKeys: 4 * keys, Shards: DefaultShards})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,9 @@
 package bucket
 
 import (
+	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/bits"
 	"strings"
@@ -14,12 +16,20 @@ import (
 )
 
 // Store holds the state of many keys, each under the limit its checks name.
-// It is sharded by the xxhash of the key so that concurrent callers on
-// different keys rarely share a lock, and each shard is an LRU with a size
-// cap. Store is safe for concurrent use.
+// It is sharded by a seeded xxhash of the key so that concurrent callers on
+// different keys rarely share a lock, and each shard is an LRU bounded in
+// keys and bytes that drops only keys holding nothing (see
+// StoreConfig.MaxMemory). Store is safe for concurrent use.
 type Store struct {
 	shards []shard
 	shift  uint // the top bits of a key's hash pick its shard
+	hasher hasher
+	maxKey int   // StoreConfig.MaxKeyBytes
+	memory int64 // StoreConfig.MaxMemory
+
+	full    atomic.Uint64 // new keys Take refused: no room
+	refused atomic.Uint64 // peer states refused: no room
+	invalid atomic.Uint64 // peer values refused: negative
 
 	// With StoreConfig.Track: keys marked since the last Changed, and when
 	// the first of them was.
@@ -38,19 +48,77 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	s := &Store{
 		shards: make([]shard, cfg.Shards),
 		shift:  uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
+		hasher: hasher{m: maphash.MakeSeed(), x: cfg.Seed},
+		maxKey: cfg.MaxKeyBytes,
+		memory: cfg.MaxMemory,
 	}
 	per := cfg.MaxKeys / cfg.Shards
 	for i := range s.shards {
-		s.shards[i].init(per)
+		s.shards[i].init(per, cfg.MaxMemory/int64(cfg.Shards), s.hasher)
 		s.shards[i].track.on = cfg.Track
 	}
 	return s, nil
 }
 
+// ErrFull is returned, with no state changed, for a key the store does not
+// hold and has no room for: every key it could drop still holds spend.
+var ErrFull = errors.New("bucket: store full: every key held has spent")
+
+// ErrSpend is returned, with no state changed, for a negative spend or used
+// value (from a peer).
+var ErrSpend = errors.New("bucket: negative spend")
+
+// hash is the seeded hash of key that picks its shard and index cell.
+func (s *Store) hash(key string) uint64 { return s.hasher.sum(key) }
+
+// hasher is a store's seeded hash of keys: hash/maphash (the runtime's
+// hash, made against hash flooding) under a random seed drawn at NewStore,
+// or, with StoreConfig.Seed pinned, xxhash under that seed, so that tests
+// can place keys by hand.
+type hasher struct {
+	m maphash.Seed
+	x uint64 // StoreConfig.Seed; 0: maphash
+}
+
+func (h hasher) sum(key string) uint64 {
+	if h.x == 0 {
+		return maphash.String(h.m, key)
+	}
+	var d xxhash.Digest
+	d.ResetWithSeed(h.x)
+	d.WriteString(key)
+	return d.Sum64()
+}
+
+func (h hasher) sumBytes(key []byte) uint64 {
+	if h.x == 0 {
+		return maphash.Bytes(h.m, key)
+	}
+	var d xxhash.Digest
+	d.ResetWithSeed(h.x)
+	d.Write(key)
+	return d.Sum64()
+}
+
+// CheckKey returns an error unless key is a valid stored key (CheckKey)
+// whose part a request named (the key after its namespace and, for an
+// inline key, its limit's Spec) is at most StoreConfig.MaxKeyBytes bytes;
+// a longer one's wraps ErrKeyTooLong.
+func (s *Store) CheckKey(key string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if n := requestLen(key); n > s.maxKey {
+		return tooLong{n, s.maxKey}
+	}
+	return nil
+}
+
 // Take applies one check of cost to key under limit l at time now and
 // returns the decision. It returns an error, and changes no state, when the
-// key is empty or longer than MaxKeyLen, l was not built by NewLimit, or cost
-// is not between 1 and l.Capacity().
+// key is empty or longer than MaxKeyBytes, l was not built by NewLimit, cost
+// is not between 1 and l.Capacity(), or the key is new and the store has no
+// room for it (ErrFull, counted by Full).
 func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decision, error) {
 	d, _, err := s.TakeUnsent(key, l, now, cost)
 	return d, err
@@ -62,7 +130,7 @@ func (s *Store) Take(key string, l *Limit, now clock.Instant, cost int64) (Decis
 // key's spend now if that is less: at least what a crash would lose of it
 // now. It is 0 otherwise.
 func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) (d Decision, unsent int64, err error) {
-	if err := CheckKey(key); err != nil {
+	if err := s.CheckKey(key); err != nil {
 		return Decision{}, 0, err
 	}
 	if !l.Valid() {
@@ -71,10 +139,15 @@ func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) 
 	if err := l.CheckCost(cost); err != nil {
 		return Decision{}, 0, err
 	}
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
-	i, d := sh.take(h, key, l, int64(now), cost)
+	i, d, ok := sh.take(h, key, l, int64(now), cost)
+	if !ok {
+		sh.mu.Unlock()
+		s.full.Add(1)
+		return Decision{}, 0, ErrFull
+	}
 	if d.Allowed {
 		unsent = s.markSlot(sh, i, int64(now), cost)
 		// A crash loses at most what the key holds spent now: a key that
@@ -101,7 +174,34 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Evictions returns how many keys were evicted to keep the store bounded.
+// Bytes returns the bytes the keys held count (see StoreConfig.MaxMemory).
+func (s *Store) Bytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// MaxMemory returns StoreConfig.MaxMemory.
+func (s *Store) MaxMemory() int64 { return s.memory }
+
+// Full returns how many new keys Take refused with ErrFull.
+func (s *Store) Full() uint64 { return s.full.Load() }
+
+// Refused returns how many states from peers (Set, Charge, Merge,
+// MergeEach) were refused with ErrFull: new keys beyond the allowance.
+func (s *Store) Refused() uint64 { return s.refused.Load() }
+
+// Invalid returns how many states or spends from peers were refused as
+// negative (ErrSpend).
+func (s *Store) Invalid() uint64 { return s.invalid.Load() }
+
+// Evictions returns how many keys that held nothing were dropped to make
+// room for others.
 func (s *Store) Evictions() uint64 {
 	var n uint64
 	for i := range s.shards {
@@ -126,7 +226,44 @@ const (
 	// maxLimitsPerShard bounds the table of limits kept to convert a key's
 	// state when its limit changes.
 	maxLimitsPerShard = 1024
+	// evictScan bounds the keys a new key's insertion looks at, from the
+	// LRU tail, for one that holds nothing; those that still hold spend
+	// move to the head, so that the next insertion looks at others.
+	evictScan = 16
+	// peerAllowance: state from peers may take a shard 1/peerAllowance
+	// over its bounds.
+	peerAllowance = 8
+	// minShardMemory is the smallest byte budget of a shard: a few keys of
+	// MaxKeyLen bytes.
+	minShardMemory = 4096
+	// Bytes a key counts (see StoreConfig.MaxMemory).
+	entryBytes = 64 + 24 + 16 // entry, index share (8-byte cells at most 3/4 full, doubling), long-key header share
+	// logReserve is what a key under a sliding window log counts for its
+	// log, reserved whole when it takes one: its map entry and slice
+	// header (64), and maxLogRuns runs of 16 bytes.
+	logReserve = 64 + 16*maxLogRuns
 )
+
+// keyBytes returns the bytes a key of n bytes counts, its log apart.
+func keyBytes(n int) int64 {
+	if n <= inlineKey {
+		return entryBytes
+	}
+	return entryBytes + allocSize(n)
+}
+
+// allocSize rounds n up to about the Go allocator's size class.
+func allocSize(n int) int64 {
+	switch {
+	case n <= 256:
+		return int64(n+15) &^ 15
+	case n <= 512:
+		return int64(n+31) &^ 31
+	case n <= 1024:
+		return int64(n+127) &^ 127
+	}
+	return int64(n+1023) &^ 1023
+}
 
 // entry is one key's slot: one 64-byte cache line. Entries live in fixed
 // pages and link into the shard's LRU list by index, so that moving a key to
@@ -138,12 +275,16 @@ type entry struct {
 	st         state
 	fp         uint64 // fingerprint of the limit st belongs to
 	prev, next uint32 // LRU neighbours; none at the ends
-	klen       uint8  // 0 for a free slot, longKey for a key in shard.long
-	kb         [inlineKey]byte
+	// idle is the instant from which the key holds nothing (full again,
+	// or past its window), set at each change: a key may be dropped to
+	// make room only from then on.
+	idle int64
+	klen uint8 // 0 for a free slot, longKey for a key in shard.long
+	kb   [inlineKey]byte
 }
 
 const (
-	inlineKey = 31
+	inlineKey = 23
 	longKey   = math.MaxUint8
 )
 
@@ -169,13 +310,21 @@ func (sh *shard) key(i uint32) string {
 	return string(e.kb[:e.klen])
 }
 
-// hash returns the xxhash of the key slot i holds.
+// hash returns the seeded hash of the key slot i holds.
 func (sh *shard) hash(i uint32) uint64 {
 	e := sh.at(i)
 	if e.klen == longKey {
-		return xxhash.Sum64String(sh.longKey(i))
+		return sh.hasher.sum(sh.longKey(i))
 	}
-	return xxhash.Sum64(e.kb[:e.klen])
+	return sh.hasher.sumBytes(e.kb[:e.klen])
+}
+
+// keyLen returns the length of the key slot i, whose entry is e, holds.
+func (sh *shard) keyLen(e *entry, i uint32) int {
+	if e.klen == longKey {
+		return len(sh.longKey(i))
+	}
+	return int(e.klen)
 }
 
 // setKey stores key in the free slot i, whose entry is e.
@@ -204,10 +353,13 @@ type shard struct {
 	idx index
 
 	pages      [][]entry
-	free       []uint32 // slots released by Delete
+	free       []uint32 // slots released by Delete and eviction
 	n          int      // keys held
 	used       uint32   // slots ever handed out
 	capacity   int
+	budget     int64 // bytes
+	bytes      int64 // bytes the keys held count
+	hasher     hasher
 	head, tail uint32
 	evictions  uint64
 
@@ -224,8 +376,8 @@ type shard struct {
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
 
-func (sh *shard) init(capacity int) {
-	sh.capacity = capacity
+func (sh *shard) init(capacity int, budget int64, h hasher) {
+	sh.capacity, sh.budget, sh.hasher = capacity, budget, h
 	sh.idx.init(min(capacity, 1024))
 	sh.logs = make(map[uint32][]logRun)
 	sh.limits = make(map[uint64]Limit)
@@ -256,34 +408,70 @@ func (sh *shard) lookup(h uint64, key string) uint32 {
 
 // entry returns key's slot, made most recent, with its state under l at
 // time now: inserted (fresh, meaning full) if the key is new, converted if
-// its state belongs to another limit.
-func (sh *shard) entry(h uint64, key string, l *Limit, now int64) (i uint32, e *entry, fresh bool) {
+// its state belongs to another limit. A new key that finds no room is not
+// inserted: ok is false. peer says the state comes from another node (see
+// StoreConfig.MaxMemory).
+func (sh *shard) entry(h uint64, key string, l *Limit, now int64, peer bool) (i uint32, e *entry, fresh, ok bool) {
 	i = sh.lookup(h, key)
 	fresh = i == none
 	if fresh {
-		i = sh.insert(h, key)
+		if i = sh.insert(h, key, now, peer, l.alg == SlidingWindowLog); i == none {
+			return none, nil, true, false
+		}
 		e = sh.at(i)
 		e.fp = l.fp
 		sh.remember(l)
-		return i, e, true
+		return i, e, true, true
 	}
 	sh.touch(i)
 	e = sh.at(i)
 	if e.fp != l.fp {
+		if _, has := sh.logs[i]; l.alg == SlidingWindowLog && !has && !sh.makeRoom(logReserve, now, peer, i) {
+			return i, e, false, false // no room for the log: the key keeps its state
+		}
 		sh.convert(e, i, l, now)
 	}
-	return i, e, false
+	return i, e, false, true
 }
 
-func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) (uint32, Decision) {
-	i, e, fresh := sh.entry(h, key, l, now)
+// take applies a check. A new key with no room is not taken: ok is false.
+// A key held whose state cannot be converted to l for want of room is
+// refused, with a retry-after of l's period, and keeps its state.
+func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) (uint32, Decision, bool) {
+	i, e, fresh, ok := sh.entry(h, key, l, now, false)
+	if !ok {
+		if fresh {
+			return none, Decision{}, false
+		}
+		return i, Decision{Limit: l.limit, RetryAfter: roundUpMs(int64(l.per)), ResetAfter: roundUpMs(int64(l.per))}, true
+	}
 	if l.alg == SlidingWindowLog {
 		log := sh.logs[i]
 		d := l.takeLog(&log, now, cost)
-		sh.logs[i] = log
-		return i, d
+		sh.setLog(i, log)
+		e.idle = l.idleAt(&e.st, log)
+		return i, d, true
 	}
-	return i, l.take(&e.st, nil, fresh, now, cost)
+	d := l.take(&e.st, nil, fresh, now, cost)
+	e.idle = l.idleAt(&e.st, nil)
+	return i, d, true
+}
+
+// setLog makes log slot i's sliding window log; a slot that had none
+// counts logReserve from now on.
+func (sh *shard) setLog(i uint32, log []logRun) {
+	if _, ok := sh.logs[i]; !ok {
+		sh.bytes += logReserve
+	}
+	sh.logs[i] = log
+}
+
+// dropLog deletes slot i's log, if any.
+func (sh *shard) dropLog(i uint32) {
+	if _, ok := sh.logs[i]; ok {
+		sh.bytes -= logReserve
+		delete(sh.logs, i)
+	}
 }
 
 // convert rewrites e's state, built under another limit, for l: see
@@ -301,10 +489,12 @@ func (sh *shard) convert(e *entry, i uint32, l *Limit, now int64) {
 	e.st = state{}
 	l.setUsed(&e.st, &log, now, used)
 	if l.alg == SlidingWindowLog {
-		sh.logs[i] = log
+		sh.setLog(i, log)
 	} else {
-		delete(sh.logs, i)
+		sh.dropLog(i)
+		log = nil
 	}
+	e.idle = l.idleAt(&e.st, log)
 	e.fp = l.fp
 	sh.remember(l)
 }
@@ -319,15 +509,19 @@ func (sh *shard) remember(l *Limit) {
 	sh.limits[l.fp] = *l
 }
 
-// insert puts key in a fresh slot at the head of the LRU list, evicting the
-// least recently used key if the shard is full.
-func (sh *shard) insert(h uint64, key string) uint32 {
+// insert puts key in a fresh slot at the head of the LRU list, first
+// dropping keys that hold nothing at now if the shard is full. It returns
+// none, inserting nothing, when it finds no room.
+func (sh *shard) insert(h uint64, key string, now int64, peer, log bool) uint32 {
+	need := keyBytes(len(key))
+	if log {
+		need += logReserve
+	}
+	if !sh.makeRoom(need, now, peer, none) {
+		return none
+	}
 	var i uint32
 	switch {
-	case sh.n >= sh.capacity:
-		i = sh.tail
-		sh.remove(i)
-		sh.evictions++
 	case len(sh.free) > 0:
 		i = sh.free[len(sh.free)-1]
 		sh.free = sh.free[:len(sh.free)-1]
@@ -350,7 +544,40 @@ func (sh *shard) insert(h uint64, key string) uint32 {
 	}
 	sh.idx.insert(uint32(h), i)
 	sh.n++
+	sh.bytes += need
+	if log {
+		sh.logs[i] = nil // the log's reserve, counted in need
+	}
 	return i
+}
+
+// makeRoom drops keys that hold nothing at now, least recently used first,
+// until need more bytes fit (and a new key, unless keep names the slot
+// that needs them), looking at most at evictScan keys that still hold
+// spend (each moved to the head) or are keep. It reports whether they fit:
+// within the shard's bounds, or for peer within the allowance.
+func (sh *shard) makeRoom(need, now int64, peer bool, keep uint32) bool {
+	n := sh.n
+	if keep != none {
+		n-- // no new key
+	}
+	for scanned := 0; n >= sh.capacity || sh.bytes+need > sh.budget; {
+		i := sh.tail
+		if i == none || scanned >= evictScan {
+			return peer && n < sh.capacity+sh.capacity/peerAllowance &&
+				sh.bytes+need <= sh.budget+sh.budget/peerAllowance
+		}
+		if i != keep && sh.at(i).idle <= now {
+			sh.remove(i)
+			sh.free = append(sh.free, i)
+			sh.evictions++
+			n--
+			continue
+		}
+		scanned++
+		sh.touch(i)
+	}
+	return true
 }
 
 // remove unlinks slot i, drops it from the index and frees its key; its
@@ -358,8 +585,9 @@ func (sh *shard) insert(h uint64, key string) uint32 {
 func (sh *shard) remove(i uint32) {
 	sh.unlink(i)
 	sh.idx.remove(uint32(sh.hash(i)), i)
-	delete(sh.logs, i)
+	sh.dropLog(i)
 	e := sh.at(i)
+	sh.bytes -= keyBytes(sh.keyLen(e, i))
 	if e.klen == longKey {
 		sh.long[i>>pageBits][i&(pageSize-1)] = ""
 	}

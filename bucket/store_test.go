@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -10,8 +11,6 @@ import (
 	"testing"
 	"time"
 	"unsafe"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/clock"
 )
@@ -75,26 +74,43 @@ func TestStoreLRUEviction(t *testing.T) {
 	for _, k := range []string{"a", "b", "c", "d"} {
 		mustTake(t, s, k, &lim, 0, 3) // every key spent
 	}
-	mustTake(t, s, "a", &lim, 0, 1) // a is now the most recent; b the least
-	mustTake(t, s, "e", &lim, 0, 1) // evicts b
-	if s.Len() != 4 || s.Evictions() != 1 {
-		t.Fatalf("len %d evictions %d, want 4 and 1", s.Len(), s.Evictions())
+	// Every key has spent in this window: a new key finds no room and is
+	// refused, changing nothing.
+	if _, err := s.Take("e", &lim, 0, 1); !errors.Is(err, ErrFull) {
+		t.Fatalf("new key in a store of spent keys: %v, want ErrFull", err)
 	}
-	for _, k := range []string{"a", "c", "d"} {
+	if s.Len() != 4 || s.Evictions() != 0 || s.Full() != 1 || s.Has("e") {
+		t.Fatalf("len %d evictions %d full %d, want 4, 0 and 1", s.Len(), s.Evictions(), s.Full())
+	}
+	for _, k := range []string{"a", "b", "c", "d"} {
 		if d := mustTake(t, s, k, &lim, 0, 1); d.Allowed {
 			t.Fatalf("%s lost its state: %+v", k, d)
 		}
 	}
-	// b was evicted: it starts over, full. (c, d, a were touched since, so
-	// e is now the least recent and goes next.)
-	if d := mustTake(t, s, "b", &lim, 0, 1); !d.Allowed || d.Remaining != 2 {
+	// Past the window every key holds nothing: a new key evicts the least
+	// recently used.
+	hour := clock.Instant(time.Hour)
+	mustTake(t, s, "a", &lim, hour, 1) // a is now the most recent; b the least
+	mustTake(t, s, "e", &lim, hour, 1) // evicts b
+	if s.Len() != 4 || s.Evictions() != 1 || s.Has("b") {
+		t.Fatalf("len %d evictions %d, want 4 and 1, b gone", s.Len(), s.Evictions())
+	}
+	// b starts over, full, and evicts c, the least recent.
+	if d := mustTake(t, s, "b", &lim, hour, 1); !d.Allowed || d.Remaining != 2 {
 		t.Fatalf("evicted b = %+v, want a fresh window with 2 remaining", d)
 	}
-	if s.Evictions() != 2 {
-		t.Fatalf("evictions %d, want 2", s.Evictions())
+	if s.Evictions() != 2 || s.Has("c") {
+		t.Fatalf("evictions %d, want 2, c gone", s.Evictions())
 	}
-	if d := mustTake(t, s, "e", &lim, 0, 3); !d.Allowed {
-		t.Fatalf("evicted e = %+v, want fresh", d)
+	// d holds nothing, a, e and b have spent: d goes, then nothing can.
+	mustTake(t, s, "f", &lim, hour, 1)
+	if _, err := s.Take("g", &lim, hour, 1); !errors.Is(err, ErrFull) || s.Full() != 2 {
+		t.Fatalf("g: %v full %d, want ErrFull and 2", err, s.Full())
+	}
+	for _, k := range []string{"a", "e", "b", "f"} {
+		if _, used, ok := s.Used(k, hour); !ok || used == 0 {
+			t.Fatalf("%s: used %d held %v, want its spend", k, used, ok)
+		}
 	}
 }
 
@@ -105,7 +121,7 @@ func collidingKeys(t *testing.T, px, py string) (string, string) {
 	seen := map[uint32]string{}
 	for i := range 1 << 20 {
 		k := px + strconv.Itoa(i)
-		tag := uint32(xxhash.Sum64String(k))
+		tag := uint32(hasher{x: 1}.sum(k))
 		if other, ok := seen[tag]; ok && px == py {
 			return other, k
 		}
@@ -113,7 +129,7 @@ func collidingKeys(t *testing.T, px, py string) (string, string) {
 	}
 	for i := range 1 << 22 {
 		k := py + strconv.Itoa(i)
-		if other, ok := seen[uint32(xxhash.Sum64String(k))]; ok && other != k {
+		if other, ok := seen[uint32(hasher{x: 1}.sum(k))]; ok && other != k {
 			return other, k
 		}
 	}
@@ -138,28 +154,36 @@ func TestStoreHashCollision(t *testing.T) {
 
 func testHashCollision(t *testing.T, px, py string) {
 	x, y := collidingKeys(t, px, py)
-	hx, hy := xxhash.Sum64String(x), xxhash.Sum64String(y)
+	var hx, hy uint64
 	var sh shard
-	sh.init(2)
+	sh.init(2, 1<<20, hasher{x: 1})
+	hx, hy = sh.hasher.sum(x), sh.hasher.sum(y)
 	lim := MustLimit(FixedWindow, 2, time.Hour, 0)
-	if _, d := sh.take(hx, x, &lim, 0, 2); !d.Allowed {
+	if _, d, _ := sh.take(hx, x, &lim, 0, 2); !d.Allowed {
 		t.Fatal(d)
 	}
-	if _, d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+	if _, d, _ := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("%s shares %s's state: %+v", y, x, d)
 	}
 	if sh.idx.n != 2 {
 		t.Fatalf("index holds %d keys, want 2", sh.idx.n)
 	}
-	if _, d := sh.take(hx, x, &lim, 0, 1); d.Allowed {
+	if _, d, _ := sh.take(hx, x, &lim, 0, 1); d.Allowed {
 		t.Fatalf("%s lost its state: %+v", x, d)
 	}
-	// x is most recent, y least: a third key evicts y.
-	sh.take(xxhash.Sum64String("z"), "z", &lim, 0, 1)
+	// Both have spent in this window: a third key finds no room.
+	if _, _, ok := sh.take(sh.hasher.sum("z"), "z", &lim, 0, 1); ok {
+		t.Fatal("a new key evicted a key that has spent")
+	}
+	// Past the window both hold nothing; x is most recent, y least: a
+	// third key evicts y.
+	later := int64(2 * time.Hour)
+	sh.take(hx, x, &lim, later, 1)
+	sh.take(sh.hasher.sum("z"), "z", &lim, later, 1)
 	if sh.idx.n != 2 || sh.n != 2 || sh.lookup(hy, y) != none || sh.lookup(hx, x) == none {
 		t.Fatalf("after evicting %s: index %d n %d", y, sh.idx.n, sh.n)
 	}
-	if _, d := sh.take(hy, y, &lim, 0, 1); !d.Allowed || d.Remaining != 1 {
+	if _, d, _ := sh.take(hy, y, &lim, 2*later, 1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("%s after eviction = %+v, want fresh", y, d)
 	}
 }
@@ -451,14 +475,15 @@ func TestStoreKeyLengths(t *testing.T) {
 	}
 	// x takes the slot the long key freed; y, with the store full again,
 	// evicts the least recently used key, keys[0].
-	mustTake(t, s, "x", &lim, 0, 1)
-	mustTake(t, s, "y", &lim, 0, 1)
+	later := clock.Instant(2 * time.Hour) // every key holds nothing
+	mustTake(t, s, "x", &lim, later, 1)
+	mustTake(t, s, "y", &lim, later, 1)
 	if s.Has(keys[0]) || !s.Has("x") || !s.Has("y") {
 		t.Fatal("eviction took the wrong key")
 	}
 	// Evict the other long keys by filling the store with short ones.
 	for i := range len(keys) {
-		mustTake(t, s, "s"+strconv.Itoa(i), &lim, 0, 1)
+		mustTake(t, s, "s"+strconv.Itoa(i), &lim, 2*later, 1)
 	}
 	if n := longKeys(); n != 0 || s.Len() != len(keys) {
 		t.Fatalf("after evicting every long key: long pages hold %d, store %d keys", n, s.Len())
@@ -501,8 +526,9 @@ func TestStoreLongKeyOperations(t *testing.T) {
 	}
 	// A second long key fills the store; a short one then evicts the least
 	// recently used, the first long key, and its page entry is cleared.
-	mustTake(t, s, long+"2", &tb, 0, 1)
-	mustTake(t, s, "short", &tb, 0, 1)
+	later := clock.Instant(2 * time.Hour) // long is full again
+	mustTake(t, s, long+"2", &tb, later, 1)
+	mustTake(t, s, "short", &tb, later, 1)
 	if s.Has(long) || !s.Has(long+"2") || !s.Has("short") {
 		t.Fatal("eviction took the wrong key")
 	}

@@ -3,8 +3,6 @@ package bucket
 import (
 	"math"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/ringlimit/ringlimit/clock"
 )
 
@@ -196,7 +194,7 @@ func (s *Store) SetTrack(on bool) {
 // the tokens of a hand-out whose copy was not acknowledged
 // (Snapshot.Unacked): they count as admitted since the last Changed again.
 func (s *Store) Mark(key string, at clock.Instant, unacked int64) {
-	h := xxhash.Sum64String(key)
+	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	if i := sh.lookup(h, key); i != none {

@@ -21,7 +21,7 @@ func changed(s *Store, now clock.Instant) (map[string]int64, clock.Instant) {
 }
 
 func TestTrackReportsEachChangedKeyOnce(t *testing.T) {
-	s, err := NewStore(StoreConfig{MaxKeys: 4, Shards: 1, Track: true})
+	s, err := NewStore(StoreConfig{MaxKeys: 8, Shards: 1, Track: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func TestRulesAlerts(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"RingLimitNodeDown", "RingLimitRingDisagreement", "RingLimitDegradedAnswers", "RingLimitReplicationLag",
-		"RingLimitRefusalSpike", "RingLimitTLSCertificateExpiringSoon", "RingLimitConfigReloadFailed"} {
+		"RingLimitRefusalSpike", "RingLimitTLSCertificateExpiringSoon", "RingLimitConfigReloadFailed", "RingLimitStoreFull"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s in %v", want, alerts)
 		}

@@ -103,6 +103,12 @@ type ReplicationConfig struct {
 	// acknowledged. Default 10; negative: no bound in tokens (Interval and
 	// MaxPending only). A check with Sync always waits, whatever MaxLoss.
 	MaxLoss int64
+	// MaxMemory bounds, in bytes, the states this node keeps for each
+	// other member (replicas of its keys, what it shares with it after
+	// fetches and pushes), apart from the node's own Store: see
+	// bucket.StoreConfig.MaxMemory. Default: the Store's MaxMemory, so
+	// that a successor can hold its owner's whole store.
+	MaxMemory int64
 }
 
 // DefaultConfig returns the defaults; Self, Store, NewRing and Peers are
@@ -138,6 +144,7 @@ func (c *Config) Validate() error {
 		{"Replication.Factor", c.Replication.Factor < 0},
 		{"Replication.Interval", c.Replication.Interval < 0},
 		{"Replication.MaxPending", c.Replication.MaxPending < 0},
+		{"Replication.MaxMemory", c.Replication.MaxMemory < 0},
 		{"ClusterSize", c.ClusterSize < 0},
 	} {
 		if f.bad {

@@ -59,7 +59,11 @@ func (r *Router) exhausted(v *view, c *Check, now clock.Instant) (time.Duration,
 	if l, used, ok := r.cfg.Store.Used(c.Key, now); ok && left(l, used) {
 		return l.Per(), true
 	}
-	if owner := ownerIn(v.ring, r.cfg.Self, c.Key); owner != r.cfg.Self {
+	owner := ownerIn(v.ring, r.cfg.Self, c.Key)
+	if owner == r.cfg.Self { // a replica of the previous owner that the store had no room to promote
+		owner = prevOwner(v, r.cfg.Self, c.Key)
+	}
+	if owner != "" && owner != r.cfg.Self {
 		if l, used, ok := r.shared.state(owner, c.Key, now); ok && left(l, used) {
 			return l.Per(), true
 		}

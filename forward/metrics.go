@@ -143,6 +143,38 @@ func (m *metrics) watch(r *Router) error {
 			return err
 		}
 	}
+	st := r.cfg.Store
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ringlimit_store_full_total",
+			Help: "New keys this node owns that its store had no room for (every key held had spent, within --max-memory and --max-keys): each was decided in its failure mode."},
+			func() float64 { return float64(st.Full()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ringlimit_store_bytes",
+			Help: "Bytes the keys of this node's store count against --max-memory."},
+			func() float64 { return float64(st.Bytes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ringlimit_store_max_bytes",
+			Help: "The store's --max-memory, in bytes."},
+			func() float64 { return float64(st.MaxMemory()) }),
+	} {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	for _, c := range []struct {
+		store, reason string
+		f             func() uint64
+	}{
+		{"own", "full", st.Refused},
+		{"own", "negative", st.Invalid},
+		{"shared", "full", func() uint64 { f, _ := r.shared.refused(); return f }},
+		{"shared", "negative", func() uint64 { _, n := r.shared.refused(); return n }},
+	} {
+		if err := m.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ringlimit_store_states_refused_total",
+			Help:        "States from peers (replicas, handoffs, pushes, promotions) refused by this node's stores, by store (own: the node's keys; shared: replicas and what it shares with other members) and reason (full: a new key with no room even over the allowance; negative: a negative used or spend).",
+			ConstLabels: prometheus.Labels{"store": c.store, "reason": c.reason}},
+			func() float64 { return float64(c.f()) })); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

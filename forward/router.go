@@ -89,7 +89,7 @@ func New(cfg Config) (*Router, error) {
 	r.view.Store(first)
 	changed := make(chan struct{})
 	r.viewChanged.Store(&changed)
-	r.shared = newShared(cfg.Store.Capacity())
+	r.shared = newShared(cfg.Store.Capacity(), cmp.Or(cfg.Replication.MaxMemory, cfg.Store.MaxMemory()))
 	r.known = newRefusals(cfg.LocalKeys)
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,
@@ -242,6 +242,11 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 	if err := ValidateChecks(checks); err != nil {
 		return err
 	}
+	for i := range checks {
+		if err := r.cfg.Store.CheckKey(checks[i].Key); err != nil {
+			return fmt.Errorf("%w: checks[%d].key: %w", ErrInvalid, i, err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -279,7 +284,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 				continue
 			}
 			var h bool
-			out[i], h = r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, c.Sync, now)
+			out[i], h = r.decideLocal(ctx, v, c, now)
 			hold = hold || h
 			continue
 		}
@@ -326,20 +331,26 @@ func findGroup(groups []*group, owner string) *group {
 // decideLocal decides a check of a key this node owns on its store. During
 // the grace period after a ring change, or while a member is down, a key it
 // holds no copy of first gets one from where its state is: the replica of a
-// previous owner that died, or the previous owner itself. It reports
-// whether the answer must wait for a replication round (replicator.hold):
-// the caller awaits one round for all its checks before it answers.
-func (r *Router) decideLocal(ctx context.Context, v *view, key string, l *bucket.Limit, cost int64, sync bool, now clock.Instant) (Result, bool) {
+// previous owner that died, or the previous owner itself. A new key the
+// store has no room for (every key it holds has spent) is decided in its
+// failure mode, as for an unreachable owner. It reports whether the answer
+// must wait for a replication round (replicator.hold): the caller awaits
+// one round for all its checks before it answers.
+func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.Instant) (Result, bool) {
+	key, l := c.Key, &c.Limit
 	// Only after a ring change (or while a member is down) can a key this
 	// node has no copy of have state elsewhere: no lookup otherwise.
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
 	}
-	d, unsent, err := r.cfg.Store.TakeUnsent(key, l, now, cost)
+	d, unsent, err := r.cfg.Store.TakeUnsent(key, l, now, c.Cost)
+	if errors.Is(err, bucket.ErrFull) {
+		return r.degrade(v, c, now), false
+	}
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
-	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, r.repl.hold(v, unsent, sync)
+	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, r.repl.hold(v, unsent, c.Sync)
 }
 
 // recover gives this node a copy of a key it now owns and holds none of.
@@ -350,7 +361,9 @@ func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Lim
 	}
 	if v.isDown(prev) {
 		if rl, used, ok := r.shared.state(prev, key, now); ok {
-			r.cfg.Store.Set(key, &rl, now, used)
+			if r.cfg.Store.Set(key, &rl, now, used) != nil {
+				return // no room: the replica stays, and answers for the key (see exhausted)
+			}
 			r.shared.forget(prev, key)
 			r.m.promoted.Inc()
 			return

@@ -37,13 +37,16 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 			r.cfg.Store.Refund(q.Key, &q.Limit, now, q.Cost)
 			continue
 		}
+		// The peer protocol does not carry a check's failure mode: a new
+		// key this node has no room for is refused (fail_closed).
+		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync}
 		var res Result
 		if owner == r.cfg.Self {
 			var h bool
-			res, h = r.decideLocal(ctx, v, q.Key, &q.Limit, q.Cost, q.Sync, now)
+			res, h = r.decideLocal(ctx, v, c, now)
 			hold = hold || h
 		} else {
-			res = r.decideFor(ctx, v, owner, &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Sync: q.Sync}, now)
+			res = r.decideFor(ctx, v, owner, c, now)
 		}
 		if q.Lease > 0 && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
 			if a.LeaseGranted = r.cfg.Store.Grant(q.Key, &q.Limit, now, min(q.Lease, q.Limit.Burst())); a.LeaseGranted > 0 {
@@ -73,7 +76,9 @@ func (r *Router) MayWait(from string) bool {
 }
 
 // Merge implements peer.Handler: each state is spend the sender made on
-// its copy that this node has not seen, and is added to this node's copy.
+// its copy that this node has not seen, and is added to this node's copy
+// (a negative spend is refused, a spend past the capacity saturates: see
+// bucket.Store.Charge).
 func (r *Router) Merge(from string, states []peer.State) int {
 	now := r.cfg.Clock.Now()
 	v := r.view.Load()
@@ -106,9 +111,14 @@ func (r *Router) Replicate(from string, states []peer.State) (int, error) {
 	}
 	for i := range states {
 		s := &states[i]
+		if s.Used < 0 { // never from a sound peer; the store counts it
+			r.shared.raise(from, s.Key, &s.Limit, now, s.Used)
+			continue
+		}
 		if r.cfg.Store.Has(s.Key) {
-			seen, _ := r.shared.used(from, s.Key, now)
-			r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used-seen)
+			if seen, _ := r.shared.used(from, s.Key, now); s.Used > seen {
+				r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used-seen)
+			}
 		}
 		// Never lower: a replica sent before a push of this node's spend
 		// may arrive after it (refunds at the owner are then not seen, in

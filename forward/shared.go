@@ -28,17 +28,25 @@ import (
 //
 // Entries are buckets under the key's limit, so that they refill exactly
 // like the copies they are compared with. There is one store per member,
-// each bounded like the node's own store (LRU): an entry evicted makes
-// the next push send the whole spend, which counts it twice rather than
-// not at all. Safe for concurrent use.
+// each with its own budget of keys and bytes apart from the node's store
+// (a flood of the node's own keys cannot push replicas out). Like every
+// store it drops only entries that hold nothing; a new entry that finds
+// no room even over the store's allowance for peer state is refused and
+// counted (bucket.Store.Refused): a replica missing makes a promotion
+// start that key full, a shared entry missing makes the next push send
+// the whole spend (counted twice rather than not at all). Safe for
+// concurrent use.
 type shared struct {
 	capacity int
+	memory   int64                                    // bytes per member's store
 	mu       sync.Mutex                               // serialises changes to stores
 	stores   atomic.Pointer[map[string]*bucket.Store] // by member; replaced whole
+	// What the stores forgetAll dropped had refused (see refused).
+	goneFull, goneInvalid atomic.Uint64
 }
 
-func newShared(capacity int) *shared {
-	sh := &shared{capacity: capacity}
+func newShared(capacity int, memory int64) *shared {
+	sh := &shared{capacity: capacity, memory: memory}
 	sh.stores.Store(&map[string]*bucket.Store{})
 	return sh
 }
@@ -56,10 +64,10 @@ func (sh *shared) store(member string, create bool) *bucket.Store {
 		return s
 	}
 	shards := 16
-	for shards > 1 && sh.capacity < shards {
+	for shards > 1 && (sh.capacity < shards || sh.memory < int64(shards)*4096) {
 		shards /= 2
 	}
-	s, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: sh.capacity, Shards: shards})
+	s, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: sh.capacity, MaxMemory: sh.memory, Shards: shards})
 	if err != nil { // capacity came from a valid store
 		panic(err)
 	}
@@ -127,6 +135,8 @@ func (sh *shared) forgetAll(member string) {
 		}
 	}
 	sh.stores.Store(&next)
+	sh.goneFull.Add(cur[member].Refused())
+	sh.goneInvalid.Add(cur[member].Invalid())
 }
 
 // each calls fn for every entry shared with member.
@@ -141,6 +151,17 @@ func (sh *shared) each(member string, now clock.Instant, fn func(key string, l b
 		}
 		return true
 	})
+}
+
+// refused returns how many states the members' stores refused (no room,
+// or negative).
+func (sh *shared) refused() (full, invalid uint64) {
+	full, invalid = sh.goneFull.Load(), sh.goneInvalid.Load()
+	for _, s := range *sh.stores.Load() {
+		full += s.Refused()
+		invalid += s.Invalid()
+	}
+	return full, invalid
 }
 
 // len returns how many entries are shared with every member.

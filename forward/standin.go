@@ -289,7 +289,7 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 		return Result{Owner: r.cfg.Self}
 	}
 	if owner == r.cfg.Self {
-		res, hold := r.decideLocal(ctx, v, c.Key, &c.Limit, c.Cost, c.Sync, now)
+		res, hold := r.decideLocal(ctx, v, c, now)
 		if hold {
 			r.repl.await(ctx, r.ctx.Done())
 		}
@@ -298,6 +298,9 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 	r.handoff.mayHoldForeign()
 	r.adopt(owner, c.Key, now)
 	d, err := r.cfg.Store.Take(c.Key, &c.Limit, now, c.Cost)
+	if errors.Is(err, bucket.ErrFull) {
+		return r.degrade(v, c, now)
+	}
 	if err != nil {
 		r.log.Error("stand-in check failed", "key", c.Key, "err", err)
 	}
@@ -328,11 +331,13 @@ func (r *Router) promote(v *view, member string) {
 	var drop []string
 	n := 0
 	r.shared.each(member, now, func(key string, l bucket.Limit, used int64) {
-		drop = append(drop, key)
 		if ownerIn(v.ring, r.cfg.Self, key) == r.cfg.Self && !r.cfg.Store.Has(key) {
-			r.cfg.Store.Set(key, &l, now, used)
+			if r.cfg.Store.Set(key, &l, now, used) != nil {
+				return // no room even over the allowance: the replica stays, counted by the store
+			}
 			n++
 		}
+		drop = append(drop, key)
 	})
 	for _, k := range drop {
 		r.shared.forget(member, k)

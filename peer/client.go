@@ -234,6 +234,9 @@ func (c *conn) fetch(ctx context.Context, key string, l *bucket.Limit) (State, b
 	if err != nil {
 		return State{}, false, fmt.Errorf("peer %s: fetch %q: %w", c.name, key, err)
 	}
+	if st.GetUsed() < 0 {
+		return State{}, false, fmt.Errorf("peer %s: fetch %q: negative used %d", c.name, key, st.GetUsed())
+	}
 	return State{Key: key, Limit: sl, Used: st.GetUsed()}, true, nil
 }
 

@@ -10,6 +10,7 @@ type Metrics struct {
 	abandoned       prometheus.Counter
 	busy            prometheus.Counter
 	refused         prometheus.Counter
+	invalidStates   prometheus.Counter
 	batchSize       prometheus.Histogram
 	received        prometheus.Counter
 	handoffSent     prometheus.Counter
@@ -44,6 +45,10 @@ func newMetrics() *Metrics {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_peer_oversize_refused_total",
 			Help: "Peer messages (check batches, handoffs, replicas) refused whole because they carried more than the limit.",
+		}),
+		invalidStates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_peer_invalid_states_total",
+			Help: "Bucket states received from peers (handoffs, replicas) and left out as invalid: a bad key or limit, or a negative used.",
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ringlimit_forward_batch_checks",
@@ -92,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.busy, m.refused, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
+	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.busy, m.refused, m.invalidStates, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
 		m.replicated, m.replicateErrors, m.replicas, m.unauthenticated, m.certClosed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

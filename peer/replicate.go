@@ -161,7 +161,8 @@ func (m *replicateIn) decode(dec func(any) error) error {
 }
 
 // validStates returns the valid states of a call parse read; invalid ones
-// (bad key or limit) are left out, as statesFromProto leaves them out. Their
+// (bad key or limit, negative used) are left out, as statesFromProto
+// leaves them out. Their
 // keys point into m.buf; the slice is m's, reused by the next call.
 func (m *replicateIn) validStates() []State {
 	m.valid = m.valid[:0]
@@ -177,7 +178,7 @@ func (m *replicateIn) validStates() []State {
 			last, built = w.limit, true
 			l, err = w.limit.toLimit()
 		}
-		if err != nil || bucket.CheckKey(w.key) != nil {
+		if err != nil || bucket.CheckKey(w.key) != nil || w.used < 0 {
 			continue
 		}
 		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used})
@@ -270,7 +271,9 @@ func (s *Server) replicate(ctx context.Context, in *replicateIn) (any, error) {
 		return nil, err
 	}
 	// The Handler may keep from (as a member's name); it is copied.
-	n, err := s.h.Replicate(strings.Clone(in.from), in.validStates())
+	valid := in.validStates()
+	s.m.invalidStates.Add(float64(len(in.states) - len(valid)))
+	n, err := s.h.Replicate(strings.Clone(in.from), valid)
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}

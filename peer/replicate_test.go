@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -169,8 +170,8 @@ func TestReplicateParseSkipsUnknown(t *testing.T) {
 	}
 }
 
-// validStates leaves out a state with a bad key or limit, as
-// statesFromProto does for a generated call.
+// validStates leaves out a state with a bad key or limit or a negative
+// used, as statesFromProto does for a generated call.
 func TestReplicateValidStates(t *testing.T) {
 	w := toWireLimit(new(hourly(10)))
 	in := replicateBatch{from: "A", states: []State{{Key: "ok", Limit: hourly(10), Used: 1}}}
@@ -180,7 +181,9 @@ func TestReplicateValidStates(t *testing.T) {
 		{key: "bad-limit", limit: wireLimit{alg: 1}},         // zero count
 		{key: "bad-alg", limit: wireLimit{alg: 300}},         // no such algorithm
 		{key: strings.Repeat("k", 1<<16), limit: w},          // key too long
-		{key: "ok-2", limit: w, used: -5},                    // valid
+		{key: "ok-2", limit: w, used: 5},                     // valid
+		{key: "negative", limit: w, used: -5},                // negative used
+		{key: "min", limit: w, used: math.MinInt64},          // negative used
 		{key: "bad-per", limit: wireLimit{alg: 0, limit: 1}}, // zero period
 	} {
 		st := appendString(nil, fStateKey, s.key)
@@ -207,8 +210,8 @@ func TestReplicateValidStates(t *testing.T) {
 			t.Errorf("state %d: %+v, generated path %+v", i, got[i], want[i])
 		}
 	}
-	if len(got) < 2 || got[0].Key != "ok" || got[1].Key != "ok-2" {
-		t.Fatalf("valid states %+v, want ok and ok-2 at least", got)
+	if len(got) != 2 || got[0].Key != "ok" || got[1].Key != "ok-2" {
+		t.Fatalf("valid states %+v, want ok and ok-2", got)
 	}
 }
 

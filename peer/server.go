@@ -219,12 +219,12 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 }
 
 // statesFromProto returns the valid states of bs; invalid ones (bad key or
-// limit) are left out.
+// limit, negative used) are left out.
 func statesFromProto(bs []*peerv1.BucketState) []State {
 	states := make([]State, 0, len(bs))
 	for _, b := range bs {
 		l, err := limitFromProto(b.GetLimit())
-		if err != nil || bucket.CheckKey(b.GetKey()) != nil {
+		if err != nil || bucket.CheckKey(b.GetKey()) != nil || b.GetUsed() < 0 {
 			continue
 		}
 		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed()})
@@ -242,7 +242,9 @@ func (s *Server) Handoff(ctx context.Context, req *peerv1.HandoffRequest) (*peer
 	if err := s.authorize(ctx, req.GetFrom()); err != nil {
 		return nil, err
 	}
-	merged := s.h.Merge(req.GetFrom(), statesFromProto(req.GetBuckets()))
+	states := statesFromProto(req.GetBuckets())
+	s.m.invalidStates.Add(float64(len(req.GetBuckets()) - len(states)))
+	merged := s.h.Merge(req.GetFrom(), states)
 	s.m.handoffReceived.Add(float64(merged))
 	return &peerv1.HandoffResponse{Merged: int64(merged)}, nil
 }
@@ -260,7 +262,9 @@ func (s *Server) Replicate(ctx context.Context, req *peerv1.ReplicateRequest) (*
 	if err := s.authorize(ctx, req.GetFrom()); err != nil {
 		return nil, err
 	}
-	n, err := s.h.Replicate(req.GetFrom(), statesFromProto(req.GetBuckets()))
+	states := statesFromProto(req.GetBuckets())
+	s.m.invalidStates.Add(float64(len(req.GetBuckets()) - len(states)))
+	n, err := s.h.Replicate(req.GetFrom(), states)
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}

@@ -26,6 +26,8 @@ type config struct {
 	grpcAddr        string
 	peerAddr        string
 	maxKeys         int
+	maxMemory       byteSize // --max-memory (store.go)
+	maxKeyBytes     int
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 	gossipAddr      string
@@ -101,7 +103,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.name, "name", host, "this node's name, unique in the cluster")
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "address of the HTTP API")
 	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:9090", "address of the gRPC API")
-	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; the least recently used is evicted beyond it")
+	fs.IntVar(&c.maxKeys, "max-keys", bucket.DefaultMaxKeys, "most keys held in memory; beyond it (or --max-memory) only keys that hold nothing (full again, or past their window) are dropped, least recently used first, and a new key finds no room when every key has spent: it gets its failure mode")
+	c.maxMemory = bucket.DefaultMaxMemory
+	fs.Var(&c.maxMemory, "max-memory", "bytes the key store may count (suffix KiB, MiB or GiB): 104 a key, plus a key's bytes when it is longer than 23, plus 1,088 for a sliding window log (1,128 for a 1 KiB key; measured heap: 81 B a short key, 1,127 a 1 KiB key). The replicas this node keeps for each other member get as much again. Only keys that hold nothing are dropped for room; a new key that finds none gets its failure mode (ringlimit_store_full_total)")
+	fs.IntVar(&c.maxKeyBytes, "max-key-bytes", bucket.MaxKeyLen, "longest key accepted, in bytes (at most 1024): a longer one is refused with 400 KEY_TOO_LONG / INVALID_ARGUMENT, changing nothing")
 	fs.StringVar(&c.peerAddr, "peer", "127.0.0.1:9190", "address of the peer gRPC service, which only other nodes call (mutual TLS with --tls-*)")
 	fs.StringVar(&c.gossipAddr, "gossip", "127.0.0.1:7946", "gossip bind address (TCP and UDP)")
 	join := fs.String("join", "", "comma-separated seeds to join: gossip addresses host:port (a DNS name may resolve to several nodes, e.g. a Kubernetes headless Service) or DNS SRV names (_gossip._tcp.NAME); names are resolved again every few seconds, and a node keeps retrying until one answers or another node joins it; until then it owns no key and checks get their failure mode")
@@ -237,6 +242,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.maxKeys < 1 {
 		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)
+	}
+	if c.maxKeyBytes < 1 || c.maxKeyBytes > bucket.MaxKeyLen {
+		return c, fmt.Errorf("--max-key-bytes: must be between 1 and %d, got %d", bucket.MaxKeyLen, c.maxKeyBytes)
 	}
 	return c, nil
 }

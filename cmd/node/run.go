@@ -146,13 +146,13 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	start := time.Now() // the uptime peers and the status page see
 
 	shards := bucket.DefaultShards
-	for shards > 1 && cfg.maxKeys < shards {
+	for shards > 1 && (cfg.maxKeys < shards || int64(cfg.maxMemory) < int64(shards)*minShardMemory) {
 		shards /= 2
 	}
 	if err := step("store"); err != nil {
 		return nil, err
 	}
-	if n.store, err = bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.maxKeys, Shards: shards}); err != nil {
+	if n.store, err = bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.maxKeys, MaxMemory: int64(cfg.maxMemory), MaxKeyBytes: cfg.maxKeyBytes, Shards: shards}); err != nil {
 		return nil, err
 	}
 	if err := step("metrics"); err != nil {
@@ -385,7 +385,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	log.Info("node started", "name", cfg.name, "version", nodeVersion(), "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
 		"peer", n.peerLn.Addr().String(), "advertise_http", adv.http, "advertise_grpc", grpcAddr, "advertise_peer", peerAddr,
 		"peer_tls", n.certs.peer != nil, "api_tls", n.certs.api != nil,
-		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity(),
+		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity(), "max_memory", n.store.MaxMemory(),
 		"gossip_keys", fingerprints(cfg.gossipKeys), "cluster_name", cfg.clusterName)
 	return n, nil
 }
