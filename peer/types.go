@@ -39,6 +39,11 @@ type Answer struct {
 	// ring names another owner: ask that member; nothing was spent. The
 	// other fields are then zero.
 	Redirect string
+	// Full is true when the key was new to the owner and its store had no
+	// room for it: nothing was spent, and the sender decides the check in
+	// its failure mode. The decision fields then refuse, with a retry of
+	// one second, for a sender that does not know Full (fail_closed).
+	Full bool
 }
 
 // Decision returns a as a bucket.Decision under a limit of count.
@@ -66,11 +71,11 @@ func (d *wireDecision) toAnswer() Answer {
 		ResetAfter:   time.Duration(d.resetAfterMs) * time.Millisecond,
 		Delay:        time.Duration(d.delayMs) * time.Millisecond,
 		LeaseGranted: d.leaseGranted, LeaseTTL: time.Duration(d.leaseTTLMs) * time.Millisecond,
-		Redirect: d.redirect}
+		Redirect: d.redirect, Full: d.full}
 }
 
 func (d *wireDecision) fromAnswer(a *Answer) {
 	*d = wireDecision{allowed: a.Allowed, remaining: a.Remaining, retryAfterMs: a.RetryAfter.Milliseconds(),
 		resetAfterMs: a.ResetAfter.Milliseconds(), delayMs: a.Delay.Milliseconds(),
-		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds(), redirect: a.Redirect}
+		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds(), redirect: a.Redirect, full: a.Full}
 }

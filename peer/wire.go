@@ -141,6 +141,7 @@ type wireDecision struct {
 	leaseGranted int64
 	leaseTTLMs   int64
 	redirect     string
+	full         bool
 }
 
 // checkAnswer answers one batch (message CheckResponse). A received answer's
@@ -161,7 +162,7 @@ const (
 	fCheckTrace, fCheckSync                                                    = 7, 8
 	fReqFrom, fReqChecks, fReqID, fReqRingVersion                              = 1, 2, 3, 4
 	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
-	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect                               = 6, 7, 8
+	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect, fDecFull                     = 6, 7, 8, 9
 	fRespOwner, fRespDecisions, fRespID, fRespError, fRespDrain                = 1, 2, 3, 4, 5
 )
 
@@ -272,7 +273,8 @@ func (d *wireDecision) size() int {
 	return varintSize(fDecAllowed, boolVal(d.allowed)) + varintSize(fDecRemaining, uint64(d.remaining)) +
 		varintSize(fDecRetry, uint64(d.retryAfterMs)) + varintSize(fDecReset, uint64(d.resetAfterMs)) +
 		varintSize(fDecDelay, uint64(d.delayMs)) + varintSize(fDecLeaseGranted, uint64(d.leaseGranted)) +
-		varintSize(fDecLeaseTTL, uint64(d.leaseTTLMs)) + stringSize(fDecRedirect, d.redirect)
+		varintSize(fDecLeaseTTL, uint64(d.leaseTTLMs)) + stringSize(fDecRedirect, d.redirect) +
+		varintSize(fDecFull, boolVal(d.full))
 }
 
 func (d *wireDecision) appendTo(b []byte) []byte {
@@ -283,7 +285,8 @@ func (d *wireDecision) appendTo(b []byte) []byte {
 	b = appendVarint(b, fDecDelay, uint64(d.delayMs))
 	b = appendVarint(b, fDecLeaseGranted, uint64(d.leaseGranted))
 	b = appendVarint(b, fDecLeaseTTL, uint64(d.leaseTTLMs))
-	return appendString(b, fDecRedirect, d.redirect)
+	b = appendString(b, fDecRedirect, d.redirect)
+	return appendVarint(b, fDecFull, boolVal(d.full))
 }
 
 func (m *checkAnswer) size() int {

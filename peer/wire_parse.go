@@ -159,6 +159,8 @@ func (d *wireDecision) parse(b []byte) error {
 			d.leaseTTLMs = int64(v)
 		case fDecRedirect<<3 | 2:
 			d.redirect = str(val)
+		case fDecFull << 3:
+			d.full = v != 0
 		}
 		return nil
 	})

@@ -66,6 +66,7 @@ func answerToProto(m *checkAnswer) *peerv1.CheckResponse {
 		resp.Decisions = append(resp.Decisions, &peerv1.Decision{
 			Allowed: d.allowed, Remaining: d.remaining, RetryAfterMs: d.retryAfterMs, ResetAfterMs: d.resetAfterMs,
 			DelayMs: d.delayMs, LeaseGranted: d.leaseGranted, LeaseTtlMs: d.leaseTTLMs, Redirect: d.redirect,
+			Full: d.full,
 		})
 	}
 	return resp
@@ -111,6 +112,7 @@ func TestWireMatchesProto(t *testing.T) {
 				delayMs: rapid.Int64().Draw(t, l+".delay"), leaseGranted: rapid.Int64().Draw(t, l+".lease"),
 				leaseTTLMs: rapid.Int64().Draw(t, l+".ttl"),
 				redirect:   rapid.OneOf(rapid.Just(""), rapid.StringN(1, 12, -1)).Draw(t, l+".redirect"),
+				full:       rapid.Bool().Draw(t, l+".full"),
 			})
 		}
 		want, err = proto.MarshalOptions{Deterministic: true}.Marshal(answerToProto(&a))
@@ -130,8 +132,8 @@ func TestWireMatchesProto(t *testing.T) {
 	})
 }
 
-// The fields added with ring versions, final checks and redirects, each
-// written alone and left out when zero, against proto.Marshal.
+// The fields added with ring versions, final checks, redirects and full
+// stores, each written alone and left out when zero, against proto.Marshal.
 func TestWireNewFields(t *testing.T) {
 	lim := toWireLimit(new(hourly(10)))
 	for _, m := range []checkBatch{
@@ -160,6 +162,7 @@ func TestWireNewFields(t *testing.T) {
 	for _, a := range []checkAnswer{
 		{owner: "B", id: 2, decisions: []wireDecision{{allowed: true, remaining: 3}}},
 		{owner: "B", id: 2, decisions: []wireDecision{{redirect: "C"}, {allowed: true}, {redirect: "node-ü"}}},
+		{owner: "B", id: 2, decisions: []wireDecision{{full: true}, {allowed: true}, {retryAfterMs: 1000, full: true}}},
 	} {
 		want, err := proto.Marshal(answerToProto(&a))
 		if err != nil {
@@ -217,6 +220,7 @@ func FuzzWireParse(f *testing.F) {
 	f.Add((&checkBatch{from: "a", id: 1, checks: []wireCheck{{key: "k", cost: 1, traced: true, trace: traceContext{0: 1, 16: 2, 24: 1}}}}).appendTo(nil))
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{allowed: true, remaining: -1}}}).appendTo(nil))
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{redirect: "c"}}}).appendTo(nil))
+	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{retryAfterMs: 1000, full: true}}}).appendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m checkBatch
 		if m.parse(bytes.Clone(b)) == nil {
@@ -226,7 +230,12 @@ func FuzzWireParse(f *testing.F) {
 			}
 		}
 		var a checkAnswer
-		_ = a.parse(bytes.Clone(b))
+		if a.parse(bytes.Clone(b)) == nil {
+			var p peerv1.CheckResponse
+			if err := proto.Unmarshal(b, &p); err == nil && !proto.Equal(answerToProto(&a), dropUnknown(&p)) {
+				t.Fatalf("hand-written read %+v, protobuf %v", a, &p)
+			}
+		}
 	})
 }
 

@@ -485,7 +485,15 @@ type Decision struct {
 	LeaseTtlMs   int64 `protobuf:"varint,7,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
 	// Set, alone, when the receiver did not decide the check because its
 	// ring names another owner: ask that member; nothing was spent.
-	Redirect      string `protobuf:"bytes,8,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Redirect string `protobuf:"bytes,8,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	// Set, with allowed false and a retry of one second, when the check's
+	// key is new to the receiver and its store had no room for it (every key
+	// it holds has spent): nothing was spent, and the sender decides the
+	// check in its own failure mode, as for an unreachable owner (the check
+	// does not carry its mode). A receiver from before the field refuses
+	// such a check without it, and a sender from before it reads the
+	// refusal: fail_closed, as before.
+	Full          bool `protobuf:"varint,9,opt,name=full,proto3" json:"full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -574,6 +582,13 @@ func (x *Decision) GetRedirect() string {
 		return x.Redirect
 	}
 	return ""
+}
+
+func (x *Decision) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
 }
 
 type CheckResponse struct {
@@ -1076,7 +1091,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12!\n" +
-	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\x8c\x02\n" +
+	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xa0\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -1086,7 +1101,8 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\rlease_granted\x18\x06 \x01(\x03R\fleaseGranted\x12 \n" +
 	"\flease_ttl_ms\x18\a \x01(\x03R\n" +
 	"leaseTtlMs\x12\x1a\n" +
-	"\bredirect\x18\b \x01(\tR\bredirect\"\x9c\x01\n" +
+	"\bredirect\x18\b \x01(\tR\bredirect\x12\x12\n" +
+	"\x04full\x18\t \x01(\bR\x04full\"\x9c\x01\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
