@@ -49,6 +49,19 @@ func (r *Router) degrade(v *view, c *Check, now clock.Instant) Result {
 	return res
 }
 
+// noRoom answers a check whose new key the store had no room for (the
+// store counted it: Store.Full). A check another node forwarded here is
+// answered full, refused for one second, and its sender decides it in its
+// failure mode (peer.Answer.Full); any other is decided here, in its
+// failure mode.
+func (r *Router) noRoom(v *view, c *Check, now clock.Instant) Result {
+	if !c.forwarded {
+		return r.degrade(v, c, now)
+	}
+	return Result{Decision: bucket.Decision{Limit: c.Limit.Count(), RetryAfter: time.Second},
+		Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr, full: true}
+}
+
 // exhausted reports whether this node knows that c's key has less than
 // c.Cost left, and for about how long.
 func (r *Router) exhausted(v *view, c *Check, now clock.Instant) (time.Duration, bool) {

@@ -177,3 +177,170 @@ func TestPromotionNeverEvictsSpent(t *testing.T) {
 		}
 	}
 }
+
+// fullStore is a store of 16 keys in one shard, for tests that fill it.
+func fullStore(t *testing.T) *bucket.Store {
+	t.Helper()
+	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 16, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// fillStore spends 1 of 10 on 16 keys n owns on its ring, filling its
+// fullStore with keys that hold spend.
+func fillStore(t *testing.T, n *node) {
+	t.Helper()
+	for _, k := range keysOwnedBy(t, n.r, n.name, "held-"+n.name, 16) {
+		if res := check1(t, n.r, k, hourly(10), 1); !res.Allowed || res.Degraded || res.Owner != n.name {
+			t.Fatalf("filling %s with %s: %+v", n.name, k, res)
+		}
+	}
+}
+
+// wantModeCounts checks n's count of checks decided in each failure mode.
+func wantModeCounts(t *testing.T, n *node, open, closed, local float64) {
+	t.Helper()
+	for mode, want := range map[bucket.FailureMode]float64{bucket.FailOpen: open, bucket.FailClosed: closed, bucket.Local: local} {
+		if got := testkit.Metric(t, n.reg, "ringlimit_degraded_checks_total", "mode", mode.String()); got != want {
+			t.Errorf("%s: ringlimit_degraded_checks_total{mode=%q} = %v, want %v", n.name, mode, got, want)
+		}
+	}
+}
+
+// wantStoreFull checks n's ringlimit_store_full_total.
+func wantStoreFull(t *testing.T, n *node, want float64) {
+	t.Helper()
+	if got := testkit.Metric(t, n.reg, "ringlimit_store_full_total"); got != want {
+		t.Errorf("%s: ringlimit_store_full_total = %v, want %v", n.name, got, want)
+	}
+}
+
+// TestForwardedStoreFullFailureMode fills an owner's store with spent keys
+// and sends it new keys from another node over the peer protocol: the
+// owner spends nothing, answers that it had no room (peer.Answer.Full) and
+// counts the key once in ringlimit_store_full_total; the entry node
+// decides each check in its own failure mode, as for an unreachable owner,
+// and counts it once, degraded.
+func TestForwardedStoreFullFailureMode(t *testing.T) {
+	clk := testkit.NewClock(0)
+	b := startNode(t, "B", clk, func(c *nodeConfig) { c.Store = fullStore(t) })
+	a := startNode(t, "A", clk, nil)
+	formCluster(clk, a, b)
+	fillStore(t, b)
+	lim := hourly(10)
+	newKeys := keysOwnedBy(t, a.r, "B", "new", 3)
+	steps := []struct {
+		key       string
+		mode      bucket.FailureMode
+		allowed   bool
+		remaining int64
+	}{
+		{newKeys[0], bucket.FailOpen, true, 0},
+		{newKeys[0], bucket.FailOpen, true, 0},
+		{newKeys[0], bucket.FailOpen, true, 0},
+		{newKeys[1], bucket.FailClosed, false, 0},
+		{newKeys[1], bucket.FailClosed, false, 0},
+		// Local: 10 an hour over 2 members, 5 on A's local bucket.
+		{newKeys[2], bucket.Local, true, 4},
+		{newKeys[2], bucket.Local, true, 3},
+		{newKeys[2], bucket.Local, true, 2},
+		{newKeys[2], bucket.Local, true, 1},
+		{newKeys[2], bucket.Local, true, 0},
+		{newKeys[2], bucket.Local, false, 0},
+	}
+	for i, s := range steps {
+		var out [1]Result
+		if err := a.r.Check(context.Background(), []Check{{Key: s.key, Limit: lim, Cost: 1, Mode: s.mode}}, out[:]); err != nil {
+			t.Fatal(err)
+		}
+		res := out[0]
+		if res.Allowed != s.allowed || res.Remaining != s.remaining || !res.Degraded || res.Owner != "A" {
+			t.Fatalf("step %d: Check(%s, %v) on A, B's store full = %+v, want allowed %v, remaining %d, degraded on A",
+				i, s.key, s.mode, res, s.allowed, s.remaining)
+		}
+		if !res.Allowed && res.RetryAfter <= 0 {
+			t.Fatalf("step %d: refused without a retry-after: %+v", i, res)
+		}
+	}
+	wantModeCounts(t, a, 3, 2, 6)
+	wantModeCounts(t, b, 0, 0, 0)
+	wantStoreFull(t, b, float64(len(steps)))
+	wantStoreFull(t, a, 0)
+	if got := testkit.Metric(t, b.reg, "ringlimit_peer_checks_total"); got != float64(len(steps)) {
+		t.Errorf("B received %v peer checks, want %d", got, len(steps))
+	}
+	for _, k := range newKeys {
+		if b.store.Has(k) || a.store.Has(k) {
+			t.Errorf("%s held by B %v, A %v: a key with no room was stored", k, b.store.Has(k), a.store.Has(k))
+		}
+	}
+	// B's keys keep working through A.
+	k := keysOwnedBy(t, b.r, "B", "held-B", 1)[0]
+	if res := check1(t, a.r, k, lim, 1); !res.Allowed || res.Degraded || res.Owner != "B" || res.Remaining != 8 {
+		t.Fatalf("a key B holds, through A: %+v, want decided by B with 8 left", res)
+	}
+}
+
+// TestRedirectedStoreFullFailureMode: a check redirected to an owner whose
+// store has no room for its new key is decided, after the last hop, in its
+// failure mode on the entry node, once, like a direct one.
+func TestRedirectedStoreFullFailureMode(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a := startNode(t, "A", clk, nil)
+	b := startNode(t, "B", clk, nil)
+	c := startNode(t, "C", clk, func(c *nodeConfig) { c.Store = fullStore(t) })
+	// C has joined; B and C know, A does not yet.
+	a.r.SetMembers(membersOf(a, b))
+	setMembers(membersOf(a, b, c), b, c)
+	clk.Advance(testGrace)
+	fillStore(t, c)
+	var keys []string
+	for i := 0; len(keys) < 3; i++ {
+		k := fmt.Sprintf("moved-%d", i)
+		oa, _ := a.r.Owner(k)
+		ob, _ := b.r.Owner(k)
+		if oa == "B" && ob == "C" {
+			keys = append(keys, k)
+		}
+	}
+	lim := hourly(10)
+	checks := []Check{
+		{Key: keys[0], Limit: lim, Cost: 1, Mode: bucket.FailOpen},
+		{Key: keys[1], Limit: lim, Cost: 1, Mode: bucket.FailClosed},
+		{Key: keys[2], Limit: lim, Cost: 1, Mode: bucket.Local},
+	}
+	out := make([]Result, len(checks))
+	done := make(chan error, 1)
+	go func() { done <- a.r.Check(context.Background(), checks, out) }()
+	waitRedirected(t, b, 3)
+	a.r.SetMembers(membersOf(a, b, c)) // A follows the redirects to C, as a last hop
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		allowed   bool
+		remaining int64
+	}{{true, 0}, {false, 0}, {true, 2}} { // local: 10 an hour over 3 members
+		if res := out[i]; res.Allowed != want.allowed || res.Remaining != want.remaining || !res.Degraded || res.Owner != "A" {
+			t.Errorf("%v check of %s, redirected to C, C's store full: %+v, want allowed %v, remaining %d, degraded on A",
+				checks[i].Mode, checks[i].Key, res, want.allowed, want.remaining)
+		}
+	}
+	if got := testkit.Metric(t, a.reg, "ringlimit_redirects_followed_total"); got != 3 {
+		t.Errorf("A followed %v redirects, want 3", got)
+	}
+	wantModeCounts(t, a, 1, 1, 1)
+	for _, n := range []*node{b, c} {
+		wantModeCounts(t, n, 0, 0, 0)
+	}
+	wantStoreFull(t, c, 3)
+	wantStoreFull(t, b, 0)
+	wantStoreFull(t, a, 0)
+	for _, k := range keys {
+		if b.store.Has(k) || c.store.Has(k) {
+			t.Errorf("%s held by B %v, C %v: nothing should be spent", k, b.store.Has(k), c.store.Has(k))
+		}
+	}
+}

@@ -333,7 +333,7 @@ func findGroup(groups []*group, owner string) *group {
 // holds no copy of first gets one from where its state is: the replica of a
 // previous owner that died, or the previous owner itself. A new key the
 // store has no room for (every key it holds has spent) is decided in its
-// failure mode, as for an unreachable owner. It reports whether the answer
+// failure mode, as for an unreachable owner (see noRoom). It reports whether the answer
 // must wait for a replication round (replicator.hold): the caller awaits
 // one round for all its checks before it answers.
 func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.Instant) (Result, bool) {
@@ -345,7 +345,7 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	}
 	d, unsent, err := r.cfg.Store.TakeUnsent(key, l, now, c.Cost)
 	if errors.Is(err, bucket.ErrFull) {
-		return r.degrade(v, c, now), false
+		return r.noRoom(v, c, now), false
 	}
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)

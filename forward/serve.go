@@ -38,8 +38,10 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 			continue
 		}
 		// The peer protocol does not carry a check's failure mode: a new
-		// key this node has no room for is refused (fail_closed).
-		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync}
+		// key this node has no room for is answered Full (refused, for a
+		// sender from before the flag), and the sender decides it in its
+		// failure mode (see noRoom). Nothing here decides by Mode.
+		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, forwarded: true}
 		var res Result
 		if owner == r.cfg.Self {
 			var h bool
@@ -55,6 +57,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 			}
 		}
 		a.SetDecision(&res.Decision)
+		a.Full = res.full
 	}
 	if hold {
 		r.repl.await(ctx, r.ctx.Done())

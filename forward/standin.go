@@ -178,8 +178,11 @@ func (r *Router) awaitChange(ctx context.Context, v *view) *view {
 // ask sends the checks idx to the member name and fills their results.
 // With final set, name decides them whatever its ring says. It returns the
 // checks name redirected, by the member it named, or an error when name
-// could not be reached (no result is filled then). A member whose queue is
-// full (peer.ErrBusy) is not backed off from: it is slow, not known down.
+// could not be reached (no result is filled then). A check whose new key
+// name's store had no room for (peer.Answer.Full: nothing spent) is decided
+// here in its failure mode, as for an unreachable owner. A member whose
+// queue is full (peer.ErrBusy) is not backed off from: it is slow, not
+// known down.
 func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, checks []Check, out []Result, final bool, now clock.Instant) (map[string][]int, error) {
 	if v.isDown(name) || r.reach.failedRecently(name, now) {
 		return nil, errBackoff
@@ -220,6 +223,10 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 				redirects = map[string][]int{}
 			}
 			redirects[a.Redirect] = append(redirects[a.Redirect], i)
+			continue
+		}
+		if a.Full { // the decider had no room for the new key and spent nothing
+			out[i] = r.degrade(v, c, now)
 			continue
 		}
 		if a.LeaseGranted > 0 {
@@ -299,7 +306,7 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 	r.adopt(owner, c.Key, now)
 	d, err := r.cfg.Store.Take(c.Key, &c.Limit, now, c.Cost)
 	if errors.Is(err, bucket.ErrFull) {
-		return r.degrade(v, c, now)
+		return r.noRoom(v, c, now)
 	}
 	if err != nil {
 		r.log.Error("stand-in check failed", "key", c.Key, "err", err)

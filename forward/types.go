@@ -76,6 +76,11 @@ type Check struct {
 	// when the pre-limiter sheds one of them, the others of the group are
 	// neither sent nor spent, and come back Skipped.
 	Together int32
+	// forwarded marks a check another node sent this one to decide
+	// (Decide), whose failure mode the peer protocol does not carry: a new
+	// key the store has no room for is answered full (Result.full), and
+	// the sender decides it in its own failure mode.
+	forwarded bool
 }
 
 // Result is the answer to one Check.
@@ -97,6 +102,10 @@ type Result struct {
 	// Leased is true when the check was admitted from a token lease held
 	// by this node; Remaining is then what the lease has left.
 	Leased bool
+	// full is true for a forwarded check whose new key the store had no
+	// room for: nothing was spent, and the Decision refuses for one second
+	// (what a sender that does not know peer.Answer.Full keeps).
+	full bool
 }
 
 // Member is a node and the address of its peer service.
