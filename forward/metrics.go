@@ -46,7 +46,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	degraded := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_degraded_checks_total",
-		Help: "Checks decided by their failure mode because the owner could not be reached, by mode.",
+		Help: "Checks this node decided by their failure mode because the owner could not be reached or had no room for a new key, by mode.",
 	}, []string{"mode"})
 	fetches := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_handoff_fetches_total",
@@ -146,7 +146,7 @@ func (m *metrics) watch(r *Router) error {
 	st := r.cfg.Store
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ringlimit_store_full_total",
-			Help: "New keys this node owns that its store had no room for (every key held had spent, within --max-memory and --max-keys): each was decided in its failure mode."},
+			Help: "New keys this node owns that its store had no room for (every key held had spent, within --max-memory and --max-keys): each was decided in its failure mode (by the node that sent it, for a forwarded check)."},
 			func() float64 { return float64(st.Full()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ringlimit_store_bytes",
 			Help: "Bytes the keys of this node's store count against --max-memory."},
