@@ -8,7 +8,9 @@
 // Pool.SetMembers when the batch left), for the receiver to compare with
 // its own. A receiver whose ring names another owner for a check answers
 // it with Answer.Redirect and spends nothing, unless the check is
-// Request.Final (the sender's last hop). An owner keeps each key's state
+// Request.Final (the sender's last hop). A receiver whose store has no room
+// for a check's new key answers it with Answer.Full and spends nothing: the
+// sender decides it in its failure mode. An owner keeps each key's state
 // on its successors with Pool.Replicate (absolute spent values); a
 // receiver refuses a batch from a node outside its ring.
 //

@@ -26,7 +26,9 @@ type Handler interface {
 	// the version of the sender's ring when it sent the batch. A request
 	// this node's ring gives to another member, and that is not Final,
 	// should be answered with Redirect set to that member and nothing
-	// spent. Every request is valid (key, limit and cost were checked).
+	// spent; one whose new key the store has no room for, with Full set
+	// and nothing spent (the sender decides it in its failure mode, which
+	// a Request does not carry). Every request is valid (key, limit and cost were checked).
 	// Keys and from point into a buffer that is reused after Decide
 	// returns.
 	Decide(ctx context.Context, from string, version uint64, reqs []Request, out []Answer)

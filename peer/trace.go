@@ -59,6 +59,7 @@ const (
 	attrRefund    = attribute.Key("ringlimit.refund")
 	attrFinal     = attribute.Key("ringlimit.final")
 	attrRedirect  = attribute.Key("ringlimit.redirect")
+	attrFull      = attribute.Key("ringlimit.store_full")
 	attrFrom      = attribute.Key("ringlimit.peer.from")
 	attrBatch     = attribute.Key("ringlimit.peer.batch_checks")
 )
@@ -107,6 +108,8 @@ func (pb *received) endSpans() {
 			t.span.SetAttributes(attrRedirect.String(a.Redirect))
 		case q.Refund:
 			t.span.SetAttributes(attrRefund.Bool(true))
+		case a.Full:
+			t.span.SetAttributes(attrFull.Bool(true))
 		default:
 			t.span.SetAttributes(attrAllowed.Bool(a.Allowed))
 		}
