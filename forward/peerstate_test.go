@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
@@ -341,6 +342,55 @@ func TestRedirectedStoreFullFailureMode(t *testing.T) {
 	for _, k := range keys {
 		if b.store.Has(k) || c.store.Has(k) {
 			t.Errorf("%s held by B %v, C %v: nothing should be spent", k, b.store.Has(k), c.store.Has(k))
+		}
+	}
+}
+
+// fixedPeers answers every check with a.
+type fixedPeers struct {
+	failingPeers
+	a peer.Answer
+}
+
+func (p *fixedPeers) Check(_ context.Context, name string, _ []peer.Request, out []peer.Answer) (string, error) {
+	for i := range out {
+		out[i] = p.a
+	}
+	return name, nil
+}
+
+// An owner from before peer.Answer.Full refuses a new key it has no room
+// for, and the entry node keeps that refusal whatever the check's failure
+// mode (as before the flag); the same answer with Full set is decided in
+// the failure mode.
+func TestStoreFullAnswerFromOlderOwner(t *testing.T) {
+	refusal := peer.Answer{RetryAfter: time.Second}
+	for _, tc := range []struct {
+		full    bool
+		allowed bool
+	}{{false, false}, {true, true}} {
+		store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1024, Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := refusal
+		a.Full = tc.full
+		r, err := New(Config{Self: "A", Store: store, Peers: &fixedPeers{a: a}, NewRing: newRing, Clock: testkit.NewClock(0),
+			PeerTimeout: time.Second, Replication: ReplicationConfig{Off: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.SetMembers([]Member{{Name: "A", Addr: "a"}, {Name: "B", Addr: "b"}})
+		key := keysOwnedBy(t, r, "B", "old", 1)[0]
+		out := make([]Result, 1)
+		if err := r.Check(context.Background(), []Check{{Key: key, Limit: hourly(10), Cost: 1, Mode: bucket.FailOpen}}, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Allowed != tc.allowed || out[0].Degraded != tc.full {
+			t.Errorf("fail_open check, owner answers %+v: %+v, want allowed %v, degraded %v", a, out[0], tc.allowed, tc.full)
+		}
+		if err := r.Close(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
