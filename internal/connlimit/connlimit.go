@@ -19,6 +19,12 @@ type Config struct {
 	// it may be evicted for a new one. Zero: DefaultGrace.
 	Grace time.Duration
 
+	// KeepGrace is the least time a connection that has read a request
+	// (any byte) must have read nothing more before it may be evicted: a
+	// client's keep-alive connection is not closed in favour of a flood of
+	// new ones that have not proven anything yet. Zero: DefaultKeepGrace.
+	KeepGrace time.Duration
+
 	// Clock is the time source of reads and evictions. Nil: clock.System().
 	Clock clock.Clock
 }
@@ -26,6 +32,9 @@ type Config struct {
 // DefaultGrace is Config.Grace when zero: a client that connects sends its
 // first bytes (TLS hello, HTTP/2 preface, a request) well within it.
 const DefaultGrace = time.Second
+
+// DefaultKeepGrace is Config.KeepGrace when zero.
+const DefaultKeepGrace = 10 * time.Second
 
 // Stats are a Listener's counts since it was made.
 type Stats struct {
@@ -42,6 +51,7 @@ type Listener struct {
 	net.Listener
 	max   int
 	grace time.Duration
+	keep  time.Duration // Config.KeepGrace
 	clock clock.Clock
 
 	mu    sync.Mutex // guards conns and the counts below
@@ -54,10 +64,13 @@ func New(ln net.Listener, cfg Config) *Listener {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
+	if cfg.KeepGrace <= 0 {
+		cfg.KeepGrace = DefaultKeepGrace
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System()
 	}
-	return &Listener{Listener: ln, max: cfg.Max, grace: cfg.Grace, clock: cfg.Clock, conns: map[*Conn]struct{}{}}
+	return &Listener{Listener: ln, max: cfg.Max, grace: cfg.Grace, keep: cfg.KeepGrace, clock: cfg.Clock, conns: map[*Conn]struct{}{}}
 }
 
 // Accept waits for a connection there is room for, evicting the idlest
@@ -102,17 +115,18 @@ func (l *Listener) admit(c net.Conn) *Conn {
 }
 
 // idlestLocked returns the connection to evict at now, or nil when none
-// has been idle for the grace. One that never read a byte goes first.
+// has been idle for the grace (the keep grace, for one that has read). One
+// that never read a byte goes first.
 func (l *Listener) idlestLocked(now clock.Instant) *Conn {
 	var best *Conn
 	var bestRead clock.Instant
 	bestSilent := false
 	for c := range l.conns {
 		last := clock.Instant(c.lastRead.Load())
-		if now.Sub(last) < l.grace {
+		silent := !c.read.Load()
+		if idle := now.Sub(last); idle < l.grace || !silent && idle < l.keep {
 			continue
 		}
-		silent := !c.read.Load()
 		switch {
 		case best == nil,
 			silent && !bestSilent,

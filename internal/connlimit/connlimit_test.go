@@ -20,14 +20,14 @@ type rig struct {
 	accepted chan net.Conn
 }
 
-func newRig(t *testing.T, max int, grace time.Duration) *rig {
+func newRig(t *testing.T, max int, grace, keep time.Duration) *rig {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &rig{t: t, clock: testkit.NewClock(1), accepted: make(chan net.Conn, 64)}
-	r.l = connlimit.New(ln, connlimit.Config{Max: max, Grace: grace, Clock: r.clock})
+	r.l = connlimit.New(ln, connlimit.Config{Max: max, Grace: grace, KeepGrace: keep, Clock: r.clock})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -113,7 +113,7 @@ func read(t *testing.T, client, server net.Conn) {
 }
 
 func TestCapRefusesWhenNoneIdle(t *testing.T) {
-	r := newRig(t, 2, time.Second)
+	r := newRig(t, 2, time.Second, 5*time.Second)
 	c1, s1 := r.dial()
 	c2, s2 := r.dial()
 	wantStats(t, "two of two", r.l, connlimit.Stats{Open: 2, Accepted: 2})
@@ -139,7 +139,7 @@ func TestCapRefusesWhenNoneIdle(t *testing.T) {
 }
 
 func TestEvictsIdlest(t *testing.T) {
-	r := newRig(t, 3, time.Second)
+	r := newRig(t, 3, time.Second, 5*time.Second)
 	c1, s1 := r.dial()
 	read(t, c1, s1) // at 0s
 	r.clock.Advance(time.Second)
@@ -193,7 +193,7 @@ func TestEvictsIdlest(t *testing.T) {
 }
 
 func TestNoCapCounts(t *testing.T) {
-	r := newRig(t, 0, 0)
+	r := newRig(t, 0, 0, 0)
 	var servers []net.Conn
 	for range 20 {
 		_, s := r.dial()
@@ -207,4 +207,28 @@ func TestNoCapCounts(t *testing.T) {
 		s.Close()
 	}
 	wantStats(t, "all closed", r.l, connlimit.Stats{Accepted: 20})
+}
+
+// A connection that has read is kept for the keep grace: a flood of new
+// connections does not close a client's keep-alive connection that
+// waits between requests.
+func TestKeepsReaderForKeepGrace(t *testing.T) {
+	r := newRig(t, 1, time.Second, 5*time.Second)
+	c1, s1 := r.dial()
+	read(t, c1, s1) // at 0s
+	r.clock.Advance(4999 * time.Millisecond)
+	c2, s2 := r.dial()
+	if s2 != nil {
+		t.Fatal("a reader idle less than the keep grace was evicted")
+	}
+	wantClosed(t, "refused c2", c2)
+	wantOpen(t, "c1 kept", c1, s1)
+	wantStats(t, "kept", r.l, connlimit.Stats{Open: 1, Accepted: 1, Refused: 1})
+	r.clock.Advance(time.Millisecond)
+	_, s3 := r.dial()
+	if s3 == nil {
+		t.Fatal("a reader idle for the keep grace was not evicted")
+	}
+	wantClosed(t, "c1 after the keep grace", c1)
+	wantStats(t, "evicted", r.l, connlimit.Stats{Open: 1, Accepted: 2, Evicted: 1, Refused: 1})
 }
