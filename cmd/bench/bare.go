@@ -45,6 +45,7 @@ type bareLimit struct {
 	Burst       int64  `json:"burst,omitempty"`
 	FailureMode string `json:"failure_mode,omitempty"`
 	Lease       bool   `json:"lease,omitempty"`
+	Replication string `json:"replication,omitempty"`
 }
 
 // bareMaxBody is api.MaxBodyBytes: the bound on a request body.
