@@ -14,7 +14,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,49 +31,11 @@ import (
 // TestAdversaryHoles builds cmd/node once and runs each attack against
 // nodes of it.
 func TestAdversaryHoles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a binary")
-	}
-	bin := filepath.Join(t.TempDir(), "ringlimit-node")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildNode(t)
 	t.Run("CrossOriginSpendsNothing", func(t *testing.T) { testCrossOrigin(t, bin) })
 	t.Run("ProxyHeadersNotBelievedByDefault", func(t *testing.T) { testTrustedProxies(t, bin) })
 	t.Run("PrivateReadsHideOwnersAndTiers", func(t *testing.T) { testPrivateAnswers(t, bin) })
 	t.Run("CARotationClosesOldPeerConnections", func(t *testing.T) { testCARotationCloses(t, bin) })
-}
-
-// startHoleProc starts bin as a single node named name on 127.0.0.1:0
-// with the extra flags, as startProc does.
-func startHoleProc(t *testing.T, bin, name string, extra ...string) *proc {
-	t.Helper()
-	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
-	p := &proc{name: name, cmd: exec.Command(bin, args...), logs: &logSink{}, exited: make(chan struct{})}
-	for _, kv := range os.Environ() { // only the flags configure the node
-		if !strings.HasPrefix(kv, "RINGLIMIT_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.run(t, name)
-	poll(t, 20*time.Second, name+" started", func() (bool, string) {
-		select {
-		case <-p.exited:
-			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.tail(20), "\n"))
-		default:
-		}
-		recs := p.logs.records("node started")
-		if len(recs) == 0 {
-			return false, "no \"node started\" line"
-		}
-		p.http, _ = recs[0]["http"].(string)
-		p.grpc, _ = recs[0]["grpc"].(string)
-		p.peer, _ = recs[0]["peer"].(string)
-		p.gossip, _ = recs[0]["gossip"].(string)
-		return true, ""
-	})
-	return p
 }
 
 // rawPost sends POST url with body and the headers (name, value, ...), and
@@ -118,7 +79,7 @@ func sendRaw(t *testing.T, client *http.Client, req *http.Request) (int, string)
 // whole limit when curl -d (a form Content-Type, no Origin) spends one.
 func testCrossOrigin(t *testing.T, bin string) {
 	h := newHarness(t)
-	p := startHoleProc(t, bin, "holes-cors", "--cors-origins", "https://app.example")
+	p := startSolo(t, bin, "holes-cors", "--cors-origins", "https://app.example")
 	url := "http://" + p.http + "/v1/check"
 	body := `{"key":"victim","limit":{"limit":5,"per":"1h"}}`
 	for _, st := range []struct {
@@ -166,7 +127,7 @@ func testTrustedProxies(t *testing.T, bin string) {
 		{"default", nil, 3},
 		{"trusted", []string{"--trusted-proxies", "127.0.0.1/32"}, 5},
 	} {
-		p := startHoleProc(t, bin, "holes-xff-"+tc.name, append([]string{"--policy", pol}, tc.flags...)...)
+		p := startSolo(t, bin, "holes-xff-"+tc.name, append([]string{"--policy", pol}, tc.flags...)...)
 		admitted := 0
 		for i := range 5 {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -205,7 +166,7 @@ func testPrivateAnswers(t *testing.T, bin string) {
 		t.Fatal(err)
 	}
 	const name = "holes-private"
-	p := startHoleProc(t, bin, name, "--policy", pol, "--private-reads", "--admin-token-file", tokens)
+	p := startSolo(t, bin, name, "--policy", pol, "--private-reads", "--admin-token-file", tokens)
 	leaks := func(answer string) []string {
 		var found []string
 		for _, s := range []string{name, "owner_addr", "policy_version", "gateway", "free", "anon", "tier:", "/login"} {
@@ -282,7 +243,7 @@ func testCARotationCloses(t *testing.T, bin string) {
 	const name = "holes-tls"
 	cert, key := old.issue(name, name)
 	ca := filepath.Join(dir, "prod-ca.pem")
-	p := startHoleProc(t, bin, name, "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key)
+	p := startSolo(t, bin, name, "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key)
 
 	// A client of the old CA, as a peer of the old days would hold.
 	conn, err := grpc.NewClient(p.peer, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{

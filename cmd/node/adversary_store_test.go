@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,45 +29,9 @@ import (
 )
 
 func TestAdversaryStore(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a binary")
-	}
-	bin := filepath.Join(t.TempDir(), "ringlimit-node")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildNode(t)
 	t.Run("Flood", func(t *testing.T) { testStoreFlood(t, bin) })
 	t.Run("ShardAttack", func(t *testing.T) { testShardAttack(t, bin) })
-}
-
-// startSolo starts bin as a node of its own on 127.0.0.1:0 with extra
-// flags, waits for its "node started" line, and kills it in t.Cleanup.
-func startSolo(t *testing.T, bin, name string, extra ...string) *proc {
-	t.Helper()
-	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
-	p := &proc{name: name, cmd: exec.Command(bin, args...), logs: &logSink{}, exited: make(chan struct{})}
-	for _, kv := range os.Environ() { // only the flags configure the node
-		if !strings.HasPrefix(kv, "RINGLIMIT_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.run(t, name)
-	testkit.WaitFor(t, 20*time.Second, name+" started", func() error {
-		select {
-		case <-p.exited:
-			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.tail(20), "\n"))
-		default:
-		}
-		recs := p.logs.records("node started")
-		if len(recs) == 0 {
-			return fmt.Errorf("no \"node started\" line yet")
-		}
-		p.http, _ = recs[0]["http"].(string)
-		p.grpc, _ = recs[0]["grpc"].(string)
-		return nil
-	})
-	return p
 }
 
 // vmRSS returns the resident set of process pid, in bytes.
