@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -55,8 +56,9 @@ type wildcard struct {
 }
 
 // Version identifies the files the Config was parsed from: 12 hex digits
-// of a SHA-256 of their names and contents, in order. The same files give
-// the same version on every run and every node.
+// of a SHA-256 of their base names and contents, in order. The same files
+// give the same version on every run and every node, whatever the path
+// they were read by (relative or absolute, another mount point).
 func (c *Config) Version() string { return c.version }
 
 // Domains returns the configured domains, sorted.
@@ -67,12 +69,13 @@ func (c *Config) Domains() []string { return slices.Clone(c.names) }
 // as "file:line: ...".
 func (c *Config) Warnings() []string { return slices.Clone(c.warnings) }
 
-// version hashes the files' names and contents, each length-prefixed.
+// version hashes the files' base names and contents, each
+// length-prefixed.
 func version(files []File) string {
 	h := sha256.New()
 	var n [8]byte
 	for _, f := range files {
-		for _, b := range [][]byte{[]byte(f.Name), f.Data} {
+		for _, b := range [][]byte{[]byte(filepath.Base(f.Name)), f.Data} {
 			binary.BigEndian.PutUint64(n[:], uint64(len(b)))
 			h.Write(n[:])
 			h.Write(b)

@@ -346,6 +346,14 @@ func TestVersion(t *testing.T) {
 	if got := c.Domains(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("Domains() = %q", got)
 	}
+	// The path the files were read by does not count: a relative path, an
+	// absolute one, another mount point.
+	for _, dir := range []string{"rls", "./config/rls", "/etc/ringlimit/rls"} {
+		moved := []File{{Name: dir + "/a.yaml", Data: files[0].Data}, {Name: dir + "/b.yaml", Data: files[1].Data}}
+		if v := version(moved); v != c.Version() {
+			t.Errorf("version of the files under %s = %q, want %q", dir, v, c.Version())
+		}
+	}
 	for _, other := range [][]File{
 		{files[1], files[0]},
 		{{Name: "a.yaml", Data: []byte("domain: a\n\n")}, files[1]},
