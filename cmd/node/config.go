@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -97,8 +98,8 @@ type config struct {
 // every flag not given on the command line.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet("ringlimit-node", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // a bad flag is an error returned in one line; the flags are listed on --help only
 	host, _ := os.Hostname()
 	fs.StringVar(&c.name, "name", host, "this node's name, unique in the cluster")
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "address of the HTTP API")
@@ -150,10 +151,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", 60*time.Second, "how long an idle keep-alive HTTP connection stays open")
 	fs.DurationVar(&c.checkTimeout, "check-timeout", 2*time.Second, "the server's deadline for one request's checks, HTTP and gRPC alike; keep it above the peer deadline (500ms) so that an unreachable owner is answered by the failure mode")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for checks in flight")
-	fs.IntVar(&c.maxConns, "max-conns", 0, "most connections open at once on each public listener (--http, --grpc); at the cap a new connection closes the one idle longest (silent for 1s at least), else is refused. 0: derived from the open-file limit (ulimit -n): (limit - reserve) / 2, where reserve = max(256, limit/8) file descriptors are kept for peers (at most reserve/4 connections on --peer), gossip, file reloads and /healthz")
+	fs.IntVar(&c.maxConns, "max-conns", 0, "most connections open at once on each public listener (--http, --grpc); at the cap a new connection closes the one idle longest (silent for 1s, or 10s since its last bytes), else is refused. 0: derived from the open-file limit (ulimit -n): (limit - reserve) / 2, where reserve = max(256, limit/8) file descriptors are kept for peers (at most reserve/4 connections on --peer), gossip, file reloads and /healthz")
 	fs.DurationVar(&c.grpcIdleTimeout, "grpc-idle-timeout", 60*time.Second, "how long a public gRPC connection with no call in flight stays open (then GOAWAY; clients reconnect on their next call); a gRPC connection must finish its handshake within 5s")
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintf(stderr, "Usage: ringlimit-node [flags]\n\nEvery flag may also be set as RINGLIMIT_<FLAG> in the environment (--max-keys: RINGLIMIT_MAX_KEYS); a flag on the command line wins.\n\n")
+			fs.PrintDefaults()
+			return c, err
+		}
+		return c, flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -306,4 +313,19 @@ func isLoopback(host string) bool {
 		return ip.IsLoopback()
 	}
 	return strings.EqualFold(host, "localhost")
+}
+
+// flagError is err, a flag the command line got wrong, with a hint: a
+// duration's form, and where the flags are listed.
+func flagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(msg, " for flag -"); ok {
+		name, _, _ := strings.Cut(rest, ":")
+		if f := fs.Lookup(name); f != nil {
+			if _, derr := time.ParseDuration(f.DefValue); derr == nil {
+				return fmt.Errorf("%s (--%s takes a duration such as 5s, 500ms or 1m)", msg, name)
+			}
+		}
+	}
+	return fmt.Errorf("%s (ringlimit-node --help lists the flags)", msg)
 }

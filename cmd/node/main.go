@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -21,7 +23,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, tuneGC); err != nil {
-		fmt.Fprintln(os.Stderr, "ringlimit:", err)
+		if errors.Is(err, flag.ErrHelp) { // the usage is printed: asked for, not an error
+			return
+		}
+		fmt.Fprintln(os.Stderr, "ringlimit-node:", err)
 		os.Exit(exitCode(err))
 	}
 }
