@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -52,36 +51,12 @@ func TestCapsFor(t *testing.T) {
 // command run through prefix (e.g. prlimit), which must exec it in place.
 func startPrefixedProc(t *testing.T, bin string, prefix []string, s procSpec) *proc {
 	t.Helper()
-	args := []string{"--name", s.name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}
+	args := soloArgs(s.name)
 	if len(s.join) > 0 {
 		args = append(args, "--join", strings.Join(s.join, ","))
 	}
 	args = append(append(append(prefix[1:len(prefix):len(prefix)], bin), args...), s.extra...)
-	p := &proc{name: s.name, cmd: exec.Command(prefix[0], args...), logs: &logSink{}, exited: make(chan struct{})}
-	for _, kv := range os.Environ() { // only the flags configure the node
-		if !strings.HasPrefix(kv, "RINGLIMIT_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.run(t, s.name)
-	testkit.WaitFor(t, 20*time.Second, s.name+"'s \"node started\" line", func() error {
-		select {
-		case <-p.exited:
-			t.Fatalf("%s exited before it started: %v\n%s", s.name, p.err, strings.Join(p.logs.tail(20), "\n"))
-		default:
-		}
-		recs := p.logs.records("node started")
-		if len(recs) == 0 {
-			return errors.New("not yet")
-		}
-		p.http, _ = recs[0]["http"].(string)
-		p.grpc, _ = recs[0]["grpc"].(string)
-		p.peer, _ = recs[0]["peer"].(string)
-		p.gossip, _ = recs[0]["gossip"].(string)
-		return nil
-	})
-	return p
+	return launch(t, s.name, exec.Command(prefix[0], args...))
 }
 
 // linesContaining counts the lines of s that contain text.

@@ -20,8 +20,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // skipOrFail skips the test for a missing tool or privilege, or fails it
@@ -361,39 +359,13 @@ func startFaultProc(t *testing.T, bin string, f *netFault, s procSpec) *proc {
 		args = append(args, "--join", strings.Join(s.join, ","))
 	}
 	args = append(args, s.extra...)
-	p := &proc{name: s.name, cmd: exec.Command(bin, args...), logs: &logSink{}, exited: make(chan struct{})}
-	for _, kv := range os.Environ() { // only the flags configure the node
-		if !strings.HasPrefix(kv, "RINGLIMIT_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	cmd := exec.Command(bin, args...)
 	if f != nil {
 		cg, err := f.cgroup(s.name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	}
-	p.run(t, s.name)
-	testkit.WaitFor(t, 20*time.Second, s.name+"'s \"node started\" line", func() error {
-		select {
-		case <-p.exited:
-			t.Fatalf("%s exited before it started: %v\n%s", s.name, p.err, strings.Join(p.logs.tail(20), "\n"))
-		default:
-		}
-		recs := p.logs.records("node started")
-		if len(recs) == 0 {
-			return errors.New("not yet")
-		}
-		p.http, _ = recs[0]["http"].(string)
-		p.grpc, _ = recs[0]["grpc"].(string)
-		p.peer, _ = recs[0]["peer"].(string)
-		p.gossip, _ = recs[0]["gossip"].(string)
-		if p.http == "" || p.grpc == "" || p.peer == "" || p.gossip == "" {
-			t.Fatalf("%s: node started without addresses: %v", s.name, recs[0])
-		}
-		return nil
-	})
-	return p
+	return launch(t, s.name, cmd)
 }

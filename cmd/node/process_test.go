@@ -6,6 +6,7 @@ package main
 // in-process node has no way to stop without leaving the cluster.
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -41,20 +42,21 @@ type proc struct {
 	gossip string
 }
 
-// startSolo starts bin as a node of its own on 127.0.0.1:0 with extra
-// flags, waits for its "node started" line, and kills it in t.Cleanup.
-func startSolo(t *testing.T, bin, name string, extra ...string) *proc {
+// launch starts cmd as the node name, configured by its flags alone (no
+// RINGLIMIT_ variable of the test's environment reaches it), waits for its
+// "node started" line and reads its addresses from it. run kills it in
+// t.Cleanup.
+func launch(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
-	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
-	p := &proc{name: name, cmd: exec.Command(bin, args...), logs: &logSink{}, exited: make(chan struct{})}
-	for _, kv := range os.Environ() { // only the flags configure the node
+	p := &proc{name: name, cmd: cmd, logs: &logSink{}, exited: make(chan struct{})}
+	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "RINGLIMIT_") {
 			p.cmd.Env = append(p.cmd.Env, kv)
 		}
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.run(t, name)
-	testkit.WaitFor(t, 20*time.Second, name+" started", func() error {
+	testkit.WaitFor(t, 20*time.Second, name+"'s \"node started\" line", func() error {
 		select {
 		case <-p.exited:
 			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.tail(20), "\n"))
@@ -62,15 +64,30 @@ func startSolo(t *testing.T, bin, name string, extra ...string) *proc {
 		}
 		recs := p.logs.records("node started")
 		if len(recs) == 0 {
-			return fmt.Errorf("no \"node started\" line yet")
+			return errors.New("not yet")
 		}
 		p.http, _ = recs[0]["http"].(string)
 		p.grpc, _ = recs[0]["grpc"].(string)
 		p.peer, _ = recs[0]["peer"].(string)
 		p.gossip, _ = recs[0]["gossip"].(string)
+		if p.http == "" || p.grpc == "" || p.peer == "" || p.gossip == "" {
+			t.Fatalf("%s: node started without addresses: %v", name, recs[0])
+		}
 		return nil
 	})
 	return p
+}
+
+// soloArgs are the flags of a node named name on 127.0.0.1:0.
+func soloArgs(name string) []string {
+	return []string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}
+}
+
+// startSolo starts bin as a node of its own on 127.0.0.1:0 with extra
+// flags, waits for its "node started" line, and kills it in t.Cleanup.
+func startSolo(t *testing.T, bin, name string, extra ...string) *proc {
+	t.Helper()
+	return launch(t, name, exec.Command(bin, append(soloArgs(name), extra...)...))
 }
 
 // startProc starts bin as node name on 127.0.0.1:0 joining join, waits for
