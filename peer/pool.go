@@ -81,6 +81,14 @@ func (p *Pool) SetMembers(version uint64, addrs map[string]string) {
 		}
 		p.conns[name] = c
 	}
+	stale = p.takeRetiredLocked(now)
+	p.publishLocked()
+}
+
+// takeRetiredLocked removes from p.retired, and returns, the connections
+// retired at or before now; the caller closes them outside mu.
+func (p *Pool) takeRetiredLocked(now clock.Instant) []*conn {
+	var stale []*conn
 	kept := p.retired[:0]
 	for _, c := range p.retired {
 		if c.retireAt <= now {
@@ -90,7 +98,7 @@ func (p *Pool) SetMembers(version uint64, addrs map[string]string) {
 		}
 	}
 	p.retired = kept
-	p.publishLocked()
+	return stale
 }
 
 // publishLocked makes the current connections visible to lock-free readers.

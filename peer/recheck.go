@@ -174,22 +174,12 @@ func (p *Pool) Renew() {
 
 // closeRetired closes the connections retired at least Grace ago.
 func (p *Pool) closeRetired() {
-	var stale []*conn
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return
 	}
-	now := p.cfg.Clock.Now()
-	kept := p.retired[:0]
-	for _, c := range p.retired {
-		if c.retireAt <= now {
-			stale = append(stale, c)
-		} else {
-			kept = append(kept, c)
-		}
-	}
-	p.retired = kept
+	stale := p.takeRetiredLocked(p.cfg.Clock.Now())
 	p.mu.Unlock()
 	for _, c := range stale {
 		c.close()
