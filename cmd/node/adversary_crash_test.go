@@ -50,16 +50,7 @@ const (
 func TestAdversaryCrashBound(t *testing.T) {
 	bin := buildNode(t)
 	h := newHarness(t)
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte(crashPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	extra := []string{"--policy", policy}
-	p1 := startFaultProc(t, bin, nil, procSpec{name: "node-1", extra: extra})
-	p2 := startFaultProc(t, bin, nil, procSpec{name: "node-2", join: []string{p1.gossip}, extra: extra})
-	p3 := startFaultProc(t, bin, nil, procSpec{name: "node-3", join: []string{p1.gossip}, extra: extra})
-	procs := []*proc{p1, p2, p3}
-	h.waitMembers(procs, names3, 15*time.Second)
+	extra, procs := startCrashCluster(t, h, bin)
 
 	for _, mode := range []struct {
 		name  string
@@ -193,18 +184,9 @@ func crashRun(h *harness, procs []*proc, body string, run int) (int, []time.Dura
 func TestAdversaryCrashSyncWithoutSuccessor(t *testing.T) {
 	bin := buildNode(t)
 	h := newHarness(t)
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte(crashPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	extra := []string{"--policy", policy}
-	p1 := startFaultProc(t, bin, nil, procSpec{name: "node-1", extra: extra})
-	p2 := startFaultProc(t, bin, nil, procSpec{name: "node-2", join: []string{p1.gossip}, extra: extra})
-	p3 := startFaultProc(t, bin, nil, procSpec{name: "node-3", join: []string{p1.gossip}, extra: extra})
-	procs := []*proc{p1, p2, p3}
-	h.waitMembers(procs, names3, 15*time.Second)
+	_, procs := startCrashCluster(t, h, bin)
 	const body = `{"policy":"api","user":"alone"}`
-	first := h.mustCheck(p1.http, body)
+	first := h.mustCheck(procs[0].http, body)
 	var owner *proc
 	for _, p := range procs {
 		if p.name == first.body.Owner {
@@ -243,4 +225,21 @@ func TestAdversaryCrashSyncWithoutSuccessor(t *testing.T) {
 	if got != n {
 		t.Errorf("ringlimit_replication_unconfirmed_total = %v, want %d", got, n)
 	}
+}
+
+// startCrashCluster starts node-1 to node-3 of bin with crashPolicy and
+// waits until each sees all three; it returns the flags they were given.
+func startCrashCluster(t *testing.T, h *harness, bin string) ([]string, []*proc) {
+	t.Helper()
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(crashPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	extra := []string{"--policy", policy}
+	p1 := startFaultProc(t, bin, nil, procSpec{name: "node-1", extra: extra})
+	p2 := startFaultProc(t, bin, nil, procSpec{name: "node-2", join: []string{p1.gossip}, extra: extra})
+	p3 := startFaultProc(t, bin, nil, procSpec{name: "node-3", join: []string{p1.gossip}, extra: extra})
+	procs := []*proc{p1, p2, p3}
+	h.waitMembers(procs, names3, 15*time.Second)
+	return extra, procs
 }
