@@ -179,6 +179,25 @@ type Config struct {
 	// RLSHeaders adds the RateLimit-Limit, -Remaining and -Reset headers
 	// of the descriptor closest to its limit to every RLS answer.
 	RLSHeaders bool
+	// RLSShadowMode answers every RLS descriptor OK, as if each rule were
+	// in shadow_mode (envoyproxy/ratelimit's SHADOW_MODE): the buckets are
+	// checked and spent as usual, over-limit hits are counted in
+	// ringlimit_rls_over_limit_total and ringlimit_rls_shadow_mode_total,
+	// and each request answered OK instead of OVER_LIMIT in
+	// ringlimit_rls_global_shadow_mode_total.
+	RLSShadowMode bool
+	// RLSStatKeys is the most keys (per domain, summed over the domains)
+	// with their own series in the per-descriptor RLS counters
+	// (ringlimit_rls_total_hits_total and its siblings); the descriptors of
+	// any other key are counted under key="_other" (RLSOtherKey), and the
+	// first time that happens is logged. Zero counts per domain only:
+	// every key under "_other". DefaultRLSStatKeys is 1000. Must not be
+	// negative.
+	RLSStatKeys int
+	// RLSNearLimitRatio is the share of a limit past which hits within it
+	// count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO), above
+	// 0 and at most 1. Zero means DefaultRLSNearLimitRatio (0.8).
+	RLSNearLimitRatio float64
 	// Registerer receives the API's metrics. Nil means a private registry
 	// (metrics still served on /metrics).
 	Registerer prometheus.Registerer
@@ -276,6 +295,15 @@ func New(cfg Config) (*API, error) {
 	if cfg.Policy != nil && (cfg.AddOverride == nil || cfg.RevokeOverride == nil) {
 		return nil, errors.New("api: AddOverride and RevokeOverride are required with Policy")
 	}
+	if cfg.RLSStatKeys < 0 {
+		return nil, fmt.Errorf("api: RLSStatKeys must not be negative, got %d", cfg.RLSStatKeys)
+	}
+	if cfg.RLSNearLimitRatio == 0 {
+		cfg.RLSNearLimitRatio = DefaultRLSNearLimitRatio
+	}
+	if !(cfg.RLSNearLimitRatio > 0 && cfg.RLSNearLimitRatio <= 1) {
+		return nil, fmt.Errorf("api: RLSNearLimitRatio must be above 0 and at most 1, got %v", cfg.RLSNearLimitRatio)
+	}
 	if cfg.CheckTimeout < 0 {
 		return nil, fmt.Errorf("api: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
@@ -298,7 +326,11 @@ func New(cfg Config) (*API, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.rls = &rlsServer{api: a, config: cfg.RLS, headers: cfg.RLSHeaders, m: rm}
+		st, err := newRLSStats(cfg.Registerer, cfg.RLSStatKeys, cfg.RLSNearLimitRatio, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		a.rls = &rlsServer{api: a, config: cfg.RLS, headers: cfg.RLSHeaders, m: rm, stats: st, shadowAll: cfg.RLSShadowMode}
 	}
 	return a, nil
 }

@@ -47,6 +47,10 @@ type rlsServer struct {
 	config  RLSConfig
 	headers bool
 	m       *rlsMetrics
+	stats   *rlsStats
+	// shadowAll answers every descriptor as if its rule were in
+	// shadow_mode (Config.RLSShadowMode).
+	shadowAll bool
 }
 
 type rlsMetrics struct {
@@ -92,6 +96,7 @@ type rlsItem struct {
 	unlimited bool
 	check     int // index in the checks sent, or -1
 	over      bool
+	hits      uint64
 }
 
 // ShouldRateLimit answers one Envoy rate limit request. A descriptor no
@@ -99,7 +104,9 @@ type rlsItem struct {
 // replaces are OK and cost nothing; the others are checked together, each
 // with its hits (the descriptor's hits_addend, else the request's, else 1).
 // The overall code is OVER_LIMIT when any descriptor is; shadow-mode
-// descriptors answer OK. A failure to decide (an owner that could not be
+// descriptors (every descriptor under Config.RLSShadowMode) answer OK.
+// Each descriptor a rule matched is counted in the per-descriptor
+// counters (rlsStats) as envoyproxy/ratelimit counts it. A failure to decide (an owner that could not be
 // reached, a deadline) answers UNAVAILABLE, for Envoy's failure_mode_deny
 // to decide.
 func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -156,6 +163,7 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 			continue
 		}
 		hits := rlsHits(req, descs[i])
+		it.hits = hits
 		switch {
 		case hits == 0: // checked, not counted: nothing to spend
 		case it.rule.RequestsPerUnit == 0 || it.rule.Limit.CheckCost(int64(min(hits, math.MaxInt64))) != nil:
@@ -203,6 +211,7 @@ func rlsError(err error) error {
 func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	globalShadow := false // the global shadow mode turned an OVER_LIMIT answer OK
 	for i := range items {
 		it := &items[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -215,6 +224,9 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 		}
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: it.rule.Name, RequestsPerUnit: it.rule.RequestsPerUnit, Unit: it.rule.Unit}
 		var reset time.Duration
+		limit := uint64(it.rule.RequestsPerUnit)
+		before := limit // refused without a check: every hit is over
+		shadow := it.rule.Shadow || s.shadowAll
 		switch {
 		case it.check >= 0:
 			d := &out[it.check].Decision
@@ -224,9 +236,17 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 			if it.over && d.RetryAfter > reset {
 				reset = d.RetryAfter
 			}
+			// The count before the hits, from what remains after them
+			// (what remains before them when refused: nothing was spent).
+			used := limit - min(uint64(st.LimitRemaining), limit)
+			before = used
+			if !it.over {
+				before = used - min(used, it.hits)
+			}
 		case !it.over: // hits 0: nothing counted
 			st.LimitRemaining = it.rule.RequestsPerUnit
 		}
+		s.stats.count(domain, rlsStatName(domain, it.rule.FullKey), tallyRLS(limit, before, it.hits, it.over, shadow, s.stats.ratio))
 		if reset <= 0 {
 			reset = rls.UnitDuration(it.rule.Unit)
 		}
@@ -236,14 +256,15 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 		res := decisionAllowed
 		if it.over {
 			res = decisionRejected
-			if it.rule.Shadow {
+			if shadow {
 				res = decisionDryRun
 			}
 		}
 		s.api.m.decisions.count(rlsScopePrefix+domain, res)
 		if it.over {
-			if it.rule.Shadow {
+			if shadow {
 				s.m.shadow.WithLabelValues(domain).Inc()
+				globalShadow = globalShadow || !it.rule.Shadow
 			} else {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -253,6 +274,9 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 			st.Code == closest.Code && st.LimitRemaining < closest.LimitRemaining {
 			closest = st
 		}
+	}
+	if globalShadow {
+		s.stats.globalShadow.Inc()
 	}
 	if s.headers && closest != nil {
 		resp.ResponseHeadersToAdd = []*core.HeaderValue{

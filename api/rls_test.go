@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -36,11 +37,16 @@ func newRLSEnv(t testing.TB, conf string, headers bool) (*testEnv, *rlsServer) {
 		t.Fatal(err)
 	}
 	e := newTestEnv(t, nil)
-	m, err := newRLSMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m, err := newRLSMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e, &rlsServer{api: e.api, config: func() RLSMatcher { return c }, headers: headers, m: m}
+	st, err := newRLSStats(reg, DefaultRLSStatKeys, DefaultRLSNearLimitRatio, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, &rlsServer{api: e.api, config: func() RLSMatcher { return c }, headers: headers, m: m, stats: st}
 }
 
 func rlsDesc(kv ...string) *rlcommon.RateLimitDescriptor {
