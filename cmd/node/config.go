@@ -49,6 +49,9 @@ type config struct {
 	privateReads    bool
 	rlsPath         string
 	rlsHeaders      bool
+	rlsShadowMode   bool    // --rls-shadow-mode
+	rlsStatKeys     int     // --rls-stats-keys
+	rlsNearRatio    float64 // --rls-near-limit-ratio
 	inlineLimits    bool
 	trustedProxies  []netip.Prefix // whose X-Forwarded-For / X-Real-IP /v1/authz believes
 	corsOrigins     []string       // origins whose browser pages may call the state-changing endpoints
@@ -138,6 +141,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.rlsPath, "rls-config", "", "envoyproxy/ratelimit configuration (a YAML file, or a directory of them, one domain each): serves Envoy's rate limit service (envoy.service.ratelimit.v3) on --grpc; reloaded on change and on SIGHUP")
 	fs.BoolVar(&c.inlineLimits, "inline-limits", true, "accept inline limits (a key and a limit in the request) on POST /v1/check and gRPC Check; false refuses them with 400 / INVALID_ARGUMENT, code INLINE_LIMITS_DISABLED, for nodes that serve only policy and RLS")
 	fs.BoolVar(&c.rlsHeaders, "rls-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the rate limit service's answers (response_headers_to_add)")
+	fs.BoolVar(&c.rlsShadowMode, "rls-shadow-mode", false, "answer every rate limit service request OK, as if every rule had shadow_mode (envoyproxy/ratelimit's SHADOW_MODE): the buckets are still checked and spent, and what would have been refused is counted (ringlimit_rls_shadow_mode_total, ringlimit_rls_global_shadow_mode_total); read at start")
+	fs.IntVar(&c.rlsStatKeys, "rls-stats-keys", api.DefaultRLSStatKeys, `most keys with their own series in the per-descriptor rate limit service counters (ringlimit_rls_total_hits_total and its siblings); the descriptors of any other key are counted under key="_other" (0: per domain only)`)
+	fs.Float64Var(&c.rlsNearRatio, "rls-near-limit-ratio", api.DefaultRLSNearLimitRatio, "share of a limit past which hits within it count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO), above 0 and at most 1")
 	fs.BoolVar(&c.privateReads, "private-reads", false, "GET /v1/cluster, /v1/ring, /v1/owner, /v1/policy, /v1/overrides, /ui/api/status and /metrics need an admin token too (checks, /healthz and the status page's files stay open)")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow a non-loopback --peer or --gossip address without mutual TLS and a gossip key (peer traffic and gossip in clear: anyone who reaches them can read and change every limit)")
 	trusted := fs.String("trusted-proxies", "", "comma-separated CIDR prefixes or addresses of the gateways whose X-Forwarded-For and X-Real-IP /v1/authz believes, e.g. 127.0.0.1/32 for a gateway on this machine; from any other address the client IP is the connection's (default: trust none)")
@@ -246,6 +252,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if err := c.checkTLS(); err != nil {
 		return c, err
+	}
+	if c.rlsStatKeys < 0 {
+		return c, fmt.Errorf("--rls-stats-keys: must not be negative, got %d", c.rlsStatKeys)
+	}
+	if !(c.rlsNearRatio > 0 && c.rlsNearRatio <= 1) {
+		return c, fmt.Errorf("--rls-near-limit-ratio: must be above 0 and at most 1, got %v", c.rlsNearRatio)
 	}
 	if c.maxKeys < 1 {
 		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.maxKeys)

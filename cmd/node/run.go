@@ -341,7 +341,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	cs := &clusterStatus{cluster: n.cluster, router: n.router}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
 		Cluster: cs, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
-		RLSHeaders: cfg.rlsHeaders, TrustedProxies: cfg.trustedProxies, CORSOrigins: cfg.corsOrigins, Ready: n.ready, TracerProvider: cfg.tracer, Self: cfg.name,
+		RLSHeaders: cfg.rlsHeaders, RLSShadowMode: cfg.rlsShadowMode, RLSStatKeys: cfg.rlsStatKeys, RLSNearLimitRatio: cfg.rlsNearRatio, TrustedProxies: cfg.trustedProxies, CORSOrigins: cfg.corsOrigins, Ready: n.ready, TracerProvider: cfg.tracer, Self: cfg.name,
 		DisableInlineLimits: !cfg.inlineLimits}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
