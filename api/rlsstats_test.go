@@ -2,9 +2,11 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -285,6 +287,43 @@ func TestRLSStatsCap(t *testing.T) {
 	}
 	if got := rlsStatsOf(t, reg2, "blocked_"+strings.Repeat("v", 1016)); got != "1/0/0/1/0" {
 		t.Fatalf("a 1024-byte key: %s, want 1 over", got)
+	}
+	// Concurrent callers: still exactly the cap, and every hit counted.
+	s4, reg4 := newRLSStatsEnv(t, rlsStatsConfig, 10, false, slog.New(slog.DiscardHandler))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				if _, err := s4.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+					Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("tenant", fmt.Sprintf("g%d-%d", g, i))}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := 0.0
+	m, err := reg4.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range m {
+		if mf.GetName() != "ringlimit_rls_total_hits_total" {
+			continue
+		}
+		if len(mf.GetMetric()) != 11 {
+			t.Fatalf("concurrent: %d series, want 11", len(mf.GetMetric()))
+		}
+		for _, x := range mf.GetMetric() {
+			total += x.GetCounter().GetValue()
+		}
+	}
+	if total != 2000 {
+		t.Fatalf("concurrent: %v hits counted, want 2000", total)
+	}
+	if got := testkit.Metric(t, reg4, "ringlimit_rls_stat_keys_folded_total"); got != 1990 {
+		t.Fatalf("concurrent: %v folded, want 1990", got)
 	}
 	// Zero: per domain only.
 	s3, reg3 := newRLSStatsEnv(t, rlsStatsConfig, 0, false, slog.New(slog.DiscardHandler))
