@@ -106,9 +106,9 @@ type rlsItem struct {
 // The overall code is OVER_LIMIT when any descriptor is; shadow-mode
 // descriptors (every descriptor under Config.RLSShadowMode) answer OK.
 // Each descriptor a rule matched is counted in the per-descriptor
-// counters (rlsStats) as envoyproxy/ratelimit counts it. A failure to decide (an owner that could not be
-// reached, a deadline) answers UNAVAILABLE, for Envoy's failure_mode_deny
-// to decide.
+// counters (rlsStats) as envoyproxy/ratelimit counts it. A failure to
+// decide (an owner that could not be reached, a deadline) answers
+// UNAVAILABLE, for Envoy's failure_mode_deny to decide.
 func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := s.should(ctx, req)
 	code := "ok"
