@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -270,5 +274,173 @@ func TestMiddlewareOutageFailClosed(t *testing.T) {
 	}
 	if lines := logs.lines(); len(lines) != 1 || cl.Errors() != 10 {
 		t.Fatalf("log %q, Errors %d; want one line and 10", lines, cl.Errors())
+	}
+}
+
+// gate is a TCP relay to one node that a test can close, as if the node
+// had stopped (connections reset, dials refused), and open again at the
+// same address. Safe for concurrent use.
+type gate struct {
+	t      *testing.T
+	target string
+	addr   string
+
+	mu    sync.Mutex
+	lis   net.Listener // nil while closed
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func newGate(t *testing.T, target string) *gate {
+	t.Helper()
+	g := &gate{t: t, target: target, conns: map[net.Conn]struct{}{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.addr = lis.Addr().String()
+	g.serve(lis)
+	t.Cleanup(func() {
+		g.close()
+		g.wg.Wait()
+	})
+	return g
+}
+
+func (g *gate) serve(lis net.Listener) {
+	g.mu.Lock()
+	g.lis = lis
+	g.mu.Unlock()
+	g.wg.Go(func() {
+		for {
+			in, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", g.target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			if !g.track(in, out) {
+				in.Close()
+				out.Close()
+				return
+			}
+			for _, dir := range [][2]net.Conn{{in, out}, {out, in}} {
+				g.wg.Go(func() {
+					io.Copy(dir[0], dir[1])
+					dir[0].Close()
+					dir[1].Close()
+				})
+			}
+		}
+	})
+}
+
+// track records a relayed pair, unless the gate has closed meanwhile.
+func (g *gate) track(cs ...net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lis == nil {
+		return false
+	}
+	for _, c := range cs {
+		g.conns[c] = struct{}{}
+	}
+	return true
+}
+
+// close stops accepting and breaks every relayed connection.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lis != nil {
+		g.lis.Close()
+		g.lis = nil
+	}
+	for c := range g.conns {
+		c.Close()
+	}
+	clear(g.conns)
+}
+
+// open listens at the gate's address again.
+func (g *gate) open() {
+	g.t.Helper()
+	lis, err := net.Listen("tcp", g.addr)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.serve(lis)
+}
+
+// The cluster stops answering (every node's address refuses): 50 requests
+// served with X-RateLimit-Status: unavailable, one log line, 50 errors;
+// when the nodes are back the first answer logs once.
+func TestMiddlewareOutageClusterStopped(t *testing.T) {
+	const requests = 50
+	c := newCluster(t, 3, "")
+	var gates []*gate
+	var targets []string
+	for _, nd := range c.nodes {
+		g := newGate(t, nd.addr)
+		gates = append(gates, g)
+		targets = append(targets, g.addr)
+	}
+	var logs logLines
+	cl := newClient(t, client.Config{Targets: targets, Timeout: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		// Reconnect soon after the nodes are back.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}})}})
+	f := newMW(t, c, targets, func(cfg *client.MiddlewareConfig) {
+		cfg.Client = cl
+		cfg.Limit = client.PerHour(1000)
+	})
+	if r := f.get(t, "/", ""); r.status != http.StatusOK || r.header.Get("X-RateLimit-Remaining") != "999" {
+		t.Fatalf("before the outage: %d, remaining %q", r.status, r.header.Get("X-RateLimit-Remaining"))
+	}
+	for _, g := range gates {
+		g.close()
+	}
+	for i := range requests {
+		r := f.get(t, "/", "")
+		if r.status != http.StatusOK || r.header.Get(client.StatusHeader) != client.StatusUnavailable || r.header.Get("X-RateLimit-Remaining") != "" {
+			t.Fatalf("request %d with the cluster stopped: %d, %s %q, remaining %q; want 200 marked unavailable, no rate-limit headers",
+				i, r.status, client.StatusHeader, r.header.Get(client.StatusHeader), r.header.Get("X-RateLimit-Remaining"))
+		}
+	}
+	if lines := logs.lines(); len(lines) != 1 || !strings.Contains(lines[0], "cluster unreachable") {
+		t.Fatalf("log after %d requests: %q, want one line", requests, lines)
+	}
+	if got := cl.Errors(); got != requests {
+		t.Fatalf("Errors = %d, want %d", got, requests)
+	}
+
+	for _, g := range gates {
+		g.open()
+	}
+	var failedMore uint64
+	testkit.WaitFor(t, 20*time.Second, "a checked answer after the nodes are back", func() error {
+		r := f.get(t, "/", "")
+		if r.header.Get(client.StatusHeader) != "" {
+			failedMore++
+			return fmt.Errorf("%s: %s", client.StatusHeader, r.header.Get(client.StatusHeader))
+		}
+		if r.status != http.StatusOK || r.header.Get("X-RateLimit-Remaining") != "998" {
+			return fmt.Errorf("%d, remaining %q", r.status, r.header.Get("X-RateLimit-Remaining"))
+		}
+		return nil
+	})
+	lines := logs.lines()
+	if len(lines) != 2 || !strings.Contains(lines[1], fmt.Sprintf(`msg="ringlimit: cluster reachable again" failed_calls=%d`, requests+failedMore)) {
+		t.Fatalf("log after recovery: %q, want a second line naming %d failed calls", lines, requests+failedMore)
+	}
+	for range 5 {
+		f.get(t, "/", "")
+	}
+	if got := logs.lines(); len(got) != 2 {
+		t.Fatalf("log after more answers: %q, want still 2 lines", got)
 	}
 }
