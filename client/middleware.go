@@ -91,7 +91,10 @@ type MiddlewareConfig struct {
 	//     owner is not, the limit's own failure mode still applies there.
 	// Any other value is an error.
 	FailureMode bucket.FailureMode
-	// OnError, if set, is told every error talking to the cluster.
+	// OnError, if set, is told every error talking to the cluster, for
+	// each request. It adds to what happens anyway: the Client counts and
+	// logs outages (Client.Errors, Config.Logger) and FailureMode decides
+	// the answer. Default: nil.
 	OnError func(r *http.Request, err error)
 }
 
