@@ -444,3 +444,34 @@ func TestMiddlewareOutageClusterStopped(t *testing.T) {
 		t.Fatalf("log after more answers: %q, want still 2 lines", got)
 	}
 }
+
+// Calls failing at once from many goroutines log one line between them
+// and are each counted.
+func TestClientOutageConcurrentLogsOnce(t *testing.T) {
+	const goroutines, perG = 8, 25
+	var logs logLines
+	cl := newClient(t, client.Config{Targets: []string{testkit.DeadAddr(t), testkit.DeadAddr(t)},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	lim := newLimiter(t, cl, client.PerSecond(5))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range goroutines {
+		wg.Go(func() {
+			<-start // the first calls of all wait for the same dials, and fail together
+			for range perG {
+				if _, err := lim.AllowN(t.Context(), "k", 1); !errors.Is(err, client.ErrNoNode) {
+					t.Errorf("AllowN with no node: %v, want ErrNoNode", err)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if lines := logs.lines(); len(lines) != 1 || !strings.Contains(lines[0], "cluster unreachable") {
+		t.Fatalf("log: %q, want one line", lines)
+	}
+	if got := cl.Errors(); got != goroutines*perG {
+		t.Fatalf("Errors = %d, want %d", got, goroutines*perG)
+	}
+}

@@ -16,9 +16,11 @@ type outage struct {
 	errors atomic.Uint64 // calls that ended in ErrNoNode, ever
 	down   atomic.Bool   // the last call no node answered
 
-	mu      sync.Mutex // serialises the transitions and their log lines
-	since   clock.Instant
-	atStart uint64 // errors when the outage began
+	mu    sync.Mutex // serialises the transitions and their log lines
+	since clock.Instant
+	// upTo is errors when the last outage ended: every call no node
+	// answered since belongs to the next outage.
+	upTo uint64
 }
 
 // failed records a call that no node answered; the first of an outage logs.
@@ -35,7 +37,7 @@ func (o *outage) failed(c *Client, err error) {
 	if o.down.Load() {
 		return
 	}
-	o.since, o.atStart = c.cfg.Clock.Now(), o.errors.Load()-1
+	o.since = c.cfg.Clock.Now()
 	o.down.Store(true)
 	c.cfg.Logger.Warn("ringlimit: cluster unreachable: no node answered",
 		"targets", len(c.nodes), "err", err)
@@ -52,8 +54,11 @@ func (o *outage) answered(c *Client) {
 		return
 	}
 	o.down.Store(false)
+	n := o.errors.Load()
+	failed := n - o.upTo
+	o.upTo = n
 	c.cfg.Logger.Info("ringlimit: cluster reachable again",
-		"failed_calls", o.errors.Load()-o.atStart,
+		"failed_calls", failed,
 		"outage", c.cfg.Clock.Now().Sub(o.since).Round(time.Millisecond))
 }
 
