@@ -114,8 +114,8 @@ func ExampleLimiter_Reserve() {
 	cl, done := exampleClient()
 	defer done()
 	// A leaky bucket shapes: each reservation holds the next place in the
-	// key's queue, one every 200 ms.
-	lim, err := client.NewLimiter(cl, client.PerSecond(5).WithAlgorithm(bucket.LeakyBucket))
+	// key's queue, one a second.
+	lim, err := client.NewLimiter(cl, client.PerSecond(1).WithBurst(5).WithAlgorithm(bucket.LeakyBucket))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -126,12 +126,12 @@ func ExampleLimiter_Reserve() {
 		}
 		// A caller sleeps r.Delay(), then acts. Delay shrinks as time
 		// passes, hence the rounding.
-		fmt.Println(r.OK(), r.Delay().Round(100*time.Millisecond))
+		fmt.Println(r.OK(), r.Delay().Round(time.Second))
 	}
 	// Output:
 	// true 0s
-	// true 200ms
-	// true 400ms
+	// true 1s
+	// true 2s
 }
 
 // "5 per 10 s per IP", with no policy file on the cluster.
