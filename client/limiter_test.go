@@ -378,3 +378,26 @@ func TestLimiterWaitLeaky(t *testing.T) {
 		t.Fatalf("Wait with 100ms left for a place 400ms away: %v", err)
 	}
 }
+
+// Each of the five algorithms reaches the cluster as named: PerMinute(3)
+// admits exactly 3 of 5, in the bucket of that algorithm.
+func TestLimiterAlgorithms(t *testing.T) {
+	c := newCluster(t, 3, "")
+	cl := newClient(t, client.Config{Targets: c.addrs()})
+	for _, alg := range []bucket.Algorithm{bucket.TokenBucket, bucket.LeakyBucket, bucket.FixedWindow, bucket.SlidingWindowLog, bucket.SlidingWindowCounter} {
+		lim := newLimiter(t, cl, client.PerMinute(3).WithAlgorithm(alg))
+		key := "alg:" + alg.String()
+		n := 0
+		for range 5 {
+			if lim.Allow(context.Background(), key) {
+				n++
+			}
+		}
+		if n != 3 {
+			t.Errorf("%v: %d of 5 allowed, want 3", alg, n)
+		}
+		if got := c.used(t, lkey(key, alg, 3, time.Minute, 0)); got != 3 {
+			t.Errorf("%v: used %d in the %v bucket, want 3", alg, got, alg)
+		}
+	}
+}
