@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,8 +41,13 @@ type Config struct {
 	// credentials are set unless these override them).
 	DialOptions []grpc.DialOption
 	// Clock times a node's failures: a node that failed in the last second
-	// is tried last. Nil means clock.System().
+	// is tried last; Limiter.Wait sleeps on it. Nil means clock.System().
 	Clock clock.Clock
+	// Logger is told when the cluster becomes unreachable (the first call
+	// no node answered, at Warn) and reachable again (the first answer
+	// after that, at Info): two lines per outage, however many calls fail
+	// in between. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // ErrNoNode is returned when no node could answer.
@@ -66,6 +72,8 @@ type Client struct {
 	// abandoned counts the checks never sent because their caller gave up
 	// while they waited for a batch.
 	abandoned atomic.Int64
+
+	outage outage
 }
 
 // maxOwners bounds the owner cache.
@@ -135,6 +143,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System()
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, ctx: ctx, stop: stop, byAddr: map[string]int{}}
 	for i, addr := range cfg.Targets {
@@ -192,8 +203,20 @@ func (c *Client) Close() error {
 // order. It tries each node at most once, starting with the next in turn,
 // and moves on when a node is unreachable; it returns ErrNoNode (wrapping
 // the last error) when none answered, and an InvalidArgument status error,
-// without trying another node, when the checks are invalid.
+// without trying another node, when the checks are invalid. A call that
+// returns ErrNoNode counts in Errors and may log (see Config.Logger).
 func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision, error) {
+	res, err := c.check(ctx, checks)
+	switch {
+	case err == nil:
+		c.outage.answered(c)
+	case errors.Is(err, ErrNoNode):
+		c.outage.failed(c, err)
+	}
+	return res, err
+}
+
+func (c *Client) check(ctx context.Context, checks []*pb.Check) ([]*pb.Decision, error) {
 	start := int(c.next.Add(1))
 	if len(checks) == 1 && checks[0].GetKey() != "" {
 		// A key whose owner answered before: start there.

@@ -291,9 +291,12 @@ func (c *testCluster) used(t testing.TB, key string) int64 {
 }
 
 // newClient builds a Client for t and closes it when t ends (before the
-// cluster stops).
+// cluster stops). Its outages are not logged unless cfg has a Logger.
 func newClient(t testing.TB, cfg client.Config) *client.Client {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	cl, err := client.New(cfg)
 	if err != nil {
 		t.Fatal(err)

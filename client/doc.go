@@ -11,11 +11,23 @@
 // tokens on an answer nobody hears. A node that does not answer is tried
 // last for a second (on Config.Clock).
 //
-// Middleware limits an http.Handler with configured policy: it derives the
-// caller, route and cost from each request, makes one check, sets the
-// rate-limit headers (package ratelimitheader, as the node's HTTP API
-// writes them) on every response, answers 429 with a JSON body when the
-// cluster rejects, and applies its bucket.FailureMode when no node answers.
+// Limits need no policy file: a Limit is one expression (PerSecond(5),
+// PerMinute(100).WithBurst(20), Per(5, 10*time.Second)) that travels with
+// each check. A Limiter applies one to any key with golang.org/x/time/rate's
+// vocabulary: Allow, AllowN, Wait, WaitN, Reserve, ReserveN.
+//
+// When no node answers, a call returns ErrNoNode; the Client counts it
+// (Errors, to export as ringlimit_client_errors_total) and logs the outage
+// twice, when it begins and when it ends (Config.Logger).
+//
+// Middleware limits an http.Handler with an inline Limit (per client IP by
+// default, or per MiddlewareConfig.Key) or with the cluster's configured
+// policy: it derives the caller, route and cost from each request, makes
+// one check, sets the rate-limit headers (package ratelimitheader, as the
+// node's HTTP API writes them) on every response, answers 429 with a JSON
+// body when the cluster rejects, and applies its bucket.FailureMode when no node answers:
+// by default it serves the request (fail open), marked with
+// "X-RateLimit-Status: unavailable".
 //
 // The middleware believes no header by default. The caller is who
 // MiddlewareConfig.Identity says (the application's authenticated user or

@@ -28,6 +28,17 @@ import (
 // connection's remote address.
 type MiddlewareConfig struct {
 	Client *Client
+	// Limit, when set, is the one limit every request is checked against,
+	// inline: the cluster needs no policy file for it, and Policy, Route
+	// and Tier (which name policy) must be left unset. Each key (see Key)
+	// has its own bucket. Default: the zero Limit, the cluster's policy
+	// decides.
+	Limit Limit
+	// Key returns the key a request spends from under Limit. Default: the
+	// caller: "user:" and the user, else "key:" and the API key, as
+	// Identity says, else "ip:" and the client IP (see IP and
+	// TrustedProxies). Only used with Limit.
+	Key func(r *http.Request) string
 	// Policy names the policy; "" means the cluster's default.
 	Policy string
 	// Identity returns the caller's API key or user as the application has
@@ -63,9 +74,13 @@ type MiddlewareConfig struct {
 	Cost func(r *http.Request) int64
 	// FailureMode is what to answer when no node answers (every target
 	// unreachable, or the Client's Timeout): ringlimit's one failure-mode
-	// type, as a limit in the cluster names it, applied by the middleware:
-	//   - bucket.FailOpen serves the request, without rate-limit headers:
-	//     the limiter must not become the outage.
+	// type, as a limit in the cluster names it, applied by the middleware.
+	// Either way the answer carries "X-RateLimit-Status: unavailable"
+	// (StatusHeader) instead of the rate-limit headers, the call counts in
+	// the Client's Errors, and the Client's Logger hears of the outage once
+	// when it begins and once when it ends (see Config.Logger).
+	//   - bucket.FailOpen serves the request: the limiter must not become
+	//     the outage.
 	//   - bucket.FailClosed answers 503 with {"code":"UNAVAILABLE"}.
 	//   - bucket.Local, the zero value and the default, serves the request
 	//     as FailOpen does. In the cluster, Local decides on a bucket the
@@ -76,13 +91,17 @@ type MiddlewareConfig struct {
 	//     owner is not, the limit's own failure mode still applies there.
 	// Any other value is an error.
 	FailureMode bucket.FailureMode
-	// OnError, if set, is told every error talking to the cluster.
+	// OnError, if set, is told every error talking to the cluster, for
+	// each request. It adds to what happens anyway: the Client counts and
+	// logs outages (Client.Errors, Config.Logger) and FailureMode decides
+	// the answer. Default: nil.
 	OnError func(r *http.Request, err error)
 }
 
 // Validate reports the first thing wrong with cfg: no Client, an unknown
 // FailureMode, a TrustedProxies entry that is not a prefix or an address,
-// or TrustedProxies together with IP.
+// TrustedProxies together with IP, a Limit that is not valid, Limit
+// together with Policy, Route or Tier, or Key without Limit.
 func (cfg *MiddlewareConfig) Validate() error {
 	_, err := cfg.trustedProxies()
 	return err
@@ -98,6 +117,18 @@ func (cfg *MiddlewareConfig) trustedProxies() (clientip.Trusted, error) {
 	}
 	if cfg.IP != nil && len(cfg.TrustedProxies) > 0 {
 		return nil, errors.New("client: MiddlewareConfig: TrustedProxies has no effect when IP is set")
+	}
+	if cfg.Limit.IsZero() {
+		if cfg.Key != nil {
+			return nil, errors.New("client: MiddlewareConfig: Key has no effect without Limit")
+		}
+	} else {
+		if err := cfg.Limit.Validate(); err != nil {
+			return nil, err
+		}
+		if cfg.Policy != "" || cfg.Route != nil || cfg.Tier != nil {
+			return nil, errors.New("client: MiddlewareConfig: Policy, Route and Tier name policy; they have no effect with an inline Limit")
+		}
 	}
 	var prefixes clientip.Trusted
 	for i, s := range cfg.TrustedProxies {
@@ -117,6 +148,15 @@ func clientIP(r *http.Request, trusted clientip.Trusted) string {
 	return clientip.Resolve(r.RemoteAddr, clientip.Hops(r.Header, "X-Forwarded-For"), trusted)
 }
 
+// StatusHeader is the response header the middleware sets, to
+// StatusUnavailable, on a request it could not check because no node
+// answered (it then applies MiddlewareConfig.FailureMode): the answer
+// carries no rate-limit headers, and this one says why.
+const (
+	StatusHeader      = "X-RateLimit-Status"
+	StatusUnavailable = "unavailable"
+)
+
 // RejectBody is the JSON body of a 429 answer.
 type RejectBody struct {
 	Code         string `json:"code"`
@@ -132,10 +172,18 @@ type RejectBody struct {
 // written by ratelimitheader as the node's HTTP API writes them) on every
 // response it lets through or rejects, and answers 429 with a RejectBody
 // (and Retry-After) on rejection. RateLimit-Policy names the layer that
-// decided and its quota; the gRPC decision does not carry the layer's
-// window, so w= is left out. A request the cluster refuses as invalid (an
-// identity or route the policy does not accept) gets 400; FailureMode
-// applies only when no node answers.
+// decided and its quota, and with an inline Limit its window (w=); a
+// policy layer's window is not in the gRPC decision, so w= is left out
+// there. A request the cluster refuses as invalid (an identity, key or
+// route it does not accept) gets 400; FailureMode applies only when no
+// node answers.
+//
+// With cfg.Limit, "5 per 10 s per client IP" is:
+//
+//	limit, err := client.Middleware(client.MiddlewareConfig{
+//		Client: cl,
+//		Limit:  client.Per(5, 10*time.Second),
+//	})
 //
 // The caller is who cfg.Identity says, else its IP (see MiddlewareConfig).
 // Middleware returns cfg.Validate's error for a config that fails it.
@@ -153,14 +201,35 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.Route == nil {
 		cfg.Route = func(r *http.Request) string { return r.URL.Path }
 	}
+	var inline *pb.Limit
+	var window time.Duration // known for an inline limit only
+	if !cfg.Limit.IsZero() {
+		inline, window = cfg.Limit.proto(), cfg.Limit.per
+		if cfg.Key == nil {
+			cfg.Key = func(r *http.Request) string {
+				switch apiKey, user := cfg.Identity(r); {
+				case user != "":
+					return "user:" + user
+				case apiKey != "":
+					return "key:" + apiKey
+				}
+				return "ip:" + cfg.IP(r)
+			}
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			apiKey, user := cfg.Identity(r)
-			req := &pb.PolicyRequest{Policy: cfg.Policy, ApiKey: apiKey, User: user, Ip: cfg.IP(r), Route: cfg.Route(r)}
-			if cfg.Tier != nil {
-				req.Tier = cfg.Tier(r)
+			var check *pb.Check
+			if inline != nil {
+				check = &pb.Check{Key: cfg.Key(r), Limit: inline}
+			} else {
+				apiKey, user := cfg.Identity(r)
+				req := &pb.PolicyRequest{Policy: cfg.Policy, ApiKey: apiKey, User: user, Ip: cfg.IP(r), Route: cfg.Route(r)}
+				if cfg.Tier != nil {
+					req.Tier = cfg.Tier(r)
+				}
+				check = &pb.Check{Request: req}
 			}
-			check := &pb.Check{Request: req}
 			if cfg.Cost != nil {
 				if c := cfg.Cost(r); c > 0 {
 					check.Cost = &c
@@ -182,6 +251,7 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 					json.NewEncoder(w).Encode(map[string]string{"code": "INVALID_ARGUMENT", "message": status.Convert(err).Message()})
 					return
 				}
+				w.Header().Set(StatusHeader, StatusUnavailable)
 				if cfg.FailureMode == bucket.FailClosed {
 					w.Header().Set("Content-Type", "application/json")
 					w.WriteHeader(http.StatusServiceUnavailable)
@@ -194,7 +264,7 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 			d := ds[0]
 			h := w.Header()
 			ratelimitheader.Write(h, &ratelimitheader.Decision{Allowed: d.GetAllowed(), Scope: d.GetScope(),
-				Limit: d.GetLimit(), Remaining: d.GetRemaining(),
+				Limit: d.GetLimit(), Remaining: d.GetRemaining(), Window: window,
 				Reset: fromMillis(d.GetResetAfterMs()), RetryAfter: fromMillis(d.GetRetryAfterMs())})
 			if !d.GetAllowed() {
 				h.Set("Content-Type", "application/json")

@@ -1,0 +1,150 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+// Limit is an inline limit: n per period, with a burst and an algorithm. It
+// travels with every check, so the cluster needs no policy file for it.
+// Build one in one expression:
+//
+//	client.PerSecond(5)                   // 5 per second, bursts of 5
+//	client.PerMinute(100).WithBurst(20)   // 100 per minute, bursts of 20
+//	client.Per(5, 10*time.Second)         // "5 per 10 s"
+//	client.PerSecond(5).WithAlgorithm(bucket.LeakyBucket) // shaped: see Limiter.Reserve
+//
+// The algorithm is bucket.TokenBucket unless WithAlgorithm says otherwise,
+// the cluster's default for inline limits; the burst is n unless WithBurst
+// says otherwise. A Limit is checked when it is used (NewLimiter,
+// Middleware), which return the error of a bad one (a zero or negative n
+// or period, a period that is not a whole number of milliseconds); a
+// constructor never fails or panics. The zero Limit means "no inline
+// limit". A Limit is a value: its methods return a changed copy, and it is
+// safe for concurrent use.
+type Limit struct {
+	set   bool // made by a constructor; the zero Limit is "none"
+	n     int64
+	per   time.Duration
+	burst int64 // when burstSet; otherwise n
+	// burstSet: WithBurst was called (its value is checked, 0 included)
+	burstSet bool
+	alg      bucket.Algorithm
+}
+
+// Per returns a limit of n per period: Per(5, 10*time.Second) reads "5
+// per 10 seconds". For the buckets n/period is the sustained rate; for the
+// window algorithms n is the count per window of length period.
+func Per(n int64, period time.Duration) Limit {
+	return Limit{set: true, n: n, per: period}
+}
+
+// PerSecond returns a limit of n per second: Per(n, time.Second).
+func PerSecond(n int64) Limit { return Per(n, time.Second) }
+
+// PerMinute returns a limit of n per minute: Per(n, time.Minute).
+func PerMinute(n int64) Limit { return Per(n, time.Minute) }
+
+// PerHour returns a limit of n per hour: Per(n, time.Hour).
+func PerHour(n int64) Limit { return Per(n, time.Hour) }
+
+// WithBurst returns l with a bucket capacity (token bucket) or queue size
+// (leaky bucket) of b; the window algorithms ignore it. Without it the
+// burst is n.
+func (l Limit) WithBurst(b int64) Limit {
+	l.burst, l.burstSet = b, true
+	return l
+}
+
+// WithAlgorithm returns l decided by a; see bucket.Algorithm for the five.
+// bucket.LeakyBucket shapes instead of bursting: an admitted check holds a
+// place in the key's queue and its Decision.Delay says when its turn comes.
+func (l Limit) WithAlgorithm(a bucket.Algorithm) Limit {
+	l.alg = a
+	return l
+}
+
+// IsZero reports whether l is the zero Limit: no inline limit at all.
+func (l Limit) IsZero() bool { return !l.set }
+
+// Algorithm returns l's algorithm.
+func (l Limit) Algorithm() bucket.Algorithm { return l.alg }
+
+// Burst returns the most one check may cost: the burst of the bucket
+// algorithms (n unless WithBurst says otherwise), n for the windows.
+func (l Limit) Burst() int64 {
+	if !l.burstSet || !l.bucketed() {
+		return l.n
+	}
+	return l.burst
+}
+
+// String returns l as "5 per 10s", with the burst and algorithm when they
+// are not the defaults: "100 per 1m0s, burst 20, leaky_bucket".
+func (l Limit) String() string {
+	if !l.set {
+		return "no limit"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d per %v", l.n, l.per)
+	if l.burstSet {
+		fmt.Fprintf(&b, ", burst %d", l.burst)
+	}
+	if l.alg != bucket.TokenBucket {
+		fmt.Fprintf(&b, ", %v", l.alg)
+	}
+	return b.String()
+}
+
+// Validate returns why l cannot be used, or nil: the zero Limit, a limit
+// or period out of the cluster's range (see bucket.NewLimit), a period
+// that is not a whole number of milliseconds (the wire carries
+// milliseconds), an explicit burst below 1, an unknown algorithm.
+func (l Limit) Validate() error {
+	if !l.set {
+		return errors.New("client: no limit: build one with Per, PerSecond, PerMinute or PerHour")
+	}
+	if l.per%time.Millisecond != 0 {
+		return fmt.Errorf("client: limit %v: the period must be a whole number of milliseconds", l)
+	}
+	var burst int64
+	if l.burstSet && l.bucketed() {
+		if l.burst < 1 {
+			return fmt.Errorf("client: limit %v: burst must be at least 1, got %d", l, l.burst)
+		}
+		burst = l.burst
+	}
+	if _, err := bucket.NewLimit(l.alg, l.n, l.per, burst); err != nil {
+		return fmt.Errorf("client: limit %v: %w", l, err)
+	}
+	return nil
+}
+
+// proto returns l as the wire carries it. l must be valid.
+func (l Limit) proto() *pb.Limit {
+	return &pb.Limit{
+		Algorithm: pb.Algorithm(pb.Algorithm_value[strings.ToUpper(l.alg.String())]),
+		Limit:     l.n,
+		PerMs:     l.per.Milliseconds(),
+		Burst:     l.wireBurst(),
+	}
+}
+
+// wireBurst is the burst the wire carries: 0 (the limit) unless WithBurst
+// set one on a bucket algorithm.
+func (l Limit) wireBurst() int64 {
+	if l.burstSet && l.bucketed() {
+		return l.burst
+	}
+	return 0
+}
+
+// bucketed reports whether l's algorithm has a burst.
+func (l Limit) bucketed() bool {
+	return l.alg == bucket.TokenBucket || l.alg == bucket.LeakyBucket
+}
