@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,18 @@ func TestREADMETour(t *testing.T) {
 	}
 	if len(steps) < 20 {
 		t.Fatalf("found %d commands in the README's tour blocks; want at least 20", len(steps))
+	}
+
+	// A port already taken would fail the tour far from its cause.
+	for i := 1; i <= 3; i++ {
+		for _, base := range []int{tourHTTPBase, tourGRPCBase, tourPeerBase, tourGossipBase} {
+			addr := fmt.Sprintf("127.0.0.1:%d", base+i)
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Fatalf("the tour's cluster needs %s, which is taken: %v", addr, err)
+			}
+			ln.Close()
+		}
 	}
 
 	dir := filepath.Join(t.TempDir(), "cluster")
