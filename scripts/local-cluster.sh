@@ -3,7 +3,8 @@
 #
 #   scripts/local-cluster.sh up [N]    build and start node-1..node-N (default 3)
 #   scripts/local-cluster.sh env       the shell lines that put the ringlimit command on
-#                                      PATH, aimed at node-1 with the admin token:
+#                                      PATH, aimed at node-1 with the admin token (and
+#                                      export the variables below that are set):
 #                                      eval "$(scripts/local-cluster.sh env)"
 #   scripts/local-cluster.sh owner KEY the name of the node that owns KEY (GET /v1/owner)
 #   scripts/local-cluster.sh status    members as each node sees them, ring shares (ringlimit status)
@@ -240,6 +241,11 @@ env)
 	echo "export PATH=\"$dir/bin:\$PATH\""
 	echo "export RINGLIMIT_ADDR=http://127.0.0.1:$((http_base + 1))"
 	echo "export RINGLIMIT_TOKEN=$(token)"
+	# The script's own variables, when set, so that its next commands in
+	# that shell reach this cluster.
+	for v in RINGLIMIT_CLUSTER_DIR RINGLIMIT_HTTP_BASE RINGLIMIT_GRPC_BASE RINGLIMIT_PEER_BASE RINGLIMIT_GOSSIP_BASE; do
+		if [ -n "${!v:-}" ]; then echo "export $v=${!v}"; fi
+	done
 	;;
 owner) owner "${2:?key}" ;;
 status) status ;;
