@@ -121,7 +121,7 @@ func TestREADMETour(t *testing.T) {
 	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	cmd.WaitDelay = 5 * time.Second // a node the script started keeps no pipe of ours open for long
+	cmd.WaitDelay = 5 * time.Second // should a node the script started hold our pipe, Run still returns
 	runErr := cmd.Run()
 
 	records := strings.Split(out.String(), "\x1e")
