@@ -106,7 +106,8 @@ type ErrorResponse struct {
 }
 
 // Handler returns the HTTP surface: POST /v1/check, /v1/authz (any
-// method; see handleAuthz), GET /healthz, GET /readyz and GET /metrics; with a policy, GET /v1/policy, GET /v1/overrides and the
+// method; see handleAuthz), GET /healthz, GET /readyz and GET /metrics; with
+// an RLS configuration, POST /json (see handleRLSJSON); with a policy, GET /v1/policy, GET /v1/overrides and the
 // state-changing POST /v1/overrides and DELETE /v1/overrides/{id}, which
 // require an admin token (RequireAdmin), as the read-only ones do with
 // Config.PrivateReads. extra, if not nil, is consulted for every other path (the
@@ -130,6 +131,9 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", a.handleReady)
+	if a.rls != nil {
+		mux.HandleFunc("POST /json", a.handleRLSJSON) // envoyproxy/ratelimit's HTTP form of ShouldRateLimit
+	}
 	if a.cluster != nil {
 		mux.Handle("GET /v1/cluster", read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := a.cluster.Status(r.Context())

@@ -415,7 +415,7 @@ func TestMetricsLive(t *testing.T) {
 	if out, err := exec.Command(devcertsBin, "-dir", dir, "-nodes", strings.Join(names, ","), "-ip", "127.0.0.1", "-days", "30").CombinedOutput(); err != nil {
 		t.Fatalf("devcerts: %v: %s", err, out)
 	}
-	common := []string{"--policy", filepath.Join("..", "examples", "policy.yaml"), "--rls-config", filepath.Join("..", "examples", "envoy", "ratelimit.yaml"),
+	common := []string{"--policy", filepath.Join("..", "examples", "policy.yaml"), "--rls-config", filepath.Join("..", "examples", "envoy", "config"),
 		"--tls-ca", filepath.Join(dir, "ca.pem")}
 	tlsFlags := func(name string) []string {
 		return []string{"--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem")}

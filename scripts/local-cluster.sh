@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
 # Runs a local ringlimit cluster on 127.0.0.1.
 #
-#   scripts/local-cluster.sh up [N]   build and start node-1..node-N (default 3)
-#   scripts/local-cluster.sh status   members as each node sees them, ring shares (ringlimit status)
-#   scripts/local-cluster.sh kill I   SIGKILL node I
-#   scripts/local-cluster.sh stop I   SIGTERM node I (graceful: hands its buckets off)
-#   scripts/local-cluster.sh start I  start node I again; it rejoins
-#   scripts/local-cluster.sh rotate   new node certificates and a new gossip key, nodes running
-#   scripts/local-cluster.sh down     stop every node, nothing left running
+#   scripts/local-cluster.sh up [N]    build and start node-1..node-N (default 3)
+#   scripts/local-cluster.sh env       the shell lines that put the ringlimit command on
+#                                      PATH, aimed at node-1 with the admin token (and
+#                                      export the variables below that are set):
+#                                      eval "$(scripts/local-cluster.sh env)"
+#   scripts/local-cluster.sh owner KEY the name of the node that owns KEY (GET /v1/owner)
+#   scripts/local-cluster.sh status    members as each node sees them, ring shares (ringlimit status)
+#   scripts/local-cluster.sh kill I    SIGKILL node I
+#   scripts/local-cluster.sh stop I    SIGTERM node I (graceful: hands its buckets off)
+#   scripts/local-cluster.sh start I   start node I again; it rejoins
+#   scripts/local-cluster.sh rotate    new node certificates and a new gossip key, nodes running
+#   scripts/local-cluster.sh down      stop every node, nothing left running
+#
+# I is a node's number or its name: 2 and node-2 are the same node. up,
+# start, stop and kill return once every running node is ready (/readyz)
+# and all of them have the same ring, with exactly the running nodes on it.
 #
 # Node I listens on HTTP 8080+I, gRPC 9090+I, peer gRPC 9190+I and gossip
 # 7946+I; override the bases with RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE,
 # RINGLIMIT_PEER_BASE (default: the gRPC base + 100), RINGLIMIT_GOSSIP_BASE.
-# Binaries (ringlimit-node, the ringlimit command), logs, audit logs and
-# pids go to RINGLIMIT_CLUSTER_DIR (default
+# Binaries (ringlimit-node; the ringlimit command in bin/), logs, audit
+# logs and pids go to RINGLIMIT_CLUSTER_DIR (default
 # ${TMPDIR:-/tmp}/ringlimit-cluster). Every node runs the policy file
 # RINGLIMIT_POLICY (default examples/policy.yaml; empty for none) and
-# appends its audit log to node-I.audit.log. `up` also makes, once, in that
+# appends its audit log to node-I.audit.log, and serves Envoy's rate limit
+# service on its gRPC port with the envoyproxy/ratelimit configuration
+# RINGLIMIT_RLS (a file or a directory; default examples/envoy/config;
+# empty for none). `up` also makes, once, in that
 # directory: a development CA and a certificate per node (certs/, by
 # cmd/devcerts: nodes talk to each other over mutual TLS), a gossip key
 # (gossip.keys: gossip is encrypted, and labelled with the cluster name
@@ -33,11 +45,73 @@ gossip_base=${RINGLIMIT_GOSSIP_BASE:-7946}
 peer_base=${RINGLIMIT_PEER_BASE:-$((grpc_base + 100))}
 certs=$dir/certs
 policy=${RINGLIMIT_POLICY-examples/policy.yaml}
+rls=${RINGLIMIT_RLS-examples/envoy/config}
+cli=$dir/bin/ringlimit
 mkdir -p "$dir"
 
 count() { cat "$dir/count" 2>/dev/null || echo 0; }
 pidof_node() { cat "$dir/node-$1.pid" 2>/dev/null || true; }
 running() { local p; p=$(pidof_node "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+token() { cut -d: -f2 "$dir/admin.tokens" 2>/dev/null | head -1; }
+
+# index prints the number of node I, given as 2 or node-2.
+index() {
+	local i=${1#node-}
+	if ! [[ $i =~ ^[1-9][0-9]*$ ]]; then
+		echo "not a node: $1 (give its number, 2, or its name, node-2)" >&2
+		return 2
+	fi
+	echo "$i"
+}
+
+# settle waits until every running node answers /readyz and all of them
+# have the same ring version with the running nodes, and only those, on it.
+settle() {
+	local n i v on want first ok deadline=$((SECONDS + 30)) view auth
+	n=$(count)
+	auth="Authorization: Bearer $(token)"
+	while :; do
+		want=0
+		for i in $(seq 1 "$n"); do running "$i" && want=$((want + 1)); done
+		ok=1 first=""
+		for i in $(seq 1 "$n"); do
+			running "$i" || continue
+			if ! curl -fsS -o /dev/null "http://127.0.0.1:$((http_base + i))/readyz" 2>/dev/null; then
+				ok=0
+				break
+			fi
+			view=$(curl -fsS -H "$auth" "http://127.0.0.1:$((http_base + i))/v1/cluster" 2>/dev/null) || view=""
+			v=$(sed -n 's/^{"self":"[^"]*","ring_version":\([0-9]*\),.*/\1/p' <<<"$view")
+			on=$(grep -o '"on_ring":true' <<<"$view" | wc -l)
+			if [ -z "$v" ] || [ "$on" -ne "$want" ] || { [ -n "$first" ] && [ "$v" != "$first" ]; }; then
+				ok=0
+				break
+			fi
+			first=$v
+		done
+		[ $ok = 1 ] && return 0
+		if [ $SECONDS -ge $deadline ]; then
+			echo "the running nodes did not agree on one ring within 30 s; see $dir/node-*.log" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+}
+
+# owner prints the name of the node that owns key $1, as the first running
+# node's /v1/owner says.
+owner() {
+	local n i
+	n=$(count)
+	for i in $(seq 1 "$n"); do
+		running "$i" || continue
+		curl -fsS -G -H "Authorization: Bearer $(token)" --data-urlencode "key=$1" \
+			"http://127.0.0.1:$((http_base + i))/v1/owner" | sed -n 's/.*"owner":"\([^"]*\)".*/\1/p'
+		return
+	done
+	echo "no node is running" >&2
+	return 1
+}
 
 start_node() {
 	local i=$1 n seeds="" j
@@ -55,6 +129,7 @@ start_node() {
 	if [ -n "$policy" ]; then
 		policy_flags=(--policy "$(realpath "$policy")" --audit-log "$dir/node-$i.audit.log")
 	fi
+	[ -n "$rls" ] && policy_flags+=(--rls-config "$(realpath "$rls")")
 	# shellcheck disable=SC2086
 	"$dir/ringlimit-node" --name "node-$i" "${policy_flags[@]}" \
 		--gossip-key-file "$dir/gossip.keys" --cluster-name ringlimit-local --admin-token-file "$dir/admin.tokens" \
@@ -100,7 +175,7 @@ stop_node() { # stop_node I SIGNAL
 status() {
 	local n i first=1 tok=()
 	n=$(count)
-	[ -x "$dir/ringlimit" ] || go build -o "$dir/ringlimit" ./cmd/ringlimit
+	[ -x "$cli" ] || go build -o "$cli" ./cmd/ringlimit
 	[ -s "$dir/admin.tokens" ] && tok=(--token-file "$dir/admin.tokens")
 	for i in $(seq 1 "$n"); do
 		[ $first = 1 ] || echo
@@ -109,7 +184,7 @@ status() {
 			echo "node-$i: not running"
 			continue
 		fi
-		"$dir/ringlimit" --addr "http://127.0.0.1:$((http_base + i))" "${tok[@]}" --timeout 3s status || true
+		"$cli" --addr "http://127.0.0.1:$((http_base + i))" "${tok[@]}" --timeout 3s status || true
 	done
 }
 
@@ -153,17 +228,36 @@ up)
 	n=${2:-3}
 	ldflags="-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo devel) -X main.commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 	go build -ldflags "$ldflags" -o "$dir/ringlimit-node" ./cmd/node
-	go build -ldflags "$ldflags" -o "$dir/ringlimit" ./cmd/ringlimit
+	go build -ldflags "$ldflags" -o "$cli" ./cmd/ringlimit
 	go build -o "$dir/ringlimit-devcerts" ./cmd/devcerts
 	secrets "$n"
 	echo "$n" >"$dir/count"
 	for i in $(seq 1 "$n"); do start_node "$i"; done
+	settle
 	echo "logs and pids in $dir"
+	echo "the ringlimit command, aimed at node-1: eval \"\$($0 env)\""
 	;;
+env)
+	echo "export PATH=\"$dir/bin:\$PATH\""
+	echo "export RINGLIMIT_ADDR=http://127.0.0.1:$((http_base + 1))"
+	echo "export RINGLIMIT_TOKEN=$(token)"
+	# The script's own variables, when set, so that its next commands in
+	# that shell reach this cluster.
+	for v in RINGLIMIT_CLUSTER_DIR RINGLIMIT_HTTP_BASE RINGLIMIT_GRPC_BASE RINGLIMIT_PEER_BASE RINGLIMIT_GOSSIP_BASE; do
+		if [ -n "${!v:-}" ]; then echo "export $v=${!v}"; fi
+	done
+	;;
+owner) owner "${2:?key}" ;;
 status) status ;;
-kill) stop_node "${2:?node number}" KILL ;;
-stop) stop_node "${2:?node number}" TERM ;;
-start) start_node "${2:?node number}" ;;
+kill | stop | start)
+	i=$(index "${2:?node number or name}")
+	case "$cmd" in
+	kill) stop_node "$i" KILL ;;
+	stop) stop_node "$i" TERM ;;
+	start) start_node "$i" ;;
+	esac
+	settle
+	;;
 rotate) rotate ;;
 down)
 	for f in "$dir"/node-*.pid; do

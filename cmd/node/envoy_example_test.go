@@ -17,9 +17,9 @@ import (
 )
 
 // TestEnvoyExample: examples/envoy/envoy.yaml is a valid Envoy bootstrap
-// whose rate limit filter asks for the domain of
-// examples/envoy/ratelimit.yaml; a node running that file answers the
-// descriptors those rate_limits send, exactly.
+// whose rate limit filter asks for the domain of the configuration
+// directory examples/envoy/config; a node running that directory answers
+// the descriptors those rate_limits send, exactly.
 func TestEnvoyExample(t *testing.T) {
 	raw, err := os.ReadFile("../../examples/envoy/envoy.yaml")
 	if err != nil {
@@ -58,7 +58,7 @@ func TestEnvoyExample(t *testing.T) {
 	// What Envoy sends for a request with x-api-key k1 to path p from
 	// address ip: one descriptor per rate_limits entry.
 	h := newHarness(t)
-	n, _ := h.startArgs("n1", "--rls-config", "../../examples/envoy/ratelimit.yaml")
+	n, _ := h.startArgs("n1", "--rls-config", "../../examples/envoy/config")
 	c := rlsClients(t, []string{n.grpcLn.Addr().String()})
 	envoyRequest := func(key, path, ip string) *rlsv3.RateLimitRequest {
 		return &rlsv3.RateLimitRequest{Domain: rl.GetDomain(), Descriptors: []*rlcommon.RateLimitDescriptor{
