@@ -11,7 +11,7 @@ func TestDistance(t *testing.T) {
 		{"", "abc", 3},
 		{"abc", "", 3},
 		{"algorithm", "algorithm", 0},
-		{"algoritm", "algorithm", 1},  // a deletion
+		{"algoritm", "algorithm", 1},   // a deletion
 		{"algorithmm", "algorithm", 1}, // an insertion
 		{"algorothm", "algorithm", 1},  // a substitution
 		{"algroithm", "algorithm", 1},  // a swap of neighbours
@@ -38,7 +38,7 @@ func TestClosest(t *testing.T) {
 		{"algoritm", fields, "algorithm", true},
 		{"algroithm", fields, "algorithm", true},
 		{"limits", fields, "limit", true},
-		{"dryRun", fields, "dry_run", true},          // case and '_'
+		{"dryRun", fields, "dry_run", true},            // case and '_'
 		{"FAILURE-MODE", fields, "failure_mode", true}, // case and '-'
 		{"failuremod", fields, "failure_mode", true},   // 2 edits
 		{"pr", fields, "per", true},                    // 1 edit on a short word
