@@ -376,7 +376,9 @@ func TestPolicyValidate(t *testing.T) {
 		{"route limit", "limit: 5, per: 1m, key: ip+route", "limit: 5, per: 1m, key: ip+router", 12,
 			`policies.api.routes[1].limit.key: want identity, ip, ip+route, identity+route or all, got "ip+router"`},
 		{"default tier", "default_tier: free", "default_tier: gold", 4, `policies.api.default_tier: no tier named "gold"`},
-		{"unknown field", "cost: 10", "costs: 10", 10, "field costs not found in type policy.routeYAML"},
+		{"unknown field", "cost: 10", "costs: 10", 10, `unknown field "costs" in route (did you mean "cost"?)`},
+		{"misspelt field", "pro: { limit: 100, per: 1s }", "pro: { limit: 100, per: 1s, algoritm: gcra }", 7,
+			`unknown field "algoritm" in limit (did you mean "algorithm"?)`},
 		{"decimal", "cost: 10", "cost: 2.5", 10, `want a whole number, got "2.5"`},
 		{"syntax", "cost: 10", "cost: 10: 11", 10, "mapping values are not allowed in this context"},
 	} {
@@ -424,6 +426,8 @@ func TestRLSValidate(t *testing.T) {
 	cli(t, nil, "rls", "validate", dir).want(t, 1, "", filepath.Join(dir, "b.yaml")+":8: invalid rate limit unit \"fortnight\"\n")
 	write("b.yaml", strings.Replace(rlsFile, "shop", "shop2", 1)+"  - key: x: y\n")
 	cli(t, nil, "rls", "validate", dir).want(t, 1, "", filepath.Join(dir, "b.yaml")+":9: mapping values are not allowed in this context\n")
+	write("b.yaml", strings.Replace(strings.Replace(rlsFile, "shop", "shop2", 1), "    descriptors:", "    descriptor:", 1))
+	cli(t, nil, "rls", "validate", dir).want(t, 1, "", filepath.Join(dir, "b.yaml")+":5: unknown field \"descriptor\" in descriptor (did you mean \"descriptors\"?)\n")
 	write("b.yaml", strings.Replace(rlsFile, "shop", "shop2", 1))
 	r = cli(t, nil, "rls", "validate", "--json", dir)
 	var v Validation
