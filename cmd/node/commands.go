@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,9 @@ func (e *exitError) Unwrap() error { return e.err }
 func subcommand(args []string, getenv func(string) string, stdout, stderr io.Writer) (bool, error) {
 	if len(args) == 0 {
 		return false, nil
+	}
+	if len(args) > 1 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) && args[0] != "validate-flags" {
+		args = []string{"help"} // the help lists the subcommands
 	}
 	switch args[0] {
 	case "probe":

@@ -43,6 +43,15 @@ var flagHints = map[string]string{
 	"tls-ca": "file", "tls-cert": "file", "tls-key": "file", "api-tls-cert": "file", "api-tls-key": "file", "api-tls-client-ca": "file",
 }
 
+// shownDefaults are the defaults --help shows for the flags whose empty
+// value stands for one derived from the machine or from other flags.
+var shownDefaults = map[string]string{
+	"name":           "this machine's host name",
+	"advertise-host": "$POD_IP, else a private IP",
+	"advertise-http": "--http", "advertise-grpc": "--grpc", "advertise-peer": "--peer", "advertise-gossip": "--gossip",
+	"resolver": "the system's resolver",
+}
+
 // addrFlags are the listeners' addresses, checked as host:port.
 var addrFlags = []string{"http", "grpc", "peer", "gossip", "pprof"}
 
@@ -95,12 +104,13 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 			if h := typeHint(f); h != "" {
 				left += " " + h
 			}
-			def := f.DefValue
+			def, ok := shownDefaults[name]
 			switch {
-			case name == "name":
-				def = "this machine's host name"
-			case def == "":
+			case ok:
+			case f.DefValue == "":
 				def = "none"
+			default:
+				def = f.DefValue
 			}
 			fmt.Fprintf(w, "  %-30s %s (default: %s)\n", left, envName(name), def)
 			wrap(w, f.Usage, "        ", 80)

@@ -138,7 +138,7 @@ func TestBinaryHelpAndErrors(t *testing.T) {
 		}
 		return cmd.ProcessState.ExitCode(), o.String(), e.String()
 	}
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"--max-keys", "10", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"--max-keys", "10", "--help"}, {"probe", "--help"}, {"version", "-h"}, {"validate-flags", "--help"}} {
 		if code, out, errOut := runBin(nil, args...); code != 0 || out != string(want) || errOut != "" {
 			t.Errorf("%q: exit %d, stderr %q, stdout equal to testdata/help.golden: %v; want exit 0 and the usage", args, code, errOut, out == string(want))
 		}
