@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/route"
+	"github.com/ringlimit/ringlimit/internal/suggest"
 )
 
 // MaxFileBytes bounds a policy file.
@@ -155,6 +158,58 @@ type routeYAML struct {
 	DryRun bool       `yaml:"dry_run"`
 }
 
+// blocks are the YAML shapes by the name yaml.v3 gives their Go type, with
+// the name a person knows them by and the fields they take.
+var blocks = map[string]struct {
+	name   string
+	fields []string
+}{
+	"policy.fileYAML":   {"the file", yamlFields(fileYAML{})},
+	"policy.policyYAML": {"policy", yamlFields(policyYAML{})},
+	"policy.limitYAML":  {"limit", yamlFields(limitYAML{})},
+	"policy.routeYAML":  {"route", yamlFields(routeYAML{})},
+}
+
+// yamlFields lists the fields of v, a struct, by their yaml tags.
+func yamlFields(v any) []string {
+	t := reflect.TypeOf(v)
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		names = append(names, name)
+	}
+	return names
+}
+
+// notFound is yaml.v3's error for a field no struct has.
+var notFound = regexp.MustCompile(`^line (\d+): field (.*) not found in type (\S+)$`)
+
+// unknownFields rewrites err's unknown field errors in the words of the
+// file: line 12: unknown field "algoritm" in limit (did you mean
+// "algorithm"?), or the fields the block takes when none is close.
+func unknownFields(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	for i, e := range te.Errors {
+		m := notFound.FindStringSubmatch(e)
+		if m == nil {
+			continue
+		}
+		b, ok := blocks[m[3]]
+		if !ok {
+			continue
+		}
+		hint := "fields: " + strings.Join(b.fields, ", ")
+		if s, ok := suggest.Closest(m[2], b.fields); ok {
+			hint = fmt.Sprintf("did you mean %q?", s)
+		}
+		te.Errors[i] = fmt.Sprintf("line %s: unknown field %q in %s (%s)", m[1], m[2], b.name, hint)
+	}
+	return err
+}
+
 // Parse validates a policy file. Every error names the place at fault
 // (policies.api.tiers.free.per: ...).
 func Parse(data []byte, source string) (*Set, error) {
@@ -168,7 +223,7 @@ func Parse(data []byte, source string) (*Set, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("policy: %s: empty file", source)
 		}
-		return nil, fmt.Errorf("policy: %s: %w", source, err)
+		return nil, fmt.Errorf("policy: %s: %w", source, unknownFields(err))
 	}
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

@@ -29,11 +29,22 @@ domain: d
 descriptors:
   - key: a
     rate_limti: {unit: second}
-`, `rls: f.yaml:4: unknown key "rate_limti"`},
+`, `rls: f.yaml:4: unknown field "rate_limti" in descriptor (did you mean "rate_limit"?)`},
+		{"misspelt descriptors", `
+domain: d
+descriptor:
+  - key: a
+`, `rls: f.yaml:2: unknown field "descriptor" in the file (did you mean "descriptors"?)`},
+		{"misspelt rate_limit field", `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, request_per_unit: 5}
+`, `rls: f.yaml:4: unknown field "request_per_unit" in rate_limit (did you mean "requests_per_unit"?)`},
 		{"unknown key at the top", `
 domain: d
 version: 2
-`, `rls: f.yaml:2: unknown key "version"`},
+`, `rls: f.yaml:2: unknown field "version" in the file (fields: domain, descriptors)`},
 		{"empty key", `
 domain: d
 descriptors:
@@ -218,7 +229,7 @@ domain: d
 		{"merge key", `
 domain: d
 defaults: &defaults {unit: second}
-`, `rls: f.yaml:2: unknown key "defaults"`},
+`, `rls: f.yaml:2: unknown field "defaults" in the file (fields: domain, descriptors)`},
 		{"merge", `
 domain: d
 descriptors:

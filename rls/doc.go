@@ -26,7 +26,7 @@
 // an empty domain, a domain defined twice, an empty key, a key (and value)
 // defined twice at one level, an invalid unit, a unit with unlimited, an
 // empty replaces name or one naming its own rule. Errors name the file and
-// line.
+// line; an unknown key names the closest known one (did you mean "descriptors"?).
 //
 // quota_mode, value_to_metric and share_threshold are accepted, their types
 // checked, and recorded, but ringlimit does not act on them (Config.Warnings

@@ -3,8 +3,12 @@ package rls
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ringlimit/ringlimit/internal/suggest"
 )
 
 // validKeys are the mapping keys a file may use anywhere: the ones
@@ -16,6 +20,37 @@ var validKeys = map[string]bool{
 	"shadow_mode": true, "quota_mode": true, "detailed_metric": true,
 	"value_to_metric": true, "share_threshold": true,
 	"algorithm": true,
+}
+
+// blocks name each kind of mapping, by the what its reader passes to
+// mapping, as a person knows it, with the keys it gives a meaning to: an
+// unknown key is compared with these for a did-you-mean.
+var blocks = map[string]struct {
+	name   string
+	fields []string
+}{
+	"the file":         {"the file", []string{"domain", "descriptors"}},
+	"a descriptor":     {"descriptor", []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "quota_mode", "value_to_metric", "share_threshold"}},
+	"rate_limit":       {"rate_limit", []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm"}},
+	"a replaces entry": {"replaces entry", []string{"name"}},
+}
+
+// unknownKey is the error for k, a key no block knows, in the mapping
+// what names.
+func (p *parser) unknownKey(k *yaml.Node, what string) error {
+	b, ok := blocks[what]
+	if !ok {
+		b.name = what
+		for name := range validKeys {
+			b.fields = append(b.fields, name)
+		}
+		slices.Sort(b.fields)
+	}
+	hint := "fields: " + strings.Join(b.fields, ", ")
+	if s, ok := suggest.Closest(k.Value, b.fields); ok {
+		hint = fmt.Sprintf("did you mean %q?", s)
+	}
+	return p.errorf(k, "unknown field %q in %s (%s)", k.Value, b.name, hint)
 }
 
 // Bounds on what one file may make Parse visit: aliases can make a small
@@ -106,7 +141,7 @@ func (p *parser) mapping(n *yaml.Node, what string) ([]pair, error) {
 		case k.Kind != yaml.ScalarNode || k.Tag != "!!str":
 			return nil, p.errorf(k, "key is not a string: %s", describe(k))
 		case !validKeys[k.Value]:
-			return nil, p.errorf(k, "unknown key %q", k.Value)
+			return nil, p.unknownKey(k, what)
 		}
 		if line, dup := seen[k.Value]; dup {
 			return nil, p.errorf(k, "key %q repeated (first at line %d)", k.Value, line)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 //	ringlimit-node validate-flags ARGS  check ARGS (and the RINGLIMIT_* environment) as
 //	                                    the node would; exit 0, or 2 with the error
 //	ringlimit-node version              print the version, commit and Go version
+//	ringlimit-node help                 print the usage (as -h and --help do; help.go)
 
 // version and commit are set at build time, -ldflags "-X main.version=v1.2.3
 // -X main.commit=$(git rev-parse HEAD)"; otherwise they come from the
@@ -44,14 +46,20 @@ func subcommand(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if len(args) == 0 {
 		return false, nil
 	}
+	if len(args) > 1 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) && args[0] != "validate-flags" {
+		args = []string{"help"} // the help lists the subcommands
+	}
 	switch args[0] {
 	case "probe":
 		return true, probe(args[1:], getenv, stdout)
 	case "validate-flags":
-		if _, err := parseConfig(args[1:], getenv, stderr); err != nil {
+		if _, err := parseConfig(args[1:], getenv, stdout); err != nil {
 			return true, &exitError{code: 2, err: err}
 		}
 		fmt.Fprintln(stdout, "flags ok")
+		return true, nil
+	case "help":
+		parseConfig([]string{"--help"}, getenv, stdout) // prints the usage
 		return true, nil
 	case "version":
 		v, rev, goVersion := buildInfo()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -98,8 +99,9 @@ type config struct {
 }
 
 // parseConfig reads args, falling back to getenv("RINGLIMIT_<FLAG>") for
-// every flag not given on the command line.
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// every flag not given on the command line. On --help it writes the usage
+// to help and returns flag.ErrHelp.
+func parseConfig(args []string, getenv func(string) string, help io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("ringlimit-node", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // a bad flag is an error returned in one line; the flags are listed on --help only
@@ -161,27 +163,26 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.grpcIdleTimeout, "grpc-idle-timeout", 60*time.Second, "how long a public gRPC connection with no call in flight stays open (then GOAWAY; clients reconnect on their next call); a gRPC connection must finish its handshake within 5s")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fmt.Fprintf(stderr, "Usage: ringlimit-node [flags]\n\nEvery flag may also be set as RINGLIMIT_<FLAG> in the environment (--max-keys: RINGLIMIT_MAX_KEYS); a flag on the command line wins.\n\n")
-			fs.PrintDefaults()
+			printUsage(help, fs)
 			return c, err
 		}
 		return c, flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return c, unexpected(fs.Args())
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	from := map[string]string{} // flag → where its value came from: --flag, or its variable
+	fs.Visit(func(f *flag.Flag) { from[f.Name] = "--" + f.Name })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] {
+		if err != nil || from[f.Name] != "" {
 			return
 		}
-		env := "RINGLIMIT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v := getenv(env); v != "" {
+			from[f.Name] = env
 			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", env, v, e)
+				err = fmt.Errorf("%s: %s", env, badValue(f, v, e.Error()))
 			}
 		}
 	})
@@ -189,7 +190,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, err
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
-		return c, fmt.Errorf("--log-level: %w", err)
+		return c, fmt.Errorf("%s: %q is not a level (try debug, info, warn or error)", cmp.Or(from["log-level"], "--log-level"), *level)
+	}
+	for _, name := range addrFlags {
+		if v := fs.Lookup(name).Value.String(); v != "" {
+			if err := checkAddr(cmp.Or(from[name], "--"+name), v); err != nil {
+				return c, err
+			}
+		}
 	}
 	for _, seed := range strings.Split(*join, ",") {
 		if seed = strings.TrimSpace(seed); seed != "" {
@@ -325,19 +333,4 @@ func isLoopback(host string) bool {
 		return ip.IsLoopback()
 	}
 	return strings.EqualFold(host, "localhost")
-}
-
-// flagError is err, a flag the command line got wrong, with a hint: a
-// duration's form, and where the flags are listed.
-func flagError(fs *flag.FlagSet, err error) error {
-	msg := err.Error()
-	if _, rest, ok := strings.Cut(msg, " for flag -"); ok {
-		name, _, _ := strings.Cut(rest, ":")
-		if f := fs.Lookup(name); f != nil {
-			if _, derr := time.ParseDuration(f.DefValue); derr == nil {
-				return fmt.Errorf("%s (--%s takes a duration such as 5s, 500ms or 1m)", msg, name)
-			}
-		}
-	}
-	return fmt.Errorf("%s (ringlimit-node --help lists the flags)", msg)
 }

@@ -3,7 +3,11 @@
 //
 // Every flag has an environment fallback, RINGLIMIT_ followed by the flag
 // name in upper case with dashes as underscores (--max-keys →
-// RINGLIMIT_MAX_KEYS); a flag given on the command line wins.
+// RINGLIMIT_MAX_KEYS); a flag given on the command line wins. --help (or -h,
+// or help) prints the flags grouped by topic, each with its default and its
+// variable, and exits 0. A flag or variable that does not parse is one line
+// naming it with a hint (--check-timeout: "5" is not a duration (try 5s)),
+// and exit status 2.
 //
 // On SIGTERM or SIGINT the node stops accepting connections, finishes the
 // checks in flight (up to --shutdown-timeout) and exits 0.

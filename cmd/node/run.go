@@ -39,9 +39,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if ok, err := subcommand(args, getenv, os.Stdout, stderr); ok {
 		return err
 	}
-	cfg, err := parseConfig(args, getenv, stderr)
+	cfg, err := parseConfig(args, getenv, os.Stdout)
 	if err != nil {
-		return err
+		return &exitError{code: 2, err: err} // a usage error; --help is none, and main exits 0
 	}
 	if cfg.newGossipKey {
 		return printNewKey(os.Stdout)

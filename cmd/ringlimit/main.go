@@ -12,11 +12,18 @@
 //	ringlimit policy validate FILE
 //	ringlimit rls validate PATH
 //	ringlimit version
+//	ringlimit help [COMMAND]
 //
-// Global flags, also accepted after the subcommand: --addr (the node's
-// HTTP address or URL; default $RINGLIMIT_ADDR, else http://127.0.0.1:8080),
-// --token, --token-file (the admin bearer token; default $RINGLIMIT_TOKEN),
-// --ca (PEM CA certificates for https), --timeout, --json.
+// Node flags, accepted before the command and after the commands that call
+// a node (not after policy validate, rls validate or version): --addr (the
+// node's HTTP address or URL; default $RINGLIMIT_ADDR, else
+// http://127.0.0.1:8080), --token, --token-file (the admin bearer token;
+// default $RINGLIMIT_TOKEN), --ca (PEM CA certificates for https),
+// --timeout. Every command takes --json.
+//
+// ringlimit help COMMAND, or COMMAND --help, prints the usage and flags of
+// COMMAND (help.go); an unknown command or flag is a usage error that names
+// the closest known one.
 //
 // With --json a command prints the API's JSON answer as it came, or the
 // documented struct of its own (status, validate, version); otherwise a
@@ -53,33 +60,9 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-const usage = `usage: ringlimit [global flags] COMMAND [flags] [args]
-
-commands:
-  check KEY --limit N --per DUR [--cost N] [--algorithm A] [--burst B] [--failure-mode M] [--lease]
-  check [--policy P] [--api-key K | --user U | --ip IP] [--route R] [--tier T] [--cost N]
-                               POST /v1/check; exit 0 when allowed, 1 when refused
-  owner KEY                    GET /v1/owner: the node that owns KEY
-  status                       GET /v1/cluster and /v1/ring: members, ring shares, quorum
-  override add --reason TEXT (--user U | --api-key K) (--tier T | --limit N --per DUR [--algorithm A] [--burst B])
-               --expires-in DUR [--policy P]
-                               POST /v1/overrides (admin token)
-  override list                GET /v1/overrides
-  override revoke ID           DELETE /v1/overrides/ID (admin token)
-  policy validate FILE         check a policy file offline
-  rls validate PATH            check an envoyproxy/ratelimit file or directory offline
-  version                      print the version of this tool
-
-global flags (also accepted after COMMAND):
-  --addr URL        node HTTP address or URL (default $RINGLIMIT_ADDR, else http://127.0.0.1:8080)
-  --token T         admin bearer token (default $RINGLIMIT_TOKEN)
-  --token-file F    file holding the admin token (one "name:token" or bare token a line; the first is used)
-  --ca FILE         PEM CA certificates to verify an https node with (default: the system's)
-  --timeout DUR     deadline of each request (default 5s)
-  --json            machine output: the API's JSON, or the documented struct
-
-exit status: 0 ok/allowed, 1 refused or invalid file, 2 usage, 3 node unreachable or
-5xx, 4 the node refused the request (4xx)
+// usage is what ringlimit with no command prints on stderr.
+const usage = `usage: ringlimit [flags] COMMAND [flags] [args]
+run 'ringlimit help' for the commands and their flags
 `
 
 // globals are the flags every command accepts.
@@ -93,23 +76,30 @@ type globals struct {
 }
 
 // register adds the global flags to fs, their defaults g's current values,
-// so that a flag given before the command stays unless given again.
-func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.addr, "addr", g.addr, "node HTTP address or URL")
-	fs.StringVar(&g.token, "token", g.token, "admin bearer token")
-	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "file holding the admin token")
-	fs.StringVar(&g.ca, "ca", g.ca, "PEM CA certificates for https")
-	fs.DurationVar(&g.timeout, "timeout", g.timeout, "deadline of each request")
+// so that a flag given before the command stays unless given again: the
+// node flags when node is true, --json always.
+func (g *globals) register(fs *flag.FlagSet, node bool) {
+	if node {
+		fs.StringVar(&g.addr, "addr", g.addr, "node HTTP address or URL")
+		fs.StringVar(&g.token, "token", g.token, "admin bearer token")
+		fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "file holding the admin token")
+		fs.StringVar(&g.ca, "ca", g.ca, "PEM CA certificates for https")
+		fs.DurationVar(&g.timeout, "timeout", g.timeout, "deadline of each request")
+	}
 	fs.BoolVar(&g.json, "json", g.json, "machine output")
 }
 
-// errUsage marks an error as a usage error (exit 2).
-type usageError struct{ err error }
+// usageError marks an error as a usage error (exit 2); cmd, when not
+// empty, is the command whose help says how.
+type usageError struct {
+	err error
+	cmd string
+}
 
 func (e *usageError) Error() string { return e.err.Error() }
 
 func usagef(format string, args ...any) error {
-	return &usageError{fmt.Errorf(format, args...)}
+	return &usageError{err: fmt.Errorf(format, args...)}
 }
 
 // exitError carries an exit status other than the one an error implies.
@@ -139,13 +129,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	e.g.addr = getenv("RINGLIMIT_ADDR")
 	e.g.timeout = 5 * time.Second
 	fs := newFlagSet("ringlimit", stderr)
-	fs.Usage = func() { io.WriteString(stderr, usage) }
-	e.g.register(fs)
+	e.g.register(fs, true)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printHelp(stdout)
 			return exitOK
 		}
-		return exitUsage
+		return e.report(flagError("", fs, err))
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -167,11 +157,13 @@ func (e *env) report(err error) int {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.Is(err, errFlags):
-		return exitUsage // the flag package said why
 	case errors.As(err, &ue):
 		fmt.Fprintf(e.stderr, "ringlimit: %v\n", err)
-		fmt.Fprintln(e.stderr, "run 'ringlimit help' for usage")
+		if ue.cmd != "" {
+			fmt.Fprintf(e.stderr, "run 'ringlimit help %s' for usage\n", ue.cmd)
+		} else {
+			fmt.Fprintln(e.stderr, "run 'ringlimit help' for usage")
+		}
 		return exitUsage
 	case errors.As(err, &xe):
 		if xe.err != nil {
@@ -204,6 +196,10 @@ func (e *env) dispatch(cmd string, args []string) error {
 		if len(args) == 0 {
 			return usagef("override: want add, list or revoke")
 		}
+		if isHelp(args[0]) {
+			printGroupHelp(e.stdout, "override", group("override"))
+			return nil
+		}
 		switch args[0] {
 		case "add":
 			return e.overrideAdd(args[1:])
@@ -212,33 +208,35 @@ func (e *env) dispatch(cmd string, args []string) error {
 		case "revoke", "rm", "delete":
 			return e.overrideRevoke(args[1:])
 		}
-		return usagef("override: unknown subcommand %q: want add, list or revoke", args[0])
-	case "policy":
-		if len(args) == 0 || args[0] != "validate" {
-			return usagef("policy: want validate FILE")
-		}
-		return e.policyValidate(args[1:])
-	case "rls":
-		if len(args) == 0 || args[0] != "validate" {
-			return usagef("rls: want validate PATH")
+		return unknownSub("override", args[0])
+	case "policy", "rls":
+		what := map[string]string{"policy": "FILE", "rls": "PATH"}[cmd]
+		switch {
+		case len(args) == 0:
+			return usagef("%s: want validate %s", cmd, what)
+		case isHelp(args[0]):
+			printGroupHelp(e.stdout, cmd, group(cmd))
+			return nil
+		case args[0] != "validate":
+			return unknownSub(cmd, args[0])
+		case cmd == "policy":
+			return e.policyValidate(args[1:])
 		}
 		return e.rlsValidate(args[1:])
 	case "version":
 		return e.version(args)
 	case "help", "-h", "--help":
-		io.WriteString(e.stdout, usage)
-		return nil
+		return e.help(args)
 	}
-	return usagef("unknown command %q", cmd)
+	return unknownCommand("", cmd)
 }
 
-// errFlags is returned when the flag package has already printed what is
-// wrong with the flags.
-var errFlags = errors.New("bad flags")
-
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// newFlagSet is the flag set of the command name; the flag package
+// prints nothing: parse reports what is wrong in one line, and the help.
+func newFlagSet(name string, _ io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
 }
 
@@ -246,19 +244,20 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 // its arguments (ringlimit check KEY --limit 10 --per 1s), and returns the
 // arguments; "--" ends the flags. It checks that there are between min and
 // max arguments (max < 0: no bound).
+//
+// On --help it prints the command's help (the command named fs.Name() in
+// commands) on stdout and returns flag.ErrHelp.
 func (e *env) parse(fs *flag.FlagSet, args []string, min, max int, synopsis string) ([]string, error) {
-	e.g.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: ringlimit %s\n", synopsis)
-		fs.PrintDefaults()
-	}
+	c, _ := lookup(fs.Name())
+	e.g.register(fs, !c.offline)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				printCommandHelp(e.stdout, c, fs)
 				return nil, err
 			}
-			return nil, errFlags
+			return nil, flagError(fs.Name(), fs, err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
