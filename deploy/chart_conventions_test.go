@@ -108,6 +108,7 @@ func TestChartSchema(t *testing.T) {
 		`global: {imageRegistry: mirror.example.com}`,
 		`logLevel: debug`,
 		`image: {tag: 0.1.0-3-gabc1234-dirty}`,
+		`image: {tag: "0.1.0@sha256:` + strings.Repeat("0f", 32) + `"}`,
 	} {
 		if _, err := renderValues(t, release, values, nil); err != nil {
 			t.Errorf("values %s: %v", values, err)
