@@ -177,3 +177,46 @@ func TestComposePortsClearOfLocalCluster(t *testing.T) {
 	}
 	check(t, "published ports", published, 6)
 }
+
+// TestBinariesReportTag: ringlimit-node and ringlimit built with a plain go
+// build from a clone of this repository tagged v0.1.0 report v0.1.0 and the
+// tagged commit: the toolchain stamps them, no -ldflags needed. (The clone
+// is of the last commit; -trimpath and CGO_ENABLED=0, as scripts/image.sh
+// builds, only let the build reuse the cache.)
+func TestBinariesReportTag(t *testing.T) {
+	gitTool, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("no git")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool")
+	}
+	if out, err := exec.Command(gitTool, "-C", "..", "rev-parse", "--git-dir").CombinedOutput(); err != nil {
+		t.Skipf("not a git checkout: %s", out)
+	}
+	dir := filepath.Join(t.TempDir(), "ringlimit")
+	env := append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_COMMITTER_NAME=ringlimit", "GIT_COMMITTER_EMAIL=ringlimit@example.com",
+		"GOFLAGS=-buildvcs=true", "GOWORK=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	run := func(wd, name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = wd, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %q: %v\n%s", filepath.Base(name), args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("..", gitTool, "clone", "--quiet", "--shared", "--no-tags", ".", dir)
+	run(dir, gitTool, "tag", currentRelease)
+	head := run(dir, gitTool, "rev-parse", "HEAD")
+	bin := filepath.Join(t.TempDir(), "bin") + string(filepath.Separator)
+	run(dir, goTool, "build", "-trimpath", "-o", bin, "./cmd/node", "./cmd/ringlimit")
+
+	check(t, "ringlimit-node version", strings.SplitN(run(dir, filepath.Join(bin, "node"), "version"), ", ", 2)[0],
+		"ringlimit-node "+currentRelease+" (commit "+head)
+	check(t, "ringlimit version", strings.SplitN(run(dir, filepath.Join(bin, "ringlimit"), "version"), ", ", 2)[0],
+		"ringlimit "+currentRelease+" (commit "+head)
+}
