@@ -46,7 +46,8 @@ func monitoringCaps() *chartutil.Capabilities {
 }
 
 // renderValues renders the chart as `helm template` would for release rl
-// in namespace limits, with the values (YAML) over the chart's.
+// in namespace limits, with the values (YAML) over the chart's; values
+// that values.schema.json refuses are an error, as with helm install.
 func renderValues(t *testing.T, name, values string, caps *chartutil.Capabilities) (map[string]string, error) {
 	t.Helper()
 	ch := loadChart(t)
@@ -56,7 +57,7 @@ func renderValues(t *testing.T, name, values string, caps *chartutil.Capabilitie
 	}
 	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: name, Namespace: namespace, Revision: 1, IsInstall: true}, caps)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err // values.schema.json refused the values
 	}
 	return engine.Render(ch, rv)
 }
@@ -293,7 +294,7 @@ func TestChartRefuses(t *testing.T) {
 		{`terminationGracePeriodSeconds: 20`, "terminationGracePeriodSeconds (20) must exceed"},
 		{`drainDelaySeconds: 20`, "must exceed"},
 		{`tls: {perPodCerts: true}`, "tls.perPodCerts needs tls.existingSecret"},
-		{`antiAffinity: maybe`, "antiAffinity must be soft, hard or none"},
+		{`antiAffinity: maybe`, "at '/antiAffinity': value must be one of 'soft', 'hard', 'none'"},
 		{`tls: {cert: "PEM"}`, "tls.ca"},
 		{`policy: {file: ""}`, "policy.file"},
 	} {
@@ -339,7 +340,7 @@ func TestChartNotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	notes := out["ringlimit/templates/NOTES.txt"]
-	for _, s := range []string{"rollout status statefulset/rl-ringlimit", "rl-ringlimit-0,rl-ringlimit-1,rl-ringlimit-2", "--insecure", "/v1/cluster"} {
+	for _, s := range []string{"rollout status statefulset/rl-ringlimit", "rl-ringlimit-0,rl-ringlimit-1,rl-ringlimit-2", "--insecure", "/v1/cluster", "helm test rl -n limits"} {
 		if !strings.Contains(notes, s) {
 			t.Errorf("NOTES.txt lacks %q:\n%s", s, notes)
 		}

@@ -228,6 +228,11 @@ func checkDeployment(t *testing.T, o *objects, w want) {
 	}
 	probe("readinessProbe", c.ReadinessProbe, "/readyz")
 	probe("livenessProbe", c.LivenessProbe, "/healthz")
+	probe("startupProbe", c.StartupProbe, "/healthz")
+	if p := c.StartupProbe; p != nil {
+		// Liveness starts once the node has answered; it gets 60 s to.
+		check(t, "startupProbe allows", time.Duration(p.PeriodSeconds*p.FailureThreshold)*time.Second, 60*time.Second)
+	}
 
 	// Arguments.
 	flags := flagValues(t, c.Args)

@@ -82,8 +82,9 @@ func TestCompose(t *testing.T) {
 			check(t, "RINGLIMIT_NAME", s.Environment["RINGLIMIT_NAME"], name)
 			check(t, "RINGLIMIT_JOIN", s.Environment["RINGLIMIT_JOIN"], "node-1:7946,node-2:7946,node-3:7946")
 			check(t, "RINGLIMIT_CLUSTER_SIZE", s.Environment["RINGLIMIT_CLUSTER_SIZE"], "3")
-			check(t, "image", s.Image, "${RINGLIMIT_IMAGE:-localhost/ringlimit-node:local}")
+			check(t, "image", s.Image, "${RINGLIMIT_IMAGE:-"+releaseImage+"}")
 			check(t, "read_only", s.ReadOnly, true)
+			// Host ports clear of scripts/local-cluster.sh's: HTTP 1808I, gRPC 1909I.
 			check(t, "ports", s.Ports, []string{fmt.Sprintf("1808%d:8080", i+1), fmt.Sprintf("1909%d:9090", i+1)})
 
 			// The container's file system: each volume's source copied to

@@ -36,6 +36,26 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// prometheusRule is the part of monitoring.coreos.com/v1 PrometheusRule the
+// chart uses; decoding is strict.
+type prometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Record      string            `json:"record,omitempty"`
+				Alert       string            `json:"alert,omitempty"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels,omitempty"`
+				Annotations map[string]string `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
 // objects are the Kubernetes objects of one rendering.
 type objects struct {
 	source          string
@@ -46,6 +66,8 @@ type objects struct {
 	pdbs            []*policyv1.PodDisruptionBudget
 	networkPolicies []*networkingv1.NetworkPolicy
 	serviceMonitors []*serviceMonitor
+	prometheusRules []*prometheusRule
+	pods            map[string]*corev1.Pod // helm test pods
 }
 
 // statefulSet is the one StatefulSet.
@@ -81,6 +103,8 @@ var apiVersions = map[string]string{
 	"PodDisruptionBudget": "policy/v1",
 	"NetworkPolicy":       "networking.k8s.io/v1",
 	"ServiceMonitor":      "monitoring.coreos.com/v1",
+	"PrometheusRule":      "monitoring.coreos.com/v1",
+	"Pod":                 "v1",
 }
 
 // decodeInto adds the objects of a YAML stream (named source in errors) to
@@ -148,6 +172,16 @@ func (o *objects) decodeInto(t *testing.T, source string, data []byte) {
 			strict(v)
 			o.serviceMonitors = append(o.serviceMonitors, v)
 			meta = &v.ObjectMeta
+		case "PrometheusRule":
+			v := new(prometheusRule)
+			strict(v)
+			o.prometheusRules = append(o.prometheusRules, v)
+			meta = &v.ObjectMeta
+		case "Pod":
+			v := new(corev1.Pod)
+			strict(v)
+			addNamed(t, where, o.pods, v.Name, v)
+			meta = &v.ObjectMeta
 		}
 		if meta.Name == "" {
 			t.Errorf("%s: no metadata.name", where)
@@ -160,7 +194,7 @@ func (o *objects) decodeInto(t *testing.T, source string, data []byte) {
 
 func newObjects(source string) *objects {
 	return &objects{source: source, services: map[string]*corev1.Service{},
-		secrets: map[string]*corev1.Secret{}, configMaps: map[string]*corev1.ConfigMap{}}
+		secrets: map[string]*corev1.Secret{}, configMaps: map[string]*corev1.ConfigMap{}, pods: map[string]*corev1.Pod{}}
 }
 
 // addNamed puts v in m under name, refusing a second object of that kind
