@@ -45,6 +45,10 @@ descriptors:
 domain: d
 version: 2
 `, `rls: f.yaml:2: unknown field "version" in the file (fields: domain, descriptors)`},
+		{"Envoy's own configuration", `
+static_resources:
+  listeners: []
+`, `rls: f.yaml:1: unknown field "static_resources" in the file (this is Envoy's own configuration, not a rate limit configuration: keep it out of the rate limit configuration's directory)`},
 		{"empty key", `
 domain: d
 descriptors:

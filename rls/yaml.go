@@ -35,6 +35,14 @@ var blocks = map[string]struct {
 	"a replaces entry": {"replaces entry", []string{"name"}},
 }
 
+// envoyBootstrap holds the top-level fields of Envoy's own configuration
+// (its bootstrap), which sits beside the rate limit configuration in many
+// examples and is easy to leave in the directory --rls-config reads.
+var envoyBootstrap = map[string]bool{
+	"static_resources": true, "dynamic_resources": true, "admin": true, "node": true,
+	"layered_runtime": true, "overload_manager": true, "cluster_manager": true,
+}
+
 // unknownKey is the error for k, a key no block knows, in the mapping
 // what names.
 func (p *parser) unknownKey(k *yaml.Node, what string) error {
@@ -49,6 +57,8 @@ func (p *parser) unknownKey(k *yaml.Node, what string) error {
 	hint := "fields: " + strings.Join(b.fields, ", ")
 	if s, ok := suggest.Closest(k.Value, b.fields); ok {
 		hint = fmt.Sprintf("did you mean %q?", s)
+	} else if what == "the file" && envoyBootstrap[k.Value] {
+		hint = "this is Envoy's own configuration, not a rate limit configuration: keep it out of the rate limit configuration's directory"
 	}
 	return p.errorf(k, "unknown field %q in %s (%s)", k.Value, b.name, hint)
 }
