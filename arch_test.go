@@ -31,6 +31,7 @@ var allowed = map[string][]string{
 	"internal/buildinfo":   {},
 	"internal/route":       {},
 	"internal/suggest":     {},
+	"internal/textwrap":    {},
 	"internal/connlimit":   {"clock"},
 	"peer":                 {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":              {"bucket", "clock", "peer"},

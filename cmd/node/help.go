@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/suggest"
+	"github.com/ringlimit/ringlimit/internal/textwrap"
 )
 
 // flagGroups places every flag in one topic of --help, in the order shown;
@@ -113,7 +114,7 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 				def = f.DefValue
 			}
 			fmt.Fprintf(w, "  %-30s %s (default: %s)\n", left, envName(name), def)
-			wrap(w, f.Usage, "        ", 80)
+			textwrap.Write(w, "", f.Usage, "        ", 80)
 		}
 	}
 	var lost []string
@@ -159,25 +160,6 @@ func typeHint(f *flag.Flag) string {
 		}
 	}
 	return "string"
-}
-
-// wrap writes text to w in lines of at most width bytes, each starting
-// with indent (a longer word gets a line of its own).
-func wrap(w io.Writer, text, indent string, width int) {
-	line := indent
-	for _, word := range strings.Fields(text) {
-		if len(line) > len(indent) && len(line)+1+len(word) > width {
-			fmt.Fprintln(w, line)
-			line = indent
-		}
-		if len(line) > len(indent) {
-			line += " "
-		}
-		line += word
-	}
-	if len(line) > len(indent) {
-		fmt.Fprintln(w, line)
-	}
 }
 
 // flagFailure matches the flag package's error for a value that does not

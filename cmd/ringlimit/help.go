@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/suggest"
+	"github.com/ringlimit/ringlimit/internal/textwrap"
 )
 
 // command is one command of the tool, as its help shows it.
@@ -108,7 +109,7 @@ func printHelp(w io.Writer) {
 	io.WriteString(w, helpHead)
 	io.WriteString(w, "\nCommands:\n")
 	for _, c := range commands {
-		wrap(w, fmt.Sprintf("  %-16s ", c.name), firstClause(c.summary), strings.Repeat(" ", 19), 80)
+		textwrap.Write(w, fmt.Sprintf("  %-16s ", c.name), firstClause(c.summary), strings.Repeat(" ", 19), 80)
 	}
 	io.WriteString(w, "\nFlags of the commands that call a node, before or after COMMAND:\n")
 	io.WriteString(w, nodeFlags)
@@ -131,7 +132,7 @@ func firstClause(s string) string {
 func printGroupHelp(w io.Writer, word string, cs []command) {
 	fmt.Fprintf(w, "Usage: ringlimit %s COMMAND [flags] [args]\n\nCommands:\n", word)
 	for _, c := range cs {
-		wrap(w, fmt.Sprintf("  %-16s ", c.name), firstClause(c.summary), strings.Repeat(" ", 19), 80)
+		textwrap.Write(w, fmt.Sprintf("  %-16s ", c.name), firstClause(c.summary), strings.Repeat(" ", 19), 80)
 	}
 	fmt.Fprintf(w, "\nRun 'ringlimit help %s' for its usage and flags.\n", cs[0].name)
 }
@@ -140,7 +141,7 @@ func printGroupHelp(w io.Writer, word string, cs []command) {
 // does, and the flags it reads, fs's own first.
 func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: ringlimit %s\n\n", c.synopsis)
-	wrap(w, "", strings.ToUpper(c.summary[:1])+c.summary[1:]+".", "", 78)
+	textwrap.Write(w, "", strings.ToUpper(c.summary[:1])+c.summary[1:]+".", "", 78)
 	own := false
 	fs.VisitAll(func(f *flag.Flag) {
 		if isGlobal(f.Name) {
@@ -169,7 +170,7 @@ func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
 			fmt.Fprintln(w, strings.TrimRight(first, " "))
 			first = ""
 		}
-		wrap(w, first, text, strings.Repeat(" ", 22), 80)
+		textwrap.Write(w, first, text, strings.Repeat(" ", 22), 80)
 	})
 	if !c.offline {
 		io.WriteString(w, "\nNode flags (also before the command):\n")
@@ -193,28 +194,6 @@ func isGlobal(name string) bool {
 		return true
 	}
 	return false
-}
-
-// wrap writes text to w in lines of at most width bytes, the first
-// starting with first, the others with indent.
-func wrap(w io.Writer, first, text, indent string, width int) {
-	line := first
-	if first == "" {
-		line = indent
-	}
-	for _, word := range strings.Fields(text) {
-		if len(line) > len(indent) && len(line)+1+len(word) > width {
-			fmt.Fprintln(w, line)
-			line = indent
-		}
-		if len(line) > len(indent) {
-			line += " "
-		}
-		line += word
-	}
-	if len(line) > len(indent) {
-		fmt.Fprintln(w, line)
-	}
 }
 
 // help runs ringlimit help [COMMAND...].
