@@ -368,32 +368,6 @@ func (a *API) check(ctx context.Context, surface string, checks []forward.Check,
 	return nil
 }
 
-// limitFromParts validates the parameters of a limit as the public APIs
-// carry them, naming the offending field in the error.
-func limitFromParts(field string, algorithm string, limit int64, per time.Duration, burst int64) (bucket.Limit, error) {
-	alg, err := bucket.ParseAlgorithm(algorithm)
-	if err != nil {
-		return bucket.Limit{}, fmt.Errorf("%s.algorithm: %w", field, err)
-	}
-	if limit <= 0 {
-		return bucket.Limit{}, fmt.Errorf("%s.limit: must be at least 1, got %d", field, limit)
-	}
-	if per <= 0 {
-		return bucket.Limit{}, fmt.Errorf("%s.per: must be a positive duration, got %v", field, per)
-	}
-	if per < bucket.MinPer || per > bucket.MaxPer {
-		return bucket.Limit{}, fmt.Errorf("%s.per: must be between %v and %v, got %v", field, bucket.MinPer, bucket.MaxPer, per)
-	}
-	if burst < 0 {
-		return bucket.Limit{}, fmt.Errorf("%s.burst: must not be negative, got %d", field, burst)
-	}
-	l, err := bucket.NewLimit(alg, limit, per, burst)
-	if err != nil {
-		return bucket.Limit{}, fmt.Errorf("%s: %w", field, err)
-	}
-	return l, nil
-}
-
 // validateCost names the field when cost is out of range for l.
 func validateCost(field string, l *bucket.Limit, cost int64) error {
 	if err := l.CheckCost(cost); err != nil {

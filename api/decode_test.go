@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ringlimit/ringlimit/bucket"
 )
 
 // decodeCheckJSON decodes b as the handler did before the hand decoder:
@@ -138,6 +140,9 @@ func decodeCheckReference(w http.ResponseWriter, r *http.Request) (CheckRequest,
 	if err := dec.Decode(&req); err != nil {
 		if tooBig(err) {
 			return req, fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
+		}
+		if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) {
+			return req, fe.At("limit")
 		}
 		return req, jsonError(err, "limit.failure_mode")
 	}

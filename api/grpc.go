@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -118,31 +119,45 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 	if pl == nil {
 		return forward.Check{}, errors.New("limit: required (or a policy request)")
 	}
-	if maxMs := int64(bucket.MaxPer / time.Millisecond); pl.GetPerMs() <= 0 || pl.GetPerMs() > maxMs {
-		return forward.Check{}, fmt.Errorf("limit.per_ms: must be between 1 and %d, got %d", maxMs, pl.GetPerMs())
-	}
 	alg := pl.GetAlgorithm()
 	if _, ok := pb.Algorithm_name[int32(alg)]; !ok {
 		return forward.Check{}, fmt.Errorf("limit.algorithm: unknown value %d", alg)
 	}
-	l, err := limitFromParts("limit", algorithmName(alg), pl.GetLimit(), time.Duration(pl.GetPerMs())*time.Millisecond, pl.GetBurst())
+	if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
+		return forward.Check{}, fmt.Errorf("limit.failure_mode: unknown value %d", pl.GetFailureMode())
+	}
+	spec := bucket.Spec{Algorithm: algorithmName(alg), Limit: pl.GetLimit(), PerDuration: millis(pl.GetPerMs()), Burst: pl.GetBurst(),
+		FailureMode: bucket.FailureMode(pl.GetFailureMode()).String(), Lease: pl.GetLease()}
+	set, err := spec.Parse("limit")
 	if err != nil {
+		var fe *bucket.FieldError
+		if errors.As(err, &fe) && fe.Field == "per" {
+			// The wire carries the period as per_ms.
+			fe.Path = "limit.per_ms"
+		}
 		return forward.Check{}, err
 	}
 	cost := int64(1)
 	if c.Cost != nil {
 		cost = *c.Cost
 	}
-	if err := validateCost("cost", &l, cost); err != nil {
+	if err := validateCost("cost", &set.Limit, cost); err != nil {
 		return forward.Check{}, err
 	}
-	if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
-		return forward.Check{}, fmt.Errorf("limit.failure_mode: unknown value %d", pl.GetFailureMode())
+	return forward.Check{Key: bucket.InlineKey(c.GetKey(), &set.Limit), Limit: set.Limit, Cost: cost, Mode: set.FailureMode, Lease: set.Lease}, nil
+}
+
+// millis is ms milliseconds, saturated at the ends of time.Duration
+// (where bucket.Spec refuses it as out of range).
+func millis(ms int64) time.Duration {
+	const most = int64(math.MaxInt64 / time.Millisecond)
+	switch {
+	case ms > most:
+		return math.MaxInt64
+	case ms < -most:
+		return math.MinInt64
 	}
-	if pl.GetLease() && l.Algorithm() != bucket.TokenBucket {
-		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
-	}
-	return forward.Check{Key: bucket.InlineKey(c.GetKey(), &l), Limit: l, Cost: cost, Mode: bucket.FailureMode(pl.GetFailureMode()), Lease: pl.GetLease()}, nil
+	return time.Duration(ms) * time.Millisecond
 }
 
 // algorithmName maps the proto enum to the bucket package's wire names.

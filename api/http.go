@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -289,6 +288,9 @@ func decodeCheckBody(w http.ResponseWriter, r *http.Request, cb *checkBody) erro
 		if tooBig(err) {
 			return fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
 		}
+		if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) {
+			return fe.At("limit") // a failure_mode the limit spec refused
+		}
 		return jsonError(err, "limit.failure_mode")
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -311,11 +313,9 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if req.Limit == nil {
 		return forward.Check{}, errors.New("limit: required (or name configured policy: policy, api_key, user, ip, route, tier)")
 	}
-	per, err := time.ParseDuration(req.Limit.Per)
-	if err != nil {
-		return forward.Check{}, fmt.Errorf("limit.per: must be a Go duration such as \"1s\" or \"1m\", got %q", req.Limit.Per)
-	}
-	l, err := limitFromParts("limit", req.Limit.Algorithm, req.Limit.Limit, per, req.Limit.Burst)
+	spec := bucket.Spec{Algorithm: req.Limit.Algorithm, Limit: req.Limit.Limit, Per: req.Limit.Per, Burst: req.Limit.Burst,
+		FailureMode: req.Limit.FailureMode.String(), Lease: req.Limit.Lease, Replication: req.Limit.Replication}
+	set, err := spec.Parse("limit")
 	if err != nil {
 		return forward.Check{}, err
 	}
@@ -323,24 +323,10 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if req.Cost != nil {
 		cost = *req.Cost
 	}
-	if err := validateCost("cost", &l, cost); err != nil {
+	if err := validateCost("cost", &set.Limit, cost); err != nil {
 		return forward.Check{}, err
 	}
-	if req.Limit.Lease && l.Algorithm() != bucket.TokenBucket {
-		return forward.Check{}, fmt.Errorf("limit.lease: only a token_bucket can be leased, not %v", l.Algorithm())
-	}
-	var sync bool
-	switch req.Limit.Replication {
-	case "", "async":
-	case "sync":
-		if req.Limit.Lease {
-			return forward.Check{}, errors.New("limit.replication: sync cannot be leased")
-		}
-		sync = true
-	default:
-		return forward.Check{}, fmt.Errorf("limit.replication: want async or sync, got %q", req.Limit.Replication)
-	}
-	return forward.Check{Key: bucket.InlineKey(req.Key, &l), Limit: l, Cost: cost, Mode: req.Limit.FailureMode, Lease: req.Limit.Lease, Sync: sync}, nil
+	return forward.Check{Key: bucket.InlineKey(req.Key, &set.Limit), Limit: set.Limit, Cost: cost, Mode: set.FailureMode, Lease: set.Lease, Sync: set.Sync}, nil
 }
 
 // ReadyResponse is the body of GET /readyz.

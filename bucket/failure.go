@@ -34,17 +34,15 @@ func (m FailureMode) String() string {
 // Valid reports whether m is one of the three modes.
 func (m FailureMode) Valid() bool { return int(m) < len(failureModeNames) }
 
-// ParseFailureMode reads "local", "fail_open" or "fail_closed"; "" is Local.
+// ParseFailureMode reads "local", "fail_open" or "fail_closed"; "" is
+// Local. Its error wraps ErrFailureMode and a *FieldError for the field
+// "failure_mode".
 func ParseFailureMode(s string) (FailureMode, error) {
-	if s == "" {
-		return Local, nil
+	m, err := parseFailureMode(s)
+	if err != nil {
+		return 0, fmt.Errorf("bucket: %w", err)
 	}
-	for m, name := range failureModeNames {
-		if name == s {
-			return FailureMode(m), nil
-		}
-	}
-	return 0, fmt.Errorf("bucket: unknown failure mode %q (want local, fail_open or fail_closed)", s)
+	return m, nil
 }
 
 // MarshalText implements encoding.TextMarshaler.

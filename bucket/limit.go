@@ -48,17 +48,14 @@ func (a Algorithm) String() string {
 }
 
 // ParseAlgorithm turns a wire name into an Algorithm. The empty string is
-// TokenBucket, the default.
+// TokenBucket, the default. Its error wraps ErrAlgorithm and a *FieldError
+// for the field "algorithm".
 func ParseAlgorithm(s string) (Algorithm, error) {
-	if s == "" {
-		return TokenBucket, nil
+	a, err := parseAlgorithm(s)
+	if err != nil {
+		return 0, fmt.Errorf("bucket: %w", err)
 	}
-	for a, name := range algorithmNames {
-		if name == s {
-			return Algorithm(a), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %q (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)", ErrAlgorithm, s)
+	return a, nil
 }
 
 // Bounds on a Limit's parameters. They keep every product in the exact
@@ -125,28 +122,34 @@ type Limit struct {
 
 // NewLimit validates and precomputes a limit: limit per per, with burst as
 // the bucket capacity (TokenBucket) or queue size (LeakyBucket). A burst of 0
-// means burst = limit. Window algorithms ignore burst.
+// means burst = limit. Window algorithms ignore burst. Its error wraps
+// ErrAlgorithm or ErrLimit and a *FieldError naming the parameter; Spec.Parse
+// builds a Limit from what a user wrote.
 func NewLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit, error) {
+	l, err := newLimit(alg, limit, per, burst)
+	if err != nil {
+		return Limit{}, fmt.Errorf("bucket: %w", err)
+	}
+	return l, nil
+}
+
+func newLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit, *FieldError) {
 	if alg >= numAlgorithms {
-		return Limit{}, fmt.Errorf("%w: %d", ErrAlgorithm, alg)
+		return Limit{}, errAlgorithm(alg.String())
 	}
-	maxLimit := int64(MaxCount)
-	if alg == FixedWindow {
-		maxLimit = MaxWindowCount
+	if err := checkCount(alg, limit); err != nil {
+		return Limit{}, err
 	}
-	if limit < 1 || limit > maxLimit {
-		return Limit{}, fmt.Errorf("%w: limit must be between 1 and %d, got %d", ErrLimit, maxLimit, limit)
-	}
-	if per < MinPer || per > MaxPer {
-		return Limit{}, fmt.Errorf("%w: per must be between %v and %v, got %v", ErrLimit, MinPer, MaxPer, per)
-	}
-	if alg == SlidingWindowLog && limit > MaxLogLimit {
-		return Limit{}, fmt.Errorf("%w: sliding_window_log limit must be at most %d, got %d", ErrLimit, MaxLogLimit, limit)
+	if err := checkPer(per); err != nil {
+		return Limit{}, err
 	}
 	l := Limit{alg: alg, limit: limit, per: per, burst: limit}
 	if alg == TokenBucket || alg == LeakyBucket {
-		if burst < 0 || burst > MaxCount {
-			return Limit{}, fmt.Errorf("%w: burst must be between 1 and %d (0 means limit), got %d", ErrLimit, MaxCount, burst)
+		if burst < 0 {
+			return Limit{}, fieldErr(ErrLimit, "burst", "must be at least 1, got %d", burst)
+		}
+		if burst > MaxCount {
+			return Limit{}, fieldErr(ErrLimit, "burst", "must be at most %d, got %d", MaxCount, burst)
 		}
 		if burst > 0 {
 			l.burst = burst
@@ -155,7 +158,7 @@ func NewLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit
 		l.num, l.den = limit/g, int64(per)/g
 		hi, lo := bits.Mul64(uint64(l.burst), uint64(l.den))
 		if hi != 0 || lo >= 1<<62 {
-			return Limit{}, fmt.Errorf("%w: burst %d with rate %d per %v cannot be represented exactly; use a shorter per or a rounder rate", ErrLimit, l.burst, limit, per)
+			return Limit{}, fieldErr(ErrLimit, "burst", "%d with a rate of %d per %v cannot be represented exactly; use a shorter per or a rounder rate", l.burst, limit, per)
 		}
 		l.capUnits = int64(lo)
 		l.fillNs = ceilDiv(l.capUnits, l.num)

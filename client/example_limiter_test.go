@@ -44,7 +44,7 @@ func ExamplePerSecond() {
 	// 100 per 1m0s, burst 20
 	// 5 per 10s
 	// 5 per 1s, leaky_bucket
-	// client: limit 0 per 1s: bucket: invalid limit: limit must be between 1 and 2147483647, got 0
+	// client: limit 0 per 1s: limit: must be at least 1, got 0
 }
 
 func ExampleLimiter_Allow() {

@@ -142,7 +142,7 @@ func TestMiddlewareInlineConfigErrors(t *testing.T) {
 		{client.MiddlewareConfig{Client: cl, Limit: client.PerSecond(5), Route: route}, "Policy, Route and Tier name policy"},
 		{client.MiddlewareConfig{Client: cl, Limit: client.PerSecond(5), Tier: route}, "Policy, Route and Tier name policy"},
 		{client.MiddlewareConfig{Client: cl, Key: route}, "Key has no effect without Limit"},
-		{client.MiddlewareConfig{Client: cl, Limit: client.PerSecond(0)}, "limit must be between 1 and"},
+		{client.MiddlewareConfig{Client: cl, Limit: client.PerSecond(0)}, "limit: must be at least 1, got 0"},
 	} {
 		if mw, err := client.Middleware(tc.cfg); mw != nil || err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Middleware(%+v): %v, want an error containing %q", tc.cfg, err, tc.want)

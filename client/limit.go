@@ -102,24 +102,22 @@ func (l Limit) String() string {
 }
 
 // Validate returns why l cannot be used, or nil: the zero Limit, a limit
-// or period out of the cluster's range (see bucket.NewLimit), a period
-// that is not a whole number of milliseconds (the wire carries
-// milliseconds), an explicit burst below 1, an unknown algorithm.
+// the cluster would refuse (bucket.Spec, whose words the error uses, as
+// the server's do), a period that is not a whole number of milliseconds
+// (the wire carries milliseconds), an explicit burst below 1.
 func (l Limit) Validate() error {
 	if !l.set {
 		return errors.New("client: no limit: build one with Per, PerSecond, PerMinute or PerHour")
 	}
 	if l.per%time.Millisecond != 0 {
-		return fmt.Errorf("client: limit %v: the period must be a whole number of milliseconds", l)
+		return fmt.Errorf("client: limit %v: per: must be a whole number of milliseconds, got %v", l, l.per)
 	}
-	var burst int64
-	if l.burstSet && l.bucketed() {
-		if l.burst < 1 {
-			return fmt.Errorf("client: limit %v: burst must be at least 1, got %d", l, l.burst)
-		}
-		burst = l.burst
+	if l.burstSet && l.bucketed() && l.burst == 0 {
+		// On the wire, 0 is "no burst given": WithBurst(0) would mean n.
+		return fmt.Errorf("client: limit %v: burst: must be at least 1, got 0", l)
 	}
-	if _, err := bucket.NewLimit(l.alg, l.n, l.per, burst); err != nil {
+	spec := bucket.Spec{Algorithm: l.alg.String(), Limit: l.n, PerDuration: l.per, Burst: l.wireBurst()}
+	if _, err := spec.Parse(""); err != nil {
 		return fmt.Errorf("client: limit %v: %w", l, err)
 	}
 	return nil

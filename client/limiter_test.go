@@ -62,15 +62,15 @@ func TestLimitValidate(t *testing.T) {
 		want string
 	}{
 		{client.Limit{}, "client: no limit"},
-		{client.PerSecond(0), "limit must be between 1 and"},
-		{client.PerMinute(-3), "limit must be between 1 and"},
-		{client.Per(5, 0), "per must be between 1ms and"},
-		{client.Per(5, -time.Second), "per must be between 1ms and"},
-		{client.Per(5, 1500*time.Microsecond), "the period must be a whole number of milliseconds"},
-		{client.PerSecond(5).WithBurst(0), "burst must be at least 1, got 0"},
-		{client.PerSecond(5).WithBurst(1 << 31), "burst must be between 1 and"},
-		{client.PerSecond(5).WithBurst(-2), "burst must be at least 1, got -2"},
-		{client.PerSecond(5).WithAlgorithm(bucket.Algorithm(9)), "unknown algorithm"},
+		{client.PerSecond(0), "client: limit 0 per 1s: limit: must be at least 1, got 0"},
+		{client.PerMinute(-3), "limit: must be at least 1, got -3"},
+		{client.Per(5, 0), "per: required: a period between 1ms and 8784h0m0s"},
+		{client.Per(5, -time.Second), "per: must be between 1ms and 8784h0m0s, got -1s"},
+		{client.Per(5, 1500*time.Microsecond), "per: must be a whole number of milliseconds, got 1.5ms"},
+		{client.PerSecond(5).WithBurst(0), "burst: must be at least 1, got 0"},
+		{client.PerSecond(5).WithBurst(1 << 31), "burst: must be at most 2147483647, got 2147483648"},
+		{client.PerSecond(5).WithBurst(-2), "burst: must be at least 1, got -2"},
+		{client.PerSecond(5).WithAlgorithm(bucket.Algorithm(9)), "algorithm: unknown algorithm \"algorithm(9)\""},
 	}
 	for _, b := range bad {
 		err := b.l.Validate()

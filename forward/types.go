@@ -149,8 +149,10 @@ func ValidateChecks(checks []Check) error {
 		if !c.Mode.Valid() {
 			return fmt.Errorf("%w: checks[%d].failure_mode: %v", ErrInvalid, i, c.Mode)
 		}
-		if c.Lease && c.Limit.Algorithm() != bucket.TokenBucket {
-			return fmt.Errorf("%w: checks[%d].lease: only a token bucket can be leased, not %v", ErrInvalid, i, c.Limit.Algorithm())
+		if c.Lease {
+			if err := bucket.CheckLease(c.Limit.Algorithm()); err != nil {
+				return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)
+			}
 		}
 		if err := bucket.CheckPrelimit(c.Prelimit); err != nil {
 			return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)

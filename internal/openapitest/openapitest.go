@@ -54,13 +54,10 @@ var Semantic400 = []string{
 	"bytes, the maximum is",                    // a key of at most 1024 characters but more bytes
 	"longer than 256 bytes",                    // a policy field of at most 256 characters but more bytes
 	"exceeds the capacity",                     // cost above the limit's capacity
-	"limit.per: must be a positive duration",   // per of 0
-	"limit.per: must be between",               // per outside 1ms to 366 days
-	"per must be between",                      // the same, from bucket.NewLimit
-	"limit.per: must be a Go duration",         // per that overflows a time.Duration
-	"sliding_window_log limit must be at most", // a log's limit above 100000
+	"limit.per: must be between",               // per outside 1ms to 366 days, or beyond a time.Duration
+	"limit.limit: must be at most 100000 with", // a log's limit above 100000
 	"cannot be represented exactly",            // burst × period beyond 2^62
-	"only a token_bucket can be leased",        // lease with another algorithm
+	"only the token bucket can lease",          // lease with another algorithm
 	"body: larger than",                        // a body over 64 KiB
 	"body: more than one JSON value",           // a second JSON value after the first
 	"no policy named",                          // a policy the file does not have
