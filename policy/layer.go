@@ -1,10 +1,8 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/route"
@@ -13,27 +11,11 @@ import (
 // parseLayer builds the layer named scope from its YAML y, within the
 // policy py.
 func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
-	alg, err := bucket.ParseAlgorithm(y.Algorithm)
+	spec := bucket.Spec{Algorithm: y.Algorithm, Limit: int64(y.Limit), Per: y.Per, Burst: int64(y.Burst),
+		FailureMode: y.FailureMode, Lease: y.Lease, Replication: y.Replication}
+	set, err := spec.Parse("")
 	if err != nil {
-		return nil, fmt.Errorf("algorithm: %w", err)
-	}
-	if y.Limit <= 0 {
-		return nil, fmt.Errorf("limit: must be at least 1, got %d", y.Limit)
-	}
-	if y.Burst < 0 {
-		return nil, fmt.Errorf("burst: must not be negative, got %d", y.Burst)
-	}
-	per, err := time.ParseDuration(y.Per)
-	if err != nil || per <= 0 {
-		return nil, fmt.Errorf("per: must be a positive Go duration such as 1s or 1m, got %q", y.Per)
-	}
-	lim, err := bucket.NewLimit(alg, int64(y.Limit), per, int64(y.Burst))
-	if err != nil {
-		return nil, fmt.Errorf("limit: %w", err)
-	}
-	mode, err := bucket.ParseFailureMode(y.FailureMode)
-	if err != nil {
-		return nil, fmt.Errorf("failure_mode: want local, fail_open or fail_closed, got %q", y.FailureMode)
+		return nil, err
 	}
 	by := KeyBy(y.Key)
 	switch by {
@@ -52,21 +34,7 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	default:
 		return nil, fmt.Errorf("key: want identity, ip, ip+route, identity+route or all, got %q", y.Key)
 	}
-	if y.Lease && alg != bucket.TokenBucket {
-		return nil, fmt.Errorf("lease: only a token_bucket can be leased, not %v", alg)
-	}
-	var sync bool
-	switch y.Replication {
-	case "", "async":
-	case "sync":
-		if y.Lease {
-			return nil, errors.New("replication: sync cannot be leased (an entry node admits from a lease before the owner's replica has it)")
-		}
-		sync = true
-	default:
-		return nil, fmt.Errorf("replication: want async or sync, got %q", y.Replication)
-	}
-	l := &Layer{Scope: scope, Limit: lim, FailureMode: mode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit, Lease: y.Lease, Sync: sync}
+	l := &Layer{Scope: scope, Limit: set.Limit, FailureMode: set.FailureMode, KeyBy: by, DryRun: py.DryRun, Prelimit: py.Prelimit, Lease: set.Lease, Sync: set.Sync}
 	if y.DryRun != nil {
 		l.DryRun = *y.DryRun
 	}

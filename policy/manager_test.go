@@ -599,7 +599,7 @@ func TestOverrideValidation(t *testing.T) {
 		{"neither tier nor limit", with(func(o *Override) { o.Tier = "" }), "give exactly one of tier and limit", ""},
 		{"limit 0", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: 0, Per: "1s"} }), "limit:", ""},
 		{"negative limit", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: -3, Per: "1s"} }), "limit:", ""},
-		{"bad per", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: 5, Per: "abc"} }), `limit.per: must be a positive Go duration, got "abc"`, ""},
+		{"bad per", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: 5, Per: "abc"} }), `limit.per: "abc" is not a duration (such as 1s, 1m30s or 250ms)`, ""},
 		{"per 0s", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: 5, Per: "0s"} }), `limit.per:`, ""},
 		{"per -1s", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Limit: 5, Per: "-1s"} }), `limit.per:`, ""},
 		{"bad algorithm", with(func(o *Override) { o.Tier, o.Limit = "", &LimitArg{Algorithm: "gcra", Limit: 5, Per: "1s"} }), "limit.algorithm:", ""},

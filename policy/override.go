@@ -113,22 +113,12 @@ func (m *Manager) AddOverride(o Override) (Override, error) {
 		l.Scope = "override:tier:" + o.Tier
 		o.layer = &l
 	default:
-		alg, err := bucket.ParseAlgorithm(o.Limit.Algorithm)
+		spec := bucket.Spec{Algorithm: o.Limit.Algorithm, Limit: o.Limit.Limit, Per: o.Limit.Per, Burst: o.Limit.Burst}
+		set, err := spec.Parse("limit")
 		if err != nil {
-			return o, fmt.Errorf("%w: limit.algorithm: %v", ErrRequest, err)
+			return o, fmt.Errorf("%w: %w", ErrRequest, err)
 		}
-		per, err := time.ParseDuration(o.Limit.Per)
-		if err != nil || per <= 0 {
-			return o, fmt.Errorf("%w: limit.per: must be a positive Go duration, got %q", ErrRequest, o.Limit.Per)
-		}
-		if o.Limit.Burst < 0 {
-			return o, fmt.Errorf("%w: limit.burst: must not be negative, got %d", ErrRequest, o.Limit.Burst)
-		}
-		lim, err := bucket.NewLimit(alg, o.Limit.Limit, per, o.Limit.Burst)
-		if err != nil {
-			return o, fmt.Errorf("%w: limit: %v", ErrRequest, err)
-		}
-		o.layer = &Layer{Scope: "override", Limit: lim, KeyBy: ByIdentity}
+		o.layer = &Layer{Scope: "override", Limit: set.Limit, KeyBy: ByIdentity}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -366,7 +366,7 @@ func TestPolicyValidate(t *testing.T) {
 		msg            string
 	}{
 		{"per", "pro: { limit: 100, per: 1s }", "pro: { limit: 100, per: -1s }", 7,
-			`policies.api.tiers.pro.per: must be a positive Go duration such as 1s or 1m, got "-1s"`},
+			`policies.api.tiers.pro.per: must be between 1ms and 8784h0m0s, got -1s`},
 		{"route", "match: /login", "match: login", 11,
 			`policies.api.routes[1].match: want an exact path like /reports or a prefix like /export/*, got "login"`},
 		{"route limit", "limit: 5, per: 1m, key: ip+route", "limit: 5, per: 1m, key: ip+router", 12,
