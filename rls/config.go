@@ -331,18 +331,38 @@ func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool) (*Rul
 		}
 		r.Replaces = append(r.Replaces, name)
 	}
-	a := bucket.FixedWindow
-	if alg != "" {
-		if a, err = bucket.ParseAlgorithm(alg); err != nil {
-			return nil, p.errorf(algNode, "%v", err)
-		}
+	if alg == "" {
+		alg = bucket.FixedWindow.String() // envoyproxy/ratelimit's own algorithm
 	}
 	if !r.Unlimited && r.RequestsPerUnit > 0 {
-		if r.Limit, err = bucket.NewLimit(a, int64(r.RequestsPerUnit), UnitDuration(r.Unit), 0); err != nil {
-			return nil, p.errorf(countNode, "requests_per_unit %d per %s: %v", r.RequestsPerUnit, r.Unit, err)
+		spec := bucket.Spec{Algorithm: alg, Limit: int64(r.RequestsPerUnit), PerDuration: UnitDuration(r.Unit)}
+		set, err := spec.Parse("")
+		if err != nil {
+			return nil, p.specError(err, map[string]*yaml.Node{"algorithm": algNode, "per": unitNode, "limit": countNode, "burst": countNode})
 		}
+		r.Limit = set.Limit
+	} else if _, err := bucket.ParseAlgorithm(alg); err != nil {
+		// Nothing to limit, but the algorithm is still checked.
+		return nil, p.specError(err, map[string]*yaml.Node{"algorithm": algNode})
 	}
 	return r, nil
+}
+
+// rateLimitFields are the names a rate_limit entry gives the fields of a
+// bucket.Spec.
+var rateLimitFields = map[string]string{"algorithm": "algorithm", "per": "unit", "limit": "requests_per_unit", "burst": "requests_per_unit"}
+
+// specError is err, an error of bucket.Spec for a rate_limit entry, at the
+// line of the node that holds its field and under the field's name in the
+// file.
+func (p *parser) specError(err error, nodes map[string]*yaml.Node) error {
+	var fe *bucket.FieldError
+	if !errors.As(err, &fe) || nodes[fe.Field] == nil {
+		return fmt.Errorf("rls: %s: %w", p.file, err)
+	}
+	e := *fe
+	e.Path = rateLimitFields[fe.Field]
+	return fmt.Errorf("rls: %s:%d: %w", p.file, nodes[fe.Field].Line, &e)
 }
 
 // UnitDuration is a unit's length, as envoyproxy/ratelimit counts it (a

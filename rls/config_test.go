@@ -137,7 +137,7 @@ domain: d
 descriptors:
   - key: a
     rate_limit: {unit: second, requests_per_unit: 3000000000, algorithm: token_bucket}
-`, `rls: f.yaml:4: requests_per_unit 3000000000 per SECOND: bucket: invalid limit: limit must be between 1 and 2147483647, got 3000000000`},
+`, `rls: f.yaml:4: requests_per_unit: must be at most 2147483647 with token_bucket, got 3000000000`},
 		{"count as a string", `
 domain: d
 descriptors:
@@ -155,13 +155,13 @@ domain: d
 descriptors:
   - key: a
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}
-`, `rls: f.yaml:4: bucket: unknown algorithm: "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)`},
+`, `rls: f.yaml:4: algorithm: unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)`},
 		{"sliding window log too large", `
 domain: d
 descriptors:
   - key: a
     rate_limit: {unit: second, requests_per_unit: 200000, algorithm: sliding_window_log}
-`, `rls: f.yaml:4: requests_per_unit 200000 per SECOND: bucket: invalid limit: sliding_window_log limit must be at most 100000, got 200000`},
+`, `rls: f.yaml:4: requests_per_unit: must be at most 100000 with sliding_window_log, got 200000`},
 		{"boolean of another type", `
 domain: d
 descriptors:
