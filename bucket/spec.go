@@ -182,11 +182,11 @@ func parseAlgorithm(s string) (Algorithm, *FieldError) {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, errAlgorithm(fmt.Sprintf("%q", s))
+	return 0, errAlgorithm(s)
 }
 
-func errAlgorithm(what string) *FieldError {
-	return fieldErr(ErrAlgorithm, "algorithm", "unknown algorithm %s (want one of %s)", what, strings.Join(algorithmNames[:], ", "))
+func errAlgorithm(name string) *FieldError {
+	return fieldErr(ErrAlgorithm, "algorithm", "unknown algorithm %q (want one of %s)", name, strings.Join(algorithmNames[:], ", "))
 }
 
 // parseFailureMode is ParseFailureMode's parser, with its error for the

@@ -58,6 +58,7 @@ var Semantic400 = []string{
 	"limit.limit: must be at most 100000 with", // a log's limit above 100000
 	"cannot be represented exactly",            // burst × period beyond 2^62
 	"only the token bucket can lease",          // lease with another algorithm
+	"sync cannot be leased",                    // replication sync with lease
 	"body: larger than",                        // a body over 64 KiB
 	"body: more than one JSON value",           // a second JSON value after the first
 	"no policy named",                          // a policy the file does not have
