@@ -126,7 +126,7 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 	if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
 		return forward.Check{}, fmt.Errorf("limit.failure_mode: unknown value %d", pl.GetFailureMode())
 	}
-	spec := bucket.Spec{Algorithm: algorithmName(alg), Limit: pl.GetLimit(), PerDuration: millis(pl.GetPerMs()), Burst: pl.GetBurst(),
+	spec := bucket.LimitSpec{Algorithm: algorithmName(alg), Limit: pl.GetLimit(), PerDuration: millis(pl.GetPerMs()), Burst: pl.GetBurst(),
 		FailureMode: bucket.FailureMode(pl.GetFailureMode()).String(), Lease: pl.GetLease()}
 	set, err := spec.Parse("limit")
 	if err != nil {
@@ -148,7 +148,7 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 }
 
 // millis is ms milliseconds, saturated at the ends of time.Duration
-// (where bucket.Spec refuses it as out of range).
+// (where bucket.LimitSpec refuses it as out of range).
 func millis(ms int64) time.Duration {
 	const most = int64(math.MaxInt64 / time.Millisecond)
 	switch {

@@ -313,7 +313,7 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if req.Limit == nil {
 		return forward.Check{}, errors.New("limit: required (or name configured policy: policy, api_key, user, ip, route, tier)")
 	}
-	spec := bucket.Spec{Algorithm: req.Limit.Algorithm, Limit: req.Limit.Limit, Per: req.Limit.Per, Burst: req.Limit.Burst,
+	spec := bucket.LimitSpec{Algorithm: req.Limit.Algorithm, Limit: req.Limit.Limit, Per: req.Limit.Per, Burst: req.Limit.Burst,
 		FailureMode: req.Limit.FailureMode.String(), Lease: req.Limit.Lease, Replication: req.Limit.Replication}
 	set, err := spec.Parse("limit")
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/ringlimit/ringlimit/rls"
 )
 
-// Every surface that takes a limit from a user parses it with bucket.Spec:
+// Every surface that takes a limit from a user parses it with bucket.LimitSpec:
 // the same bad limit is refused with the same message through an inline
 // check over HTTP and gRPC, a policy file, an override and an RLS file,
 // each with its own location in front (the field's path or line, and the
@@ -33,7 +33,7 @@ func TestLimitSpecErrorsAgree(t *testing.T) {
 		json  string
 		grpc  *pb.Limit
 		rls   string // the rate_limit mapping
-		field string // the field under bucket.Spec's name
+		field string // the field under bucket.LimitSpec's name
 		msg   string
 		on    int
 	}{
@@ -131,6 +131,6 @@ func TestLimitSpecErrorsAgree(t *testing.T) {
 		seen[c.field] = true
 	}
 	if len(seen) != 7 {
-		t.Errorf("cases cover the fields %v, want the 7 of bucket.Spec", seen)
+		t.Errorf("cases cover the fields %v, want the 7 of bucket.LimitSpec", seen)
 	}
 }

@@ -43,5 +43,11 @@
 //	clk := clock.System() // one per node, shared by every check
 //	d, err := store.Take("user:42", &lim, clk.Now(), 1)
 //
+// A limit a user wrote (an API request, a policy or RLS file) is read with
+// LimitSpec.Parse, whose errors name the field where the input has it:
+//
+//	set, err := (&bucket.LimitSpec{Limit: 10, Per: "1s", Burst: 50}).Parse("limit")
+//	// set.Limit, set.FailureMode, set.Lease, set.Sync
+//
 // For a single key without a store, New(lim) returns a Bucket.
 package bucket

@@ -59,3 +59,18 @@ func ExampleLeaky() {
 	// true 200ms 0s
 	// false 0s 100ms
 }
+
+// A limit as a request or a file writes it, parsed once; an error names
+// the field under the caller's path.
+func ExampleLimitSpec_Parse() {
+	set, err := (&bucket.LimitSpec{Limit: 10, Per: "1s", Burst: 50, FailureMode: "fail_open"}).Parse("limit")
+	fmt.Println(set.Limit, set.FailureMode, err)
+	_, err = (&bucket.LimitSpec{Limit: 10, Per: "10"}).Parse("limit")
+	fmt.Println(err)
+	_, err = (&bucket.LimitSpec{Algorithm: "fixed_window", Limit: 10, Per: "1m", Lease: true}).Parse("tiers.free")
+	fmt.Println(err)
+	// Output:
+	// token_bucket 10/1s burst 50 fail_open <nil>
+	// limit.per: "10" is not a duration (try 10s)
+	// tiers.free.lease: only the token bucket can lease, not fixed_window
+}

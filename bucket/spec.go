@@ -6,15 +6,16 @@ import (
 	"time"
 )
 
-// Spec is a limit as its user writes it, before validation: the fields an
+// LimitSpec is a limit as its user writes it, before validation: the fields an
 // inline limit of the HTTP and gRPC APIs, a layer of a policy file, an
 // override and an Envoy rate_limit entry have in common. Each caller fills
 // the fields its input has and leaves the others zero; Parse is the one
 // place where they are checked, and its errors name the field as the
 // caller's input spells it.
 //
-// A Spec is a plain value; Parse does not modify it.
-type Spec struct {
+// A LimitSpec is a plain value; Parse does not modify it. (Limit.Spec, the
+// canonical name of a built Limit in its keys, is another thing.)
+type LimitSpec struct {
 	// Algorithm is a wire name (token_bucket, leaky_bucket, fixed_window,
 	// sliding_window_log, sliding_window_counter); "" is TokenBucket.
 	Algorithm string
@@ -42,7 +43,7 @@ type Spec struct {
 	Replication string
 }
 
-// Settings is a parsed Spec: the Limit and what travels with it on every
+// Settings is a parsed LimitSpec: the Limit and what travels with it on every
 // check.
 type Settings struct {
 	Limit       Limit
@@ -59,9 +60,9 @@ type Settings struct {
 // differently (per_ms, requests_per_unit) reads Field and Msg.
 type FieldError struct {
 	// Path names the field where the caller's input has it: the prefix
-	// given to Spec.Parse, a '.', and Field.
+	// given to LimitSpec.Parse, a '.', and Field.
 	Path string
-	// Field is the Spec's name of the field: algorithm, limit, per, burst,
+	// Field is the LimitSpec's name of the field: algorithm, limit, per, burst,
 	// failure_mode, lease or replication.
 	Field string
 	// Msg says what is wrong, without the field: `must be at least 1, got 0`.
@@ -108,7 +109,7 @@ func joinPath(path, field string) string {
 // Fields are checked in the order algorithm, limit, per, burst,
 // failure_mode, lease, replication; the first bad one is reported. Parse
 // does not allocate unless it fails.
-func (s *Spec) Parse(path string) (Settings, error) {
+func (s *LimitSpec) Parse(path string) (Settings, error) {
 	alg, err := parseAlgorithm(s.Algorithm)
 	if err != nil {
 		return Settings{}, err.At(path)

@@ -102,7 +102,7 @@ func (l Limit) String() string {
 }
 
 // Validate returns why l cannot be used, or nil: the zero Limit, a limit
-// the cluster would refuse (bucket.Spec, whose words the error uses, as
+// the cluster would refuse (bucket.LimitSpec, whose words the error uses, as
 // the server's do), a period that is not a whole number of milliseconds
 // (the wire carries milliseconds), an explicit burst below 1.
 func (l Limit) Validate() error {
@@ -116,7 +116,7 @@ func (l Limit) Validate() error {
 		// On the wire, 0 is "no burst given": WithBurst(0) would mean n.
 		return fmt.Errorf("client: limit %v: burst: must be at least 1, got 0", l)
 	}
-	spec := bucket.Spec{Algorithm: l.alg.String(), Limit: l.n, PerDuration: l.per, Burst: l.wireBurst()}
+	spec := bucket.LimitSpec{Algorithm: l.alg.String(), Limit: l.n, PerDuration: l.per, Burst: l.wireBurst()}
 	if _, err := spec.Parse(""); err != nil {
 		return fmt.Errorf("client: limit %v: %w", l, err)
 	}

@@ -11,7 +11,7 @@ import (
 // parseLayer builds the layer named scope from its YAML y, within the
 // policy py.
 func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
-	spec := bucket.Spec{Algorithm: y.Algorithm, Limit: int64(y.Limit), Per: y.Per, Burst: int64(y.Burst),
+	spec := bucket.LimitSpec{Algorithm: y.Algorithm, Limit: int64(y.Limit), Per: y.Per, Burst: int64(y.Burst),
 		FailureMode: y.FailureMode, Lease: y.Lease, Replication: y.Replication}
 	set, err := spec.Parse("")
 	if err != nil {

@@ -113,7 +113,7 @@ func (m *Manager) AddOverride(o Override) (Override, error) {
 		l.Scope = "override:tier:" + o.Tier
 		o.layer = &l
 	default:
-		spec := bucket.Spec{Algorithm: o.Limit.Algorithm, Limit: o.Limit.Limit, Per: o.Limit.Per, Burst: o.Limit.Burst}
+		spec := bucket.LimitSpec{Algorithm: o.Limit.Algorithm, Limit: o.Limit.Limit, Per: o.Limit.Per, Burst: o.Limit.Burst}
 		set, err := spec.Parse("limit")
 		if err != nil {
 			return o, fmt.Errorf("%w: %w", ErrRequest, err)

@@ -335,7 +335,7 @@ func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool) (*Rul
 		alg = bucket.FixedWindow.String() // envoyproxy/ratelimit's own algorithm
 	}
 	if !r.Unlimited && r.RequestsPerUnit > 0 {
-		spec := bucket.Spec{Algorithm: alg, Limit: int64(r.RequestsPerUnit), PerDuration: UnitDuration(r.Unit)}
+		spec := bucket.LimitSpec{Algorithm: alg, Limit: int64(r.RequestsPerUnit), PerDuration: UnitDuration(r.Unit)}
 		set, err := spec.Parse("")
 		if err != nil {
 			return nil, p.specError(err, map[string]*yaml.Node{"algorithm": algNode, "per": unitNode, "limit": countNode, "burst": countNode})
@@ -349,10 +349,10 @@ func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool) (*Rul
 }
 
 // rateLimitFields are the names a rate_limit entry gives the fields of a
-// bucket.Spec.
+// bucket.LimitSpec.
 var rateLimitFields = map[string]string{"algorithm": "algorithm", "per": "unit", "limit": "requests_per_unit", "burst": "requests_per_unit"}
 
-// specError is err, an error of bucket.Spec for a rate_limit entry, at the
+// specError is err, an error of bucket.LimitSpec for a rate_limit entry, at the
 // line of the node that holds its field and under the field's name in the
 // file.
 func (p *parser) specError(err error, nodes map[string]*yaml.Node) error {
