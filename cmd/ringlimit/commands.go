@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/buildinfo"
 )
 
@@ -65,6 +66,9 @@ func (e *env) check(args []string) error {
 		if mode != "" {
 			// Sent as the JSON string the node parses.
 			if err := req.Limit.FailureMode.UnmarshalText([]byte(mode)); err != nil {
+				if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) {
+					return usagef("--failure-mode: %s", fe.Msg) // the spec's words, under the flag's name
+				}
 				return usagef("--failure-mode: %v", err)
 			}
 		}

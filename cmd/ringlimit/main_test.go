@@ -247,6 +247,8 @@ func TestErrors(t *testing.T) {
 	addr := cluster.nodes[0].http
 	at(t, 0, "check", "k", "--limit", "0", "--per", "1s").want(t, 4, "",
 		fmt.Sprintf("ringlimit: POST http://%s/v1/check: 400 INVALID_ARGUMENT: limit.limit: must be at least 1, got 0\n", addr))
+	at(t, 0, "check", "k", "--limit", "1", "--per", "10").want(t, 4, "",
+		fmt.Sprintf("ringlimit: POST http://%s/v1/check: 400 INVALID_ARGUMENT: limit.per: \"10\" is not a duration (try 10s)\n", addr))
 	r := at(t, 0, "--json", "check", "k", "--limit", "1", "--per", "1x")
 	var er api.ErrorResponse
 	if err := json.Unmarshal([]byte(r.stdout), &er); err != nil || r.code != 4 || er.Code != api.CodeInvalidArgument {
@@ -266,6 +268,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{[]string{"frobnicate"}, "ringlimit: unknown command \"frobnicate\" (commands: check, owner, status, override, policy, rls, version, help)\n"},
 		{[]string{"check", "k", "--limit", "3"}, "ringlimit: check k: an inline check needs --limit and --per\n"},
+		{[]string{"check", "k", "--limit", "3", "--per", "1s", "--failure-mode", "x"}, "ringlimit: --failure-mode: want local, fail_open or fail_closed, got \"x\"\n"},
 		{[]string{"owner"}, "ringlimit: usage: ringlimit owner KEY\n"},
 		{[]string{"owner", "a", "b"}, "ringlimit: usage: ringlimit owner KEY\n"},
 		{[]string{"--addr", "ftp://x", "status"}, "ringlimit: --addr \"ftp://x\": want host:port or an http:// or https:// URL\n"},
