@@ -348,10 +348,6 @@ func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool) (*Rul
 	return r, nil
 }
 
-// rateLimitFields are the names a rate_limit entry gives the fields of a
-// bucket.LimitSpec.
-var rateLimitFields = map[string]string{"algorithm": "algorithm", "per": "unit", "limit": "requests_per_unit", "burst": "requests_per_unit"}
-
 // specError is err, an error of bucket.LimitSpec for a rate_limit entry, at the
 // line of the node that holds its field and under the field's name in the
 // file.
@@ -361,8 +357,20 @@ func (p *parser) specError(err error, nodes map[string]*yaml.Node) error {
 		return fmt.Errorf("rls: %s: %w", p.file, err)
 	}
 	e := *fe
-	e.Path = rateLimitFields[fe.Field]
+	e.Path = rateLimitField(fe.Field)
 	return fmt.Errorf("rls: %s:%d: %w", p.file, nodes[fe.Field].Line, &e)
+}
+
+// rateLimitField is the name a rate_limit entry gives the field of a
+// bucket.LimitSpec named field.
+func rateLimitField(field string) string {
+	switch field {
+	case "per":
+		return "unit"
+	case "limit", "burst":
+		return "requests_per_unit" // the burst is the count
+	}
+	return field
 }
 
 // UnitDuration is a unit's length, as envoyproxy/ratelimit counts it (a

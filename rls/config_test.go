@@ -162,6 +162,24 @@ descriptors:
   - key: a
     rate_limit: {unit: second, requests_per_unit: 200000, algorithm: sliding_window_log}
 `, `rls: f.yaml:4: requests_per_unit: must be at most 100000 with sliding_window_log, got 200000`},
+		{"log too large, at the count's line", `
+domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      algorithm: sliding_window_log
+      unit: minute
+      requests_per_unit: 200000
+`, `rls: f.yaml:7: requests_per_unit: must be at most 100000 with sliding_window_log, got 200000`},
+		{"unknown algorithm, at its line", `
+domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      unit: minute
+      requests_per_unit: 0
+      algorithm: gcra
+`, `rls: f.yaml:7: algorithm: unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)`},
 		{"boolean of another type", `
 domain: d
 descriptors:
