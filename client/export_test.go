@@ -1,6 +1,10 @@
 package client
 
-import "net/http"
+import (
+	"net/http"
+
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
 
 // AbandonedChecks returns how many checks c never sent because their
 // caller gave up while they waited in a batcher's queue.
@@ -16,3 +20,6 @@ func ClientIP(r *http.Request, trustedProxies []string) (string, error) {
 	}
 	return clientIP(r, trusted), nil
 }
+
+// LimitProto is l as the wire carries it, valid or not.
+func LimitProto(l Limit) *pb.Limit { return l.proto() }
