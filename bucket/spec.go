@@ -1,14 +1,15 @@
 package bucket
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 )
 
-// LimitSpec is a limit as its user writes it, before validation: the fields an
-// inline limit of the HTTP and gRPC APIs, a layer of a policy file, an
-// override and an Envoy rate_limit entry have in common. Each caller fills
+// LimitSpec is a limit as its user writes it, before validation: the
+// fields an inline limit of the HTTP and gRPC APIs, a layer of a policy
+// file, an override and an Envoy rate_limit entry have in common. Each caller fills
 // the fields its input has and leaves the others zero; Parse is the one
 // place where they are checked, and its errors name the field as the
 // caller's input spells it.
@@ -43,8 +44,8 @@ type LimitSpec struct {
 	Replication string
 }
 
-// Settings is a parsed LimitSpec: the Limit and what travels with it on every
-// check.
+// Settings is a parsed LimitSpec: the Limit and what travels with it on
+// every check.
 type Settings struct {
 	Limit       Limit
 	FailureMode FailureMode
@@ -62,8 +63,8 @@ type FieldError struct {
 	// Path names the field where the caller's input has it: the prefix
 	// given to LimitSpec.Parse, a '.', and Field.
 	Path string
-	// Field is the LimitSpec's name of the field: algorithm, limit, per, burst,
-	// failure_mode, lease or replication.
+	// Field is the LimitSpec's name of the field: algorithm, limit, per,
+	// burst, failure_mode, lease or replication.
 	Field string
 	// Msg says what is wrong, without the field: `must be at least 1, got 0`.
 	Msg string
@@ -84,7 +85,7 @@ func (e *FieldError) At(path string) *FieldError {
 }
 
 // ErrFailureMode is wrapped by the error for an unknown failure mode.
-var ErrFailureMode = fmt.Errorf("bucket: unknown failure mode")
+var ErrFailureMode = errors.New("bucket: unknown failure mode")
 
 func fieldErr(sentinel error, field, format string, args ...any) *FieldError {
 	return &FieldError{Path: field, Field: field, Msg: fmt.Sprintf(format, args...), err: sentinel}
