@@ -25,7 +25,7 @@ var allowed = map[string][]string{
 	"internal/batcher":     {"internal/deadline"},
 	"internal/deadline":    {},
 	"internal/devca":       {},
-	"internal/certfile":    {},
+	"internal/certfile":    {"internal/reload"},
 	"internal/clientip":    {},
 	"internal/grpcmetrics": {},
 	"internal/buildinfo":   {},
