@@ -316,7 +316,13 @@ func TestDirectoryGainsFile(t *testing.T) {
 	}
 	f := newFixture(t, func(c *Config) { c.Paths, c.Load = []string{dir}, load })
 	f.run(t)
-	write(t, filepath.Join(dir, "b.yaml"), "b")
+	// Moved in whole from elsewhere: one event (a file written in place
+	// is two, and the second could come after the clock moved).
+	tmp := filepath.Join(t.TempDir(), "b.yaml")
+	write(t, tmp, "b")
+	if err := os.Rename(tmp, filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	f.waitTimers(t, 2)
 	f.clk.Advance(100 * time.Millisecond)
 	testkit.WaitFor(t, wait, "b.yaml loaded", func() error {
@@ -366,10 +372,10 @@ func TestPollsWithoutNotify(t *testing.T) {
 // "sighup", and Changed runs after each change.
 func TestSignalReloadsAll(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the watchers stop
-	var changed sync.WaitGroup
-	changed.Add(2)
-	a := newFixture(t, func(c *Config) { c.Changed = changed.Done })
-	b := newFixture(t, func(c *Config) { c.Changed = changed.Done })
+	changed := make(chan struct{}, 2)
+	note := func() { changed <- struct{}{} }
+	a := newFixture(t, func(c *Config) { c.Changed = note })
+	b := newFixture(t, func(c *Config) { c.Changed = note })
 	hup := make(chan os.Signal)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -378,7 +384,13 @@ func TestSignalReloadsAll(t *testing.T) {
 	write(t, a.n.path, "10")
 	write(t, b.n.path, "20")
 	hup <- syscall.SIGHUP
-	changed.Wait()
+	for i := range 2 {
+		select {
+		case <-changed:
+		case <-time.After(wait):
+			t.Fatalf("%d of 2 watchers changed within %v of SIGHUP", i, wait)
+		}
+	}
 	for _, f := range []*fixture{a, b} {
 		f.mu().Lock()
 		reasons := slices.Clone(f.n.reasons)
