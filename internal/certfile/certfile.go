@@ -176,7 +176,8 @@ func parsePool(b []byte) (*x509.CertPool, error) {
 
 // Watcher returns a reload.Watcher of the set's files: it reloads the set
 // when they change (and on the watcher's Reload, for SIGHUP), logging each
-// change, and each failure once until the files change again. cfg gives
+// change, and each failure once until the error changes or a reload
+// succeeds. cfg gives
 // the Clock and may give a Logger, Results, Poll, Debounce and Changed
 // (called after each change); What defaults to "certificates", and Paths,
 // Load and Refused are the set's.

@@ -79,11 +79,13 @@ type Config struct {
 	// What + " reload refused; the running one stays".
 	Refused string
 	// RefusedAttrs, when set, gives attributes added to every refusal's
-	// log line (such as the version still running); it is called with no
-	// lock held by the Watcher but never concurrently with Load.
+	// log line (such as the version still running).
 	RefusedAttrs func() []any
 	// Changed, when set, is called after every load that installed
 	// something new, before the next load can start.
+	//
+	// Load, RefusedAttrs and Changed run one at a time, under the
+	// Watcher's lock: they must not call its Reload or Check.
 	Changed func()
 }
 
@@ -304,6 +306,6 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 func NewCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_reload_total",
-		Help: "Loads of a reloaded file, by what (certificates, gossip_keys, admin_tokens) and result (ok; error: what ran before stays).",
+		Help: "Loads of a reloaded file, by what is reloaded and result (ok: something new installed; error: refused, what ran before stays).",
 	}, []string{"what", "result"})
 }
