@@ -8,16 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
 // ManagerConfig configures a Manager.
@@ -46,8 +44,8 @@ type Manager struct {
 	log *slog.Logger
 	set atomic.Pointer[Set]
 
-	reloadMu  sync.Mutex // one reload at a time: the last read is the one swapped in
-	mu        sync.Mutex // guards overrides and audit writes
+	w         *reload.Watcher // loads one at a time: the last read is the one swapped in
+	mu        sync.Mutex      // guards overrides and audit writes
 	overrides map[string]*Override
 	nextID    int
 
@@ -105,6 +103,14 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}
 	}
 	m.swap(set, "startup")
+	m.reloads.WithLabelValues("ok").Inc()
+	m.w, err = reload.New(reload.Config{What: "policy", Paths: []string{cfg.Path}, Load: m.load,
+		Clock: cfg.Clock, Logger: cfg.Logger, Results: m.reloads,
+		Refused:      "policy reload refused; the running policy stays",
+		RefusedAttrs: func() []any { return []any{"source", cfg.Path, "running", m.Current().Version} }})
+	if err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -123,7 +129,6 @@ func (m *Manager) read() (*Set, error) {
 
 func (m *Manager) swap(set *Set, actor string) {
 	old := m.set.Swap(set)
-	m.reloads.WithLabelValues("ok").Inc()
 	m.versionGauge.Reset()
 	m.versionGauge.WithLabelValues(set.Version).Set(1)
 	oldVersion := ""
@@ -148,71 +153,36 @@ func (m *Manager) Current() *Set { return m.set.Load() }
 // an error and a log line, and the running policy stays. A file whose
 // version did not change is not reloaded.
 func (m *Manager) Reload(actor string) error {
-	m.reloadMu.Lock()
-	defer m.reloadMu.Unlock()
-	m.reloads.WithLabelValues("error") // at 0 from the start, for alerts on increase()
-	set, err := m.read()
-	if err != nil {
-		m.reloads.WithLabelValues("error").Inc()
-		m.log.Error("policy reload refused; the running policy stays", "source", m.cfg.Path,
-			"running", m.Current().Version, "err", err)
-		return err
-	}
-	if cur := m.Current(); cur != nil && cur.Version == set.Version {
-		return nil
-	}
-	m.swap(set, actor)
-	return nil
+	_, err := m.w.Reload(actor)
+	return err
 }
 
-// watchDebounce is how long Watch waits after the last change it sees
-// before it reloads: an editor's save is several events.
-const watchDebounce = 100 * time.Millisecond
+// Watcher returns the reload.Watcher of the policy file: Watch runs it;
+// reload.Run runs it with the node's other watchers and SIGHUP.
+func (m *Manager) Watcher() *reload.Watcher { return m.w }
 
-// Watch reloads the file whenever it changes, until ctx ends. It watches
-// the file's directory, so that editors that replace the file by renaming
-// are seen too.
-func (m *Manager) Watch(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
+// load is the Watcher's load: it reads the file and swaps it in when its
+// version differs from the running one's.
+func (m *Manager) load(actor string) (bool, error) {
+	set, err := m.read()
 	if err != nil {
-		return fmt.Errorf("policy: watch: %w", err)
+		return false, err
 	}
-	defer w.Close()
-	dir := filepath.Dir(m.cfg.Path)
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("policy: watch %s: %w", dir, err)
+	if cur := m.Current(); cur != nil && cur.Version == set.Version {
+		return false, nil
 	}
-	base := filepath.Clean(m.cfg.Path)
-	debounce := m.cfg.Clock.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	var due <-chan time.Time // debounce.C() while a reload is due
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			// The file itself, or anything beside it: a mounted ConfigMap
-			// changes by swapping a symlink (..data) in the directory.
-			// Reload compares versions, so an unrelated change is a no-op.
-			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 &&
-				(filepath.Clean(ev.Name) == base || strings.HasPrefix(filepath.Base(ev.Name), "..")) {
-				debounce.Reset(watchDebounce)
-				due = debounce.C()
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			m.log.Warn("policy watch error", "err", err)
-		case <-due:
-			due = nil
-			m.Reload("file-watch")
-		}
-	}
+	m.swap(set, actor)
+	return true, nil
+}
+
+// Watch reloads the file whenever it changes, until ctx ends, and then
+// returns nil. It watches the file's directory, so that editors that
+// replace the file by renaming, and a mounted ConfigMap's symbolic link
+// swap, are seen too; and it reads the file every reload.DefaultPoll in
+// case a change was not notified (see reload.Watcher).
+func (m *Manager) Watch(ctx context.Context) error {
+	m.w.Run(ctx)
+	return nil
 }
 
 // Resolve picks the request's policy, applies an active override for its

@@ -5,17 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
 // ManagerConfig configures a Manager.
@@ -43,9 +39,7 @@ type Manager struct {
 	cfg ManagerConfig
 	log *slog.Logger
 	cur atomic.Pointer[Config]
-
-	reloadMu sync.Mutex // one reload at a time: the last read is the one swapped in
-	refused  string     // guarded by reloadMu: the last refusal, so that polling does not repeat it
+	w   *reload.Watcher // loads one at a time: the last read is the one swapped in
 
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec
@@ -93,6 +87,14 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}
 	}
 	m.install(c, "startup")
+	m.reloads.WithLabelValues("ok").Inc()
+	m.w, err = reload.New(reload.Config{What: "rls config", Paths: []string{cfg.Path}, Load: m.load,
+		Clock: cfg.Clock, Logger: cfg.Logger, Results: m.reloads, Poll: cfg.PollInterval,
+		Refused:      "rls config reload refused; the running config stays",
+		RefusedAttrs: func() []any { return []any{"path", cfg.Path, "running", m.Current().Version()} }})
+	if err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -103,42 +105,33 @@ func (m *Manager) Current() *Config { return m.cur.Load() }
 // differs, reporting whether it did. A configuration that fails to load is
 // refused with an error, a log line and a count; the running one stays.
 func (m *Manager) Reload(reason string) (changed bool, err error) {
-	return m.reload(reason, false)
+	return m.w.Reload(reason)
 }
 
-// reload is Reload; quiet neither logs nor counts a refusal identical to
-// the previous one (polling a bad file every few seconds).
-func (m *Manager) reload(reason string, quiet bool) (bool, error) {
-	m.reloadMu.Lock()
-	defer m.reloadMu.Unlock()
-	running := m.Current()
+// Watcher returns the reload.Watcher of the files: Watch runs it;
+// reload.Run runs it with the node's other watchers and SIGHUP.
+func (m *Manager) Watcher() *reload.Watcher { return m.w }
+
+// load is the Watcher's load: it reads the files and installs them when
+// their version differs from the running one's.
+func (m *Manager) load(reason string) (bool, error) {
 	files, err := readFiles(m.cfg.Path)
-	var c *Config
-	if err == nil {
-		if version(files) == running.Version() {
-			m.refused = ""
-			return false, nil
-		}
-		c, err = Parse(files)
-	}
 	if err != nil {
-		if quiet && err.Error() == m.refused {
-			return false, err
-		}
-		m.refused = err.Error()
-		m.reloads.WithLabelValues("error").Inc()
-		m.log.Error("rls config reload refused; the running config stays", "path", m.cfg.Path,
-			"running", running.Version(), "reason", reason, "err", err)
 		return false, err
 	}
-	m.refused = ""
+	if version(files) == m.Current().Version() {
+		return false, nil
+	}
+	c, err := Parse(files)
+	if err != nil {
+		return false, err
+	}
 	m.install(c, reason)
 	return true, nil
 }
 
 func (m *Manager) install(c *Config, reason string) {
 	old := m.cur.Swap(c)
-	m.reloads.WithLabelValues("ok").Inc()
 	m.info.Reset()
 	m.info.WithLabelValues(c.Version()).Set(1)
 	previous := ""
@@ -152,81 +145,13 @@ func (m *Manager) install(c *Config, reason string) {
 	}
 }
 
-// watchDebounce is how long Watch waits after the last change it sees
-// before it reloads: an editor's save is several events.
-const watchDebounce = 100 * time.Millisecond
-
 // Watch reloads the configuration when it changes, until ctx ends, and
 // then returns nil. It watches the file's directory (editors replace a
 // file by renaming another over it), or the directory itself when Path is
 // one; and it polls every PollInterval in case a change was not notified.
-// If the file system cannot be watched it logs why and only polls.
+// If the file system cannot be watched it logs why and only polls (see
+// reload.Watcher).
 func (m *Manager) Watch(ctx context.Context) error {
-	events, errs, stop := m.notify()
-	defer stop()
-	poll := m.cfg.Clock.NewTicker(m.cfg.PollInterval)
-	defer poll.Stop()
-	debounce := m.cfg.Clock.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	var due <-chan time.Time // debounce.C() while a reload is due
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			if m.relevant(ev) {
-				debounce.Reset(watchDebounce)
-				due = debounce.C()
-			}
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			m.log.Warn("rls config watch error", "err", err)
-		case <-due:
-			due = nil
-			m.reload("file-watch", false)
-		case <-poll.C():
-			m.reload("poll", true)
-		}
-	}
-}
-
-// notify starts an fsnotify watch on Path (a directory) or its directory.
-// On failure the channels are nil: Watch only polls.
-func (m *Manager) notify() (<-chan fsnotify.Event, <-chan error, func()) {
-	dir := m.cfg.Path
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		dir = filepath.Dir(dir)
-	}
-	w, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = w.Add(dir); err != nil {
-			w.Close()
-		}
-	}
-	if err != nil {
-		m.log.Warn("rls config not watched; polling only", "dir", dir, "every", m.cfg.PollInterval, "err", err)
-		return nil, nil, func() {}
-	}
-	return w.Events, w.Errors, func() { w.Close() }
-}
-
-// relevant tells whether an event may change the configuration: any
-// change in a watched configuration directory; for a file, the file
-// itself, or a ConfigMap's symbolic link swap (names starting with "..")
-// beside it. Reload compares versions, so a false alarm costs one read.
-func (m *Manager) relevant(ev fsnotify.Event) bool {
-	if !ev.Op.Has(fsnotify.Write) && !ev.Op.Has(fsnotify.Create) && !ev.Op.Has(fsnotify.Rename) && !ev.Op.Has(fsnotify.Remove) {
-		return false
-	}
-	path := filepath.Clean(m.cfg.Path)
-	name := filepath.Clean(ev.Name)
-	return filepath.Dir(name) == path || name == path || strings.HasPrefix(filepath.Base(name), "..")
+	m.w.Run(ctx)
+	return nil
 }

@@ -141,7 +141,7 @@ func TestPollRefusesOnce(t *testing.T) {
 	m := newManager(t, path, reg)
 	write(t, path, bad)
 	for range 3 {
-		if _, err := m.reload("poll", true); err == nil {
+		if _, err := m.Watcher().Check(); err == nil {
 			t.Fatal("bad file accepted")
 		}
 	}

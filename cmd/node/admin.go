@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
 // tokenPoll is how often the admin token file is checked for a change.
@@ -18,7 +18,7 @@ const tokenPoll = 2 * time.Second
 const maxTokenFileBytes = 1 << 20
 
 // tokenFile keeps tokens in step with the admin token file (--admin-token-file).
-// load and watch must not run concurrently.
+// load and its watcher must not run concurrently.
 type tokenFile struct {
 	path   string
 	tokens *api.Tokens
@@ -60,36 +60,33 @@ func (f *tokenFile) load() error {
 	return nil
 }
 
-// changed reports whether the file differs from the one last loaded: a
-// new modification time or size, or another file renamed over it.
-func (f *tokenFile) changed() bool {
+// changed reports whether the file differs from the one last loaded (or
+// refused): a new modification time or size, or another file renamed over
+// it. A file that cannot be read is an error.
+func (f *tokenFile) changed() (bool, error) {
 	fi, err := os.Stat(f.path)
 	if err != nil {
-		if f.seen != nil {
-			f.log.Error("admin token file unreadable; the running tokens stay", "file", f.path, "err", err)
-			f.seen = nil
-		}
-		return false
+		f.seen = nil
+		return false, fmt.Errorf("%s: %w", f.path, err)
 	}
-	return f.seen == nil || !fi.ModTime().Equal(f.seen.ModTime()) || fi.Size() != f.seen.Size() || !os.SameFile(fi, f.seen)
+	return f.seen == nil || !fi.ModTime().Equal(f.seen.ModTime()) || fi.Size() != f.seen.Size() || !os.SameFile(fi, f.seen), nil
 }
 
-// watch reloads the file whenever it changes, checking every interval,
-// until ctx ends. A file that does not parse is logged and the running
-// tokens stay.
-func (f *tokenFile) watch(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if f.changed() {
-				if err := f.load(); err != nil {
-					f.log.Error("admin token file refused; the running tokens stay", "err", err)
-				}
-			}
+// watcher returns a reload.Watcher of the file (cfg gives the Clock,
+// Logger, Results and Poll): it loads the file whenever it changes. A file
+// that does not parse is logged, once until the error changes, and the
+// running tokens stay.
+func (f *tokenFile) watcher(cfg reload.Config) (*reload.Watcher, error) {
+	cfg.What, cfg.Paths = "admin token file", []string{f.path}
+	cfg.Refused = "admin token file refused; the running tokens stay"
+	cfg.Load = func(string) (bool, error) {
+		if ok, err := f.changed(); !ok || err != nil {
+			return false, err
 		}
+		if err := f.load(); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
+	return reload.New(cfg)
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/reload"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -168,7 +170,11 @@ func TestTokenFileWatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); f.watch(ctx, 5*time.Millisecond) }()
+	w, err := f.watcher(reload.Config{Clock: clock.System(), Logger: f.log, Poll: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { defer close(done); w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	want := func(token, name string, ok bool) func() (bool, string) {
 		return func() (bool, string) {

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
 // keyFilePoll is how often the --gossip-key-file is re-read.
@@ -69,50 +70,43 @@ func fingerprints(keys [][]byte) []string {
 	return out
 }
 
-// watchKeyFile re-reads the key file at path every interval until ctx ends,
-// and when its content changed and lists other keys than c's keyring (or
-// another primary), makes c's keyring exactly those keys (cluster.SetKeys:
-// add, switch primary, remove). A file that cannot be read or parsed is
-// logged once per change and ignored: the running keyring stays.
-func watchKeyFile(ctx context.Context, log *slog.Logger, path string, interval time.Duration, c *cluster.Cluster) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var last []byte
-	lastErr := ""
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+// keyFileWatcher returns a reload.Watcher of the key file at path (cfg
+// gives the Clock, Logger, Results and Poll): when the file's content
+// changed and lists other keys than c's keyring (or another primary), it
+// makes c's keyring exactly those keys (cluster.SetKeys: add, switch
+// primary, remove). A file that cannot be read or parsed is refused, and
+// logged once until the error changes: the running keyring stays.
+func keyFileWatcher(cfg reload.Config, path string, c *cluster.Cluster) (*reload.Watcher, error) {
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	var last []byte // the content last applied
+	cfg.What, cfg.Paths = "gossip key file", []string{path}
+	cfg.Refused = "gossip key file ignored; keyring unchanged"
+	cfg.RefusedAttrs = func() []any { return []any{"path", path} }
+	cfg.Load = func(string) (bool, error) {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			if err.Error() != lastErr {
-				log.Error("gossip key file not read; keyring unchanged", "path", path, "err", err)
-				lastErr = err.Error()
-			}
-			continue
+			return false, err
 		}
-		lastErr = ""
 		if bytes.Equal(data, last) {
-			continue
+			return false, nil
 		}
-		last = data
 		keys, err := parseKeys(data)
 		if err != nil {
-			log.Error("gossip key file ignored; keyring unchanged", "path", path, "err", err)
-			continue
+			return false, err
 		}
 		if slices.EqualFunc(keys, c.Keys(), bytes.Equal) {
-			continue
+			last = data
+			return false, nil
 		}
 		before := fingerprints(c.Keys())
 		if err := c.SetKeys(keys); err != nil {
-			log.Error("gossip keyring not fully updated", "path", path, "err", err, "keys", fingerprints(c.Keys()))
-			continue
+			return false, fmt.Errorf("gossip keyring not fully updated (keys %v): %w", fingerprints(c.Keys()), err)
 		}
+		last = data
 		log.Info("gossip keyring updated", "path", path, "before", before, "keys", fingerprints(keys))
+		return true, nil
 	}
+	return reload.New(cfg)
 }
 
 // printNewKey writes a new random gossip key (32 bytes, base64) and a

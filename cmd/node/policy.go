@@ -5,14 +5,24 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/ringlimit/ringlimit/policy"
 )
 
-// runPolicy reloads the policy on SIGHUP and when its file changes, and
-// expires overrides, until ctx ends.
-func runPolicy(ctx context.Context, log *slog.Logger, pol *policy.Manager) {
-	watchFiles(ctx, log, "policy file", pol.Watch, func() { pol.Reload("sighup") }, pol.Expire)
+// runPolicy expires overrides every second until ctx ends (reloaders
+// reloads the file).
+func runPolicy(ctx context.Context, pol *policy.Manager) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pol.Expire()
+		}
+	}
 }
 
 // slogWriter turns audit lines into log records when no --audit-log is set.

@@ -1,43 +1,61 @@
 package main
 
 import (
-	"context"
+	"cmp"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
-// watchFiles runs watch (a configuration's file watcher) until ctx ends,
-// calls reload on every SIGHUP meanwhile, and, when tick is not nil, calls
-// it every second. what names the files in the log.
-func watchFiles(ctx context.Context, log *slog.Logger, what string, watch func(context.Context) error, reload func(), tick func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	watched := make(chan struct{})
-	defer func() { <-watched }()
-	go func() {
-		defer close(watched)
-		if err := watch(ctx); err != nil {
-			log.Error(what+" not watched; SIGHUP still reloads", "err", err)
-		}
-	}()
-	var ticks <-chan time.Time
-	if tick != nil {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		ticks = t.C
+// reloaders returns a reload.Watcher for every file the node reloads: the
+// policy file, the RLS configuration, the certificates, the gossip key
+// file and the admin token file (admin, when not nil). reload.Run runs
+// them and reloads them all on SIGHUP. Those without a counter of their
+// own are counted in ringlimit_reload_total, registered in reg.
+// peerCertsChanged runs after each change of the peer certificates.
+func (n *node) reloaders(cfg config, log *slog.Logger, reg prometheus.Registerer, admin *tokenFile, peerCertsChanged func()) ([]*reload.Watcher, error) {
+	counter := reload.NewCounter()
+	if err := reg.Register(counter); err != nil {
+		return nil, err
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			reload()
-		case <-ticks:
-			tick()
-		}
+	results := func(what string) *prometheus.CounterVec {
+		return counter.MustCurryWith(prometheus.Labels{"what": what})
 	}
+	var ws []*reload.Watcher
+	if n.policy != nil {
+		ws = append(ws, n.policy.Watcher())
+	}
+	if n.rls != nil {
+		ws = append(ws, n.rls.Watcher())
+	}
+	base := reload.Config{Clock: clock.System(), Logger: log}
+	certs := base
+	certs.Poll = cmp.Or(cfg.certPoll, certPoll)
+	cws, err := n.certs.watchers(certs, counter, peerCertsChanged)
+	if err != nil {
+		return nil, err
+	}
+	ws = append(ws, cws...)
+	if cfg.gossipKeyFile != "" {
+		keys := base
+		keys.Poll, keys.Results = cmp.Or(cfg.keyFilePoll, keyFilePoll), results("gossip_keys")
+		w, err := keyFileWatcher(keys, cfg.gossipKeyFile, n.cluster)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	if admin != nil {
+		tokens := base
+		tokens.Poll, tokens.Results = tokenPoll, results("admin_tokens")
+		w, err := admin.watcher(tokens)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
 }

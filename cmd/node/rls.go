@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/rls"
 )
@@ -17,10 +14,4 @@ func rlsConfig(m *rls.Manager) api.RLSConfig {
 		}
 		return nil
 	}
-}
-
-// runRLS reloads the --rls-config files when they change and on SIGHUP,
-// until ctx ends.
-func runRLS(ctx context.Context, log *slog.Logger, m *rls.Manager) {
-	watchFiles(ctx, log, "--rls-config", m.Watch, func() { m.Reload("sighup") }, nil)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/grpcmetrics"
+	"github.com/ringlimit/ringlimit/internal/reload"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/ring"
@@ -367,19 +368,15 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	n.newServers(cfg, a, page, grpcMetrics, log)
 	bgCtx, stopBg := context.WithCancel(context.Background())
 	n.stopBg = stopBg
+	reloads, err := n.reloaders(cfg, log, reg, adminFile, n.peerCertsChanged(bgCtx, log, &n.bg))
+	if err != nil {
+		stopBg()
+		return nil, err
+	}
 	if n.policy != nil {
-		n.bg.Go(func() { runPolicy(bgCtx, log, n.policy) })
+		n.bg.Go(func() { runPolicy(bgCtx, n.policy) })
 	}
-	if n.rls != nil {
-		n.bg.Go(func() { runRLS(bgCtx, log, n.rls) })
-	}
-	if cfg.gossipKeyFile != "" {
-		n.bg.Go(func() { watchKeyFile(bgCtx, log, cfg.gossipKeyFile, cmp.Or(cfg.keyFilePoll, keyFilePoll), n.cluster) })
-	}
-	if adminFile != nil {
-		n.bg.Go(func() { adminFile.watch(bgCtx, tokenPoll) })
-	}
-	n.bg.Go(func() { n.certs.watch(bgCtx, cfg, log, n.peerCertsChanged(bgCtx, log, &n.bg)) })
+	n.bg.Go(func() { reload.Run(bgCtx, reloads...) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
 	n.serve()
 	log.Info("node started", "name", cfg.name, "version", nodeVersion(), "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),

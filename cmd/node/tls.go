@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ringlimit/ringlimit/internal/certfile"
+	"github.com/ringlimit/ringlimit/internal/reload"
 	"github.com/ringlimit/ringlimit/peer"
 )
 
@@ -134,27 +134,30 @@ func (c certs) apiCreds(clientAuth bool) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(c.api.ServerConfig(clientAuth)))}
 }
 
-// watch re-reads the files until ctx ends, calling peerChanged after each
+// watchers returns the reload.Watchers of the certificate files (cfg
+// gives the Clock, Logger and Poll), counted in counter with what
+// "peer_certificates" and "api_certificates"; peerChanged runs after each
 // change of the peer ones.
-func (c certs) watch(ctx context.Context, cfg config, log *slog.Logger, peerChanged func()) {
-	every := cmp.Or(cfg.certPoll, certPoll)
-	done := make(chan struct{}, 2)
-	for i, s := range []*certfile.Set{c.peer, c.api} {
-		if s == nil {
-			done <- struct{}{}
+func (c certs) watchers(cfg reload.Config, counter *prometheus.CounterVec, peerChanged func()) ([]*reload.Watcher, error) {
+	var ws []*reload.Watcher
+	for _, l := range []struct {
+		name    string
+		set     *certfile.Set
+		changed func()
+	}{{"peer", c.peer, peerChanged}, {"api", c.api, nil}} {
+		if l.set == nil {
 			continue
 		}
-		changed := peerChanged
-		if i > 0 {
-			changed = nil
+		cfg := cfg
+		cfg.Results = counter.MustCurryWith(prometheus.Labels{"what": l.name + "_certificates"})
+		cfg.Changed = l.changed
+		w, err := l.set.Watcher(cfg)
+		if err != nil {
+			return nil, err
 		}
-		go func() {
-			s.Watch(ctx, every, log, changed)
-			done <- struct{}{}
-		}()
+		ws = append(ws, w)
 	}
-	<-done
-	<-done
+	return ws, nil
 }
 
 // registerSecurity exports whether the node runs exposed in clear

@@ -1,6 +1,7 @@
 // Package certfile loads a TLS certificate with its key, and a pool of CA
-// certificates, from PEM files, and loads them again when the files change,
-// so that certificates and CAs rotate without a restart.
+// certificates, from PEM files, and loads them again when the files change
+// (Set.Watcher, a reload.Watcher), so that certificates and CAs rotate
+// without a restart.
 //
 // A reload reads every file; when any of them does not parse, or the key
 // does not match the certificate, the reload fails and the set keeps what
@@ -11,7 +12,6 @@ package certfile
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -23,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
 // Files names the PEM files of a Set. Cert and Key go together: both or
@@ -172,34 +174,31 @@ func parsePool(b []byte) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Watch reloads the set every interval until ctx ends, logging each change
-// and each failure (a failure is logged once until the files change
-// again); changed, when not nil, is called after each change.
-func (s *Set) Watch(ctx context.Context, every time.Duration, log *slog.Logger, changed func()) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var lastErr string
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ok, err := s.Reload()
-		switch {
-		case err != nil:
-			if err.Error() != lastErr {
-				log.Error("certificates not reloaded; keeping the ones loaded before", "err", err)
-				lastErr = err.Error()
-			}
-		case ok:
-			lastErr = ""
-			log.Info("certificates reloaded", "ca", s.files.CA, "cert", s.files.Cert, "not_after", s.NotAfter())
-			if changed != nil {
-				changed()
-			}
-		}
+// Watcher returns a reload.Watcher of the set's files: it reloads the set
+// when they change (and on the watcher's Reload, for SIGHUP), logging each
+// change, and each failure once until the error changes or a reload
+// succeeds. cfg gives
+// the Clock and may give a Logger, Results, Poll, Debounce and Changed
+// (called after each change); What defaults to "certificates", and Paths,
+// Load and Refused are the set's.
+func (s *Set) Watcher(cfg reload.Config) (*reload.Watcher, error) {
+	if cfg.What == "" {
+		cfg.What = "certificates"
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Paths = []string{s.files.CA, s.files.Cert, s.files.Key}
+	cfg.Refused = cfg.What + " not reloaded; keeping the ones loaded before"
+	cfg.Load = func(string) (bool, error) {
+		changed, err := s.Reload()
+		if changed {
+			log.Info(cfg.What+" reloaded", "ca", s.files.CA, "cert", s.files.Cert, "not_after", s.NotAfter())
+		}
+		return changed, err
+	}
+	return reload.New(cfg)
 }
 
 // ServerConfig returns a TLS configuration for a server that presents the

@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/certfile"
 	"github.com/ringlimit/ringlimit/internal/devca"
+	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
 // files are the paths of a set's PEM files in a test's directory.
@@ -311,7 +313,7 @@ func (b *syncBuffer) count(s string) int {
 	return strings.Count(b.b.String(), s)
 }
 
-// Watch takes a rotation within a few polls, logs a failed reload once
+// The set's Watcher takes a rotation within a few polls, logs a failed reload once
 // however often it fails, and stops with its context.
 func TestWatch(t *testing.T) {
 	const every = 20 * time.Millisecond
@@ -324,9 +326,14 @@ func TestWatch(t *testing.T) {
 	changed := make(chan struct{}, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	w, err := s.Watcher(reload.Config{Clock: clock.System(), Poll: every, DisableNotify: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Changed: func() { changed <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		defer close(done)
-		s.Watch(ctx, every, slog.New(slog.NewTextHandler(&logs, nil)), func() { changed <- struct{}{} })
+		w.Run(ctx)
 	}()
 	defer func() {
 		cancel()
