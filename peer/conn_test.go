@@ -25,7 +25,7 @@ func TestCheckOnClosedConnDoesNotHang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Close()
+	p.Close(context.Background())
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		start := time.Now()

@@ -95,16 +95,6 @@ func certNames(c *x509.Certificate) []string {
 	return nil
 }
 
-// Authenticate makes s serve only calls that came over TLS with a verified
-// client certificate (serve it with credentials from
-// certfile.Set.ServerConfig(true)) whose names include the sender the call
-// names (a batch's, a handoff's, a replica's or a fetch's from), and only
-// when known reports that sender a member: one this node's gossip knows,
-// in any state. A sender gossip has not told this node of is waited for,
-// up to AuthWait. Call it before serving; known may be called
-// concurrently.
-func (s *Server) Authenticate(known func(name string) bool) { s.known = known }
-
 // authorize returns nil when the call of ctx may act as the member from,
 // or the status error that refuses it.
 func (s *Server) authorize(ctx context.Context, from string) error {
