@@ -41,7 +41,7 @@ var allowed = map[string][]string{
 	"rls":                  {"bucket", "clock", "internal/route", "internal/suggest", "internal/discard"},
 	"ratelimitheader":      {"clock"},
 	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
-	"ui":                   {"api", "policy"},
+	"ui":                   {"api", "policy", "clock"},
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"cmd":                  nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).

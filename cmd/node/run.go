@@ -362,7 +362,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	page, err := ui.New(ui.Config{Source: (&statusPage{cs: cs, peers: n.peers, server: n.peerServer, policy: n.policy}).snapshot,
-		AdminTokens: n.admin, PrivateReads: cfg.privateReads})
+		AdminTokens: n.admin, PrivateReads: cfg.privateReads, Clock: n.clock})
 	if err != nil {
 		return nil, err
 	}
