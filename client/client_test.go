@@ -211,7 +211,7 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 			closeRouter()
 			return fail(err)
 		}
-		psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: router, Metrics: pm})
+		psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: router, Clock: c.clock, Metrics: pm})
 		if err != nil {
 			closeRouter()
 			return fail(err)

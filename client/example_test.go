@@ -156,7 +156,7 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		cleanup()
 		return "", nil, err
 	}
-	psrv, err := peer.NewServer(peer.ServerConfig{Self: "node-1", Handler: router})
+	psrv, err := peer.NewServer(peer.ServerConfig{Self: "node-1", Handler: router, Clock: clk})
 	if err != nil {
 		cleanup()
 		return "", nil, err

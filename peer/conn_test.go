@@ -90,15 +90,16 @@ func TestNewPoolRequiresClock(t *testing.T) {
 // NewServer takes everything at construction and refuses what it cannot
 // serve, naming the field.
 func TestNewServerConfig(t *testing.T) {
-	h := &nopHandler{}
+	h, clk := &nopHandler{}, testkit.NewClock(0)
 	for _, tc := range []struct {
 		name string
 		cfg  ServerConfig
 		want string
 	}{
-		{"no self", ServerConfig{Handler: h}, "peer: ServerConfig.Self must name this node"},
-		{"no handler", ServerConfig{Self: "A"}, "peer: ServerConfig.Handler is required"},
-		{"verify without known", ServerConfig{Self: "A", Handler: h, Verify: fixedCerts{}}, "peer: ServerConfig.Verify needs Known (authentication)"},
+		{"no self", ServerConfig{Handler: h, Clock: clk}, "peer: ServerConfig.Self must name this node"},
+		{"no handler", ServerConfig{Self: "A", Clock: clk}, "peer: ServerConfig.Handler is required"},
+		{"no clock", ServerConfig{Self: "A", Handler: h}, "peer: ServerConfig.Clock is required"},
+		{"verify without known", ServerConfig{Self: "A", Handler: h, Clock: clk, Verify: fixedCerts{}}, "peer: ServerConfig.Verify needs Known (authentication)"},
 	} {
 		if s, err := NewServer(tc.cfg); s != nil || err == nil || err.Error() != tc.want {
 			t.Errorf("%s: NewServer = %v, %v; want nil, %q", tc.name, s, err, tc.want)
@@ -106,7 +107,7 @@ func TestNewServerConfig(t *testing.T) {
 	}
 	known := func(string) bool { return true }
 	var reported bool
-	s, err := NewServer(ServerConfig{Self: "A", Handler: h, Known: known, Verify: fixedCerts{},
+	s, err := NewServer(ServerConfig{Self: "A", Handler: h, Clock: clk, Known: known, Verify: fixedCerts{},
 		Report: func(st *Stats) { reported, st.Version = true, "v9" }})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
@@ -62,6 +63,7 @@ type Server struct {
 	peerv1.UnimplementedPeerServer
 	self      string
 	h         Handler
+	clock     clock.Clock // ServerConfig.Clock
 	m         *Metrics
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -88,6 +90,10 @@ type ServerConfig struct {
 	// Handler decides the batches and takes the handoffs, replicas and
 	// fetches. Required.
 	Handler Handler
+	// Clock times the wait for gossip to tell this node of a member that
+	// called (AuthWait, with Known). Required: a node passes its one clock
+	// to every package.
+	Clock clock.Clock
 	// Metrics receives the server's counters; a node gives its Pool and
 	// its Server the same Metrics. Nil counts nothing.
 	Metrics *Metrics
@@ -125,6 +131,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("peer: ServerConfig.Self must name this node")
 	case cfg.Handler == nil:
 		return nil, errors.New("peer: ServerConfig.Handler is required")
+	case cfg.Clock == nil:
+		return nil, errors.New("peer: ServerConfig.Clock is required")
 	case cfg.Verify != nil && cfg.Known == nil:
 		return nil, errors.New("peer: ServerConfig.Verify needs Known (authentication)")
 	}
@@ -132,7 +140,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if m == nil {
 		m = newMetrics()
 	}
-	s := &Server{self: cfg.Self, h: cfg.Handler, m: m, draining: make(chan struct{}),
+	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
 		known: cfg.Known, certs: cfg.Verify, report: cfg.Report}
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")

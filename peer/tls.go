@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // Certs is where the peer transport takes its TLS material: this node's
@@ -165,16 +167,14 @@ func (s *Server) authorizeAs(ctx context.Context, pick func(names []string) (str
 		s.m.unauthenticated.Inc()
 		return status.Errorf(codes.PermissionDenied, "peer: the certificate names %q, not the sender %q", names, name)
 	}
-	deadline := time.Now().Add(AuthWait)
+	deadline := s.clock.Now().Add(AuthWait)
 	for !s.known(name) {
-		if time.Now().After(deadline) {
+		if deadline.Before(s.clock.Now()) {
 			s.m.unauthenticated.Inc()
 			return status.Errorf(codes.PermissionDenied, "peer: %q is not a member of this cluster", name)
 		}
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(s.clock, 20*time.Millisecond, ctx.Done()) {
 			return status.FromContextError(ctx.Err()).Err()
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	return nil

@@ -364,7 +364,7 @@ func TestOwnerPathAllocations(t *testing.T) {
 		return peer.EncodeBatch("B", testKeys("key", n), limit)
 	}
 	ctx := context.Background()
-	srv, err := peer.NewServer(peer.ServerConfig{Self: "A", Handler: h})
+	srv, err := peer.NewServer(peer.ServerConfig{Self: "A", Handler: h, Clock: testkit.NewClock(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

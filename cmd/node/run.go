@@ -352,7 +352,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pcfg := peer.ServerConfig{Self: cfg.name, Handler: n.router, Metrics: peerMetrics, TracerProvider: cfg.tracer,
+	pcfg := peer.ServerConfig{Self: cfg.name, Handler: n.router, Clock: n.clock, Metrics: peerMetrics, TracerProvider: cfg.tracer,
 		Report: reportStats(a, cs, n.policy, n.rls, start)}
 	if n.certs.peer != nil {
 		pcfg.Known = func(name string) bool { return (*n.known.Load())[name] }

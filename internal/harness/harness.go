@@ -174,7 +174,7 @@ func StartNode(t testing.TB, ln net.Listener, cfg NodeConfig) *Node {
 		pool.Close(context.Background())
 		t.Fatalf("forward.New(%s): %v", name, err)
 	}
-	srv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Metrics: pm})
+	srv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Clock: cfg.Clock, Metrics: pm})
 	if err != nil {
 		pool.Close(context.Background())
 		t.Fatalf("peer.NewServer(%s): %v", name, err)
