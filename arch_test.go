@@ -20,7 +20,7 @@ var allowed = map[string][]string{
 	"clock":                {},
 	"bucket":               {"clock"},
 	"ring":                 {},
-	"cluster":              {"clock"},
+	"cluster":              {"clock", "internal/discard"},
 	"proto":                {},
 	"internal/batcher":     {"internal/deadline"},
 	"internal/deadline":    {},
@@ -34,13 +34,15 @@ var allowed = map[string][]string{
 	"internal/textwrap":    {},
 	"internal/connlimit":   {"clock"},
 	"internal/reload":      {"clock"},
-	"peer":                 {"bucket", "clock", "proto", "internal/batcher"},
-	"forward":              {"bucket", "clock", "peer"},
-	"policy":               {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest"},
-	"rls":                  {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest"},
+	"internal/discard":     {},
+	"internal/peerdefault": {},
+	"peer":                 {"bucket", "clock", "proto", "internal/batcher", "internal/discard", "internal/peerdefault"},
+	"forward":              {"bucket", "clock", "peer", "internal/discard", "internal/peerdefault"},
+	"policy":               {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest", "internal/discard"},
+	"rls":                  {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest", "internal/discard"},
 	"ratelimitheader":      {"clock"},
-	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route"},
-	"ui":                   {"api", "policy"},
+	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
+	"ui":                   {"api", "policy", "clock"},
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"cmd":                  nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
@@ -106,6 +108,55 @@ func TestImportsGoOneWay(t *testing.T) {
 			}
 			if dep != top && !slices.Contains(rules, dep) {
 				t.Errorf("%s imports %s: %s may import only %v", path, p, top, rules)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 5 {
+		t.Fatalf("checked only %d files; is the test running from the module root?", seen)
+	}
+}
+
+// systemClockAllowed are the directories (by their first element) whose
+// non-test code may call clock.System(): the clock itself, and the
+// programs and the node that build a process's one clock and pass it to
+// every package. client, a library for other programs, is the one
+// exception: a nil client.Config.Clock means the system clock.
+var systemClockAllowed = []string{"clock", "node", "cmd", "client"}
+
+// TestOneClock: no library package builds a clock of its own. Each takes
+// it from its Config, so that a node runs on one clock (and a test on one
+// fake clock) in every package.
+func TestOneClock(t *testing.T) {
+	seen := 0
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		seen++
+		rel := filepath.ToSlash(path)
+		if slices.Contains(systemClockAllowed, strings.SplitN(rel, "/", 2)[0]) && strings.Contains(rel, "/") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if code, _, _ := strings.Cut(line, "//"); strings.Contains(code, "clock.System()") {
+				t.Errorf("%s:%d calls clock.System(): take the clock from the package's Config (only %v may build one)", rel, i+1, systemClockAllowed)
 			}
 		}
 		return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/clientip"
 	"github.com/ringlimit/ringlimit/internal/deadline"
+	"github.com/ringlimit/ringlimit/internal/discard"
 )
 
 // Checker decides a batch of checks, one Result per check in order. It must
@@ -198,12 +199,10 @@ type Config struct {
 	// count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO), above
 	// 0 and at most 1. Zero means DefaultRLSNearLimitRatio (0.8).
 	RLSNearLimitRatio float64
-	// Registerer receives the API's metrics. Nil means a private registry
-	// (metrics still served on /metrics).
+	// Registerer receives the API's metrics. Nil registers none.
 	Registerer prometheus.Registerer
-	// Gatherer serves /metrics. Nil means the registry built for Registerer
-	// when that is nil too; otherwise prometheus.Gatherer must be set by the
-	// caller for /metrics to show anything.
+	// Gatherer serves /metrics (usually the registry behind Registerer).
+	// Nil: no /metrics endpoint.
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors. Nil discards them.
 	Logger *slog.Logger
@@ -281,13 +280,8 @@ func New(cfg Config) (*API, error) {
 	if cfg.Checker == nil {
 		return nil, errors.New("api: Checker is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		cfg.Registerer, cfg.Gatherer = reg, reg
-	}
+	cfg.Logger = discard.Logger(cfg.Logger)
+	cfg.Registerer = discard.Registerer(cfg.Registerer)
 	m, err := newMetrics(cfg.Registerer, cfg.Stats)
 	if err != nil {
 		return nil, err

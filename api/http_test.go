@@ -21,6 +21,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
@@ -66,21 +68,24 @@ func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 	router, err := forward.New(forward.Config{Self: "node-1", Store: store, Clock: clk, Peers: peers,
 		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }})
 	if err != nil {
-		peers.Close()
+		peers.Close(context.Background())
 		t.Fatalf("forward.New: %v", err)
 	}
 	t.Cleanup(func() {
 		router.Close(context.Background())
-		peers.Close()
+		peers.Close(context.Background())
 	})
 	var checker Checker = router
 	if wrap != nil {
 		checker = wrap(router)
 	}
+	reg := prometheus.NewRegistry()
 	a, err := New(Config{
-		Checker: checker,
-		Stats:   store,
-		Logger:  slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Checker:    checker,
+		Stats:      store,
+		Registerer: reg,
+		Gatherer:   reg,
+		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	if err != nil {
 		t.Fatalf("api.New: %v", err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -61,7 +63,8 @@ func newPolicyEnvAudited(t *testing.T, audit io.Writer) (*testEnv, *httpServer, 
 	}
 	tokens := &Tokens{}
 	tokens.Set([]Token{{Name: "ops", Token: testAdminToken}})
-	e.api, err = New(Config{Checker: e.router, Policy: mgr, Logger: slog.New(slog.DiscardHandler), AdminTokens: tokens,
+	reg := prometheus.NewRegistry()
+	e.api, err = New(Config{Checker: e.router, Policy: mgr, Logger: slog.New(slog.DiscardHandler), AdminTokens: tokens, Registerer: reg, Gatherer: reg,
 		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) },
 		RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
 			return mgr.RevokeOverride(id, actor)

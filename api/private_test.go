@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringlimit/ringlimit/policy"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
@@ -30,7 +32,8 @@ func newPrivateEnv(t *testing.T) (*testEnv, *httpServer) {
 	}
 	tokens := &Tokens{}
 	tokens.Set([]Token{{Name: "ops", Token: testAdminToken}})
-	e.api, err = New(Config{Checker: e.router, Policy: mgr, Logger: slog.New(slog.DiscardHandler), AdminTokens: tokens, PrivateReads: true,
+	reg := prometheus.NewRegistry()
+	e.api, err = New(Config{Checker: e.router, Policy: mgr, Logger: slog.New(slog.DiscardHandler), AdminTokens: tokens, PrivateReads: true, Registerer: reg, Gatherer: reg,
 		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) },
 		RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
 			return mgr.RevokeOverride(id, actor)

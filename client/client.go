@@ -41,12 +41,16 @@ type Config struct {
 	// credentials are set unless these override them).
 	DialOptions []grpc.DialOption
 	// Clock times a node's failures: a node that failed in the last second
-	// is tried last; Limiter.Wait sleeps on it. Nil means clock.System().
+	// is tried last; Limiter.Wait sleeps on it. Nil means clock.System():
+	// the client is a library for other programs, the one package of
+	// ringlimit whose nil Clock is the system clock (the node's packages
+	// require theirs).
 	Clock clock.Clock
 	// Logger is told when the cluster becomes unreachable (the first call
 	// no node answered, at Warn) and reachable again (the first answer
 	// after that, at Info): two lines per outage, however many calls fail
-	// in between. Nil means slog.Default().
+	// in between. Nil discards them, as in every ringlimit package: pass
+	// slog.Default() to log where the program logs.
 	Logger *slog.Logger
 }
 
@@ -144,7 +148,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.Clock = clock.System()
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, ctx: ctx, stop: stop, byAddr: map[string]int{}}

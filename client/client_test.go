@@ -188,13 +188,13 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 			PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
 			Logger:      discard, Registerer: reg})
 		if err != nil {
-			pool.Close()
+			pool.Close(context.Background())
 			lis.Close()
 			return fail(err)
 		}
 		closeRouter := func() {
 			router.Close(context.Background())
-			pool.Close()
+			pool.Close(context.Background())
 			lis.Close()
 		}
 		mgr, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: discard, Clock: c.clock})
@@ -211,9 +211,14 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 			closeRouter()
 			return fail(err)
 		}
+		psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: router, Clock: c.clock, Metrics: pm})
+		if err != nil {
+			closeRouter()
+			return fail(err)
+		}
 		srv := grpc.NewServer(grpc.UnaryInterceptor(c.rpc.interceptor(name)))
 		a.RegisterGRPC(srv)
-		peer.NewServer(name, router, pm).Register(srv)
+		psrv.Register(srv)
 		nd := &testNode{name: name, addr: addr, store: store, router: router, peers: pool, policy: mgr,
 			reg: reg, srv: srv, served: make(chan struct{})}
 		go func() {
@@ -240,7 +245,7 @@ func (c *testCluster) Stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		nd.router.Close(ctx)
 		cancel()
-		nd.peers.Close()
+		nd.peers.Close(context.Background())
 	}
 	if c.policyPath != "" {
 		os.RemoveAll(filepath.Dir(c.policyPath))

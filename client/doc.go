@@ -18,7 +18,7 @@
 //
 // When no node answers, a call returns ErrNoNode; the Client counts it
 // (Errors, to export as ringlimit_client_errors_total) and logs the outage
-// twice, when it begins and when it ends (Config.Logger).
+// twice, when it begins and when it ends (Config.Logger; nil discards).
 //
 // Middleware limits an http.Handler with an inline Limit (per client IP by
 // default, or per MiddlewareConfig.Key) or with the cluster's configured

@@ -18,6 +18,7 @@ import (
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
@@ -109,6 +110,7 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		return "", nil, err
 	}
 	quiet := slog.New(slog.DiscardHandler)
+	clk := clock.System() // the node's one clock
 	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
 	if err != nil {
 		os.RemoveAll(dir)
@@ -120,27 +122,27 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		return "", nil, err
 	}
 	addr = lis.Addr().String()
-	pool, err := peer.NewPool(peer.Config{Self: "node-1", Logger: quiet})
+	pool, err := peer.NewPool(peer.Config{Self: "node-1", Clock: clk, Logger: quiet})
 	if err != nil {
 		lis.Close()
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	router, err := forward.New(forward.Config{Self: "node-1", SelfAddr: addr, Store: store, Peers: pool, Logger: quiet,
+	router, err := forward.New(forward.Config{Self: "node-1", SelfAddr: addr, Store: store, Peers: pool, Clock: clk, Logger: quiet,
 		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }})
 	if err != nil {
-		pool.Close()
+		pool.Close(context.Background())
 		lis.Close()
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
 	cleanup := func() {
 		router.Close(context.Background())
-		pool.Close()
+		pool.Close(context.Background())
 		lis.Close()
 		os.RemoveAll(dir)
 	}
-	pol, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: quiet})
+	pol, err := policy.NewManager(policy.ManagerConfig{Path: path, Clock: clk, Logger: quiet})
 	if err != nil {
 		cleanup()
 		return "", nil, err
@@ -154,9 +156,14 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		cleanup()
 		return "", nil, err
 	}
+	psrv, err := peer.NewServer(peer.ServerConfig{Self: "node-1", Handler: router, Clock: clk})
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
 	srv := grpc.NewServer()
 	a.RegisterGRPC(srv)
-	peer.NewServer("node-1", router, nil).Register(srv)
+	psrv.Register(srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/discard"
 )
 
 // ErrClosed is returned by Leave after Close.
@@ -105,10 +106,7 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := discard.Logger(cfg.Logger)
 	c := &Cluster{
 		cfg:        cfg,
 		log:        logger,

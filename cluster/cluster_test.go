@@ -168,6 +168,7 @@ func startNode(t *testing.T, name string, opts ...nodeOpt) *testNode {
 	n := &testNode{name: name, grpc: name + ".grpc.test:9091", rec: &recorder{}, log: newTestLog(t, name)}
 	cfg := DefaultLocalConfig()
 	cfg.Name = name
+	cfg.Clock = clock.System()
 	cfg.PeerAddr = n.grpc
 	cfg.Listener = n.rec
 	cfg.Logger = slog.New(n.log)
@@ -736,6 +737,7 @@ func TestConfigValidate(t *testing.T) {
 		c := DefaultLocalConfig()
 		c.Name = "n1"
 		c.PeerAddr = "127.0.0.1:9091"
+		c.Clock = clock.System()
 		return c
 	}
 	tests := []struct {
@@ -744,10 +746,14 @@ func TestConfigValidate(t *testing.T) {
 		wantErr string // substring; "" means valid
 	}{
 		{"local defaults", func(*Config) {}, ""},
-		{"LAN defaults", func(c *Config) { *c = DefaultLANConfig(); c.Name = "n1"; c.PeerAddr = "10.0.0.1:9091" }, ""},
-		{"zero timings take LAN defaults", func(c *Config) {
-			*c = Config{Name: "n1", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:9091"}
+		{"LAN defaults", func(c *Config) {
+			*c = DefaultLANConfig()
+			c.Name, c.PeerAddr, c.Clock = "n1", "10.0.0.1:9091", clock.System()
 		}, ""},
+		{"zero timings take LAN defaults", func(c *Config) {
+			*c = Config{Name: "n1", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:9091", Clock: clock.System()}
+		}, ""},
+		{"no clock", func(c *Config) { c.Clock = nil }, "cluster: Config.Clock is required"},
 		{"hostname seed", func(c *Config) { c.Seeds = []string{"node-2.example:7946"} }, ""},
 		{"empty name", func(c *Config) { c.Name = "" }, "Name is required"},
 		{"missing PeerAddr", func(c *Config) { c.PeerAddr = "" }, "PeerAddr is required"},
@@ -810,6 +816,7 @@ func TestNewBindError(t *testing.T) {
 	a := startNode(t, "a")
 	cfg := DefaultLocalConfig()
 	cfg.Name = "b"
+	cfg.Clock = clock.System()
 	cfg.PeerAddr = "127.0.0.1:9091"
 	cfg.BindAddr = a.LocalAddr() // taken
 	if c, err := New(cfg); err == nil {

@@ -225,7 +225,7 @@ type Config struct {
 	// DepartedRetention) and the pause between join attempts and re-join
 	// rounds. memberlist's
 	// own timers (probes, gossip, suspicion) run on the runtime's clock.
-	// Nil: clock.System().
+	// Required: a node passes its one clock to every package.
 	Clock clock.Clock
 
 	// Logger receives this package's logs and memberlist's own log lines
@@ -255,7 +255,7 @@ type Resolver interface {
 
 // DefaultLANConfig returns memberlist's LAN timings (memberlist.DefaultLANConfig:
 // 1s probes, 500ms probe timeout, suspicion 4 × log10(N) probe intervals) and
-// binds gossip to 0.0.0.0:7946. Name and PeerAddr must still be set.
+// binds gossip to 0.0.0.0:7946. Name, PeerAddr and Clock must still be set.
 // A crash is detected in roughly 5 to 10 seconds in a small cluster.
 func DefaultLANConfig() Config {
 	ml := memberlist.DefaultLANConfig()
@@ -338,9 +338,6 @@ func (c *Config) withDefaults() Config {
 	setDur(&out.PushPullInterval, d.PushPullInterval)
 	setDur(&out.TCPTimeout, d.TCPTimeout)
 	setDur(&out.DepartedRetention, d.DepartedRetention)
-	if out.Clock == nil {
-		out.Clock = clock.System()
-	}
 	if out.Resolver == nil {
 		out.Resolver = net.DefaultResolver
 	}

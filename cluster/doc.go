@@ -85,6 +85,7 @@
 //	cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
 //	cfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) { ring.Set(onRing(all)) })
 //	cfg.Messages = overrides // Receive, LocalState, MergeState
+//	cfg.Clock = clk // the node's one clock, shared by every package
 //	cfg.Logger = logger
 //	c, err := cluster.New(cfg)
 //	if err != nil { ... }

@@ -14,6 +14,9 @@ func (c *Config) Validate() error {
 	if v.Name == "" {
 		return errors.New("cluster: Name is required")
 	}
+	if v.Clock == nil {
+		return errors.New("cluster: Config.Clock is required")
+	}
 	if v.Transport == nil {
 		if err := v.checkBind(); err != nil {
 			return err

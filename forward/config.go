@@ -11,6 +11,8 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/discard"
+	"github.com/ringlimit/ringlimit/internal/peerdefault"
 )
 
 // Config configures a Router. Zero durations and counts mean the defaults
@@ -32,17 +34,19 @@ type Config struct {
 	// Peers reaches the other members. Required. The Router does not close
 	// it: its owner does, after the Router.
 	Peers Peers
-	// Clock gives the time of each check and drives every wait. Nil means
-	// clock.System().
+	// Clock gives the time of each check and drives every wait. Required:
+	// a node passes its one clock to every package.
 	Clock clock.Clock
 	// PeerTimeout bounds how long a check waits for its owner's state or
 	// a new member, in the handoff's fetch (a quarter of it) and while a
-	// node that just joined waits for its ring (half of it). Default 500ms.
+	// node that just joined waits for its ring (half of it). Default 500ms
+	// (peerdefault.Timeout, the peer transport's default Timeout too).
 	PeerTimeout time.Duration
 	// Grace is how long after a ring change an owner that has no state for a
 	// key asks the key's previous owner first, and how long a node keeps the
 	// state of a key it has handed off (answering stale peers from it)
-	// before deleting it. Default 3s.
+	// before deleting it. Default 3s (peerdefault.Grace, the peer
+	// transport's default Grace too).
 	Grace time.Duration
 	// LocalKeys bounds the store of degraded-mode (Local) buckets and of the
 	// pre-limiter's windows. Default 65536.
@@ -111,10 +115,10 @@ type ReplicationConfig struct {
 	MaxMemory int64
 }
 
-// DefaultConfig returns the defaults; Self, Store, NewRing and Peers are
-// left for the caller.
+// DefaultConfig returns the defaults; Self, Store, NewRing, Peers and
+// Clock are left for the caller.
 func DefaultConfig() Config {
-	return Config{PeerTimeout: 500 * time.Millisecond, Grace: 3 * time.Second, LocalKeys: 1 << 16,
+	return Config{PeerTimeout: peerdefault.Timeout, Grace: peerdefault.Grace, LocalKeys: 1 << 16,
 		Lease:       LeaseConfig{TTL: 100 * time.Millisecond, Max: 1000},
 		Replication: ReplicationConfig{Factor: 1, Interval: 20 * time.Millisecond, MaxPending: 256, MaxLoss: 10}}
 }
@@ -131,6 +135,8 @@ func (c *Config) Validate() error {
 		return errors.New("forward: NewRing is required")
 	case c.Peers == nil:
 		return errors.New("forward: Peers is required")
+	case c.Clock == nil:
+		return errors.New("forward: Config.Clock is required")
 	}
 	for _, f := range []struct {
 		name string
@@ -183,11 +189,6 @@ func (c Config) withDefaults() Config {
 	if c.Replication.MaxLoss == 0 {
 		c.Replication.MaxLoss = d.Replication.MaxLoss
 	}
-	if c.Clock == nil {
-		c.Clock = clock.System()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = discard.Logger(c.Logger)
 	return c
 }

@@ -107,7 +107,7 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 	cfg.Peers = pool
 	r, err := New(cfg.Config)
 	if err != nil {
-		pool.Close()
+		pool.Close(context.Background())
 		t.Fatalf("New(%s): %v", name, err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -115,7 +115,10 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(sopts...)
-	psrv := peer.NewServer(name, r, pm)
+	psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Clock: clk, Metrics: pm})
+	if err != nil {
+		t.Fatal(err)
+	}
 	psrv.Register(srv)
 	served := make(chan struct{})
 	go func() {
@@ -137,7 +140,9 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 		if err := r.Close(ctx); err != nil {
 			t.Errorf("Close(%s): %v", name, err)
 		}
-		pool.Close()
+		if err := pool.Close(ctx); err != nil {
+			t.Errorf("Pool.Close(%s): %v", name, err)
+		}
 	})
 	return &node{name: name, addr: lis.Addr().String(), r: r, pool: pool, psrv: psrv, store: store, reg: reg, srv: srv, stop: stop}
 }
@@ -735,7 +740,7 @@ func TestCheckAfterCloseDoesNotHang(t *testing.T) {
 	if err := a.r.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a.pool.Close()
+	a.pool.Close(context.Background())
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var out [1]Result

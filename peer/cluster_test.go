@@ -135,7 +135,8 @@ type node struct {
 	addr  string
 	h     *storeHandler
 	pool  *peer.Pool
-	psrv  *peer.Server
+	scfg  peer.ServerConfig // psrv's, which a test may change before serve
+	psrv  *peer.Server      // nil before serve (or newServer)
 	store *bucket.Store
 	reg   *prometheus.Registry
 	srv   *grpc.Server
@@ -152,8 +153,9 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Conf
 	return n
 }
 
-// newNode is startNode up to serving: its peer service is registered and
-// its listener open, so that the test can set the service up first.
+// newNode is startNode up to serving: its listener is open and its peer
+// service not made yet, so that the test can set the service's config
+// (n.scfg) up first.
 func newNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Config), sopts ...grpc.ServerOption) (*node, net.Listener) {
 	t.Helper()
 	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
@@ -175,18 +177,33 @@ func newNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Config
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		pool.Close(context.Background())
 		t.Fatal(err)
 	}
 	h := &storeHandler{self: name, store: store, clk: clk, record: true}
-	n := &node{name: name, addr: lis.Addr().String(), h: h, pool: pool, psrv: peer.NewServer(name, h, pm),
+	n := &node{name: name, addr: lis.Addr().String(), h: h, pool: pool, scfg: peer.ServerConfig{Self: name, Handler: h, Clock: clock.System(), Metrics: pm},
 		store: store, reg: reg, srv: grpc.NewServer(sopts...)}
-	n.psrv.Register(n.srv)
 	return n, lis
 }
 
-// serve serves n on lis until the test ends.
+// newServer makes n's peer service from n.scfg and registers it on n.srv.
+func (n *node) newServer(t testing.TB) {
+	t.Helper()
+	psrv, err := peer.NewServer(n.scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.psrv = psrv
+	n.psrv.Register(n.srv)
+}
+
+// serve serves n on lis until the test ends, making its peer service first
+// unless newServer did.
 func (n *node) serve(t testing.TB, lis net.Listener) {
+	t.Helper()
+	if n.psrv == nil {
+		n.newServer(t)
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -196,7 +213,9 @@ func (n *node) serve(t testing.TB, lis net.Listener) {
 		n.psrv.Drain()
 		n.srv.Stop()
 		<-served
-		n.pool.Close()
+		if err := n.pool.Close(context.Background()); err != nil {
+			t.Errorf("%s: Pool.Close: %v", n.name, err)
+		}
 	})
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/batcher"
+	"github.com/ringlimit/ringlimit/internal/discard"
+	"github.com/ringlimit/ringlimit/internal/peerdefault"
 )
 
 // StreamWindow and ConnWindow are the HTTP/2 flow-control windows of the
@@ -33,7 +35,8 @@ type Config struct {
 	Self string
 	// Timeout is the deadline of every peer call and how long a batch may
 	// wait for its answer; a stream whose oldest batch waited this long is
-	// broken and its batches fail. Default 500ms.
+	// broken and its batches fail. Default 500ms (peerdefault.Timeout, the
+	// router's default PeerTimeout too).
 	Timeout time.Duration
 	// Batch sizes the batcher in front of each peer: MaxBatch checks per
 	// batch (default 512, at most MaxCheckBatch) and MaxInFlight batches
@@ -50,19 +53,21 @@ type Config struct {
 	// of 3.1 in the same workload. NoWait is always set.
 	Batch batcher.Config
 	// Grace is how long a peer that left the member list stays dialable
-	// (a new owner may still fetch state from it). Default 3s.
+	// (a new owner may still fetch state from it). Default 3s
+	// (peerdefault.Grace, the router's default Grace too).
 	Grace time.Duration
 	// TLS, when set, is this node's certificate and the CAs it trusts: every
 	// connection presents the certificate and accepts only a server whose
 	// certificate chains to the CAs and names the member dialled (mutual
-	// TLS; the other side's Server must Authenticate). Nil: connections in
-	// clear.
+	// TLS; the other side's Server must authenticate, with
+	// ServerConfig.Known). Nil: connections in clear.
 	TLS Certs
 	// DialOptions are added to every peer connection after the defaults
 	// (transport credentials from TLS, fixed flow-control windows,
 	// keepalive pings every KeepaliveTime, MaxMessageBytes received).
 	DialOptions []grpc.DialOption
-	// Clock times deadlines and retirement. Nil means clock.System().
+	// Clock times deadlines and retirement. Required: a node passes its one
+	// clock to every package.
 	Clock clock.Clock
 	// Logger receives connection events. Nil discards them.
 	Logger *slog.Logger
@@ -70,7 +75,7 @@ type Config struct {
 	Metrics *Metrics
 	// PropagateTrace sends with each check the W3C trace context of the
 	// context it was sent with, when that holds a sampled span (25 bytes
-	// more per check), for the owner's span (Server.Trace). False: no check
+	// more per check), for the owner's span (ServerConfig.TracerProvider). False: no check
 	// carries one, and the bytes sent are those of a node without tracing.
 	PropagateTrace bool
 }
@@ -78,11 +83,12 @@ type Config struct {
 // minQueue is the least default Queue, for a small MaxBatch.
 const minQueue = 1024
 
-// DefaultConfig returns a Config with every default filled in but Self.
+// DefaultConfig returns a Config with every default filled in but Self and
+// Clock.
 func DefaultConfig() Config {
 	b := batcher.DefaultConfig()
 	b.Yields = 3
-	return Config{Timeout: 500 * time.Millisecond, Batch: b, Grace: 3 * time.Second}
+	return Config{Timeout: peerdefault.Timeout, Batch: b, Grace: peerdefault.Grace}
 }
 
 // Validate reports the first bad field by name. It changes nothing.
@@ -94,6 +100,8 @@ func (c *Config) Validate() error {
 		return errors.New("peer: Timeout must not be negative")
 	case c.Grace < 0:
 		return errors.New("peer: Grace must not be negative")
+	case c.Clock == nil:
+		return errors.New("peer: Config.Clock is required")
 	case c.Batch.MaxBatch > MaxCheckBatch:
 		return fmt.Errorf("peer: Batch.MaxBatch must be at most %d (MaxCheckBatch), got %d", MaxCheckBatch, c.Batch.MaxBatch)
 	}
@@ -127,12 +135,7 @@ func (c Config) withDefaults() Config {
 	if c.Grace == 0 {
 		c.Grace = d.Grace
 	}
-	if c.Clock == nil {
-		c.Clock = clock.System()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = discard.Logger(c.Logger)
 	if c.Metrics == nil {
 		c.Metrics = newMetrics()
 	}

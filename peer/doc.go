@@ -26,9 +26,9 @@
 //
 // Tracing (trace.go): with Config.PropagateTrace a check sent with a
 // sampled span in its context carries that span's W3C trace context
-// (Check.trace, 25 bytes); a Server given a TracerProvider (Server.Trace)
-// decides each such check inside a span "ringlimit.peer.check", its
-// child. An untraced check's bytes are unchanged, and a node that does not
+// (Check.trace, 25 bytes); a Server given a TracerProvider
+// (ServerConfig.TracerProvider) decides each such check inside a span
+// "ringlimit.peer.check", its child. An untraced check's bytes are unchanged, and a node that does not
 // know the field skips it.
 //
 // Invariants:

@@ -1,6 +1,7 @@
 package peer_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -89,20 +91,20 @@ func TestOversizeMessagesRefused(t *testing.T) {
 // yields three times before a batch by default, and not at all when told
 // so.
 func TestMaxBatchBounded(t *testing.T) {
-	if _, err := peer.NewPool(peer.Config{Self: "A", Batch: peer.DefaultConfig().Batch}); err != nil {
+	if _, err := peer.NewPool(peer.Config{Self: "A", Clock: testkit.NewClock(0), Batch: peer.DefaultConfig().Batch}); err != nil {
 		t.Fatal(err)
 	}
 	if y := peer.DefaultConfig().Batch.Yields; y != 3 {
 		t.Errorf("default Batch.Yields %d, want 3", y)
 	}
-	off := peer.Config{Self: "A"}
+	off := peer.Config{Self: "A", Clock: testkit.NewClock(0)}
 	off.Batch.Yields = -1 // none
 	if p, err := peer.NewPool(off); err != nil {
 		t.Errorf("NewPool with Batch.Yields -1: %v", err)
 	} else {
-		p.Close()
+		p.Close(context.Background())
 	}
-	cfg := peer.Config{Self: "A"}
+	cfg := peer.Config{Self: "A", Clock: testkit.NewClock(0)}
 	cfg.Batch.MaxBatch = peer.MaxCheckBatch + 1
 	if _, err := peer.NewPool(cfg); err == nil {
 		t.Fatalf("NewPool with MaxBatch %d succeeded", cfg.Batch.MaxBatch)
@@ -112,10 +114,10 @@ func TestMaxBatchBounded(t *testing.T) {
 // A check that finds its peer's queue full fails at once with ErrBusy,
 // without waiting for the peer's deadline.
 func TestQueueFullFailsAtOnce(t *testing.T) {
-	clock := testkit.NewClock(0)
+	fake := testkit.NewClock(0)
 	const timeout = 3 * time.Second
-	a := startNode(t, "A", clock, func(c *peer.Config) {
-		c.Clock, c.Timeout = nil, timeout // real time: the deadline is the point
+	a := startNode(t, "A", fake, func(c *peer.Config) {
+		c.Clock, c.Timeout = clock.System(), timeout // real time: the deadline is the point
 		c.Batch.MaxBatch, c.Batch.MaxInFlight, c.Batch.Queue = 1, 1, 4
 	})
 	addr := testkit.Blackhole(t)

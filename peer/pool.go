@@ -27,6 +27,8 @@ type Pool struct {
 	conns   map[string]*conn // by member name; guarded by mu
 	retired []*conn
 	closed  bool
+	// closedAll is closed when Close has closed every connection.
+	closedAll chan struct{}
 	// sweep closes the connections Renew retired; nil before the first
 	// Renew.
 	sweep clock.Timer
@@ -38,7 +40,7 @@ func NewPool(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	p := &Pool{cfg: cfg, conns: map[string]*conn{}}
+	p := &Pool{cfg: cfg, conns: map[string]*conn{}, closedAll: make(chan struct{})}
 	p.publishLocked()
 	return p, nil
 }
@@ -234,28 +236,38 @@ func (p *Pool) Stats(ctx context.Context) map[string]Stats {
 	return out
 }
 
-// Close closes every connection, failing the calls still waiting. Safe to
-// call more than once.
-func (p *Pool) Close() {
+// Close closes every connection, failing the calls still waiting, and
+// waits until the connections' stream receivers have returned or ctx ends;
+// then it returns ctx's error (the connections go on closing in the
+// background). Safe to call more than once, concurrently too: every call
+// waits for the one closing.
+func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
+	if !p.closed {
+		p.closed = true
+		if p.sweep != nil {
+			p.sweep.Stop()
+		}
+		conns := p.retired
+		for _, c := range p.conns {
+			conns = append(conns, c)
+		}
+		p.conns, p.retired = nil, nil
+		p.publishLocked()
+		go func() {
+			defer close(p.closedAll)
+			var wg sync.WaitGroup
+			for _, c := range conns {
+				wg.Go(c.close)
+			}
+			wg.Wait()
+		}()
 	}
-	p.closed = true
-	if p.sweep != nil {
-		p.sweep.Stop()
-	}
-	conns := p.retired
-	for _, c := range p.conns {
-		conns = append(conns, c)
-	}
-	p.conns, p.retired = nil, nil
-	p.publishLocked()
 	p.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, c := range conns {
-		wg.Go(c.close)
+	select {
+	case <-p.closedAll:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("peer: closing the connections: %w", context.Cause(ctx))
 	}
-	wg.Wait()
 }

@@ -13,18 +13,13 @@ import (
 // trusted. After a change the client side (Pool.Renew) replaces every
 // connection at once, and retires the old ones once their calls are done;
 // some time later (long enough for the other nodes to have done the same)
-// the server side, with Verify:
+// the server side, with ServerConfig.Verify:
 //
 //   - adopts the CAs of the moment (Recheck): from then on, every call on
 //     a connection made before is verified against them again, and a
 //     Check stream's sender on its next batch, and
 //   - closes every connection it serves whose client certificate no
 //     longer verifies against them (Sweep).
-
-// Verify makes s check client certificates against the CAs c holds when
-// Recheck is called, not only at the handshake (see Recheck, Sweep and
-// Credentials). Call it before serving, with Authenticate.
-func (s *Server) Verify(c Certs) { s.certs = c }
 
 // checkedCAs are the CAs Recheck adopted, and their generation.
 type checkedCAs struct {
@@ -41,10 +36,11 @@ func (s *Server) checkedGen() uint64 {
 	return 0
 }
 
-// Recheck adopts the CAs of the moment (Verify's Certs): every later call
-// on a connection made before, and the next batch of every Check stream,
-// is refused Unauthenticated unless its client certificate verifies
-// against them. Without Verify it does nothing.
+// Recheck adopts the CAs of the moment (ServerConfig.Verify's Certs):
+// every later call on a connection made before, and the next batch of
+// every Check stream, is refused Unauthenticated unless its client
+// certificate verifies against them. Without ServerConfig.Verify it does
+// nothing.
 func (s *Server) Recheck() {
 	if s.certs == nil {
 		return
@@ -55,8 +51,9 @@ func (s *Server) Recheck() {
 
 // Credentials wraps creds, the peer server's TLS credentials, so that s
 // knows the connections it serves: their client certificates are verified
-// again on Sweep, and the generation of c (Verify) they were made under
-// goes with each call. Without Verify it returns creds.
+// again on Sweep, and the generation of ServerConfig.Verify they were
+// made under goes with each call. Without ServerConfig.Verify it returns
+// creds.
 func (s *Server) Credentials(creds credentials.TransportCredentials) credentials.TransportCredentials {
 	if s.certs == nil {
 		return creds

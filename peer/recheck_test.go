@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/certfile"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
@@ -69,8 +70,8 @@ func startVerifyingNode(t *testing.T, name string, files certfile.Files, m *memb
 		t.Fatal(err)
 	}
 	n, lis := newNode(t, name, testkit.NewClock(0), func(c *peer.Config) { c.TLS = set })
-	n.psrv.Authenticate(m.known)
-	n.psrv.Verify(set)
+	n.scfg.Known, n.scfg.Verify = m.known, set
+	n.newServer(t) // on the server newNode made, which serves nothing
 	n.srv = grpc.NewServer(grpc.Creds(n.psrv.Credentials(credentials.NewTLS(set.ServerConfig(true)))))
 	n.psrv.Register(n.srv)
 	n.serve(t, lis)
@@ -184,14 +185,14 @@ func TestTLSPoolRenewReplacesConnections(t *testing.T) {
 	m := newMembers("A", "C")
 	setC := p.certs(t, "C")
 	c, lis := newNode(t, "C", testkit.NewClock(0), nil, grpc.Creds(credentials.NewTLS(setC.ServerConfig(true))))
-	c.psrv.Authenticate(m.known)
+	c.scfg.Known = m.known
 	counted := &countingListener{Listener: lis}
 	c.serve(t, counted)
-	a, err := peer.NewPool(peer.Config{Self: "A", Timeout: 5 * time.Second, TLS: p.certs(t, "A"), Grace: 200 * time.Millisecond})
+	a, err := peer.NewPool(peer.Config{Self: "A", Timeout: 5 * time.Second, TLS: p.certs(t, "A"), Grace: 200 * time.Millisecond, Clock: clock.System()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(a.Close)
+	t.Cleanup(func() { a.Close(context.Background()) })
 	a.SetMembers(testVersion, map[string]string{"C": c.addr})
 	l := hourlyLimit(5)
 	step := func(i int, wantRemaining int64, wantOpen int64) {

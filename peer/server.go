@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
@@ -62,16 +63,17 @@ type Server struct {
 	peerv1.UnimplementedPeerServer
 	self      string
 	h         Handler
+	clock     clock.Clock // ServerConfig.Clock
 	m         *Metrics
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
-	known     func(name string) bool // set by Authenticate; nil: no authentication
-	tracer    trace.Tracer           // set by Trace; nil: no spans
-	report    func(*Stats)           // set by Report; nil: Stats carries the Handler's part only
+	known     func(name string) bool // ServerConfig.Known; nil: no authentication
+	tracer    trace.Tracer           // from ServerConfig.TracerProvider; nil: no spans
+	report    func(*Stats)           // ServerConfig.Report; nil: Stats carries the Handler's part only
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
 
-	// certs, set by Verify, are the CAs client certificates are verified
+	// certs, ServerConfig.Verify, are the CAs client certificates are verified
 	// against again after a change (recheck.go); nil: at the handshake
 	// only. checked are those Recheck adopted last (nil: none yet).
 	certs   Certs
@@ -80,13 +82,70 @@ type Server struct {
 	conns   map[*guardedConn]struct{} // the connections served, with Credentials
 }
 
-// NewServer returns the peer service of the node self, deciding with h;
-// m may be nil.
-func NewServer(self string, h Handler, m *Metrics) *Server {
+// ServerConfig configures a Server: everything it needs is given here, at
+// construction.
+type ServerConfig struct {
+	// Self is this node's name, given with every answer. Required.
+	Self string
+	// Handler decides the batches and takes the handoffs, replicas and
+	// fetches. Required.
+	Handler Handler
+	// Clock times the wait for gossip to tell this node of a member that
+	// called (AuthWait, with Known). Required: a node passes its one clock
+	// to every package.
+	Clock clock.Clock
+	// Metrics receives the server's counters; a node gives its Pool and
+	// its Server the same Metrics. Nil counts nothing.
+	Metrics *Metrics
+	// Known, when set, makes the server serve only calls that came over
+	// TLS with a verified client certificate (serve it with credentials
+	// from certfile.Set.ServerConfig(true)) whose names include the sender
+	// the call names (a batch's, a handoff's, a replica's or a fetch's
+	// from), and only when Known reports that sender a member: one this
+	// node's gossip knows, in any state. A sender gossip has not told this
+	// node of is waited for, up to AuthWait. Known is called concurrently.
+	// Nil: no authentication.
+	Known func(name string) bool
+	// Verify, when set (with Known), makes the server check client
+	// certificates against the CAs it holds when Recheck is called, not
+	// only at the handshake (see Recheck, Sweep and Credentials). Nil: at
+	// the handshake only.
+	Verify Certs
+	// TracerProvider, when set, makes the server decide each check that
+	// carries a trace context inside a span "ringlimit.peer.check" of it,
+	// child of that context. Nil: carried trace contexts are read and
+	// ignored.
+	TracerProvider trace.TracerProvider
+	// Report, when set, makes every Stats answer carry what it fills in:
+	// the counts of the API, the versions and the uptime, which the
+	// Handler does not know. Name, Keys, RingVersion and PeerChecks are
+	// filled before it is called. It is called concurrently and must not
+	// block. Nil: Stats carries the Handler's part only.
+	Report func(*Stats)
+}
+
+// NewServer returns the peer service cfg describes.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	switch {
+	case cfg.Self == "":
+		return nil, errors.New("peer: ServerConfig.Self must name this node")
+	case cfg.Handler == nil:
+		return nil, errors.New("peer: ServerConfig.Handler is required")
+	case cfg.Clock == nil:
+		return nil, errors.New("peer: ServerConfig.Clock is required")
+	case cfg.Verify != nil && cfg.Known == nil:
+		return nil, errors.New("peer: ServerConfig.Verify needs Known (authentication)")
+	}
+	m := cfg.Metrics
 	if m == nil {
 		m = newMetrics()
 	}
-	return &Server{self: self, h: h, m: m, draining: make(chan struct{})}
+	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
+		known: cfg.Known, certs: cfg.Verify, report: cfg.Report}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
+	}
+	return s, nil
 }
 
 // Register registers the service on r. Serve it on a listener only other

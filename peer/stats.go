@@ -35,12 +35,6 @@ type Stats struct {
 	Version string
 }
 
-// Report makes every Stats answer carry what f fills in: the counts of
-// the API, the versions and the uptime, which the Handler does not know.
-// Name, Keys, RingVersion and PeerChecks are filled before f is called.
-// Call it before serving; f is called concurrently and must not block.
-func (s *Server) Report(f func(*Stats)) { s.report = f }
-
 // LocalStats returns what this node answers a Stats call with.
 func (s *Server) LocalStats() Stats {
 	st := Stats{Name: s.self, Keys: s.h.Keys(), RingVersion: s.h.RingVersion(), PeerChecks: s.peerChecks.Load()}

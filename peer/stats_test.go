@@ -15,13 +15,13 @@ func TestStatsReport(t *testing.T) {
 	clk := testkit.NewClock(0)
 	a := startNode(t, "A", clk, nil)
 	b, lis := newNode(t, "B", clk, nil)
-	b.psrv.Report(func(st *peer.Stats) {
+	b.scfg.Report = func(st *peer.Stats) {
 		st.Name = "not B" // the server's own name wins
 		st.Checks, st.Refused, st.Forwarded, st.Degraded = 100, 7, 40, 2
 		st.ReplicationLag, st.ReplicationPending = 1500*time.Microsecond, 3
 		st.PolicyVersion, st.RLSVersion = "sha256:0123", "rls:4567"
 		st.Uptime, st.Version = 90*time.Second, "v1.2.3"
-	})
+	}
 	b.serve(t, lis)
 	formCluster(a, b)
 	for _, key := range []string{"s-1", "s-2", "s-1"} {

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // Certs is where the peer transport takes its TLS material: this node's
@@ -95,16 +97,6 @@ func certNames(c *x509.Certificate) []string {
 	return nil
 }
 
-// Authenticate makes s serve only calls that came over TLS with a verified
-// client certificate (serve it with credentials from
-// certfile.Set.ServerConfig(true)) whose names include the sender the call
-// names (a batch's, a handoff's, a replica's or a fetch's from), and only
-// when known reports that sender a member: one this node's gossip knows,
-// in any state. A sender gossip has not told this node of is waited for,
-// up to AuthWait. Call it before serving; known may be called
-// concurrently.
-func (s *Server) Authenticate(known func(name string) bool) { s.known = known }
-
 // authorize returns nil when the call of ctx may act as the member from,
 // or the status error that refuses it.
 func (s *Server) authorize(ctx context.Context, from string) error {
@@ -175,16 +167,14 @@ func (s *Server) authorizeAs(ctx context.Context, pick func(names []string) (str
 		s.m.unauthenticated.Inc()
 		return status.Errorf(codes.PermissionDenied, "peer: the certificate names %q, not the sender %q", names, name)
 	}
-	deadline := time.Now().Add(AuthWait)
+	deadline := s.clock.Now().Add(AuthWait)
 	for !s.known(name) {
-		if time.Now().After(deadline) {
+		if deadline.Before(s.clock.Now()) {
 			s.m.unauthenticated.Inc()
 			return status.Errorf(codes.PermissionDenied, "peer: %q is not a member of this cluster", name)
 		}
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(s.clock, 20*time.Millisecond, ctx.Done()) {
 			return status.FromContextError(ctx.Err()).Err()
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	return nil

@@ -186,7 +186,7 @@ func TestTLSRefusesSenderTheCertificateDoesNotName(t *testing.T) {
 // certificate to go by: it refuses every call Unauthenticated.
 func TestTLSAuthenticateInClearRefusesEveryCall(t *testing.T) {
 	b, lis := newNode(t, "B", testkit.NewClock(0), nil)
-	b.psrv.Authenticate(newMembers("A", "B").known)
+	b.scfg.Known = newMembers("A", "B").known
 	b.serve(t, lis)
 	a := startNode(t, "A", testkit.NewClock(0), nil)
 	formCluster(a, b)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/certfile"
 	"github.com/ringlimit/ringlimit/internal/devca"
 	"github.com/ringlimit/ringlimit/internal/testkit"
@@ -107,7 +108,7 @@ func startTLSNode(t *testing.T, name string, set *certfile.Set, m *members) *nod
 	t.Helper()
 	n, lis := newNode(t, name, testkit.NewClock(0), func(c *peer.Config) { c.TLS = set },
 		grpc.Creds(credentials.NewTLS(set.ServerConfig(true))))
-	n.psrv.Authenticate(m.known)
+	n.scfg.Known = m.known
 	n.serve(t, lis)
 	return n
 }
@@ -116,11 +117,11 @@ func startTLSNode(t *testing.T, name string, set *certfile.Set, m *members) *nod
 // certificate and dials members (name → address).
 func tlsPool(t *testing.T, self string, set peer.Certs, members map[string]string) *peer.Pool {
 	t.Helper()
-	p, err := peer.NewPool(peer.Config{Self: self, Timeout: 5 * time.Second, TLS: set})
+	p, err := peer.NewPool(peer.Config{Self: self, Timeout: 5 * time.Second, TLS: set, Clock: clock.System()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Close)
+	t.Cleanup(func() { p.Close(context.Background()) })
 	p.SetMembers(testVersion, members)
 	return p
 }

@@ -11,8 +11,8 @@ import (
 // open, so a span of the stream says nothing about one check: each check
 // instead carries its own W3C trace context (field Check.trace) when the
 // context it was sent with holds a sampled span (Config.PropagateTrace),
-// and a Server with a tracer (Server.Trace) decides it inside a span
-// "ringlimit.peer.check" whose parent is that context. A check without a
+// and a Server with a tracer (ServerConfig.TracerProvider) decides it
+// inside a span "ringlimit.peer.check" whose parent is that context. A check without a
 // trace context has exactly the bytes it had before the field existed, and
 // a node that does not know the field skips it (protobuf's rule for
 // unknown fields), so traced and untraced nodes mix in one cluster. No
@@ -120,15 +120,4 @@ func (pb *received) endSpans() {
 	}
 	clear(pb.spans)
 	pb.spans = pb.spans[:0]
-}
-
-// Trace makes the server decide each check that carries a trace context
-// inside a span "ringlimit.peer.check" of tp, child of that context. Call
-// it before the server serves; without it, carried trace contexts are read
-// and ignored.
-func (s *Server) Trace(tp trace.TracerProvider) {
-	s.tracer = nil
-	if tp != nil {
-		s.tracer = tp.Tracer("github.com/ringlimit/ringlimit/peer")
-	}
 }

@@ -23,7 +23,7 @@ func TestTracedChecksGetOwnerSpans(t *testing.T) {
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	a := startNode(t, "A", clock, func(c *peer.Config) { c.PropagateTrace = true })
 	b, lis := newNode(t, "B", clock, nil)
-	b.psrv.Trace(tp)
+	b.scfg.TracerProvider = tp
 	b.serve(t, lis)
 	formCluster(a, b)
 

@@ -364,7 +364,11 @@ func TestOwnerPathAllocations(t *testing.T) {
 		return peer.EncodeBatch("B", testKeys("key", n), limit)
 	}
 	ctx := context.Background()
-	path := peer.NewOwnerPath(peer.NewServer("A", h, nil))
+	srv, err := peer.NewServer(peer.ServerConfig{Self: "A", Handler: h, Clock: testkit.NewClock(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := peer.NewOwnerPath(srv)
 	roundTrip := func(msg []byte) func() {
 		f := path.RoundTrip(ctx, msg)
 		return func() {

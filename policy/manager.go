@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/discard"
 	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
@@ -24,15 +25,15 @@ type ManagerConfig struct {
 	Path string
 	// AuditLog receives one JSON line per accepted change. Nil discards.
 	AuditLog io.Writer
-	// Logger receives reload results. Nil means slog.Default().
+	// Logger receives reload results. Nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the policy metrics. Nil means none.
 	Registerer prometheus.Registerer
 	// Clock stamps overrides (created, and the expiry they are compared
-	// with) and audit lines, and times Watch's debounce. Nil means
-	// clock.System(). Whoever computes an override's Expires should read
-	// this clock too (Manager.Now), so that the expiry and the comparison
-	// use one timeline.
+	// with) and audit lines, and times Watch's debounce. Required: a node
+	// passes its one clock to every package. Whoever computes an
+	// override's Expires should read this clock too (Manager.Now), so that
+	// the expiry and the comparison use one timeline.
 	Clock clock.Clock
 }
 
@@ -63,12 +64,10 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.AuditLog == nil {
 		cfg.AuditLog = io.Discard
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.System()
+		return nil, errors.New("policy: ManagerConfig.Clock is required")
 	}
+	cfg.Logger = discard.Logger(cfg.Logger)
 	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,

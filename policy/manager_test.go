@@ -254,7 +254,7 @@ func TestNewManager(t *testing.T) {
 		{"bad file", bad, "bad.yaml: policies: at least one policy is required"},
 	} {
 		reg := prometheus.NewRegistry()
-		m, err := NewManager(ManagerConfig{Path: c.path, Registerer: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		m, err := NewManager(ManagerConfig{Path: c.path, Registerer: reg, Clock: clock.System(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if m != nil {
 			t.Errorf("%s: got a manager, want nil", c.name)
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 const syncTestPolicy = `version: sync
@@ -65,7 +67,7 @@ func newSyncMember(t *testing.T, name string) *syncMember {
 		t.Fatal(err)
 	}
 	p := &syncMember{t: t, name: name, audit: &lockedBuffer{}, logs: &lockedBuffer{}}
-	m, err := NewManager(ManagerConfig{Path: path, AuditLog: p.audit, Logger: slog.New(slog.NewTextHandler(p.logs, nil))})
+	m, err := NewManager(ManagerConfig{Path: path, AuditLog: p.audit, Clock: clock.System(), Logger: slog.New(slog.NewTextHandler(p.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

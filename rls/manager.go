@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/discard"
 	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
@@ -19,12 +20,12 @@ type ManagerConfig struct {
 	// Path is the configuration: a YAML file or a directory of them (see
 	// Load). Required.
 	Path string
-	// Logger receives reload results and warnings. Nil means
-	// slog.Default().
+	// Logger receives reload results and warnings. Nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the metrics. Nil means none.
 	Registerer prometheus.Registerer
-	// Clock times Watch's debounce and polling. Nil means clock.System().
+	// Clock times Watch's debounce and polling. Required: a node passes its
+	// one clock to every package.
 	Clock clock.Clock
 	// PollInterval is how often Watch reads the files again in case a
 	// change was not notified (network file systems, a replaced
@@ -50,12 +51,10 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("rls: Path is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.System()
+		return nil, errors.New("rls: ManagerConfig.Clock is required")
 	}
+	cfg.Logger = discard.Logger(cfg.Logger)
 	if cfg.PollInterval < 0 {
 		return nil, fmt.Errorf("rls: PollInterval must be ≥ 0, got %v", cfg.PollInterval)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 const (
@@ -44,7 +46,7 @@ func metrics(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 
 func newManager(t *testing.T, path string, reg prometheus.Registerer) *Manager {
 	t.Helper()
-	m, err := NewManager(ManagerConfig{Path: path, Registerer: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	m, err := NewManager(ManagerConfig{Path: path, Registerer: reg, Clock: clock.System(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func limitOf(t *testing.T, m *Manager) uint32 {
 func TestNewManagerRefusesBadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rls.yaml")
 	write(t, path, bad)
-	if _, err := NewManager(ManagerConfig{Path: path}); err == nil || !strings.Contains(err.Error(), `rls.yaml:4: invalid rate limit unit "fortnight"`) {
+	if _, err := NewManager(ManagerConfig{Path: path, Clock: clock.System()}); err == nil || !strings.Contains(err.Error(), `rls.yaml:4: invalid rate limit unit "fortnight"`) {
 		t.Errorf("NewManager(bad) = %v", err)
 	}
 	if _, err := NewManager(ManagerConfig{}); err == nil {
@@ -182,7 +184,7 @@ func TestWatch(t *testing.T) {
 			// A poll interval long enough that only fsnotify can see the
 			// change within the test's wait.
 			reg := prometheus.NewRegistry()
-			m, err := NewManager(ManagerConfig{Path: path, PollInterval: time.Hour, Registerer: reg,
+			m, err := NewManager(ManagerConfig{Path: path, PollInterval: time.Hour, Registerer: reg, Clock: clock.System(),
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -227,7 +229,7 @@ func TestWatchPolls(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	path := filepath.Join(t.TempDir(), "rls.yaml")
 	write(t, path, goodV1)
-	m, err := NewManager(ManagerConfig{Path: path, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	m, err := NewManager(ManagerConfig{Path: path, PollInterval: 20 * time.Millisecond, Clock: clock.System(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

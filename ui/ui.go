@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -39,6 +40,9 @@ type Config struct {
 	// other nodes no more than one Stats call each per MinInterval. Zero
 	// means DefaultMinInterval; negative, none.
 	MinInterval time.Duration
+	// Clock times MinInterval. Required: a node passes its one clock to
+	// every package.
+	Clock clock.Clock
 }
 
 // DefaultMinInterval is Config.MinInterval's default.
@@ -52,6 +56,9 @@ const DefaultTimeout = 800 * time.Millisecond
 func (c *Config) Validate() error {
 	if c.Source == nil {
 		return errors.New("ui: Source is required")
+	}
+	if c.Clock == nil {
+		return errors.New("ui: Config.Clock is required")
 	}
 	if c.Timeout < 0 {
 		return errors.New("ui: Timeout must not be negative")
@@ -105,12 +112,12 @@ func New(cfg Config) (*Page, error) {
 	var (
 		mu     sync.Mutex
 		last   []byte
-		lastAt time.Time
+		lastAt clock.Instant
 	)
 	var status http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		body := last
-		if body == nil || time.Since(lastAt) >= cfg.MinInterval {
+		if body == nil || cfg.Clock.Now().Sub(lastAt) >= cfg.MinInterval {
 			// Not the caller's context: its answer may serve others.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.Timeout)
 			st := k.build(cfg.Source(ctx))
@@ -121,7 +128,7 @@ func New(cfg Config) (*Page, error) {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
-			body, last, lastAt = append(b, '\n'), append(b, '\n'), time.Now()
+			body, last, lastAt = append(b, '\n'), append(b, '\n'), cfg.Clock.Now()
 		}
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -53,6 +55,9 @@ func stats(name string, uptimeS float64, checks, refused, forwarded, degraded, p
 
 func serve(t *testing.T, cfg Config) *httptest.Server {
 	t.Helper()
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System()
+	}
 	h, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -248,8 +253,11 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := New(Config{}); err == nil || err.Error() != "ui: Source is required" {
 		t.Errorf("New without Source: %v", err)
 	}
-	if _, err := New(Config{Source: (&fakeSource{}).get, Timeout: -1}); err == nil {
+	if _, err := New(Config{Source: (&fakeSource{}).get, Clock: clock.System(), Timeout: -1}); err == nil {
 		t.Error("New with a negative Timeout: no error")
+	}
+	if _, err := New(Config{Source: (&fakeSource{}).get}); err == nil || err.Error() != "ui: Config.Clock is required" {
+		t.Errorf("New without Clock: %v", err)
 	}
 }
 
@@ -261,7 +269,8 @@ func TestStatusShared(t *testing.T) {
 		{Cluster: clusterOf("alive"), Stats: []NodeStats{stats("node-1", 10, 100, 0, 0, 0, 0)}},
 		{Cluster: clusterOf("alive"), Stats: []NodeStats{stats("node-1", 12, 300, 0, 0, 0, 0)}},
 	}}
-	srv := serve(t, Config{Source: src.get, MinInterval: 300 * time.Millisecond})
+	clk := testkit.NewClock(0)
+	srv := serve(t, Config{Source: src.get, MinInterval: 300 * time.Millisecond, Clock: clk})
 	_, first := get(t, srv, "/ui/api/status", "")
 	for range 2 {
 		if _, body := get(t, srv, "/ui/api/status", ""); body != first {
@@ -274,7 +283,11 @@ func TestStatusShared(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("Source called %d times for 3 calls within MinInterval, want 1", calls)
 	}
-	time.Sleep(350 * time.Millisecond)
+	clk.Advance(299 * time.Millisecond)
+	if _, body := get(t, srv, "/ui/api/status", ""); body != first {
+		t.Fatalf("a call 299ms after the gathering answered\n%s\nwant the first gathering's\n%s", body, first)
+	}
+	clk.Advance(time.Millisecond)
 	if _, body := get(t, srv, "/ui/api/status", ""); body == first || !strings.Contains(body, `"checks":300`) {
 		t.Errorf("a call past MinInterval answered %s, want the second gathering", body)
 	}

@@ -77,9 +77,9 @@ func (n *node) limitConns(cfg config, reg prometheus.Registerer, log *slog.Logge
 	}
 	caps := capsFor(rl.Cur, cfg.maxConns)
 	lns := connListeners{
-		{"http", connlimit.New(n.httpLn, connlimit.Config{Max: caps.public}), caps.public},
-		{"grpc", connlimit.New(n.grpcLn, connlimit.Config{Max: caps.public}), caps.public},
-		{"peer", connlimit.New(n.peerLn, connlimit.Config{Max: caps.peer}), caps.peer},
+		{"http", connlimit.New(n.httpLn, connlimit.Config{Max: caps.public, Clock: n.clock}), caps.public},
+		{"grpc", connlimit.New(n.grpcLn, connlimit.Config{Max: caps.public, Clock: n.clock}), caps.public},
+		{"peer", connlimit.New(n.peerLn, connlimit.Config{Max: caps.peer, Clock: n.clock}), caps.peer},
 	}
 	n.httpLn, n.grpcLn, n.peerLn = lns[0].l, lns[1].l, lns[2].l
 	if err := reg.Register(lns); err != nil {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/reload"
 )
 
@@ -31,7 +30,7 @@ func (n *node) reloaders(cfg config, log *slog.Logger, reg prometheus.Registerer
 	if n.rls != nil {
 		ws = append(ws, n.rls.Watcher())
 	}
-	base := reload.Config{Clock: clock.System(), Logger: log}
+	base := reload.Config{Clock: n.clock, Logger: log}
 	certs := base
 	certs.Poll = cmp.Or(cfg.certPoll, certPoll)
 	cws, err := n.certs.watchers(certs, counter, peerCertsChanged)

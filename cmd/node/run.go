@@ -20,6 +20,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/grpcmetrics"
@@ -88,6 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // node is a running node: its listeners and servers.
 type node struct {
 	log        *slog.Logger
+	clock      clock.Clock // the node's one clock, given to every package
 	httpLn     net.Listener
 	grpcLn     net.Listener
 	peerLn     net.Listener
@@ -143,7 +145,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		}
 		return nil
 	}
-	n := &node{log: log, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.drainDelay}
+	n := &node{log: log, clock: clock.System(), fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.drainDelay}
 	start := time.Now() // the uptime peers and the status page see
 
 	shards := bucket.DefaultShards
@@ -213,7 +215,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		}
 		undo = append(undo, func() { audit.Close() })
 		n.audit = audit
-		if n.policy, err = policy.NewManager(policy.ManagerConfig{Path: cfg.policyPath, AuditLog: audit, Logger: log, Registerer: reg}); err != nil {
+		if n.policy, err = policy.NewManager(policy.ManagerConfig{Path: cfg.policyPath, AuditLog: audit, Logger: log, Registerer: reg, Clock: n.clock}); err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
 	}
@@ -222,7 +224,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	if cfg.rlsPath != "" {
-		if n.rls, err = rls.NewManager(rls.ManagerConfig{Path: cfg.rlsPath, Logger: log, Registerer: reg}); err != nil {
+		if n.rls, err = rls.NewManager(rls.ManagerConfig{Path: cfg.rlsPath, Logger: log, Registerer: reg, Clock: n.clock}); err != nil {
 			return nil, fmt.Errorf("--rls-config: %w", err)
 		}
 	}
@@ -261,11 +263,11 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := step("peers"); err != nil {
 		return nil, err
 	}
-	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts(),
+	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Clock: n.clock, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts(),
 		PropagateTrace: cfg.tracer != nil}); err != nil {
 		return nil, err
 	}
-	undo = append(undo, n.peers.Close)
+	undo = append(undo, func() { n.peers.Close(context.Background()) })
 	if err := step("router"); err != nil {
 		return nil, err
 	}
@@ -274,17 +276,11 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
 		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0, MaxLoss: cmp.Or(cfg.maxLoss, -1)},
 		ClusterSize: cfg.clusterSize, Joining: len(cfg.join) > 0,
-		Logger: log, Registerer: reg, TracerProvider: cfg.tracer})
+		Clock: n.clock, Logger: log, Registerer: reg, TracerProvider: cfg.tracer})
 	if err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { n.router.Close(context.Background()) })
-	n.peerServer = peer.NewServer(cfg.name, n.router, peerMetrics)
-	n.peerServer.Trace(cfg.tracer)
-	if n.certs.peer != nil {
-		n.peerServer.Authenticate(func(name string) bool { return (*n.known.Load())[name] })
-		n.peerServer.Verify(n.certs.peer)
-	}
 	n.known.Store(&map[string]bool{})
 
 	if err := step("cluster"); err != nil {
@@ -302,6 +298,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	ccfg.HTTPAddr = adv.http
 	ccfg.Resolver = cfg.dnsResolver()
 	ccfg.Seeds = cfg.join
+	ccfg.Clock = n.clock
 	ccfg.Logger = log
 	ccfg.Keys = cfg.gossipKeys
 	ccfg.Label = cfg.clusterName
@@ -356,9 +353,17 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.peerServer.Report(reportStats(a, cs, n.policy, n.rls, start))
+	pcfg := peer.ServerConfig{Self: cfg.name, Handler: n.router, Clock: n.clock, Metrics: peerMetrics, TracerProvider: cfg.tracer,
+		Report: reportStats(a, cs, n.policy, n.rls, start)}
+	if n.certs.peer != nil {
+		pcfg.Known = func(name string) bool { return (*n.known.Load())[name] }
+		pcfg.Verify = n.certs.peer
+	}
+	if n.peerServer, err = peer.NewServer(pcfg); err != nil {
+		return nil, err
+	}
 	page, err := ui.New(ui.Config{Source: (&statusPage{cs: cs, peers: n.peers, server: n.peerServer, policy: n.policy}).snapshot,
-		AdminTokens: n.admin, PrivateReads: cfg.privateReads})
+		AdminTokens: n.admin, PrivateReads: cfg.privateReads, Clock: n.clock})
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,9 @@ func (n *node) shutdown(ctx context.Context) error {
 	if err := n.router.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	n.peers.Close()
+	if err := n.peers.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if err := n.cluster.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: %w", err))
 	}

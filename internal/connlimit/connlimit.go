@@ -25,7 +25,8 @@ type Config struct {
 	// new ones that have not proven anything yet. Zero: DefaultKeepGrace.
 	KeepGrace time.Duration
 
-	// Clock is the time source of reads and evictions. Nil: clock.System().
+	// Clock is the time source of reads and evictions. Required: a node
+	// passes its one clock to every package (New panics without one).
 	Clock clock.Clock
 }
 
@@ -59,16 +60,18 @@ type Listener struct {
 	stats Stats
 }
 
-// New wraps ln.
+// New wraps ln. A nil cfg.Clock is a programming error, like a nil ln:
+// New panics at once ("connlimit: Config.Clock is required") rather than at
+// the first Accept.
 func New(ln net.Listener, cfg Config) *Listener {
+	if cfg.Clock == nil {
+		panic("connlimit: Config.Clock is required")
+	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
 	if cfg.KeepGrace <= 0 {
 		cfg.KeepGrace = DefaultKeepGrace
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System()
 	}
 	return &Listener{Listener: ln, max: cfg.Max, grace: cfg.Grace, keep: cfg.KeepGrace, clock: cfg.Clock, conns: map[*Conn]struct{}{}}
 }

@@ -232,3 +232,15 @@ func TestKeepsReaderForKeepGrace(t *testing.T) {
 	wantClosed(t, "c1 after the keep grace", c1)
 	wantStats(t, "evicted", r.l, connlimit.Stats{Open: 1, Accepted: 2, Evicted: 1, Refused: 1})
 }
+
+// A Listener has no clock of its own: New panics at once on a Config
+// without one, naming the field, rather than at the first Accept.
+func TestNewRequiresClock(t *testing.T) {
+	defer func() {
+		if r := recover(); r != "connlimit: Config.Clock is required" {
+			t.Errorf("New without a Clock: recovered %v, want the panic naming Config.Clock", r)
+		}
+	}()
+	connlimit.New(nil, connlimit.Config{Max: 1})
+	t.Error("New without a Clock returned")
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/harness"
 	"github.com/ringlimit/ringlimit/internal/testkit"
@@ -30,7 +31,7 @@ func TestBlackholedOwnerAnswersEveryCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := harness.StartNode(t, ln, harness.NodeConfig{Config: forward.Config{Self: "A", PeerTimeout: peerTimeout}})
+	a := harness.StartNode(t, ln, harness.NodeConfig{Config: forward.Config{Self: "A", PeerTimeout: peerTimeout, Clock: clock.System()}})
 	a.Router.SetMembers([]forward.Member{{Name: "A", Addr: a.Addr}, {Name: "B", Addr: testkit.Blackhole(t)}})
 	rg, err := ring.New(ring.DefaultConfig(), []string{"A", "B"})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/harness"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 )
@@ -24,7 +25,7 @@ const (
 	checkTimeout = 3 * time.Second // longer than any peer deadline: no check fails
 )
 
-var opts = harness.Options{PeerTimeout: peerTimeout}
+var opts = harness.Options{PeerTimeout: peerTimeout, Clock: clock.System()}
 
 func start(t *testing.T) *harness.Cluster {
 	t.Helper()

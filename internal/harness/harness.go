@@ -30,7 +30,8 @@ import (
 
 // Options configure a Cluster. Zero values mean the defaults.
 type Options struct {
-	// Clock is every node's clock. Nil means clock.System().
+	// Clock is every node's clock. Required (clock.System() or a
+	// testkit.Clock), as in every package a node is made of.
 	Clock clock.Clock
 	// PeerTimeout is every peer call's deadline. Default 200ms.
 	PeerTimeout time.Duration
@@ -41,9 +42,6 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Clock == nil {
-		o.Clock = clock.System()
-	}
 	if o.PeerTimeout == 0 {
 		o.PeerTimeout = 200 * time.Millisecond
 	}
@@ -82,6 +80,9 @@ type Cluster struct {
 // full member list. The cluster stops when the test ends.
 func Start(t testing.TB, opts Options, names ...string) *Cluster {
 	t.Helper()
+	if opts.Clock == nil {
+		t.Fatal("harness: Options.Clock is required")
+	}
 	opts = opts.withDefaults()
 	c := &Cluster{Net: faultnet.New(), Clock: opts.Clock, t: t}
 	t.Cleanup(c.Net.Close)
@@ -170,11 +171,16 @@ func StartNode(t testing.TB, ln net.Listener, cfg NodeConfig) *Node {
 	cfg.Peers = pool
 	r, err := forward.New(cfg.Config)
 	if err != nil {
-		pool.Close()
+		pool.Close(context.Background())
 		t.Fatalf("forward.New(%s): %v", name, err)
 	}
+	srv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Clock: cfg.Clock, Metrics: pm})
+	if err != nil {
+		pool.Close(context.Background())
+		t.Fatalf("peer.NewServer(%s): %v", name, err)
+	}
 	n := &Node{Name: name, Addr: ln.Addr().String(), Router: r, Pool: pool, Store: cfg.Store, Reg: reg,
-		Server: peer.NewServer(name, r, pm), GRPC: grpc.NewServer(cfg.ServerOptions...), served: make(chan struct{}),
+		Server: srv, GRPC: grpc.NewServer(cfg.ServerOptions...), served: make(chan struct{}),
 		t: t, checkClose: cfg.CheckClose}
 	n.Server.Register(n.GRPC)
 	go func() {
@@ -197,7 +203,9 @@ func (n *Node) Stop() {
 		if err := n.Router.Close(ctx); err != nil && n.checkClose {
 			n.t.Errorf("Close(%s): %v", n.Name, err)
 		}
-		n.Pool.Close()
+		if err := n.Pool.Close(ctx); err != nil && n.checkClose {
+			n.t.Errorf("Pool.Close(%s): %v", n.Name, err)
+		}
 	})
 }
 
