@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 func withKeys(keys ...[]byte) nodeOpt { return func(c *Config) { c.Keys = keys } }
@@ -28,7 +30,7 @@ func startClusterWith(t *testing.T, opts []nodeOpt, names ...string) []*testNode
 	for _, name := range names[1:] {
 		nodes = append(nodes, startNode(t, name, append(slices.Clone(opts), withSeeds(nodes[0].LocalAddr()))...))
 	}
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
 	return nodes
 }
 
@@ -132,7 +134,7 @@ func TestKeyRotation(t *testing.T) {
 
 	d := startNode(t, "d", withKeys(k2), withLabel("prod"), withSeeds(nodes[1].LocalAddr()))
 	all := append(slices.Clone(nodes), d)
-	waitFor(t, 10*time.Second, "d with K2 joins", func() error { return expectOneCluster(all) })
+	testkit.WaitFor(t, 10*time.Second, "d with K2 joins", func() error { return expectOneCluster(all) })
 
 	old := startNode(t, "old", withKeys(k1), withLabel("prod"), withSeeds(nodes[1].LocalAddr()))
 	time.Sleep(2 * time.Second)

@@ -103,7 +103,7 @@ func withMessages(m Messages) nodeOpt { return func(c *Config) { c.Messages = m 
 // loopback delivers at once, and the test waits a few gossip rounds more).
 func drained(t *testing.T, nodes ...*testNode) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "broadcast queues drained", func() error {
+	testkit.WaitFor(t, 10*time.Second, "broadcast queues drained", func() error {
 		for _, n := range nodes {
 			if q := n.queue.NumQueued(); q != 0 {
 				return fmt.Errorf("%s: %d broadcasts queued", n.name, q)
@@ -125,14 +125,14 @@ func TestBroadcastReachesEveryMemberOnce(t *testing.T) {
 	a := startNode(t, "a", withMessages(na))
 	b := startNode(t, "b", withMessages(nb), withSeeds(a.LocalAddr()))
 	c := startNode(t, "c", withMessages(nc), withSeeds(a.LocalAddr()))
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b, c}, a, b, c) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b, c}, a, b, c) })
 
 	short := "override 1"
 	long := strings.Repeat("x", MaxBroadcastLen)
 	na.Receive([]byte(short)) // a's own state, as a Messages would record what it sends
 	a.Broadcast([]byte(short))
 	a.Broadcast([]byte(long))
-	waitFor(t, 10*time.Second, "both broadcasts at b and c", func() error {
+	testkit.WaitFor(t, 10*time.Second, "both broadcasts at b and c", func() error {
 		for _, n := range []struct {
 			name  string
 			notes *notes
@@ -161,8 +161,8 @@ func TestBroadcastReachesEveryMemberOnce(t *testing.T) {
 	// A late member: nothing left to gossip, so only push/pull can tell it.
 	nd := newNotes()
 	d := startNode(t, "d", withMessages(nd), withSeeds(b.LocalAddr()))
-	waitFor(t, 10*time.Second, "d joined", func() error { return expectAlive([]*testNode{a, b, c, d}, a, b, c, d) })
-	waitFor(t, 5*time.Second, "d has the broadcasts", func() error {
+	testkit.WaitFor(t, 10*time.Second, "d joined", func() error { return expectAlive([]*testNode{a, b, c, d}, a, b, c, d) })
+	testkit.WaitFor(t, 5*time.Second, "d has the broadcasts", func() error {
 		if !nd.has(short) || !nd.has(long) {
 			return fmt.Errorf("d merged %d states", len(nd.mergedAll()))
 		}
@@ -284,11 +284,11 @@ func TestDepartedRetentionOnConfigClock(t *testing.T) {
 	withClock := func(c *Config) { c.Clock = clk; c.DepartedRetention = time.Minute }
 	a := startNode(t, "a", withClock)
 	b := startNode(t, "b", withClock, withSeeds(a.LocalAddr()))
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b}, a, b) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b}, a, b) })
 	if err := b.Close(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a sees b left", func() error { return expectDeparted([]*testNode{a}, "b", StateLeft) })
+	testkit.WaitFor(t, 5*time.Second, "a sees b left", func() error { return expectDeparted([]*testNode{a}, "b", StateLeft) })
 	clk.Advance(time.Minute)
 	if err := expectDeparted([]*testNode{a}, "b", StateLeft); err != nil {
 		t.Errorf("after exactly DepartedRetention: %v", err)
