@@ -208,17 +208,14 @@ func wantMetric(t *testing.T, what string, reg *prometheus.Registry, name, label
 // cond holds or 5s pass.
 func eventually(t *testing.T, name string, poke func(), cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		poke()
-		for range 25 {
-			if cond() {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+	var poked time.Time
+	testkit.Eventually(t, 5*time.Second, name, func() bool {
+		if time.Since(poked) >= 250*time.Millisecond {
+			poke()
+			poked = time.Now()
 		}
-	}
-	t.Fatalf("%s: not within 5s", name)
+		return cond()
+	})
 }
 
 func TestNewManager(t *testing.T) {

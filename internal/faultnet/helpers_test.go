@@ -97,4 +97,3 @@ func readNothing(t *testing.T, c net.Conn, d time.Duration) {
 		t.Fatalf("Read error %v is not a net.Error with Timeout()", err)
 	}
 }
-

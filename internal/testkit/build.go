@@ -31,9 +31,19 @@ type build struct {
 // system's temporary directory.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
-	abs, err := filepath.Abs(pkg)
+	bin, err := BuildBinary(pkg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return bin
+}
+
+// BuildBinary is Build for a TestMain, which has no testing.TB: it returns
+// the error instead of failing a test.
+func BuildBinary(pkg string) (string, error) {
+	abs, err := filepath.Abs(pkg)
+	if err != nil {
+		return "", err
 	}
 	builds.mu.Lock()
 	if builds.done == nil {
@@ -42,7 +52,7 @@ func Build(t testing.TB, pkg string) string {
 	if builds.dir == "" {
 		if builds.dir, err = os.MkdirTemp("", "ringlimit-build-"); err != nil {
 			builds.mu.Unlock()
-			t.Fatal(err)
+			return "", err
 		}
 	}
 	b := builds.done[abs]
@@ -56,14 +66,12 @@ func Build(t testing.TB, pkg string) string {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.bin
+	return b.bin, b.err
 }
 
-// removeBuilds removes what Build made.
-func removeBuilds() {
+// RemoveBuilds removes what Build and BuildBinary made; Main calls it when
+// the run ends. A later Build builds again.
+func RemoveBuilds() {
 	builds.mu.Lock()
 	defer builds.mu.Unlock()
 	if builds.dir != "" {

@@ -15,7 +15,7 @@ type M interface{ Run() int }
 //	func TestMain(m *testing.M) { testkit.Main(m) }
 func Main(m M, ignore ...goleak.Option) {
 	opts := append(Ignored(), ignore...)
-	opts = append(opts, goleak.Cleanup(func(int) { removeBuilds() }))
+	opts = append(opts, goleak.Cleanup(func(int) { RemoveBuilds() }))
 	goleak.VerifyTestMain(m, opts...)
 }
 
