@@ -816,6 +816,34 @@ func TestDefaultLocalConfigIsBuiltFromLAN(t *testing.T) {
 	}
 }
 
+// TestLifeguardStaysOn: whatever the timings, the memberlist configuration
+// keeps Lifeguard (local health awareness: a member whose own probes fail
+// probes less often, up to AwarenessMaxMultiplier × ProbeInterval; the
+// suspect message sent with a probe so that the suspected member can
+// refute at once; suspicion that shortens with confirmations) and carries
+// the configured suspicion multipliers: they are what keeps a live member
+// that is starved of CPU from being declared dead.
+func TestLifeguardStaysOn(t *testing.T) {
+	for name, cfg := range map[string]Config{"LAN": DefaultLANConfig(), "local": DefaultLocalConfig()} {
+		cfg.Name, cfg.PeerAddr = "n1", "127.0.0.1:9091"
+		c := &Cluster{cfg: cfg.withDefaults(), mlName: "n1@0"}
+		mc := c.memberlistConfig()
+		lan := memberlist.DefaultLANConfig()
+		if mc.AwarenessMaxMultiplier != lan.AwarenessMaxMultiplier || mc.AwarenessMaxMultiplier < 2 {
+			t.Errorf("%s: AwarenessMaxMultiplier %d, want memberlist's %d (local health awareness on)", name, mc.AwarenessMaxMultiplier, lan.AwarenessMaxMultiplier)
+		}
+		if mc.IndirectChecks != lan.IndirectChecks || mc.DisableTcpPings {
+			t.Errorf("%s: IndirectChecks %d, DisableTcpPings %v: a probe must not rest on one UDP round trip", name, mc.IndirectChecks, mc.DisableTcpPings)
+		}
+		if mc.SuspicionMult != cfg.SuspicionMult || mc.SuspicionMaxTimeoutMult != cfg.SuspicionMaxTimeoutMult ||
+			mc.ProbeInterval != cfg.ProbeInterval || mc.ProbeTimeout != cfg.ProbeTimeout {
+			t.Errorf("%s: memberlist got suspicion ×%d (max ×%d), probes %v/%v; configured ×%d (max ×%d), %v/%v", name,
+				mc.SuspicionMult, mc.SuspicionMaxTimeoutMult, mc.ProbeInterval, mc.ProbeTimeout,
+				cfg.SuspicionMult, cfg.SuspicionMaxTimeoutMult, cfg.ProbeInterval, cfg.ProbeTimeout)
+		}
+	}
+}
+
 // ---------------------------------------------------------------------------
 // metadata and memberlist's log lines
 
