@@ -372,7 +372,7 @@ func testOverrideSyncExpiredNotReinstalled(t *testing.T) {
 	b.s.MergeState(stale)
 	b.wantOverrides("before the expiry", short, long)
 	time.Sleep(time.Until(short.Expires) + time.Millisecond) // fake time: exactly past the expiry
-	b.wantOverrides("after the expiry", long) // Overrides() drops it
+	b.wantOverrides("after the expiry", long)                // Overrides() drops it
 	c := newSyncMember(t, "c")
 	for _, m := range []*syncMember{b, c} {
 		m.s.MergeState(stale)
