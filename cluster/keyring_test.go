@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -48,7 +49,9 @@ func TestOutsidersRefused(t *testing.T) {
 		startNode(t, "other-label", seeds, withLabel("staging"), withKeys(k)),
 		startNode(t, "no-label", seeds, withKeys(k)),
 	}
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	// Until every outsider has been refused three times (each attempt
+	// contacts every seed), no side ever lists the other.
+	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of every outsider", func() error {
 		if err := expectOneCluster(nodes); err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +60,13 @@ func TestOutsidersRefused(t *testing.T) {
 				t.Fatalf("%s: Members() = %v, want only itself", o.name, got)
 			}
 		}
-	}
+		for _, o := range outsiders {
+			if n := o.log.count(msgJoinFailed); n < 3 {
+				return fmt.Errorf("%s: %d refused attempts", o.name, n)
+			}
+		}
+		return nil
+	})
 	for _, o := range outsiders {
 		for _, n := range nodes {
 			if o.rec.saw(n.name, StateAlive) || o.rec.saw(n.name, StateSuspect) {
@@ -137,7 +146,12 @@ func TestKeyRotation(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "d with K2 joins", func() error { return expectOneCluster(all) })
 
 	old := startNode(t, "old", withKeys(k1), withLabel("prod"), withSeeds(nodes[1].LocalAddr()))
-	time.Sleep(2 * time.Second)
+	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of the member with only K1", func() error {
+		if n := old.log.count(msgJoinFailed); n < 3 {
+			return fmt.Errorf("%d refused attempts", n)
+		}
+		return nil
+	})
 	if err := expectOneCluster(all); err != nil {
 		t.Errorf("after a member with only K1 tried to join: %v", err)
 	}
