@@ -1019,19 +1019,13 @@ func TestDeadSeedInProcess(t *testing.T) {
 
 // waitJoinAttempts polls logs until they show at least n failed join
 // attempts, and returns how many they show.
-func waitJoinAttempts(t *testing.T, logs *logSink, n int, timeout time.Duration) int {
+func waitJoinAttempts(t *testing.T, logs *logSink, n int, timeout time.Duration) (got int) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		got := len(logs.records("cluster: join failed, will retry"))
-		if got >= n {
-			return got
+	testkit.WaitFor(t, timeout, fmt.Sprintf("%d failed join attempts logged", n), func() error {
+		if got = len(logs.records("cluster: join failed, will retry")); got < n {
+			return fmt.Errorf("%d logged", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d failed join attempts logged after %v, want at least %d", got, timeout, n)
-		}
-		<-tick.C
-	}
+		return nil
+	})
+	return got
 }
