@@ -183,6 +183,7 @@ func TestStrangersChangeNothing(t *testing.T) {
 
 	// Outsiders gossip an override.
 	pol := filepath.Join(dir, "policy.yaml")
+	var outsiders []*logSink
 	for _, o := range []struct {
 		name  string
 		flags []string
@@ -195,14 +196,16 @@ func TestStrangersChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		extra := append(o.flags, "--policy", pol, "--audit-log", filepath.Join(dir, o.name+".audit"), "--admin-token-file", tokens, "--join", nodes[0].cluster.LocalAddr())
-		out, _ := h.startWith(o.name, extra, nil)
+		out, sink := h.startWith(o.name, extra, nil)
+		outsiders = append(outsiders, sink)
 		status, b, err := postJSON(h.client, "http://"+httpAddr(out)+"/v1/overrides", `{"reason":"r","user":"42","tier":"enterprise","expires_in":"1h"}`)
 		if err != nil || status != http.StatusOK {
 			t.Fatalf("override on %s: %d %s %v", o.name, status, b, err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	// Until every outsider has been refused three times, no node lists it
+	// or holds its override.
+	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of every outsider", func() error {
 		for i, n := range nodes {
 			if got := memberNames(n); len(got) != 3 {
 				t.Fatalf("%s lists %v, want only the three nodes", names[i], got)
@@ -211,8 +214,13 @@ func TestStrangersChangeNothing(t *testing.T) {
 				t.Fatalf("%s: overrides %+v, want none", names[i], o)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		for i, sink := range outsiders {
+			if n := len(sink.records("cluster: join failed, will retry")); n < 3 {
+				return fmt.Errorf("outsider %d: %d refused attempts", i+1, n)
+			}
+		}
+		return nil
+	})
 
 	for i, n := range nodes {
 		if a := h.mustCheck(httpAddr(n), checkBody(spent, lim)); a.status != http.StatusTooManyRequests || a.body.Remaining != 0 {
