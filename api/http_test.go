@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -32,7 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(countPairs{m})
+	testkit.Main(countPairs{m})
 }
 
 // t0 is 2026-01-05 10:04:00 UTC: a whole minute, so windows of 250ms, 1s,

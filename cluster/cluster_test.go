@@ -17,17 +17,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
 	// memberlist's Shutdown does not wait for a probe in flight: its
 	// goroutine ends when the probe's ack timer fires, up to one probe
-	// interval later.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
+	// interval later (testkit.Ignored).
+	testkit.Main(m)
 }
 
 // ---------------------------------------------------------------------------
@@ -198,7 +198,7 @@ func startCluster(t *testing.T, names ...string) []*testNode {
 	for _, name := range names[1:] {
 		nodes = append(nodes, startNode(t, name, withSeeds(nodes[0].LocalAddr())))
 	}
-	waitFor(t, 10*time.Second, "cluster converges", func() error {
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error {
 		return expectAlive(nodes, nodes...)
 	})
 	return nodes
@@ -213,22 +213,6 @@ func (n *testNode) crash() {
 	n.left = true // nothing to announce any more
 	n.life.Unlock()
 	_ = n.ml.Shutdown()
-}
-
-// waitFor polls cond until it returns nil or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // expectAlive checks that every observer's Alive() is exactly want, with
@@ -350,7 +334,7 @@ func TestJoinDeliversWholeCluster(t *testing.T) {
 		name := fmt.Sprintf("j%d", i)
 		n := startNode(t, name, withSeeds(nodes[0].LocalAddr()))
 		nodes = append(nodes, n)
-		waitFor(t, 10*time.Second, name+" joins", func() error { return expectAlive(nodes, nodes...) })
+		testkit.WaitFor(t, 10*time.Second, name+" joins", func() error { return expectAlive(nodes, nodes...) })
 		n.rec.mu.Lock()
 		calls := slices.Clone(n.rec.calls)
 		n.rec.mu.Unlock()
@@ -377,7 +361,7 @@ func TestGracefulLeave(t *testing.T) {
 	if err := b.Leave(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatalf("second Leave: %v", err)
 	}
-	waitFor(t, 5*time.Second, "survivors see b left", func() error {
+	testkit.WaitFor(t, 5*time.Second, "survivors see b left", func() error {
 		if err := expectAlive([]*testNode{a, c}, a, c); err != nil {
 			return err
 		}
@@ -412,7 +396,7 @@ func TestCloseLeavesAndIsIdempotent(t *testing.T) {
 		t.Fatalf("Leave after Close = %v, want ErrClosed", err)
 	}
 	// Close announced the departure: a sees b left (not dead).
-	waitFor(t, 5*time.Second, "a sees b left", func() error {
+	testkit.WaitFor(t, 5*time.Second, "a sees b left", func() error {
 		return expectDeparted([]*testNode{a}, "b", StateLeft)
 	})
 	// b's own view keeps the last state it knew, itself as left.
@@ -435,7 +419,7 @@ func TestAbruptDeath(t *testing.T) {
 			start := time.Now()
 			victim.crash()
 			dropped := make(map[string]time.Duration)
-			waitFor(t, 10*time.Second, "survivors drop c", func() error {
+			testkit.WaitFor(t, 10*time.Second, "survivors drop c", func() error {
 				for _, s := range survivors {
 					if _, ok := dropped[s.name]; ok {
 						continue
@@ -455,7 +439,7 @@ func TestAbruptDeath(t *testing.T) {
 			if worst > bound {
 				t.Errorf("a survivor took %v to drop the crashed member, want ≤ %v", worst, bound)
 			}
-			waitFor(t, 5*time.Second, "survivors see c dead", func() error {
+			testkit.WaitFor(t, 5*time.Second, "survivors see c dead", func() error {
 				return expectDeparted(survivors, "c", StateDead)
 			})
 			// Suspicion always starts with some survivor's own failed probe,
@@ -485,7 +469,7 @@ func TestRestartSameNameAndAddress(t *testing.T) {
 					t.Fatalf("Close: %v", err)
 				}
 			}
-			waitFor(t, 5*time.Second, "survivors see c gone", func() error {
+			testkit.WaitFor(t, 5*time.Second, "survivors see c gone", func() error {
 				return expectDeparted([]*testNode{a, b}, "c", want)
 			})
 
@@ -493,7 +477,7 @@ func TestRestartSameNameAndAddress(t *testing.T) {
 			if c2.LocalAddr() != addr {
 				t.Fatalf("restarted c on %s, want %s", c2.LocalAddr(), addr)
 			}
-			waitFor(t, 10*time.Second, "restarted c is alive everywhere", func() error {
+			testkit.WaitFor(t, 10*time.Second, "restarted c is alive everywhere", func() error {
 				return expectAlive([]*testNode{a, b, c2}, a, b, c2)
 			})
 		})
@@ -510,7 +494,7 @@ func TestRestartNewAddressAtOnce(t *testing.T) {
 	a := startNode(t, "a", slow)
 	b := startNode(t, "b", slow, withSeeds(a.LocalAddr()))
 	c := startNode(t, "c", slow, withSeeds(a.LocalAddr()))
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b, c}, a, b, c) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b, c}, a, b, c) })
 	old := c.LocalAddr()
 	c.crash()
 
@@ -519,7 +503,7 @@ func TestRestartNewAddressAtOnce(t *testing.T) {
 		t.Fatalf("restarted c on its old address %s", old)
 	}
 	start := time.Now()
-	waitFor(t, 3*time.Second, "restarted c is alive everywhere with its new address", func() error {
+	testkit.WaitFor(t, 3*time.Second, "restarted c is alive everywhere with its new address", func() error {
 		for _, n := range []*testNode{a, b, c2} {
 			var cs []Member
 			for _, m := range n.Members() {
@@ -574,7 +558,7 @@ func TestJoinRetry(t *testing.T) {
 		if d := time.Since(start); d > time.Second {
 			t.Errorf("New took %v with an unreachable seed, want it to return at once", d)
 		}
-		waitFor(t, 5*time.Second, "two failed join attempts", func() error {
+		testkit.WaitFor(t, 5*time.Second, "two failed join attempts", func() error {
 			if got := n.log.count(msgJoinFailed); got < 2 {
 				return fmt.Errorf("%d failed attempts logged", got)
 			}
@@ -604,7 +588,7 @@ func TestJoinRetry(t *testing.T) {
 		t.Parallel()
 		a := startNode(t, "a")
 		b := startNode(t, "b", withSeeds(deadAddr(t), a.LocalAddr()))
-		waitFor(t, 5*time.Second, "b joins a", func() error {
+		testkit.WaitFor(t, 5*time.Second, "b joins a", func() error {
 			return expectAlive([]*testNode{a, b}, a, b)
 		})
 		if got := b.log.count(msgJoinFailed); got != 0 {
@@ -616,14 +600,14 @@ func TestJoinRetry(t *testing.T) {
 		t.Parallel()
 		later := deadAddr(t)
 		orphan := startNode(t, "orphan", withSeeds(later), func(c *Config) { c.JoinRetryInterval = 50 * time.Millisecond })
-		waitFor(t, 5*time.Second, "two failed join attempts", func() error {
+		testkit.WaitFor(t, 5*time.Second, "two failed join attempts", func() error {
 			if got := orphan.log.count(msgJoinFailed); got < 2 {
 				return fmt.Errorf("%d failed attempts logged", got)
 			}
 			return nil
 		})
 		seed := startNode(t, "seed", withBind(later))
-		waitFor(t, 5*time.Second, "orphan joins the late seed", func() error {
+		testkit.WaitFor(t, 5*time.Second, "orphan joins the late seed", func() error {
 			return expectAlive([]*testNode{orphan, seed}, orphan, seed)
 		})
 		if first := orphan.rec.first(); len(first) != 2 {
@@ -637,7 +621,7 @@ func TestJoinRetry(t *testing.T) {
 	t.Run("joined by another member first", func(t *testing.T) {
 		t.Parallel()
 		first := startNode(t, "first", withSeeds(deadAddr(t)), func(c *Config) { c.JoinRetryInterval = time.Hour })
-		waitFor(t, 5*time.Second, "a failed join attempt", func() error {
+		testkit.WaitFor(t, 5*time.Second, "a failed join attempt", func() error {
 			if got := first.log.count(msgJoinFailed); got < 1 {
 				return fmt.Errorf("%d failed attempts logged", got)
 			}
@@ -647,7 +631,7 @@ func TestJoinRetry(t *testing.T) {
 			t.Fatalf("before anyone joined it: Joined() = %v, listener told %d times, want false and 0", first.Joined(), first.rec.count())
 		}
 		second := startNode(t, "second", withSeeds(first.LocalAddr()))
-		waitFor(t, 5*time.Second, "both list both", func() error {
+		testkit.WaitFor(t, 5*time.Second, "both list both", func() error {
 			return expectAlive([]*testNode{first, second}, first, second)
 		})
 		if !first.Joined() {
@@ -682,14 +666,14 @@ func TestSlowListenerDoesNotStallMembership(t *testing.T) {
 	c := startNode(t, "c", withSeeds(a.LocalAddr()))
 
 	// Membership converges on a regardless of its slow listener...
-	waitFor(t, 5*time.Second, "a's view converges", func() error {
+	testkit.WaitFor(t, 5*time.Second, "a's view converges", func() error {
 		if got := len(a.Alive()); got != 3 {
 			return fmt.Errorf("a sees %d alive", got)
 		}
 		return nil
 	})
 	// ...and the listener eventually gets the final list, one call at a time.
-	waitFor(t, 5*time.Second, "listeners catch up", func() error {
+	testkit.WaitFor(t, 5*time.Second, "listeners catch up", func() error {
 		return expectAlive([]*testNode{a, b, c}, a, b, c)
 	})
 	if got := slow.maxIn.Load(); got != 1 {
@@ -718,7 +702,7 @@ func TestForeignMemberRefused(t *testing.T) {
 	t.Cleanup(func() { _ = ml.Shutdown() })
 	_, _ = ml.Join([]string{a.LocalAddr()})
 
-	waitFor(t, 5*time.Second, "a refuses the intruder", func() error {
+	testkit.WaitFor(t, 5*time.Second, "a refuses the intruder", func() error {
 		if a.log.count("cluster: refusing member") == 0 {
 			return errors.New("not refused yet")
 		}
@@ -836,6 +820,34 @@ func TestDefaultLocalConfigIsBuiltFromLAN(t *testing.T) {
 	}
 	if lan.DepartedRetention != local.DepartedRetention || lan.DeadNodeReclaimTime != local.DeadNodeReclaimTime {
 		t.Errorf("DefaultLocalConfig changed fields unrelated to timing")
+	}
+}
+
+// TestLifeguardStaysOn: whatever the timings, the memberlist configuration
+// keeps Lifeguard (local health awareness: a member whose own probes fail
+// probes less often, up to AwarenessMaxMultiplier × ProbeInterval; the
+// suspect message sent with a probe so that the suspected member can
+// refute at once; suspicion that shortens with confirmations) and carries
+// the configured suspicion multipliers: they are what keeps a live member
+// that is starved of CPU from being declared dead.
+func TestLifeguardStaysOn(t *testing.T) {
+	for name, cfg := range map[string]Config{"LAN": DefaultLANConfig(), "local": DefaultLocalConfig()} {
+		cfg.Name, cfg.PeerAddr = "n1", "127.0.0.1:9091"
+		c := &Cluster{cfg: cfg.withDefaults(), mlName: "n1@0"}
+		mc := c.memberlistConfig()
+		lan := memberlist.DefaultLANConfig()
+		if mc.AwarenessMaxMultiplier != lan.AwarenessMaxMultiplier || mc.AwarenessMaxMultiplier < 2 {
+			t.Errorf("%s: AwarenessMaxMultiplier %d, want memberlist's %d (local health awareness on)", name, mc.AwarenessMaxMultiplier, lan.AwarenessMaxMultiplier)
+		}
+		if mc.IndirectChecks != lan.IndirectChecks || mc.DisableTcpPings {
+			t.Errorf("%s: IndirectChecks %d, DisableTcpPings %v: a probe must not rest on one UDP round trip", name, mc.IndirectChecks, mc.DisableTcpPings)
+		}
+		if mc.SuspicionMult != cfg.SuspicionMult || mc.SuspicionMaxTimeoutMult != cfg.SuspicionMaxTimeoutMult ||
+			mc.ProbeInterval != cfg.ProbeInterval || mc.ProbeTimeout != cfg.ProbeTimeout {
+			t.Errorf("%s: memberlist got suspicion ×%d (max ×%d), probes %v/%v; configured ×%d (max ×%d), %v/%v", name,
+				mc.SuspicionMult, mc.SuspicionMaxTimeoutMult, mc.ProbeInterval, mc.ProbeTimeout,
+				cfg.SuspicionMult, cfg.SuspicionMaxTimeoutMult, cfg.ProbeInterval, cfg.ProbeTimeout)
+		}
 	}
 }
 

@@ -52,6 +52,17 @@ import (
 // cost more probe and gossip traffic. Because the suspicion timeout grows
 // with log10(N), a large cluster detects more slowly than a small one with the
 // same settings.
+//
+// Every Config keeps memberlist's Lifeguard extensions, which make such false
+// suspicion rarer without slowing the detection of a real crash: a member
+// whose own probes fail or go unanswered (it is the slow one) probes less
+// often, up to 8 × ProbeInterval (local health awareness); the suspect
+// message rides the next probe, so a suspected member that runs again
+// refutes at once; and the suspicion timeout shortens as confirmations
+// arrive. What none of them covers is a member that cannot run at all for
+// longer than probe timeout + suspicion timeout: choose the timings for the
+// longest stall the members' machines may see (members that share one
+// process with a heavy load, as in-process tests do, need LAN timings).
 type Config struct {
 	// Name identifies this member and must be unique in the cluster.
 	// Required. A member restarted with the same Name takes its old place

@@ -3,10 +3,13 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 func withKeys(keys ...[]byte) nodeOpt { return func(c *Config) { c.Keys = keys } }
@@ -28,7 +31,7 @@ func startClusterWith(t *testing.T, opts []nodeOpt, names ...string) []*testNode
 	for _, name := range names[1:] {
 		nodes = append(nodes, startNode(t, name, append(slices.Clone(opts), withSeeds(nodes[0].LocalAddr()))...))
 	}
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
 	return nodes
 }
 
@@ -46,7 +49,9 @@ func TestOutsidersRefused(t *testing.T) {
 		startNode(t, "other-label", seeds, withLabel("staging"), withKeys(k)),
 		startNode(t, "no-label", seeds, withKeys(k)),
 	}
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	// Until every outsider has been refused three times (each attempt
+	// contacts every seed), no side ever lists the other.
+	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of every outsider", func() error {
 		if err := expectOneCluster(nodes); err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +60,13 @@ func TestOutsidersRefused(t *testing.T) {
 				t.Fatalf("%s: Members() = %v, want only itself", o.name, got)
 			}
 		}
-	}
+		for _, o := range outsiders {
+			if n := o.log.count(msgJoinFailed); n < 3 {
+				return fmt.Errorf("%s: %d refused attempts", o.name, n)
+			}
+		}
+		return nil
+	})
 	for _, o := range outsiders {
 		for _, n := range nodes {
 			if o.rec.saw(n.name, StateAlive) || o.rec.saw(n.name, StateSuspect) {
@@ -132,10 +143,15 @@ func TestKeyRotation(t *testing.T) {
 
 	d := startNode(t, "d", withKeys(k2), withLabel("prod"), withSeeds(nodes[1].LocalAddr()))
 	all := append(slices.Clone(nodes), d)
-	waitFor(t, 10*time.Second, "d with K2 joins", func() error { return expectOneCluster(all) })
+	testkit.WaitFor(t, 10*time.Second, "d with K2 joins", func() error { return expectOneCluster(all) })
 
 	old := startNode(t, "old", withKeys(k1), withLabel("prod"), withSeeds(nodes[1].LocalAddr()))
-	time.Sleep(2 * time.Second)
+	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of the member with only K1", func() error {
+		if n := old.log.count(msgJoinFailed); n < 3 {
+			return fmt.Errorf("%d refused attempts", n)
+		}
+		return nil
+	})
 	if err := expectOneCluster(all); err != nil {
 		t.Errorf("after a member with only K1 tried to join: %v", err)
 	}

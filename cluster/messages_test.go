@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,11 +100,11 @@ func (n *notes) mergedAll() []string {
 func withMessages(m Messages) nodeOpt { return func(c *Config) { c.Messages = m } }
 
 // drained waits until no node has a broadcast left to gossip: every copy
-// that will ever be sent has been sent (received is another matter: UDP on
-// loopback delivers at once, and the test waits a few gossip rounds more).
+// that will ever be sent has been sent (received is another matter: see
+// the marker in TestBroadcastReachesEveryMemberOnce).
 func drained(t *testing.T, nodes ...*testNode) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "broadcast queues drained", func() error {
+	testkit.WaitFor(t, 10*time.Second, "broadcast queues drained", func() error {
 		for _, n := range nodes {
 			if q := n.queue.NumQueued(); q != 0 {
 				return fmt.Errorf("%s: %d broadcasts queued", n.name, q)
@@ -111,7 +112,6 @@ func drained(t *testing.T, nodes ...*testNode) {
 		}
 		return nil
 	})
-	time.Sleep(5 * DefaultLocalConfig().GossipInterval)
 }
 
 // TestBroadcastReachesEveryMemberOnce: three members on 127.0.0.1:0. A
@@ -125,14 +125,14 @@ func TestBroadcastReachesEveryMemberOnce(t *testing.T) {
 	a := startNode(t, "a", withMessages(na))
 	b := startNode(t, "b", withMessages(nb), withSeeds(a.LocalAddr()))
 	c := startNode(t, "c", withMessages(nc), withSeeds(a.LocalAddr()))
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b, c}, a, b, c) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b, c}, a, b, c) })
 
 	short := "override 1"
 	long := strings.Repeat("x", MaxBroadcastLen)
 	na.Receive([]byte(short)) // a's own state, as a Messages would record what it sends
 	a.Broadcast([]byte(short))
 	a.Broadcast([]byte(long))
-	waitFor(t, 10*time.Second, "both broadcasts at b and c", func() error {
+	testkit.WaitFor(t, 10*time.Second, "both broadcasts at b and c", func() error {
 		for _, n := range []struct {
 			name  string
 			notes *notes
@@ -144,13 +144,25 @@ func TestBroadcastReachesEveryMemberOnce(t *testing.T) {
 		return nil
 	})
 	drained(t, a, b, c)
+	// A marker broadcast after every copy of the two was sent: once b and
+	// c have it, a copy sent before it has arrived too (loopback delivers
+	// in order), so they had their chance to receive one twice.
+	const marker = "marker"
+	a.Broadcast([]byte(marker))
+	testkit.WaitFor(t, 10*time.Second, "the marker at b and c", func() error {
+		if nb.count(marker) == 0 || nc.count(marker) == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	drained(t, a, b, c)
 	for _, n := range []struct {
 		name  string
 		notes *notes
 	}{{"b", nb}, {"c", nc}} {
 		got := n.notes.receivedAll()
 		slices.Sort(got)
-		if want := []string{short, long}; !slices.Equal(got, want) {
+		if want := []string{marker, short, long}; !slices.Equal(got, want) {
 			t.Errorf("%s: Receive called with %d messages (%v...), want the two broadcasts once each", n.name, len(got), summarize(got))
 		}
 	}
@@ -161,8 +173,8 @@ func TestBroadcastReachesEveryMemberOnce(t *testing.T) {
 	// A late member: nothing left to gossip, so only push/pull can tell it.
 	nd := newNotes()
 	d := startNode(t, "d", withMessages(nd), withSeeds(b.LocalAddr()))
-	waitFor(t, 10*time.Second, "d joined", func() error { return expectAlive([]*testNode{a, b, c, d}, a, b, c, d) })
-	waitFor(t, 5*time.Second, "d has the broadcasts", func() error {
+	testkit.WaitFor(t, 10*time.Second, "d joined", func() error { return expectAlive([]*testNode{a, b, c, d}, a, b, c, d) })
+	testkit.WaitFor(t, 5*time.Second, "d has the broadcasts", func() error {
 		if !nd.has(short) || !nd.has(long) {
 			return fmt.Errorf("d merged %d states", len(nd.mergedAll()))
 		}
@@ -284,11 +296,11 @@ func TestDepartedRetentionOnConfigClock(t *testing.T) {
 	withClock := func(c *Config) { c.Clock = clk; c.DepartedRetention = time.Minute }
 	a := startNode(t, "a", withClock)
 	b := startNode(t, "b", withClock, withSeeds(a.LocalAddr()))
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b}, a, b) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectAlive([]*testNode{a, b}, a, b) })
 	if err := b.Close(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a sees b left", func() error { return expectDeparted([]*testNode{a}, "b", StateLeft) })
+	testkit.WaitFor(t, 5*time.Second, "a sees b left", func() error { return expectDeparted([]*testNode{a}, "b", StateLeft) })
 	clk.Advance(time.Minute)
 	if err := expectDeparted([]*testNode{a}, "b", StateLeft); err != nil {
 		t.Errorf("after exactly DepartedRetention: %v", err)

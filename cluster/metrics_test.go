@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // gathered returns the value of every counter, gauge and summary count in
@@ -46,8 +48,8 @@ func TestMemberlistMetricsPerCluster(t *testing.T) {
 	a := startNode(t, "a", func(c *Config) { c.Registerer = regs["a"] })
 	b := startNode(t, "b", withSeeds(a.LocalAddr()), func(c *Config) { c.Registerer = regs["b"] })
 	startNode(t, "alone", func(c *Config) { c.Registerer = regs["alone"] })
-	waitFor(t, 10*time.Second, "a and b converge", func() error { return expectAlive([]*testNode{a, b}, a, b) })
-	waitFor(t, 10*time.Second, "a and b gossip and probe", func() error {
+	testkit.WaitFor(t, 10*time.Second, "a and b converge", func() error { return expectAlive([]*testNode{a, b}, a, b) })
+	testkit.WaitFor(t, 10*time.Second, "a and b gossip and probe", func() error {
 		for _, name := range []string{"a", "b"} {
 			got := gathered(t, regs[name])
 			for _, m := range []string{"memberlist_msg_alive", "memberlist_gossip_count", "memberlist_probeNode_count", "memberlist_udp_sent"} {

@@ -56,7 +56,7 @@ func startNetCluster(t *testing.T, fn *faultnet.Network, names ...string) []*tes
 	for _, name := range names[1:] {
 		nodes = append(nodes, startNetNode(t, fn, name, withSeeds(nodes[0].LocalAddr())))
 	}
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
 	return nodes
 }
 
@@ -111,7 +111,7 @@ func TestPartitionHeals(t *testing.T) {
 
 			start := time.Now()
 			fn.Isolate("c")
-			waitFor(t, 10*time.Second, "each side sees the other dead", func() error {
+			testkit.WaitFor(t, 10*time.Second, "each side sees the other dead", func() error {
 				return errors.Join(
 					expectState(a, "c", StateDead), expectState(b, "c", StateDead),
 					expectState(c, "a", StateDead), expectState(c, "b", StateDead))
@@ -121,7 +121,7 @@ func TestPartitionHeals(t *testing.T) {
 
 			healed := time.Now()
 			fn.HealAll()
-			waitFor(t, healWithin, "one cluster again after the heal", func() error { return expectOneCluster(nodes) })
+			testkit.WaitFor(t, healWithin, "one cluster again after the heal", func() error { return expectOneCluster(nodes) })
 			t.Logf("one cluster again %v after the heal", time.Since(healed).Round(time.Millisecond))
 
 			for _, s := range []struct {
@@ -154,7 +154,7 @@ func TestAsymmetricLinkHeals(t *testing.T) {
 	start := time.Now()
 	fn.CutOneWay("c", "a")
 	fn.CutOneWay("c", "b")
-	waitFor(t, 10*time.Second, "a and b see c dead", func() error {
+	testkit.WaitFor(t, 10*time.Second, "a and b see c dead", func() error {
 		return errors.Join(expectState(a, "c", StateDead), expectState(b, "c", StateDead))
 	})
 	t.Logf("a and b saw c dead %v after the cut", time.Since(start).Round(time.Millisecond))
@@ -164,7 +164,7 @@ func TestAsymmetricLinkHeals(t *testing.T) {
 
 	healed := time.Now()
 	fn.HealAll()
-	waitFor(t, healWithin, "one cluster again after the heal", func() error { return expectOneCluster(nodes) })
+	testkit.WaitFor(t, healWithin, "one cluster again after the heal", func() error { return expectOneCluster(nodes) })
 	t.Logf("one cluster again %v after the heal", time.Since(healed).Round(time.Millisecond))
 }
 
@@ -236,7 +236,7 @@ func waitLookups(t *testing.T, more int64, rs map[string]*resolver) {
 	for name, r := range rs {
 		base[name] = r.lookups.Load()
 	}
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d more re-join rounds", more), func() error {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("%d more re-join rounds", more), func() error {
 		for name, r := range rs {
 			if got := r.lookups.Load() - base[name]; got < more {
 				return fmt.Errorf("%s: %d more lookups", name, got)
@@ -268,7 +268,7 @@ func TestHealthyClusterMakesNoJoinCalls(t *testing.T) {
 			r.set("members.test", ips...)
 		}
 	}
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(nodes) })
 
 	// Let a round that started before convergence finish.
 	waitLookups(t, 2, resolvers)
@@ -300,7 +300,7 @@ func TestSeedHostnameReResolved(t *testing.T) {
 			c.JoinRetryInterval = 50 * time.Millisecond
 			c.RejoinInterval = 100 * time.Millisecond
 		})
-	waitFor(t, 5*time.Second, "two failed join attempts", func() error {
+	testkit.WaitFor(t, 5*time.Second, "two failed join attempts", func() error {
 		if got := c.log.count(msgJoinFailed); got < 2 {
 			return fmt.Errorf("%d failed attempts logged", got)
 		}
@@ -314,7 +314,7 @@ func TestSeedHostnameReResolved(t *testing.T) {
 	// c joins through the second address.
 	fn.Cut("a", "c")
 	r.set("seeds.test", ipOf(t, a.LocalAddr()), ipOf(t, b.LocalAddr()))
-	waitFor(t, 5*time.Second, "c joins", func() error {
+	testkit.WaitFor(t, 5*time.Second, "c joins", func() error {
 		if c.log.count(msgJoined) == 0 {
 			return errors.New("not joined yet")
 		}
@@ -322,7 +322,7 @@ func TestSeedHostnameReResolved(t *testing.T) {
 	})
 	fn.HealAll()
 	all := []*testNode{a, b, c}
-	waitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(all) })
+	testkit.WaitFor(t, 10*time.Second, "cluster converges", func() error { return expectOneCluster(all) })
 
 	// Rounds go on resolving the name.
 	waitLookups(t, 3, map[string]*resolver{"c": r})
@@ -343,7 +343,7 @@ func TestListenerGetsDeadAndLeft(t *testing.T) {
 		{Name: "b", PeerAddr: b.grpc, GossipAddr: b.LocalAddr(), State: StateLeft},
 		{Name: "c", PeerAddr: c.grpc, GossipAddr: c.LocalAddr(), State: StateDead},
 	}
-	waitFor(t, 10*time.Second, "a's listener told b left and c dead", func() error {
+	testkit.WaitFor(t, 10*time.Second, "a's listener told b left and c dead", func() error {
 		if got := a.rec.last(); !slices.Equal(got, want) {
 			return fmt.Errorf("listener last told %v, want %v", got, want)
 		}

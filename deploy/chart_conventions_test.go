@@ -21,6 +21,8 @@ import (
 	"helm.sh/helm/v3/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // TestChartKubeVersion: the chart asks for Kubernetes 1.30 or later (the
@@ -179,7 +181,7 @@ func TestChartHelmTest(t *testing.T) {
 	needNode(t)
 	n := startMetricsNode(t, "helm-test")
 	local := strings.Replace(url, "rl-ringlimit.limits.svc.cluster.local:8080", n.http, 1)
-	waitFor(t, 20*time.Second, "the probe passes", func() error {
+	testkit.WaitFor(t, 20*time.Second, "the probe passes", func() error {
 		out, err := exec.Command(nodeBin, "probe", local).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -342,22 +343,6 @@ func startMetricsNode(t *testing.T, name string, flags ...string) *metricsNode {
 	return n
 }
 
-// waitFor polls cond every 50ms until it returns nil or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
 func get(url string) (int, []byte, error) {
@@ -425,7 +410,7 @@ func TestMetricsLive(t *testing.T) {
 		nodes = append(nodes, startMetricsNode(t, name, append(append(common, tlsFlags(name)...), "--join", nodes[0].gossip)...))
 	}
 	for _, n := range nodes {
-		waitFor(t, 20*time.Second, n.name+" ready with 3 ring members", func() error {
+		testkit.WaitFor(t, 20*time.Second, n.name+" ready with 3 ring members", func() error {
 			code, body, err := get("http://" + n.http + "/readyz")
 			if err != nil || code != 200 {
 				return fmt.Errorf("/readyz: %d %s %v", code, body, err)

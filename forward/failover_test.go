@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -176,38 +174,11 @@ func TestOwnerWithoutConnection(t *testing.T) {
 
 // ---- 6. context ----------------------------------------------------------------------
 
-// slowServer is a pair of gRPC interceptors that hold every call until its
-// context ends, counting the calls they hold: a unary call at once, a Check
-// stream once its first batch has arrived.
-type slowServer struct{ held chan struct{} }
-
-func (s *slowServer) interceptStream(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
-	var req peerv1.CheckRequest
-	if err := ss.RecvMsg(&req); err != nil {
-		return err
-	}
-	select {
-	case s.held <- struct{}{}:
-	default:
-	}
-	<-ss.Context().Done()
-	return ss.Context().Err()
-}
-
-func (s *slowServer) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
-	select {
-	case s.held <- struct{}{}:
-	default:
-	}
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
 func TestCancelledCallerReturnsPromptly(t *testing.T) {
 	clock := testkit.NewClock(0)
 	a := startNode(t, "A", clock, func(c *nodeConfig) { c.PeerTimeout = 5 * time.Second })
-	slow := &slowServer{held: make(chan struct{}, 16)}
-	held := []grpc.ServerOption{grpc.UnaryInterceptor(slow.intercept), grpc.StreamInterceptor(slow.interceptStream)}
+	slow := testkit.NewSlowServer(func() any { return new(peerv1.CheckRequest) })
+	held := slow.ServerOptions()
 	b := startNode(t, "B", clock, nil, held...)
 	c := startNode(t, "C", clock, nil, held...)
 	formCluster(clock, a, b, c)
@@ -218,7 +189,7 @@ func TestCancelledCallerReturnsPromptly(t *testing.T) {
 	t.Run("cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
-			<-slow.held // the owner has the call
+			<-slow.Held // the owner has the call
 			cancel()
 		}()
 		var out [1]Result

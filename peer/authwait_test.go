@@ -19,14 +19,14 @@ import (
 // held until that clock has passed AuthWait, however long the real wait,
 // and refused then.
 func TestTLSAuthWaitOnServerClock(t *testing.T) {
-	p := newPKI(t, "cluster CA")
-	set := p.certs(t, "B")
+	p := testkit.NewPKI(t, "", "cluster CA")
+	set := certs(t, p, "B")
 	srvClock := testkit.NewClock(0)
 	b, lis := newNode(t, "B", testkit.NewClock(0), func(c *peer.Config) { c.TLS = set },
 		grpc.Creds(credentials.NewTLS(set.ServerConfig(true))))
 	b.scfg.Known, b.scfg.Clock = newMembers("B").known, srvClock
 	b.serve(t, lis)
-	mallory := tlsPool(t, "mallory", p.certs(t, "mallory"), map[string]string{"B": b.addr})
+	mallory := tlsPool(t, "mallory", certs(t, p, "mallory"), map[string]string{"B": b.addr})
 	l := hourlyLimit(5)
 	done := make(chan error, 1)
 	go func() {

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
@@ -25,7 +25,7 @@ import (
 // decides on a real bucket.Store and records what the transport gave it.
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.Main(m)
 }
 
 // failTimeout is the peer deadline of the tests where it fires.
@@ -293,22 +293,4 @@ func peerClient(t testing.TB, addr string) peerv1.PeerClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return peerv1.NewPeerClient(conn)
-}
-
-// slowServer is a stream interceptor that holds every Check stream once its
-// first batch has arrived, until its context ends, counting the streams it
-// holds.
-type slowServer struct{ held chan struct{} }
-
-func (s *slowServer) interceptStream(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
-	var req peerv1.CheckRequest
-	if err := ss.RecvMsg(&req); err != nil {
-		return err
-	}
-	select {
-	case s.held <- struct{}{}:
-	default:
-	}
-	<-ss.Context().Done()
-	return ss.Context().Err()
 }

@@ -25,14 +25,14 @@ import (
 
 // issueFiles writes a certificate of p with common name cn and DNS names
 // dns, its key and p's CA to dir, under file, and returns their paths.
-func (p *pki) issueFiles(t *testing.T, dir, file, cn string, dns ...string) certfile.Files {
+func issueFiles(t *testing.T, p *testkit.PKI, dir, file, cn string, dns ...string) certfile.Files {
 	t.Helper()
-	cert, key, err := p.ca.Issue(cn, dns, nil, time.Hour)
+	cert, key, err := p.CA.Issue(cn, dns, nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := certfile.Files{CA: filepath.Join(dir, file+"-ca.pem"), Cert: filepath.Join(dir, file+".pem"), Key: filepath.Join(dir, file+"-key.pem")}
-	for path, b := range map[string][]byte{f.CA: p.ca.CertPEM(), f.Cert: cert, f.Key: key} {
+	for path, b := range map[string][]byte{f.CA: p.CA.CertPEM(), f.Cert: cert, f.Key: key} {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -43,10 +43,10 @@ func (p *pki) issueFiles(t *testing.T, dir, file, cn string, dns ...string) cert
 // A certificate with DNS names names its holder by them only: its common
 // name, even a member's, does not let it speak for that member.
 func TestTLSNamesAreSANsBeforeCN(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "C")
-	c := startTLSNode(t, "C", p.certs(t, "C"), m)
-	set, err := certfile.Load(p.issueFiles(t, t.TempDir(), "cn-a", "A", "mallory.example"))
+	c := startTLSNode(t, "C", certs(t, p, "C"), m)
+	set, err := certfile.Load(issueFiles(t, p, t.TempDir(), "cn-a", "A", "mallory.example"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,18 +83,18 @@ func startVerifyingNode(t *testing.T, name string, files certfile.Files, m *memb
 // call on a connection made before, are refused (the sender is verified
 // again), and Sweep closes every connection made under the old CA.
 func TestTLSCAChangeRechecksAndClosesConnections(t *testing.T) {
-	old, next := newPKI(t, "old CA"), newPKI(t, "next CA")
+	old, next := testkit.NewPKI(t, "", "old CA"), testkit.NewPKI(t, "", "next CA")
 	dir := t.TempDir()
 	m := newMembers("A", "C")
-	files := old.issueFiles(t, dir, "C", "C", "C")
+	files := issueFiles(t, old, dir, "C", "C", "C")
 	c, setC := startVerifyingNode(t, "C", files, m)
-	setA := old.certs(t, "A")
+	setA := certs(t, old, "A")
 	a := tlsPool(t, "A", setA, map[string]string{"C": c.addr})
 	l := hourlyLimit(5)
 	if ans, owner, err := check(&node{pool: a}, "C", "k", l, 10*time.Second); err != nil || !ans.Allowed || owner != "C" {
 		t.Fatalf("check under the old CA: %+v by %s, %v", ans, owner, err)
 	}
-	raw, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(tlsCreds("C", old.roots(t), setA.Certificate())))
+	raw, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(tlsCreds("C", old.Roots(), setA.Certificate())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestTLSCAChangeRechecksAndClosesConnections(t *testing.T) {
 	}
 
 	// C now trusts the next CA alone, with a certificate of it.
-	nf := next.issueFiles(t, t.TempDir(), "C", "C", "C")
+	nf := issueFiles(t, next, t.TempDir(), "C", "C", "C")
 	for from, to := range map[string]string{nf.CA: files.CA, nf.Cert: files.Cert, nf.Key: files.Key} {
 		b, err := os.ReadFile(from)
 		if err != nil {
@@ -181,14 +181,14 @@ func (c *countedConn) Close() error {
 // certificates of the moment, and closes the old one Grace later: checks
 // go on, exactly counted, over the new one.
 func TestTLSPoolRenewReplacesConnections(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "C")
-	setC := p.certs(t, "C")
+	setC := certs(t, p, "C")
 	c, lis := newNode(t, "C", testkit.NewClock(0), nil, grpc.Creds(credentials.NewTLS(setC.ServerConfig(true))))
 	c.scfg.Known = m.known
 	counted := &countingListener{Listener: lis}
 	c.serve(t, counted)
-	a, err := peer.NewPool(peer.Config{Self: "A", Timeout: 5 * time.Second, TLS: p.certs(t, "A"), Grace: 200 * time.Millisecond, Clock: clock.System()})
+	a, err := peer.NewPool(peer.Config{Self: "A", Timeout: 5 * time.Second, TLS: certs(t, p, "A"), Grace: 200 * time.Millisecond, Clock: clock.System()})
 	if err != nil {
 		t.Fatal(err)
 	}

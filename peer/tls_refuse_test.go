@@ -78,20 +78,20 @@ func wantUntouched(t *testing.T, n, from *node, spent, fresh string, l bucket.Li
 // handshake: every call fails as a transport error, and none reaches the
 // service.
 func TestTLSRefusesClientsWithoutMemberCertificate(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "B")
-	a, b := startTLSNode(t, "A", p.certs(t, "A"), m), startTLSNode(t, "B", p.certs(t, "B"), m)
+	a, b := startTLSNode(t, "A", certs(t, p, "A"), m), startTLSNode(t, "B", certs(t, p, "B"), m)
 	formCluster(a, b)
 	l := hourlyLimit(5)
 	exhaust(t, a, "B", "spent", l)
-	stranger := newPKI(t, "another CA").certs(t, "A")
+	stranger := certs(t, testkit.NewPKI(t, "", "another CA"), "A")
 	for _, tc := range []struct {
 		name  string
 		creds credentials.TransportCredentials
 	}{
 		{"in clear", insecure.NewCredentials()},
-		{"TLS without a certificate", tlsCreds("B", p.roots(t), nil)},
-		{"TLS with another CA's certificate", tlsCreds("B", p.roots(t), stranger.Certificate())},
+		{"TLS without a certificate", tlsCreds("B", p.Roots(), nil)},
+		{"TLS with another CA's certificate", tlsCreds("B", p.Roots(), stranger.Certificate())},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The message is the handshake's alert or a broken pipe,
@@ -109,13 +109,13 @@ func TestTLSRefusesClientsWithoutMemberCertificate(t *testing.T) {
 // is refused PermissionDenied once the server has waited AuthWait for
 // gossip to tell of it, and changes nothing.
 func TestTLSRefusesUnknownHolder(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "B")
-	a, b := startTLSNode(t, "A", p.certs(t, "A"), m), startTLSNode(t, "B", p.certs(t, "B"), m)
+	a, b := startTLSNode(t, "A", certs(t, p, "A"), m), startTLSNode(t, "B", certs(t, p, "B"), m)
 	formCluster(a, b)
 	l := hourlyLimit(5)
 	exhaust(t, a, "B", "spent", l)
-	mallory := tlsPool(t, "mallory", p.certs(t, "mallory"), map[string]string{"B": b.addr})
+	mallory := tlsPool(t, "mallory", certs(t, p, "mallory"), map[string]string{"B": b.addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	fresh := []peer.State{{Key: "fresh", Limit: l, Used: l.Count()}}
@@ -154,15 +154,15 @@ func TestTLSRefusesUnknownHolder(t *testing.T) {
 // once, without waiting for gossip, on every call that names a sender and
 // on both Replicate paths.
 func TestTLSRefusesSenderTheCertificateDoesNotName(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "B", "C")
-	a, c := startTLSNode(t, "A", p.certs(t, "A"), m), startTLSNode(t, "C", p.certs(t, "C"), m)
+	a, c := startTLSNode(t, "A", certs(t, p, "A"), m), startTLSNode(t, "C", certs(t, p, "C"), m)
 	formCluster(a, c)
 	l := hourlyLimit(5)
 	exhaust(t, a, "C", "spent", l)
-	setB := p.certs(t, "B")
+	setB := certs(t, p, "B")
 	const refused = `peer: the certificate names ["B"], not the sender "A"`
-	for call, err := range rawCalls(rawClient(t, c.addr, tlsCreds("C", p.roots(t), setB.Certificate())), "A", "spent", "fresh", l) {
+	for call, err := range rawCalls(rawClient(t, c.addr, tlsCreds("C", p.Roots(), setB.Certificate())), "A", "spent", "fresh", l) {
 		if call == "Stats" { // names no sender: B may ask
 			if err != nil {
 				t.Errorf("Stats with B's certificate: %v", err)

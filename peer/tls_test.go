@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +17,6 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/certfile"
-	"github.com/ringlimit/ringlimit/internal/devca"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -30,50 +27,16 @@ import (
 // Config.TLS, on real loopback sockets. Every refusal leaves the store as
 // it was: an exhausted key stays exhausted, a fresh key stays fresh.
 
-// pki is a CA and the directory the certificates it issues are written to.
-type pki struct {
-	dir string
-	ca  *devca.CA
-}
-
-func newPKI(t *testing.T, name string) *pki {
+// certs issues a certificate of p whose common and DNS name is name and
+// loads it with the CA.
+func certs(t *testing.T, p *testkit.PKI, name string) *certfile.Set {
 	t.Helper()
-	ca, err := devca.NewCA(name, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &pki{dir: t.TempDir(), ca: ca}
-}
-
-// certs issues a certificate whose common and DNS name is name and loads
-// it with the CA.
-func (p *pki) certs(t *testing.T, name string) *certfile.Set {
-	t.Helper()
-	cert, key, err := p.ca.Issue(name, []string{name}, nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := certfile.Files{CA: filepath.Join(p.dir, "ca.pem"), Cert: filepath.Join(p.dir, name+".pem"), Key: filepath.Join(p.dir, name+"-key.pem")}
-	for path, b := range map[string][]byte{f.CA: p.ca.CertPEM(), f.Cert: cert, f.Key: key} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, err := certfile.Load(f)
+	cert, key := p.Issue(name, name)
+	s, err := certfile.Load(certfile.Files{CA: p.CAFile(), Cert: cert, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// roots is a pool of the CA.
-func (p *pki) roots(t *testing.T) *x509.CertPool {
-	t.Helper()
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(p.ca.CertPEM()) {
-		t.Fatal("no CA certificate")
-	}
-	return pool
 }
 
 // members is what a node's gossip knows: its known is Authenticate's.
@@ -170,10 +133,10 @@ func wantUnauthenticated(t *testing.T, n *node, want float64) {
 // Two members with certificates from the same CA naming them: checks both
 // ways, Handoff, Replicate on both paths, Fetch and Stats all work.
 func TestTLSMembersServeEachOther(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "B")
-	setA := p.certs(t, "A")
-	a, b := startTLSNode(t, "A", setA, m), startTLSNode(t, "B", p.certs(t, "B"), m)
+	setA := certs(t, p, "A")
+	a, b := startTLSNode(t, "A", setA, m), startTLSNode(t, "B", certs(t, p, "B"), m)
 	formCluster(a, b)
 	l := hourlyLimit(5)
 	if ans, owner := check1(t, a, "B", "k", l); !ans.Allowed || ans.Remaining != 4 || owner != "B" {
@@ -214,10 +177,10 @@ func TestTLSMembersServeEachOther(t *testing.T) {
 // A member gossip tells of within AuthWait is served: the server waits for
 // it rather than refuse it at once.
 func TestTLSServesMemberKnownWithinAuthWait(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "B")
-	b := startTLSNode(t, "B", p.certs(t, "B"), m)
-	d := tlsPool(t, "D", p.certs(t, "D"), map[string]string{"B": b.addr})
+	b := startTLSNode(t, "B", certs(t, p, "B"), m)
+	d := tlsPool(t, "D", certs(t, p, "D"), map[string]string{"B": b.addr})
 	timer := time.AfterFunc(200*time.Millisecond, func() { m.add("D") })
 	t.Cleanup(func() { timer.Stop() })
 	l := hourlyLimit(5)
@@ -240,10 +203,10 @@ func TestTLSServesMemberKnownWithinAuthWait(t *testing.T) {
 // The pool accepts only a server whose certificate chains to its CAs and
 // names the member it dials.
 func TestTLSPoolRefusesServerNotNamingTheMember(t *testing.T) {
-	p := newPKI(t, "cluster CA")
+	p := testkit.NewPKI(t, "", "cluster CA")
 	m := newMembers("A", "B", "C")
-	c := startTLSNode(t, "C", p.certs(t, "C"), m)
-	foreignB := startTLSNode(t, "B", newPKI(t, "another CA").certs(t, "B"), m)
+	c := startTLSNode(t, "C", certs(t, p, "C"), m)
+	foreignB := startTLSNode(t, "B", certs(t, testkit.NewPKI(t, "", "another CA"), "B"), m)
 	l := hourlyLimit(5)
 	for _, tc := range []struct{ name, addr, msg string }{
 		{"certificate of another member", c.addr, // quoted in the status:
@@ -251,7 +214,7 @@ func TestTLSPoolRefusesServerNotNamingTheMember(t *testing.T) {
 		{"certificate of another CA", foreignB.addr, "certificate signed by unknown authority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := tlsPool(t, "A", p.certs(t, "A"), map[string]string{"B": tc.addr})
+			a := tlsPool(t, "A", certs(t, p, "A"), map[string]string{"B": tc.addr})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err := a.Check(ctx, "B", []peer.Request{{Key: "k", Limit: l, Cost: 1}}, make([]peer.Answer, 1))

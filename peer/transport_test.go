@@ -179,8 +179,8 @@ func TestOwnerHoldsBatches(t *testing.T) {
 	clock := testkit.NewClock(0)
 	// The deadline is the point: A's transport runs on real time.
 	a := startNode(t, "A", clock, realTransport)
-	slow := &slowServer{held: make(chan struct{}, 16)}
-	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(slow.interceptStream))
+	slow := testkit.NewSlowServer(func() any { return new(peerv1.CheckRequest) })
+	b := startNode(t, "B", clock, nil, grpc.StreamInterceptor(slow.Stream))
 	formCluster(a, b)
 	for i, key := range testKeys("held", 2) {
 		if i > 0 {
@@ -198,7 +198,7 @@ func TestOwnerHoldsBatches(t *testing.T) {
 			t.Fatalf("check %d failed after %v, want Timeout (%v) and not much more", i, el, failTimeout)
 		}
 	}
-	if n := len(slow.held); n != 2 {
+	if n := len(slow.Held); n != 2 {
 		t.Fatalf("B held %d streams, want 2 (one per check: the first broke at its deadline)", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -356,7 +357,14 @@ func TestOverrideSyncMalformed(t *testing.T) {
 // TestOverrideSyncExpiredNotReinstalled: an override that expired, in the
 // state of a member that still lists it (or in a late copy of its
 // broadcast), is not installed again; a valid one beside it is.
+//
+// It runs in a synctest bubble: the expiry is on the wall clock, which the
+// bubble's fake time moves past at once and exactly.
 func TestOverrideSyncExpiredNotReinstalled(t *testing.T) {
+	synctest.Test(t, testOverrideSyncExpiredNotReinstalled)
+}
+
+func testOverrideSyncExpiredNotReinstalled(t *testing.T) {
 	a, b := newSyncMember(t, "a"), newSyncMember(t, "b")
 	short, shortMsg := a.add(enterprise("1", 300*time.Millisecond))
 	long, _ := a.add(enterprise("2", time.Hour))
@@ -365,10 +373,8 @@ func TestOverrideSyncExpiredNotReinstalled(t *testing.T) {
 	stale := a.s.LocalState()
 	b.s.MergeState(stale)
 	b.wantOverrides("before the expiry", short, long)
-	for time.Now().Before(short.Expires) {
-		time.Sleep(time.Until(short.Expires) + time.Millisecond)
-	}
-	b.wantOverrides("after the expiry", long) // Overrides() drops it
+	time.Sleep(time.Until(short.Expires) + time.Millisecond) // fake time: exactly past the expiry
+	b.wantOverrides("after the expiry", long)                // Overrides() drops it
 	c := newSyncMember(t, "c")
 	for _, m := range []*syncMember{b, c} {
 		m.s.MergeState(stale)
@@ -383,10 +389,16 @@ func TestOverrideSyncExpiredNotReinstalled(t *testing.T) {
 // TestOverrideSyncNewestWins: two members that took an override for the
 // same caller converge on the newer one, whichever way they sync; an older
 // version heard after the newer one expired is not installed either.
+// It runs in a synctest bubble, so that "later" is an exact 2ms of fake
+// time.
 func TestOverrideSyncNewestWins(t *testing.T) {
+	synctest.Test(t, testOverrideSyncNewestWins)
+}
+
+func testOverrideSyncNewestWins(t *testing.T) {
 	a, b := newSyncMember(t, "a"), newSyncMember(t, "b")
 	older, olderMsg := a.add(enterprise("42", time.Hour))
-	time.Sleep(2 * time.Millisecond) // a later Created
+	time.Sleep(2 * time.Millisecond) // fake time: a later Created
 	newerO, newerMsg := b.add(Override{Actor: "oncall", Reason: "back to free", User: "42", Tier: "free", Expires: time.Now().Add(time.Hour)})
 	if !newerO.Created.After(older.Created) {
 		t.Fatalf("Created %v not after %v", newerO.Created, older.Created)

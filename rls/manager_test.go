@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 const (
@@ -203,7 +204,7 @@ func TestWatch(t *testing.T) {
 			deadline := time.Now().Add(5 * time.Second)
 			for {
 				replace(t, file, goodV2)
-				if waitFor(t, 200*time.Millisecond, func() bool { return limitOf(t, m) == 200 }) {
+				if testkit.Poll(200*time.Millisecond, func() bool { return limitOf(t, m) == 200 }) {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -212,11 +213,9 @@ func TestWatch(t *testing.T) {
 			}
 			// A bad rewrite is refused; the running configuration stays.
 			replace(t, file, bad)
-			if !waitFor(t, 5*time.Second, func() bool {
+			testkit.Eventually(t, 5*time.Second, "the bad rewrite refused", func() bool {
 				return metrics(t, reg)["ringlimit_rls_config_reloads_total{result=error}"] == 1
-			}) {
-				t.Fatal("bad rewrite not seen within 5s")
-			}
+			})
 			if got := limitOf(t, m); got != 200 {
 				t.Errorf("after a bad rewrite the running limit is %d, want 200", got)
 			}
@@ -239,21 +238,9 @@ func TestWatchPolls(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Watch(ctx) }()
-	waitFor(t, 5*time.Second, func() bool { return limitOf(t, m) == 200 })
+	testkit.Eventually(t, 5*time.Second, "the change polled", func() bool { return limitOf(t, m) == 200 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Watch() = %v", err)
 	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) bool {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -239,15 +240,15 @@ func testPrivateAnswers(t *testing.T, bin string) {
 func testCARotationCloses(t *testing.T, bin string) {
 	h := newHarness(t)
 	dir := t.TempDir()
-	old := newPKI(t, dir, "prod")
+	old := testkit.NewPKI(t, dir, "prod")
 	const name = "holes-tls"
-	cert, key := old.issue(name, name)
+	cert, key := old.Issue(name, name)
 	ca := filepath.Join(dir, "prod-ca.pem")
 	p := startSolo(t, bin, name, "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key)
 
 	// A client of the old CA, as a peer of the old days would hold.
 	conn, err := grpc.NewClient(p.peer, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		InsecureSkipVerify: true, Certificates: []tls.Certificate{old.keyPair("node-2")}})))
+		InsecureSkipVerify: true, Certificates: []tls.Certificate{old.KeyPair("node-2")}})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,14 +270,14 @@ func testCARotationCloses(t *testing.T, bin string) {
 		write()
 		poll(t, 15*time.Second, what, func() (bool, string) { return reloads() > before, fmt.Sprintf("%d reloads", reloads()-before) })
 	}
-	next := newPKI(t, dir, "next")
-	step("both CAs trusted", func() { old.write("prod-ca.pem", append(old.ca.CertPEM(), next.ca.CertPEM()...)) })
-	step("a certificate of the new CA", func() { next.issue(name, name) })
+	next := testkit.NewPKI(t, dir, "next")
+	step("both CAs trusted", func() { old.Write("prod-ca.pem", append(old.CA.CertPEM(), next.CA.CertPEM()...)) })
+	step("a certificate of the new CA", func() { next.Issue(name, name) })
 	if s := conn.GetState(); s != connectivity.Ready {
 		t.Fatalf("the old CA's connection is %v while the old CA is still trusted, want Ready", s)
 	}
 	dropped := time.Now()
-	step("only the new CA", func() { old.write("prod-ca.pem", next.ca.CertPEM()) })
+	step("only the new CA", func() { old.Write("prod-ca.pem", next.CA.CertPEM()) })
 	waitState("the old CA's connection closed", 20*time.Second, func(s connectivity.State) bool { return s != connectivity.Ready })
 	t.Logf("the connection made under the old CA closed %v after the CA file dropped it", time.Since(dropped).Round(time.Millisecond))
 	if len(p.logs.records("peer connections closed: their certificate no longer verifies against --tls-ca")) == 0 {

@@ -92,6 +92,12 @@ type config struct {
 	// name (see startSteps), to show that it releases what it opened.
 	failAt string
 
+	// gossipTimings, set only by tests, adjusts the cluster timings
+	// startNode chose; peerTimeout, set only by tests, is the peer
+	// deadline (0: the default, 500ms). See lanDetection in cluster_test.go.
+	gossipTimings func(*cluster.Config)
+	peerTimeout   time.Duration
+
 	// tracer traces the APIs, the forwarded checks and the checks peers
 	// send (tracing.go); nil: tracing off. Set by run from the OTEL_*
 	// environment, or by tests.

@@ -193,7 +193,7 @@ func TestDeployBindAllAdvertiseDNS(t *testing.T) {
 	bin := buildNode(t)
 	h := newHarness(t)
 	dir := t.TempDir()
-	p := newPKI(t, dir, "deploy")
+	p := testkit.NewPKI(t, dir, "deploy")
 	ca := filepath.Join(dir, "deploy-ca.pem")
 	keys := filepath.Join(dir, "gossip.keys")
 	writeKeys(t, keys, newTestKey(t))

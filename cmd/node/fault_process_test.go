@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,17 +28,13 @@ var faultLimit = inlineLimit{count: 100, per: "1h"}
 // names3 are the nodes of every fault test.
 var names3 = []string{"node-1", "node-2", "node-3"}
 
-// buildNode builds cmd/node into the test's temporary directory.
+// buildNode builds cmd/node, once per run of the tests (testkit.Build).
 func buildNode(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds a binary and runs node processes")
 	}
-	bin := filepath.Join(t.TempDir(), "ringlimit-node")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return testkit.Build(t, ".")
 }
 
 // startThree starts node-1, then node-2 and node-3 joining it (in f's

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 func b64(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
@@ -134,10 +135,12 @@ func memberNames(n *node) []string {
 func TestClusterNameSeparates(t *testing.T) {
 	h := newHarness(t)
 	blue, _ := h.startArgs("blue-1", "--cluster-name", "blue")
-	green, _ := h.startArgs("green-1", "--cluster-name", "green", "--join", blue.cluster.LocalAddr())
+	green, greenLog := h.startArgs("green-1", "--cluster-name", "green", "--join", blue.cluster.LocalAddr())
 	blue2, _ := h.startArgs("blue-2", "--cluster-name", "blue", "--join", blue.cluster.LocalAddr())
 	h.waitRing([]*node{blue, blue2}, []string{"blue-1", "blue-2"}, 10*time.Second)
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	// Until green-1 has been refused three times, neither side lists the
+	// other.
+	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of green-1", func() error {
 		for _, n := range []*node{blue, blue2} {
 			if got := memberNames(n); !slices.Equal(got, []string{"blue-1", "blue-2"}) {
 				t.Fatalf("%s lists %v, want [blue-1 blue-2]", n.router.Self(), got)
@@ -146,7 +149,11 @@ func TestClusterNameSeparates(t *testing.T) {
 		if got := memberNames(green); !slices.Equal(got, []string{"green-1"}) {
 			t.Fatalf("green-1 lists %v, want only itself", got)
 		}
-	}
+		if n := len(greenLog.records("cluster: join failed, will retry")); n < 3 {
+			return fmt.Errorf("%d refused attempts", n)
+		}
+		return nil
+	})
 }
 
 // TestKeyFileRotation rewrites the key files of 3 running nodes (add K2,

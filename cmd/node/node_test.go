@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"log/slog"
+
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -175,11 +176,7 @@ func TestBinarySIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
-	bin := filepath.Join(t.TempDir(), "ringlimit-node")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testkit.Build(t, ".")
 	cmd := exec.Command(bin, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "RINGLIMIT_NAME=proc-node")
 	stderr, err := cmd.StderrPipe()

@@ -126,23 +126,15 @@ func versionOf(t *testing.T, content string) string {
 	return set.Version
 }
 
-// poll calls cond every 20 ms until it returns true, and fails the test
-// with cond's last description when timeout passes first.
+// poll is testkit.WaitFor for a cond that describes the state it found.
 func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	testkit.WaitFor(t, timeout, what, func() error {
+		if ok, state := cond(); !ok {
+			return errors.New(state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, timeout, state)
-		}
-		<-tick.C
-	}
+		return nil
+	})
 }
 
 // policyStatus is GET /v1/policy on addr.

@@ -264,7 +264,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Clock: n.clock, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts(),
-		PropagateTrace: cfg.tracer != nil}); err != nil {
+		PropagateTrace: cfg.tracer != nil, Timeout: cfg.peerTimeout}); err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { n.peers.Close(context.Background()) })
@@ -275,7 +275,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	n.router, err = forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
 		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0, MaxLoss: cmp.Or(cfg.maxLoss, -1)},
-		ClusterSize: cfg.clusterSize, Joining: len(cfg.join) > 0,
+		ClusterSize: cfg.clusterSize, Joining: len(cfg.join) > 0, PeerTimeout: cfg.peerTimeout,
 		Clock: n.clock, Logger: log, Registerer: reg, TracerProvider: cfg.tracer})
 	if err != nil {
 		return nil, err
@@ -289,6 +289,9 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	ccfg := cluster.DefaultLANConfig()
 	if isLoopback(hostOf(cmp.Or(adv.gossip, cfg.gossipAddr))) {
 		ccfg = cluster.DefaultLocalConfig()
+	}
+	if cfg.gossipTimings != nil {
+		cfg.gossipTimings(&ccfg)
 	}
 	ccfg.Name = cfg.name
 	ccfg.BindAddr = cfg.gossipAddr

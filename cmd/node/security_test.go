@@ -18,85 +18,29 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/ringlimit/ringlimit/internal/devca"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
-
-// pki is a CA whose certificates a test writes to files.
-type pki struct {
-	t   *testing.T
-	dir string
-	ca  *devca.CA
-}
-
-func newPKI(t *testing.T, dir, name string) *pki {
-	t.Helper()
-	ca, err := devca.NewCA(name, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pki{t: t, dir: dir, ca: ca}
-	p.write(name+"-ca.pem", ca.CertPEM())
-	return p
-}
-
-func (p *pki) write(name string, b []byte) string {
-	p.t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil { // whole or not at all
-		p.t.Fatal(err)
-	}
-	return path
-}
-
-// issue writes a certificate and key naming name to <file>.pem and
-// <file>-key.pem, and returns their paths.
-func (p *pki) issue(file, name string) (cert, key string) {
-	p.t.Helper()
-	c, k, err := p.ca.Issue(name, []string{name}, nil, time.Hour)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	key = p.write(file+"-key.pem", k)
-	return p.write(file+".pem", c), key
-}
-
-// keyPair is issue's files loaded for a client.
-func (p *pki) keyPair(name string) tls.Certificate {
-	p.t.Helper()
-	c, k, err := p.ca.Issue(name, []string{name}, nil, time.Hour)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	kp, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return kp
-}
 
 // secureFlags are the flags of a node named name that talks to the others
 // over mutual TLS with certificates of p (CA file ca) and gossips
 // encrypted with the key file keys, labelled "prod".
-func secureFlags(p *pki, ca, keys, name string) []string {
-	cert, key := p.issue(name, name)
+func secureFlags(p *testkit.PKI, ca, keys, name string) []string {
+	cert, key := p.Issue(name, name)
 	return []string{"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key, "--gossip-key-file", keys, "--cluster-name", "prod"}
 }
 
 // startSecureCluster starts three nodes named node-1..node-3 with
 // secureFlags, the policy overridePolicy and admin tokens, and waits for
 // their ring.
-func startSecureCluster(h *harness, p *pki, tweak func(*config)) ([]*node, []string, []*logSink) {
+func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*node, []string, []*logSink) {
 	t := h.t
 	t.Helper()
-	keys := filepath.Join(p.dir, "gossip.keys")
+	keys := filepath.Join(p.Dir, "gossip.keys")
 	writeKeys(t, keys, newTestKey(t))
-	pol := filepath.Join(p.dir, "policy.yaml")
+	pol := filepath.Join(p.Dir, "policy.yaml")
 	writePolicy(t, pol, overridePolicy)
-	ca := filepath.Join(p.dir, "prod-ca.pem")
+	ca := filepath.Join(p.Dir, "prod-ca.pem")
 	names := []string{"node-1", "node-2", "node-3"}
 	nodes := make([]*node, len(names))
 	sinks := make([]*logSink, len(names))
@@ -105,7 +49,7 @@ func startSecureCluster(h *harness, p *pki, tweak func(*config)) ([]*node, []str
 		if err := os.WriteFile(tokens, []byte("oncall:"+testAdminToken+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		extra := append(secureFlags(p, ca, keys, name), "--policy", pol, "--audit-log", filepath.Join(p.dir, name+".audit"), "--admin-token-file", tokens)
+		extra := append(secureFlags(p, ca, keys, name), "--policy", pol, "--audit-log", filepath.Join(p.Dir, name+".audit"), "--admin-token-file", tokens)
 		if i > 0 {
 			extra = append(extra, "--join", nodes[0].cluster.LocalAddr())
 		}
@@ -183,7 +127,7 @@ func strangerCalls(conn *grpc.ClientConn, from, spent, fresh string) map[string]
 func TestStrangersChangeNothing(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
-	p := newPKI(t, dir, "prod")
+	p := testkit.NewPKI(t, dir, "prod")
 	nodes, names, _ := startSecureCluster(h, p, nil)
 	lim := inlineLimit{count: 5, per: "1h"}
 	const spent, fresh = "acct:spent", "acct:fresh"
@@ -193,12 +137,12 @@ func TestStrangersChangeNothing(t *testing.T) {
 		}
 	}
 
-	other := newPKI(t, dir, "other")
+	other := testkit.NewPKI(t, dir, "other")
 	attacks := []attack{
 		{"no TLS", insecure.NewCredentials()},
 		{"TLS, no client certificate", credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})},
-		{"another CA's certificate naming node-1", credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{other.keyPair("node-1")}})},
-		{"the CA's certificate naming mallory", credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{p.keyPair("mallory")}})},
+		{"another CA's certificate naming node-1", credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{other.KeyPair("node-1")}})},
+		{"the CA's certificate naming mallory", credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{p.KeyPair("mallory")}})},
 	}
 	type target struct{ node, port, addr string }
 	var targets []target
@@ -239,6 +183,7 @@ func TestStrangersChangeNothing(t *testing.T) {
 
 	// Outsiders gossip an override.
 	pol := filepath.Join(dir, "policy.yaml")
+	var outsiders []*logSink
 	for _, o := range []struct {
 		name  string
 		flags []string
@@ -251,14 +196,16 @@ func TestStrangersChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		extra := append(o.flags, "--policy", pol, "--audit-log", filepath.Join(dir, o.name+".audit"), "--admin-token-file", tokens, "--join", nodes[0].cluster.LocalAddr())
-		out, _ := h.startWith(o.name, extra, nil)
+		out, sink := h.startWith(o.name, extra, nil)
+		outsiders = append(outsiders, sink)
 		status, b, err := postJSON(h.client, "http://"+httpAddr(out)+"/v1/overrides", `{"reason":"r","user":"42","tier":"enterprise","expires_in":"1h"}`)
 		if err != nil || status != http.StatusOK {
 			t.Fatalf("override on %s: %d %s %v", o.name, status, b, err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	// Until every outsider has been refused three times, no node lists it
+	// or holds its override.
+	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of every outsider", func() error {
 		for i, n := range nodes {
 			if got := memberNames(n); len(got) != 3 {
 				t.Fatalf("%s lists %v, want only the three nodes", names[i], got)
@@ -267,8 +214,13 @@ func TestStrangersChangeNothing(t *testing.T) {
 				t.Fatalf("%s: overrides %+v, want none", names[i], o)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		for i, sink := range outsiders {
+			if n := len(sink.records("cluster: join failed, will retry")); n < 3 {
+				return fmt.Errorf("outsider %d: %d refused attempts", i+1, n)
+			}
+		}
+		return nil
+	})
 
 	for i, n := range nodes {
 		if a := h.mustCheck(httpAddr(n), checkBody(spent, lim)); a.status != http.StatusTooManyRequests || a.body.Remaining != 0 {
@@ -293,7 +245,7 @@ func TestStrangersChangeNothing(t *testing.T) {
 func TestRotationUnderLoad(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
-	old := newPKI(t, dir, "prod")
+	old := testkit.NewPKI(t, dir, "prod")
 	fast := func(c *config) { c.certPoll, c.keyFilePoll = 100*time.Millisecond, 100*time.Millisecond }
 	nodes, names, sinks := startSecureCluster(h, old, fast)
 	keyFile := filepath.Join(dir, "gossip.keys")
@@ -359,14 +311,14 @@ func TestRotationUnderLoad(t *testing.T) {
 			return true, ""
 		})
 	}
-	next := newPKI(t, dir, "next")
-	step("both CAs trusted", 1, func() { old.write("prod-ca.pem", append(old.ca.CertPEM(), next.ca.CertPEM()...)) })
+	next := testkit.NewPKI(t, dir, "next")
+	step("both CAs trusted", 1, func() { old.Write("prod-ca.pem", append(old.CA.CertPEM(), next.CA.CertPEM()...)) })
 	step("new certificates", 1, func() {
 		for _, name := range names {
-			next.issue(name, name)
+			next.Issue(name, name)
 		}
 	})
-	step("only the new CA", 1, func() { old.write("prod-ca.pem", next.ca.CertPEM()) })
+	step("only the new CA", 1, func() { old.Write("prod-ca.pem", next.CA.CertPEM()) })
 	k1 := nodes[0].cluster.Keys()[0]
 	k2 := newTestKey(t)
 	for _, ring := range [][][]byte{{k1, k2}, {k2, k1}, {k2}} {
@@ -397,7 +349,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	t.Logf("%d checks through the rotation, none failed", total)
 
 	// A node with only the new material joins and forwards.
-	caOnly := next.write("next-only-ca.pem", next.ca.CertPEM())
+	caOnly := next.Write("next-only-ca.pem", next.CA.CertPEM())
 	newKeys := filepath.Join(dir, "node-4.keys")
 	writeKeys(t, newKeys, k2)
 	n4, _ := h.startWith("node-4", append(secureFlags(next, caOnly, newKeys, "node-4"), "--join", nodes[1].cluster.LocalAddr()), fast)
@@ -419,7 +371,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	}
 	// A certificate of the old CA no longer opens a peer connection.
 	conn, err := grpc.NewClient(nodes[0].peerLn.Addr().String(), grpc.WithTransportCredentials(
-		credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{old.keyPair("node-2")}})))
+		credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{old.KeyPair("node-2")}})))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -101,17 +102,17 @@ func TestInsecureMetric(t *testing.T) {
 // certificate for another name, or one its CA file does not sign.
 func TestNodeCertificateMustNameNode(t *testing.T) {
 	dir := t.TempDir()
-	p := newPKI(t, dir, "prod")
-	other := newPKI(t, dir, "other")
+	p := testkit.NewPKI(t, dir, "prod")
+	other := testkit.NewPKI(t, dir, "other")
 	ca := filepath.Join(dir, "prod-ca.pem")
-	cert, key := p.issue("node-2", "node-2")
-	ocert, okey := other.issue("other-n1", "n1")
+	cert, key := p.Issue("node-2", "node-2")
+	ocert, okey := other.Issue("other-n1", "n1")
 	// Common name n1, DNS name node-3: the DNS names name the node.
-	cnPEM, cnKeyPEM, err := p.ca.Issue("n1", []string{"node-3"}, nil, time.Hour)
+	cnPEM, cnKeyPEM, err := p.CA.Issue("n1", []string{"node-3"}, nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cnCert, cnKey := p.write("cn-n1.pem", cnPEM), p.write("cn-n1-key.pem", cnKeyPEM)
+	cnCert, cnKey := p.Write("cn-n1.pem", cnPEM), p.Write("cn-n1-key.pem", cnKeyPEM)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct{ cert, key, want string }{
 		{cert, key, `not this node's --name "n1"`},
@@ -140,12 +141,12 @@ func TestNodeCertificateMustNameNode(t *testing.T) {
 func TestAPITLS(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
-	p := newPKI(t, dir, "api")
-	cert, key := p.issue("server", "ringlimit.test")
+	p := testkit.NewPKI(t, dir, "api")
+	cert, key := p.Issue("server", "ringlimit.test")
 	n, _ := h.startArgs("n1", "--api-tls-cert", cert, "--api-tls-key", key, "--api-tls-client-ca", filepath.Join(dir, "api-ca.pem"))
 	roots := x509.NewCertPool()
-	roots.AddCert(p.ca.Certificate())
-	client := p.keyPair("client")
+	roots.AddCert(p.CA.Certificate())
+	client := p.KeyPair("client")
 	withCert := &tls.Config{RootCAs: roots, ServerName: "ringlimit.test", Certificates: []tls.Certificate{client}}
 	noCert := &tls.Config{RootCAs: roots, ServerName: "ringlimit.test"}
 

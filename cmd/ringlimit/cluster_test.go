@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // testToken is the admin token of the test cluster, named "cli-test".
@@ -70,6 +71,7 @@ func runTests(m *testing.M) (int, error) {
 		return 1, err
 	}
 	defer os.RemoveAll(dir)
+	defer testkit.RemoveBuilds()
 	cluster.dir = dir
 	flag.Parse()
 	if testing.Short() { // the offline tests only
@@ -99,12 +101,12 @@ func runTests(m *testing.M) (int, error) {
 }
 
 func startCluster(dir string) error {
-	cluster.cliBin = filepath.Join(dir, "ringlimit")
-	nodeBin := filepath.Join(dir, "ringlimit-node")
-	for _, b := range []struct{ out, pkg string }{{nodeBin, "../node"}, {cluster.cliBin, "."}} {
-		if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-		}
+	nodeBin, err := testkit.BuildBinary("../node")
+	if err != nil {
+		return err
+	}
+	if cluster.cliBin, err = testkit.BuildBinary("."); err != nil {
+		return err
 	}
 	cluster.tokenFile = filepath.Join(dir, "admin.tokens")
 	if err := os.WriteFile(cluster.tokenFile, []byte("cli-test:"+testToken+"\n"), 0o600); err != nil {

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the output")
@@ -140,10 +142,7 @@ func TestBinaryHelp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "ringlimit")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testkit.Build(t, ".")
 	for _, g := range helpGoldens {
 		want, err := os.ReadFile(filepath.Join("testdata", g.file))
 		if err != nil {

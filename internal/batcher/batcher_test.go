@@ -3,6 +3,7 @@ package batcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/internal/deadline"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -62,13 +64,7 @@ func do(b *Batcher[int, int], ctx context.Context, in ...int) (chan error, *Call
 // waitQueued waits until n calls wait in b's queue.
 func waitQueued(t *testing.T, b *Batcher[int, int], n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(b.queue) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", len(b.queue), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%d calls queued", n), func() bool { return len(b.queue) >= n })
 }
 
 func TestCallsWaitingLeaveTogether(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 // machine under -race does not fail, and a passing test never waits for it.
 const patience = 10 * time.Second
 
-// pollEvery is the polling step of waitFor.
+// pollEvery is the polling step of the transport's drain loop.
 const pollEvery = 10 * time.Millisecond
 
 // newNet returns a Network that is closed, and checked for leaked
@@ -96,23 +96,4 @@ func readNothing(t *testing.T, c net.Conn, d time.Duration) {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("Read error %v is not a net.Error with Timeout()", err)
 	}
-}
-
-// waitFor polls cond every pollEvery until it holds, for at most within,
-// and returns how long that took.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(within)
-	for i := 0; i <= int(within/pollEvery); i++ {
-		if cond() {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(pollEvery)
-	}
-	t.Fatalf("not within %v: %s", within, what)
-	return 0
 }

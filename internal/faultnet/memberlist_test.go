@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // detectWithin bounds failure detection with fastConfig's timings, whose
@@ -89,7 +90,7 @@ func startCluster(t *testing.T, n *faultnet.Network, names ...string) map[string
 		}
 	}
 	all := strings.Join(names, ",")
-	took := waitFor(t, detectWithin, "every node sees "+all, func() bool {
+	took := testkit.Eventually(t, detectWithin, "every node sees "+all, func() bool {
 		for _, ml := range mls {
 			if alive(ml) != all {
 				return false
@@ -131,7 +132,7 @@ func TestMemberlistIsolateAndRejoin(t *testing.T) {
 	mls := startCluster(t, n, "node-1", "node-2", "node-3")
 
 	n.Isolate("node-3")
-	took := waitFor(t, detectWithin, "node-1 and node-2 see node-3 dead", func() bool {
+	took := testkit.Eventually(t, detectWithin, "node-1 and node-2 see node-3 dead", func() bool {
 		return alive(mls["node-1"]) == "node-1,node-2" && alive(mls["node-2"]) == "node-1,node-2"
 	})
 	t.Logf("isolated node-3 declared dead by both others in %v", took.Round(time.Millisecond))
@@ -143,7 +144,7 @@ func TestMemberlistIsolateAndRejoin(t *testing.T) {
 	if _, err := mls["node-3"].Join([]string{mls["node-1"].LocalNode().Address()}); err != nil {
 		t.Fatalf("rejoin after Restore: %v", err)
 	}
-	took = waitFor(t, detectWithin, "every node sees all three again", func() bool {
+	took = testkit.Eventually(t, detectWithin, "every node sees all three again", func() bool {
 		for _, ml := range mls {
 			if alive(ml) != "node-1,node-2,node-3" {
 				return false
@@ -163,7 +164,7 @@ func TestMemberlistOneWayCutIsDetected(t *testing.T) {
 	heard := n.Stats("node-1", "node-3").Packets
 	n.CutOneWay("node-3", "node-1")
 	n.CutOneWay("node-3", "node-2")
-	took := waitFor(t, detectWithin, "node-1 and node-2 see node-3 dead", func() bool {
+	took := testkit.Eventually(t, detectWithin, "node-1 and node-2 see node-3 dead", func() bool {
 		return alive(mls["node-1"]) == "node-1,node-2" && alive(mls["node-2"]) == "node-1,node-2"
 	})
 	t.Logf("mute node-3 declared dead in %v; %s", took.Round(time.Millisecond), views(mls))

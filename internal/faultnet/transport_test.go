@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 func newTransport(t *testing.T, n *faultnet.Network, node string) *faultnet.Transport {
@@ -111,7 +112,7 @@ func TestPacketsCutInFlightAreDropped(t *testing.T) {
 	send(t, t1, t2, "in flight")
 	n.Isolate("node-2")
 	receiveNothing(t, t2, 2*hold)
-	waitFor(t, patience, "the packet in flight is dropped", func() bool {
+	testkit.Eventually(t, patience, "the packet in flight is dropped", func() bool {
 		return n.Stats("node-1", "node-2").PacketsDropped == 1
 	})
 	n.Restore("node-2")
