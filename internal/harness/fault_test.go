@@ -175,7 +175,7 @@ func TestAsymmetricLink(t *testing.T) {
 // 200ms, a quick check missed it there in one run of three, and C's count
 // was one short). The slow round trip is past it.
 func TestSlowLink(t *testing.T) {
-	c := harness.Start(t, harness.Options{PeerTimeout: time.Second}, "A", "B", "C")
+	c := harness.Start(t, harness.Options{PeerTimeout: time.Second, Clock: clock.System()}, "A", "B", "C")
 	a, b := c.Node("A"), c.Node("B")
 	k := c.KeyWith("C", "B", "slow")
 
