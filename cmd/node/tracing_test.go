@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ringlimit/ringlimit/node"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -131,26 +133,26 @@ func TestNewTracing(t *testing.T) {
 func TestTraceAcrossForwardedHop(t *testing.T) {
 	h := newHarness(t)
 	recs := map[string]*tracetest.SpanRecorder{}
-	start := func(name string, traced bool, join ...string) *node {
+	start := func(name string, traced bool, join ...string) *node.Node {
 		var tweak func(*config)
 		if traced {
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			t.Cleanup(func() { tp.Shutdown(context.Background()) })
 			recs[name] = rec
-			tweak = func(c *config) { c.tracer = tp }
+			tweak = func(c *config) { c.Tracer = tp }
 		}
 		n, _ := h.startWith(name, joinArgs(join), tweak)
 		return n
 	}
 	n1 := start("node-1", true)
-	n2 := start("node-2", true, n1.cluster.LocalAddr())
-	n3 := start("node-3", false, n1.cluster.LocalAddr())
-	h.waitRing([]*node{n1, n2, n3}, []string{"node-1", "node-2", "node-3"}, 10*time.Second)
+	n2 := start("node-2", true, n1.Cluster().LocalAddr())
+	n3 := start("node-3", false, n1.Cluster().LocalAddr())
+	h.waitRing([]*node.Node{n1, n2, n3}, []string{"node-1", "node-2", "node-3"}, 10*time.Second)
 	keyOwnedBy := func(owner string) string {
 		for i := 0; ; i++ {
 			k := fmt.Sprintf("trace:%d", i)
-			if o, _ := n1.router.Owner(k); o == owner {
+			if o, _ := n1.Router().Owner(k); o == owner {
 				return k
 			}
 		}
@@ -230,7 +232,7 @@ func TestTraceAcrossForwardedHop(t *testing.T) {
 	}
 	assertTrace("POST /v1/check")
 
-	conn, err := grpc.NewClient(n1.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(n1.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -14,8 +14,7 @@ import (
 // reportStats is what this node adds to the Stats it answers its peers
 // with (peer.Server.Report): the API's counts, replication, the policy and
 // RLS versions, its uptime since start and its build.
-func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Manager, start time.Time) func(*peer.Stats) {
-	version := nodeVersion()
+func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Manager, start time.Time, version string) func(*peer.Stats) {
 	return func(st *peer.Stats) {
 		act := a.Activity()
 		st.Checks, st.Refused, st.Forwarded, st.Degraded = act.Checks, act.Refused, act.Forwarded, act.Degraded

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -73,7 +73,7 @@ func (r *readiness) drain() bool {
 }
 
 // ready is nil when the node should get traffic, else why not.
-func (n *node) ready() error {
+func (n *Node) ready() error {
 	r := &n.readiness
 	r.mu.Lock()
 	draining, ready, since := r.draining, r.ready, time.Since(r.changed)
@@ -95,7 +95,7 @@ func (n *node) ready() error {
 
 // joining is why a node that has not been ready yet is still not, or nil;
 // since is how long ago its ring last changed.
-func (n *node) joining(since time.Duration) error {
+func (n *Node) joining(since time.Duration) error {
 	switch {
 	case !n.cluster.Joined():
 		return errors.New("not joined: no seed of --join has answered yet")
@@ -121,7 +121,7 @@ func healthServices(rls bool) []string {
 
 // runHealth keeps the gRPC health service's status in line with ready
 // until ctx ends.
-func (n *node) runHealth(ctx context.Context, hs *health.Server, services []string) {
+func (n *Node) runHealth(ctx context.Context, hs *health.Server, services []string) {
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
 	last := healthpb.HealthCheckResponse_UNKNOWN
