@@ -41,6 +41,7 @@ var allowed = map[string][]string{
 	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route"},
 	"ui":                   {"api", "policy"},
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
+	"node":                 nodeImports,
 	"cmd":                  nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
 	"internal/testkit":     nil,
@@ -48,6 +49,10 @@ var allowed = map[string][]string{
 	"internal/harness":     nil,
 	"internal/openapitest": {},
 }
+
+// nodeImports are what the node as a library may import: every library
+// package. Only cmd (and tests) import node.
+var nodeImports = []string{"clock", "bucket", "ring", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit"}
 
 // testOnly are packages no non-test file outside them may import.
 var testOnly = []string{"internal/testkit", "internal/faultnet", "internal/harness", "internal/openapitest"}
