@@ -33,6 +33,8 @@ var allowed = map[string][]string{
 	"internal/suggest":     {},
 	"internal/textwrap":    {},
 	"internal/connlimit":   {"clock"},
+	"internal/gctune":      {},
+	"internal/oteltrace":   {},
 	"peer":                 {"bucket", "clock", "proto", "internal/batcher"},
 	"forward":              {"bucket", "clock", "peer"},
 	"policy":               {"bucket", "clock", "internal/route", "internal/suggest"},

@@ -6,8 +6,6 @@ package main
 // without a restart.
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/policy"
 )
 

@@ -5,8 +5,6 @@ package main
 // listeners and the cluster. Load goes through the public HTTP API.
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +29,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // TestMain checks that the package's tests, the existing ones included,

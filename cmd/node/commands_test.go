@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"bytes"
 	"fmt"
 	"io"
@@ -10,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // TestAdvertise: every listener's advertised address, from the bound one,

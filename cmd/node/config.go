@@ -7,14 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
-	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/clientip"
 	"github.com/ringlimit/ringlimit/node"
 )
@@ -145,180 +142,52 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 		return c, fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	c.TrustedProxies = t
-	if c.Name == "" {
-		return c, fmt.Errorf("--name: must not be empty")
-	}
-	if err := c.checkAdvertise(getenv); err != nil {
-		return c, err
+	if c.AdvertiseHost == "" {
+		c.AdvertiseHost = getenv("POD_IP")
 	}
 	if c.gcHeadroomMiB < 0 || c.gcHeadroomMiB > 1<<20 {
 		return c, fmt.Errorf("--gc-headroom: must be from 0 to 1048576 MiB, got %d", c.gcHeadroomMiB)
-	}
-	if c.Replication < 0 || c.Replication > 8 {
-		return c, fmt.Errorf("--replication-factor: must be from 0 to 8, got %d", c.Replication)
-	}
-	if c.ReplicationMaxLoss < 0 || c.ReplicationMaxLoss > 1<<30 {
-		return c, fmt.Errorf("--replication-max-loss: must be from 0 to %d tokens, got %d", 1<<30, c.ReplicationMaxLoss)
-	}
-	if c.ClusterSize < 0 {
-		return c, fmt.Errorf("--cluster-size: must not be negative, got %d", c.ClusterSize)
-	}
-	if len(c.ClusterName) > cluster.MaxLabelLen {
-		return c, fmt.Errorf("--cluster-name: must be at most %d bytes, got %d", cluster.MaxLabelLen, len(c.ClusterName))
 	}
 	if c.GossipKeyFile != "" {
 		if c.GossipKeys, err = node.ReadKeyFile(c.GossipKeyFile); err != nil {
 			return c, fmt.Errorf("--gossip-key-file: %w", err)
 		}
 	}
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{{"http-read-timeout", c.HTTPReadTimeout}, {"http-write-timeout", c.HTTPWriteTimeout}, {"http-idle-timeout", c.HTTPIdleTimeout}, {"check-timeout", c.CheckTimeout}} {
-		if d.v <= 0 {
-			return c, fmt.Errorf("--%s: must be positive, got %v", d.flag, d.v)
-		}
-	}
-	if c.DrainDelay < 0 {
-		return c, fmt.Errorf("--drain-delay: must not be negative, got %v", c.DrainDelay)
-	}
-	if c.MaxConns < 0 {
-		return c, fmt.Errorf("--max-conns: must not be negative, got %d", c.MaxConns)
-	}
-	if c.GRPCIdleTimeout <= 0 {
-		return c, fmt.Errorf("--grpc-idle-timeout: must be positive, got %v", c.GRPCIdleTimeout)
-	}
-	if c.CheckTimeout >= c.HTTPWriteTimeout {
-		return c, fmt.Errorf("--check-timeout (%v) must be less than --http-write-timeout (%v), or a late answer could not be written", c.CheckTimeout, c.HTTPWriteTimeout)
-	}
-	if err := c.checkTLS(); err != nil {
-		return c, err
-	}
-	if c.RLSStatKeys < 0 {
-		return c, fmt.Errorf("--rls-stats-keys: must not be negative, got %d", c.RLSStatKeys)
-	}
-	if !(c.RLSNearLimitRatio > 0 && c.RLSNearLimitRatio <= 1) {
-		return c, fmt.Errorf("--rls-near-limit-ratio: must be above 0 and at most 1, got %v", c.RLSNearLimitRatio)
-	}
-	if c.MaxKeys < 1 {
-		return c, fmt.Errorf("--max-keys: must be at least 1, got %d", c.MaxKeys)
-	}
-	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > bucket.MaxKeyLen {
-		return c, fmt.Errorf("--max-key-bytes: must be between 1 and %d, got %d", bucket.MaxKeyLen, c.MaxKeyBytes)
-	}
 	c.DisableInlineLimits = !*inline
-	if err := c.Validate(); err != nil { // the flags' checks above name the flag; this one the field
-		return c, err
+	if err := c.Validate(); err != nil {
+		return c, flagNames(err)
 	}
 	return c, nil
 }
 
-// checkTLS checks that TLS files come in complete sets, and refuses a node
-// whose peer or gossip address other machines can reach without mutual TLS
-// and a gossip key, unless --insecure is given.
-func (c *config) checkTLS() error {
-	n := 0
-	for _, f := range []string{c.TLSCA, c.TLSCert, c.TLSKey} {
-		if f != "" {
-			n++
-		}
-	}
-	if n != 0 && n != 3 {
-		return fmt.Errorf("--tls-ca, --tls-cert and --tls-key go together: give all three or none")
-	}
-	if (c.APITLSCert == "") != (c.APITLSKey == "") {
-		return fmt.Errorf("--api-tls-cert and --api-tls-key go together: give both or neither")
-	}
-	if c.APITLSClientCA != "" && c.APITLSCert == "" {
-		return fmt.Errorf("--api-tls-client-ca needs --api-tls-cert and --api-tls-key")
-	}
-	if c.Insecure {
-		return nil
-	}
-	for _, l := range []struct{ flag, addr string }{{"peer", c.PeerAddr}, {"gossip", c.GossipAddr}} {
-		if isLoopback(hostOf(l.addr)) {
-			continue
-		}
-		var missing []string
-		if !c.peerTLS() {
-			missing = append(missing, "--tls-ca, --tls-cert and --tls-key (mutual TLS between nodes)")
-		}
-		if len(c.GossipKeys) == 0 {
-			missing = append(missing, "--gossip-key-file (encrypted gossip)")
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("--%s %s is reachable from other machines: give %s, or --insecure to run in clear", l.flag, l.addr, strings.Join(missing, " and "))
-		}
-	}
-	return nil
-}
+// fieldFlags are the flags of the node.Config fields Validate names.
+var fieldFlags = map[string]string{"Name": "name", "HTTPAddr": "http", "GRPCAddr": "grpc", "PeerAddr": "peer", "GossipAddr": "gossip",
+	"AdvertiseHost": "advertise-host", "AdvertiseHTTP": "advertise-http", "AdvertiseGRPC": "advertise-grpc", "AdvertisePeer": "advertise-peer",
+	"AdvertiseGossip": "advertise-gossip", "Resolver": "resolver", "Replication": "replication-factor", "ReplicationMaxLoss": "replication-max-loss",
+	"ClusterSize": "cluster-size", "ClusterName": "cluster-name", "HTTPReadTimeout": "http-read-timeout", "HTTPWriteTimeout": "http-write-timeout",
+	"HTTPIdleTimeout": "http-idle-timeout", "CheckTimeout": "check-timeout", "DrainDelay": "drain-delay", "MaxConns": "max-conns",
+	"GRPCIdleTimeout": "grpc-idle-timeout", "TLSCA": "tls-ca", "TLSCert": "tls-cert", "TLSKey": "tls-key", "APITLSCert": "api-tls-cert",
+	"APITLSKey": "api-tls-key", "APITLSClientCA": "api-tls-client-ca", "GossipKeys": "gossip-key-file", "Insecure": "insecure",
+	"RLSStatKeys": "rls-stats-keys", "RLSNearLimitRatio": "rls-near-limit-ratio", "MaxKeys": "max-keys", "MaxKeyBytes": "max-key-bytes", "MaxMemory": "max-memory"}
 
-// peerTLS reports whether the peer listener and connections use mutual TLS.
-func (c *config) peerTLS() bool { return c.TLSCert != "" }
-
-// isLoopback reports whether host, an IP address or a name, is this
-// machine's loopback: an IP address in 127.0.0.0/8 or ::1, or "localhost".
-func isLoopback(host string) bool {
-	if ip := net.ParseIP(host); ip != nil {
-		return ip.IsLoopback()
-	}
-	return strings.EqualFold(host, "localhost")
-}
-
-// checkAdvertise fills advertiseHost from $POD_IP when not given, and checks
-// the advertise flags' syntax.
-func (c *config) checkAdvertise(getenv func(string) string) error {
-	if c.AdvertiseHost == "" {
-		c.AdvertiseHost = getenv("POD_IP")
-	}
-	if h := c.AdvertiseHost; h != "" {
-		if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
-			return fmt.Errorf("--advertise-host %s: other machines cannot dial an unspecified address", h)
-		}
-	}
-	for _, a := range []struct{ flag, v string }{{"advertise-http", c.AdvertiseHTTP}, {"advertise-grpc", c.AdvertiseGRPC},
-		{"advertise-peer", c.AdvertisePeer}, {"advertise-gossip", c.AdvertiseGossip}} {
-		if a.v == "" {
-			continue
-		}
-		if err := checkDialable(a.v); err != nil {
-			return fmt.Errorf("--%s: %w", a.flag, err)
-		}
-	}
-	if c.AdvertiseGossip != "" && net.ParseIP(hostOf(c.AdvertiseGossip)) == nil {
-		return fmt.Errorf("--advertise-gossip %s: the host must be an IP address", c.AdvertiseGossip)
-	}
-	if c.Resolver != "" {
-		if err := checkDialable(c.Resolver); err != nil {
-			return fmt.Errorf("--resolver: %w", err)
-		}
-	}
-	return nil
-}
-
-// checkDialable accepts host:port with a non-empty host that is not an
-// unspecified address and a port from 1 to 65535.
-func checkDialable(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
+// flagNames says a node.Config.Validate error in flags: the field's flag
+// in front of the message, or, when the message names the field itself,
+// every field it names as its flag.
+func flagNames(err error) error {
+	var fe *node.FieldError
+	if !errors.As(err, &fe) || fieldFlags[fe.Field] == "" {
 		return err
 	}
-	if host == "" {
-		return fmt.Errorf("%q has no host", addr)
+	msg := fieldWord.ReplaceAllStringFunc(fe.Msg, func(w string) string {
+		if f, ok := fieldFlags[w]; ok {
+			return "--" + f
+		}
+		return w
+	})
+	if strings.HasPrefix(fe.Msg, fe.Field) {
+		return errors.New(msg)
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("%q: other machines cannot dial an unspecified address", addr)
-	}
-	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return fmt.Errorf("%q: the port must be from 1 to 65535", addr)
-	}
-	return nil
+	return fmt.Errorf("--%s: %s", fieldFlags[fe.Field], msg)
 }
 
-func hostOf(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	return host
-}
+var fieldWord = regexp.MustCompile(`\b[A-Z][A-Za-z]+\b`)

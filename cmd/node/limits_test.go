@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"context"
 	"errors"
 	"io"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // startLimited starts an in-process node with short HTTP timeouts and

@@ -21,12 +21,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/ringlimit/ringlimit/internal/gctune"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, tuneGC); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, gctune.Tune); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // the usage is printed: asked for, not an error
 			return
 		}

@@ -5,8 +5,6 @@ package main
 // /v1/owner) and /readyz exist only with a real cluster.
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/internal/openapitest"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // validateOpenAPI makes h.client check every exchange against

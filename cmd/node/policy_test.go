@@ -7,8 +7,6 @@ package main
 // They reuse the harness of cluster_test.go.
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"cmp"
 	"context"
 	"encoding/json"
@@ -28,6 +26,7 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/policy"
 )
 

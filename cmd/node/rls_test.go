@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"context"
 	"fmt"
 	"math"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
 )

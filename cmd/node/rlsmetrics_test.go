@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"context"
 	"fmt"
 	"os"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // rlsMetricsConfig counts per day, so that no window ends during a test.

@@ -8,13 +8,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/oteltrace"
 	"github.com/ringlimit/ringlimit/node"
 )
 
 // run starts a node and serves until ctx is cancelled, then shuts down
 // gracefully. It returns nil after a clean shutdown. tune, when not nil,
 // tunes the process's garbage collector for --gc-headroom while the node
-// runs and returns the function that stops it: main passes tuneGC; tests,
+// runs and returns the function that stops it: main passes gctune.Tune; tests,
 // which run several nodes in one process, pass nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, tune func(headroom uint64) (stop func())) error {
 	if ok, err := subcommand(args, getenv, os.Stdout, stderr); ok {
@@ -31,17 +32,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if tune != nil {
 		defer tune(uint64(cfg.gcHeadroomMiB) << 20)()
 	}
-	tr, err := newTracing(ctx, getenv, cfg.Name, os.Stdout)
+	tr, err := oteltrace.New(ctx, getenv, cfg.Name, nodeVersion(), os.Stdout)
 	if err != nil {
 		return err
 	}
-	if tr.tp != nil {
-		cfg.Tracer = tr.tp
-		log.Info("tracing on", "exporters", tr.exporters)
+	if tr.TP != nil {
+		cfg.Tracer = tr.TP
+		log.Info("tracing on", "exporters", tr.Exporters)
 		defer func() { // after the node closed: its last spans are flushed
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := tr.shutdown(sctx); err != nil {
+			if err := tr.Shutdown(sctx); err != nil {
 				log.Warn("tracing shutdown", "err", err)
 			}
 		}()

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ringlimit/ringlimit/node"
-
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/internal/devca"
+	"github.com/ringlimit/ringlimit/node"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
