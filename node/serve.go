@@ -123,6 +123,7 @@ func (n *Node) newServers(cfg Config, a *api.API, page http.Handler, grpcMetrics
 		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.APITLSClientCA != "", "h2", "http/1.1")
 	}
 	gopts := append(append(append(grpcOptions(), idleOptions(cfg.GRPCIdleTimeout)...), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.APITLSClientCA != "")...)
+	gopts = append(gopts, cfg.GRPCServerOptions...)
 	if h := a.GRPCStatsHandler(); h != nil {
 		gopts = append(gopts, grpc.StatsHandler(h))
 	}
