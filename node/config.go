@@ -88,7 +88,7 @@ type Config struct {
 	// AdvertiseHTTP, AdvertiseGRPC, AdvertisePeer and AdvertiseGossip are
 	// the host:port other machines reach each listener at (gossip: an
 	// IP:port). Empty: the bound address, with AdvertiseHost for an
-	// unspecified host.
+	// unspecified host; for a listener given ready, its address.
 	AdvertiseHTTP, AdvertiseGRPC, AdvertisePeer, AdvertiseGossip string
 
 	// ClusterName is the label carried by all gossip: nodes with another

@@ -235,6 +235,17 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.limitConns(cfg, reg, log); err != nil {
 		return nil, err
 	}
+	// A listener given ready is reached at its own address (a test's
+	// network, or a socket a supervisor bound for the node).
+	for _, l := range []struct {
+		given net.Listener
+		ln    net.Listener
+		adv   *string
+	}{{cfg.HTTPListener, n.httpLn, &cfg.AdvertiseHTTP}, {cfg.GRPCListener, n.grpcLn, &cfg.AdvertiseGRPC}, {cfg.PeerListener, n.peerLn, &cfg.AdvertisePeer}} {
+		if l.given != nil && *l.adv == "" {
+			*l.adv = l.ln.Addr().String()
+		}
+	}
 	adv, err := cfg.advertiseAll(ctx, n.httpLn.Addr().String(), grpcAddr, n.peerLn.Addr().String())
 	if err != nil {
 		return nil, err

@@ -12,8 +12,13 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/faultnet"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/node"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
@@ -251,3 +256,86 @@ func TestCloseFinishesChecksInFlight(t *testing.T) {
 		t.Errorf("HTTP listener still accepts after Close")
 	}
 }
+
+// TestNodesOnFaultnet: two nodes whose listeners, peer dialer and gossip
+// are on internal/faultnet form a cluster, and a check entering one node is
+// decided by the other when it owns the key; with their link cut, it is
+// decided by the key's failure mode.
+func TestNodesOnFaultnet(t *testing.T) {
+	fn := faultnet.New()
+	t.Cleanup(fn.Close)
+	var nodes []*node.Node
+	for _, name := range []string{"node-1", "node-2"} {
+		cfg := node.DefaultLocalConfig()
+		cfg.Name = name
+		lns := make([]net.Listener, 3)
+		for i := range lns {
+			ln, err := fn.Listen(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lns[i] = ln
+		}
+		cfg.HTTPListener, cfg.GRPCListener, cfg.PeerListener = lns[0], lns[1], lns[2]
+		// Peers dial the faultnet address as it is: the target's default
+		// scheme (dns) resolves to the address itself.
+		cfg.PeerDialOptions = []grpc.DialOption{grpc.WithContextDialer(fn.Dialer(name)), grpc.WithResolvers(asIs{resolver.Get("passthrough")})}
+		tr, err := fn.Transport(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.GossipTransport = tr
+		if len(nodes) > 0 {
+			cfg.Join = []string{nodes[0].GossipAddr()}
+		}
+		n, err := node.Start(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			n.Close(ctx)
+		})
+		nodes = append(nodes, n)
+	}
+	testkit.WaitFor(t, 20*time.Second, "both nodes on both rings", func() error {
+		for _, n := range nodes {
+			if got := slices.Sorted(slices.Values(n.Router().RingMembers())); !slices.Equal(got, []string{"node-1", "node-2"}) {
+				return fmt.Errorf("%s's ring: %v", n.Name(), got)
+			}
+		}
+		return nil
+	})
+	key := ""
+	for i := 0; key == ""; i++ {
+		if o, _ := nodes[1].Router().Owner(fmt.Sprintf("k%d", i)); o == "node-1" {
+			key = fmt.Sprintf("k%d", i)
+		}
+	}
+	l := bucket.MustLimit(bucket.TokenBucket, 10, time.Hour, 10)
+	check := func() forward.Result {
+		t.Helper()
+		out := make([]forward.Result, 1)
+		if err := nodes[1].Router().Check(t.Context(), []forward.Check{{Key: key, Limit: l, Cost: 1, Mode: bucket.FailClosed}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	if r := check(); r.Owner != "node-1" || r.Degraded || !r.Allowed {
+		t.Fatalf("check via node-2 of a key node-1 owns: %+v, want decided by node-1", r)
+	}
+	fn.Cut("node-1", "node-2")
+	testkit.WaitFor(t, 10*time.Second, "a check in its failure mode", func() error {
+		if r := check(); !r.Degraded || r.Allowed {
+			return fmt.Errorf("%+v, want refused in its failure mode (fail closed)", r)
+		}
+		return nil
+	})
+	fn.Heal("node-1", "node-2")
+}
+
+// asIs is gRPC's passthrough resolver under the default scheme's name.
+type asIs struct{ resolver.Builder }
+
+func (asIs) Scheme() string { return "dns" }
