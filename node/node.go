@@ -112,7 +112,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{log: log, name: cfg.Name, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.DrainDelay,
 		quiesceTimeout: cfg.QuiesceTimeout, quiesceIdle: cfg.QuiesceIdle}
-	start := time.Now() // the uptime peers and the status page see
+	start := cfg.Clock.Now() // the uptime peers and the status page see
+	n.readiness.clock = cfg.Clock
 
 	shards := bucket.DefaultShards
 	for shards > 1 && (cfg.MaxKeys < shards || int64(cfg.MaxMemory) < int64(shards)*minShardMemory) {
@@ -355,7 +356,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.peerServer.Report(reportStats(a, cs, n.policy, n.rls, start, n.version))
+	n.peerServer.Report(reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version))
 	page, err := ui.New(ui.Config{Source: (&statusPage{cs: cs, peers: n.peers, server: n.peerServer, policy: n.policy}).snapshot,
 		AdminTokens: n.admin, PrivateReads: cfg.PrivateReads})
 	if err != nil {

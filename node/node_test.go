@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/faultnet"
 	"github.com/ringlimit/ringlimit/internal/testkit"
@@ -339,3 +340,34 @@ func TestNodesOnFaultnet(t *testing.T) {
 type asIs struct{ resolver.Builder }
 
 func (asIs) Scheme() string { return "dns" }
+
+// TestReadyOnTheConfigClock: the ring's settling time is measured on
+// Config.Clock: a node on a clock that stands still is not ready until the
+// clock moves past the settle time.
+func TestReadyOnTheConfigClock(t *testing.T) {
+	clk := testkit.NewClock(clock.Instant(1_700_000_000 * int64(time.Second)))
+	cfg := node.DefaultLocalConfig()
+	cfg.Name, cfg.Clock, cfg.QuiesceTimeout = "still", clk, time.Millisecond
+	n, err := node.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	testkit.WaitFor(t, 10*time.Second, "on its own ring", func() error {
+		if !slices.Contains(n.Router().RingMembers(), "still") {
+			return errors.New("not on its ring")
+		}
+		return nil
+	})
+	if err := n.Ready(); err == nil || !strings.Contains(err.Error(), "the ring changed 0s ago") {
+		t.Fatalf("Ready() on a clock that stands still = %v, want the ring settling", err)
+	}
+	clk.Advance(time.Second)
+	if err := n.Ready(); err != nil {
+		t.Fatalf("Ready() a second later on the clock: %v", err)
+	}
+}
