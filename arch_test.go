@@ -40,10 +40,13 @@ var allowed = map[string][]string{
 	"forward":              {"bucket", "clock", "peer", "internal/discard", "internal/peerdefault"},
 	"policy":               {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest", "internal/discard"},
 	"rls":                  {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest", "internal/discard"},
+	"internal/gctune":      {},
+	"internal/oteltrace":   {},
 	"ratelimitheader":      {"clock"},
 	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
 	"ui":                   {"api", "policy", "clock"},
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
+	"node":                 nodeImports,
 	"cmd":                  nil, // wires everything
 	// Test infrastructure: imported by tests only (see testOnly).
 	"internal/testkit":     nil,
@@ -51,6 +54,10 @@ var allowed = map[string][]string{
 	"internal/harness":     nil,
 	"internal/openapitest": {},
 }
+
+// nodeImports are what the node as a library may import: every library
+// package. Only cmd (and tests) import node.
+var nodeImports = []string{"clock", "bucket", "ring", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
 
 // testOnly are packages no non-test file outside them may import.
 var testOnly = []string{"internal/testkit", "internal/faultnet", "internal/harness", "internal/openapitest"}

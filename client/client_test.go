@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,14 +25,15 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/testkit"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/policy"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
-	"github.com/ringlimit/ringlimit/ring"
 )
 
 func TestMain(m *testing.M) {
-	testkit.Main(m)
+	// The example's node runs memberlist, whose Shutdown does not wait for
+	// a probe in flight: its goroutine ends when the probe's ack timer fires.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
 }
 
 // ---- harness ---------------------------------------------------------------
@@ -41,10 +42,6 @@ func TestMain(m *testing.M) {
 // hour, so that windows line up. The clock moves only when a test says so,
 // so that remaining, retry-after and reset are exact.
 var clusterStart = clock.Instant(int64(1_700_000_000/3600*3600) * int64(time.Second))
-
-// testGrace is the routers' Grace; the harness moves the clock past it once
-// the members are set, so that the cluster starts in its steady state.
-const testGrace = 50 * time.Millisecond
 
 // defaultPolicy is the policy file of a cluster whose test gives none.
 const defaultPolicy = `
@@ -115,19 +112,15 @@ func (c *rpcCounter) rpcSizes() []int {
 	return slices.Clone(c.sizes)
 }
 
-// testNode is one in-process node: store, router with its peer pool,
-// policy, API and the one gRPC server that serves both the public API and
-// the peer service.
+// testNode is one in-process node, started through node.Start.
 type testNode struct {
 	name   string
-	addr   string
+	addr   string // the public gRPC API
 	store  *bucket.Store
 	router *forward.Router
-	peers  *peer.Pool
 	policy *policy.Manager
-	reg    *prometheus.Registry // the router's and the peer transport's metrics
-	srv    *grpc.Server
-	served chan struct{}
+	reg    *prometheus.Registry // the node's metrics
+	n      *node.Node
 }
 
 // testCluster is n nodes that know each other, on one fake clock.
@@ -139,8 +132,9 @@ type testCluster struct {
 }
 
 // startCluster starts n nodes named node-1..node-n on 127.0.0.1:0 with the
-// policy file policyYAML, and sets the same member list on every router.
-// Stop undoes it.
+// policy file policyYAML, all on one fake clock, joined into one cluster,
+// and moves the clock past the routers' grace once every ring holds them
+// all. Stop undoes it.
 func startCluster(n int, policyYAML string) (*testCluster, error) {
 	dir, err := os.MkdirTemp("", "ringlimit-client-test")
 	if err != nil {
@@ -154,97 +148,50 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 	c := &testCluster{clock: testkit.NewClock(clusterStart), rpc: &rpcCounter{byNode: map[string]int64{}}, policyPath: path}
 	fail := func(err error) (*testCluster, error) {
 		c.Stop()
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	discard := slog.New(slog.DiscardHandler)
-	var members []forward.Member
+	var names []string
 	for i := range n {
 		name := fmt.Sprintf("node-%d", i+1)
-		store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
+		cfg := node.DefaultLocalConfig()
+		cfg.Name, cfg.PolicyPath, cfg.Clock = name, path, c.clock
+		cfg.QuiesceTimeout = time.Millisecond // the fake clock stands still: no wait for idle peers
+		cfg.Registerer = prometheus.NewRegistry()
+		cfg.GRPCServerOptions = []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.rpc.interceptor(name))}
+		if i > 0 {
+			cfg.Join = []string{c.nodes[0].n.GossipAddr()}
+		}
+		nd, err := node.Start(context.Background(), cfg)
 		if err != nil {
 			return fail(err)
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fail(err)
-		}
-		addr := lis.Addr().String()
-		reg := prometheus.NewRegistry()
-		pm, err := peer.NewMetrics(reg)
-		if err != nil {
-			lis.Close()
-			return fail(err)
-		}
-		pool, err := peer.NewPool(peer.Config{Self: name, Timeout: 5 * time.Second, Clock: c.clock, Logger: discard, Metrics: pm})
-		if err != nil {
-			lis.Close()
-			return fail(err)
-		}
-		router, err := forward.New(forward.Config{Self: name, SelfAddr: addr, Store: store, Peers: pool,
-			NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) },
-			Clock:   c.clock, Grace: testGrace,
-			PeerTimeout: 5 * time.Second, // generous: -race under load must not degrade
-			Logger:      discard, Registerer: reg})
-		if err != nil {
-			pool.Close(context.Background())
-			lis.Close()
-			return fail(err)
-		}
-		closeRouter := func() {
-			router.Close(context.Background())
-			pool.Close(context.Background())
-			lis.Close()
-		}
-		mgr, err := policy.NewManager(policy.ManagerConfig{Path: path, Logger: discard, Clock: c.clock})
-		if err != nil {
-			closeRouter()
-			return fail(err)
-		}
-		a, err := api.New(api.Config{Checker: router, Stats: store, Policy: mgr, Logger: discard,
-			AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return mgr.AddOverride(o) },
-			RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
-				return mgr.RevokeOverride(id, actor)
-			}})
-		if err != nil {
-			closeRouter()
-			return fail(err)
-		}
-		psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: router, Clock: c.clock, Metrics: pm})
-		if err != nil {
-			closeRouter()
-			return fail(err)
-		}
-		srv := grpc.NewServer(grpc.UnaryInterceptor(c.rpc.interceptor(name)))
-		a.RegisterGRPC(srv)
-		psrv.Register(srv)
-		nd := &testNode{name: name, addr: addr, store: store, router: router, peers: pool, policy: mgr,
-			reg: reg, srv: srv, served: make(chan struct{})}
-		go func() {
-			defer close(nd.served)
-			_ = srv.Serve(lis)
-		}()
-		c.nodes = append(c.nodes, nd)
-		members = append(members, forward.Member{Name: name, Addr: nd.addr})
+		c.nodes = append(c.nodes, &testNode{name: name, addr: nd.GRPCAddr(), store: nd.Store(), router: nd.Router(), policy: nd.Policy(),
+			reg: cfg.Registerer.(*prometheus.Registry), n: nd})
+		names = append(names, name)
 	}
-	for _, nd := range c.nodes {
-		nd.router.SetMembers(members)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ok := true
+		for _, nd := range c.nodes {
+			ok = ok && slices.Equal(slices.Sorted(slices.Values(nd.router.RingMembers())), names) && nd.router.RingVersion() == c.nodes[0].router.RingVersion()
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("the rings did not converge on %v", names))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	c.clock.Advance(testGrace)
+	c.clock.Advance(forward.DefaultConfig().Grace)
 	return c, nil
 }
 
-// Stop stops the servers and closes the routers.
+// Stop closes the nodes, the last started first.
 func (c *testCluster) Stop() {
-	for _, nd := range c.nodes {
-		nd.srv.Stop()
-		<-nd.served
-	}
-	for _, nd := range c.nodes {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		nd.router.Close(ctx)
+	for _, nd := range slices.Backward(c.nodes) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		nd.n.Close(ctx)
 		cancel()
-		nd.peers.Close(context.Background())
 	}
 	if c.policyPath != "" {
 		os.RemoveAll(filepath.Dir(c.policyPath))

@@ -6,23 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/ringlimit/ringlimit/api"
-	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/forward"
-	"github.com/ringlimit/ringlimit/peer"
-	"github.com/ringlimit/ringlimit/policy"
-	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // examplePolicy lets every caller make 2 requests per hour.
@@ -96,83 +88,30 @@ func Example() {
 	// RATE_LIMITED by tier:free
 }
 
-// startExampleNode wires one node: a key store, a router that owns every
-// key, the policy, the API, and a gRPC server on a loopback port serving the
-// public API and the peer service. stop shuts it down.
+// startExampleNode starts one node (a cluster of one) with the policy
+// policyYAML, on loopback ports, and returns its gRPC address. stop shuts
+// it down.
 func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "ringlimit-example")
 	if err != nil {
 		return "", nil, err
 	}
-	path := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
+	cfg := node.DefaultLocalConfig()
+	cfg.Name, cfg.PolicyPath = "node-1", filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(cfg.PolicyPath, []byte(policyYAML), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	quiet := slog.New(slog.DiscardHandler)
-	clk := clock.System() // the node's one clock
-	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	n, err := node.Start(context.Background(), cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	addr = lis.Addr().String()
-	pool, err := peer.NewPool(peer.Config{Self: "node-1", Clock: clk, Logger: quiet})
-	if err != nil {
-		lis.Close()
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(n.Router().RingMembers(), "node-1") && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // until the node owns keys: on its own ring
+	}
+	return n.GRPCAddr(), func() {
+		n.Close(context.Background())
 		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	router, err := forward.New(forward.Config{Self: "node-1", SelfAddr: addr, Store: store, Peers: pool, Clock: clk, Logger: quiet,
-		NewRing: func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }})
-	if err != nil {
-		pool.Close(context.Background())
-		lis.Close()
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	cleanup := func() {
-		router.Close(context.Background())
-		pool.Close(context.Background())
-		lis.Close()
-		os.RemoveAll(dir)
-	}
-	pol, err := policy.NewManager(policy.ManagerConfig{Path: path, Clock: clk, Logger: quiet})
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	a, err := api.New(api.Config{Checker: router, Stats: store, Policy: pol, Logger: quiet,
-		AddOverride: func(_ context.Context, o policy.Override) (policy.Override, error) { return pol.AddOverride(o) },
-		RevokeOverride: func(_ context.Context, id, actor string) (policy.Override, error) {
-			return pol.RevokeOverride(id, actor)
-		}})
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	psrv, err := peer.NewServer(peer.ServerConfig{Self: "node-1", Handler: router, Clock: clk})
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	srv := grpc.NewServer()
-	a.RegisterGRPC(srv)
-	psrv.Register(srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(lis)
-	}()
-	router.SetMembers([]forward.Member{{Name: "node-1", Addr: addr}})
-	return addr, func() {
-		srv.Stop()
-		<-served
-		cleanup()
 	}, nil
 }

@@ -6,12 +6,10 @@ package main
 // without a restart.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,8 +17,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
-	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/internal/reload"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -154,51 +151,6 @@ func TestAdminTokenRotation(t *testing.T) {
 	}
 }
 
-// TestTokenFileWatch: a token file that stops parsing keeps the running
-// tokens (and is logged); a good one replaces them.
-func TestTokenFileWatch(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens")
-	write := func(s string) {
-		t.Helper()
-		writePolicy(t, path, s)
-	}
-	write("alice:token-of-alice-0001\n")
-	sink := &logSink{}
-	f := &tokenFile{path: path, tokens: &api.Tokens{}, log: slog.New(slog.NewJSONHandler(sink, nil))}
-	if err := f.load(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	w, err := f.watcher(reload.Config{Clock: clock.System(), Logger: f.log, Poll: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { defer close(done); w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	want := func(token, name string, ok bool) func() (bool, string) {
-		return func() (bool, string) {
-			got, gotOK := f.tokens.Authenticate(token)
-			return got == name && gotOK == ok, fmt.Sprintf("Authenticate(%s) = %q, %v", token, got, gotOK)
-		}
-	}
-	write("bob:token-of-bob-00000001\n")
-	poll(t, 2*time.Second, "bob's token", want("token-of-bob-00000001", "bob", true))
-	poll(t, time.Second, "alice's token gone", want("token-of-alice-0001", "", false))
-	write("bob:short\n")
-	poll(t, 2*time.Second, "the refusal logged", func() (bool, string) {
-		return len(sink.records("admin token file refused; the running tokens stay")) == 1, strings.Join(sink.tail(5), "\n")
-	})
-	poll(t, time.Second, "bob's token kept", want("token-of-bob-00000001", "bob", true))
-	os.Remove(path)
-	poll(t, 2*time.Second, "the missing file seen", func() (bool, string) {
-		return len(sink.records("admin token file unreadable; the running tokens stay")) == 1, strings.Join(sink.tail(5), "\n")
-	})
-	poll(t, time.Second, "bob's token kept while the file is missing", want("token-of-bob-00000001", "bob", true))
-	write("carol:token-of-carol-0001\n")
-	poll(t, 2*time.Second, "carol's token", want("token-of-carol-0001", "carol", true))
-}
-
 // TestPprofRequiresAdmin: pprof answers only to the admin token, and to
 // nobody on a node without one.
 func TestPprofRequiresAdmin(t *testing.T) {
@@ -236,10 +188,10 @@ func TestPprofRequiresAdmin(t *testing.T) {
 	}
 }
 
-// servePprofTest is servePprof on 127.0.0.1:0, returning its address.
+// servePprofTest is node.ServePprof on 127.0.0.1:0, returning its address.
 func servePprofTest(t *testing.T, log *slog.Logger, tokens *api.Tokens) (func(), string) {
 	t.Helper()
-	stop, addr, err := servePprof("127.0.0.1:0", log, tokens)
+	stop, addr, err := node.ServePprof("127.0.0.1:0", log, tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -400,8 +400,8 @@ func TestInlineLimitsFlag(t *testing.T) {
 		c, err := parseConfig(append([]string{"--name", "n1"}, st.args...), func(k string) string {
 			return map[string]string{"RINGLIMIT_INLINE_LIMITS": st.env}[k]
 		}, io.Discard)
-		if err != nil || c.inlineLimits != st.want {
-			t.Errorf("step %d: args %q, RINGLIMIT_INLINE_LIMITS=%q: inline limits %v, %v; want %v", i, st.args, st.env, c.inlineLimits, err, st.want)
+		if err != nil || c.DisableInlineLimits == st.want {
+			t.Errorf("step %d: args %q, RINGLIMIT_INLINE_LIMITS=%q: inline limits %v, %v; want %v", i, st.args, st.env, !c.DisableInlineLimits, err, st.want)
 		}
 	}
 }

@@ -197,8 +197,8 @@ func TestParseConfigTrustedProxies(t *testing.T) {
 		{[]string{"--trusted-proxies", ""}, "172.16.0.0/12", nil}, // trust none
 	} {
 		c, err := parseConfig(st.args, func(k string) string { return map[string]string{"RINGLIMIT_TRUSTED_PROXIES": st.env}[k] }, io.Discard)
-		if err != nil || !slices.Equal(c.trustedProxies, st.want) {
-			t.Errorf("parseConfig(%q, env %q): %v, %v; want %v", st.args, st.env, c.trustedProxies, err, st.want)
+		if err != nil || !slices.Equal(c.TrustedProxies, st.want) {
+			t.Errorf("parseConfig(%q, env %q): %v, %v; want %v", st.args, st.env, c.TrustedProxies, err, st.want)
 		}
 	}
 	for _, bad := range []struct{ args []string }{

@@ -30,6 +30,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // TestMain checks that the package's tests, the existing ones included,
@@ -113,7 +114,7 @@ func newHarness(t *testing.T) *harness {
 // given gossip addresses, and closes it in t.Cleanup (Close is idempotent,
 // so a test may close it earlier). On failure the tail of its log is
 // printed.
-func (h *harness) start(name string, join ...string) (*node, *logSink) {
+func (h *harness) start(name string, join ...string) (*node.Node, *logSink) {
 	h.t.Helper()
 	return h.startWith(name, joinArgs(join), nil)
 }
@@ -140,9 +141,9 @@ func lanDetection(c *cluster.Config) {
 // every core) misses the deadline and its successor stands in for it,
 // which these tests report as a check decided by the wrong node.
 func patientPeers(c *config) {
-	c.peerTimeout = 10 * time.Second
-	c.checkTimeout = 20 * time.Second
-	c.httpWriteTimeout = 30 * time.Second
+	c.PeerTimeout = 10 * time.Second
+	c.CheckTimeout = 20 * time.Second
+	c.HTTPWriteTimeout = 30 * time.Second
 }
 
 // joinArgs is the --join flag for the gossip addresses join, if any.
@@ -156,7 +157,7 @@ func joinArgs(join []string) []string {
 // startWith starts an in-process node named name on 127.0.0.1:0 with the
 // extra flags, tweak (if not nil) editing the parsed config, and closes it
 // in t.Cleanup, printing the tail of its log if the test failed.
-func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*node, *logSink) {
+func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*node.Node, *logSink) {
 	t := h.t
 	t.Helper()
 	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
@@ -164,12 +165,12 @@ func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.gossipTimings = lanDetection
+	cfg.ClusterTuning = lanDetection
 	if tweak != nil {
 		tweak(&cfg)
 	}
 	sink := &logSink{}
-	n, err := startNode(cfg, newJSONLogger(sink, cfg.logLevel))
+	n, err := startNode(t.Context(), cfg, newJSONLogger(sink, cfg.logLevel))
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -190,11 +191,11 @@ func newJSONLogger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-func httpAddr(n *node) string { return n.httpLn.Addr().String() }
+func httpAddr(n *node.Node) string { return n.HTTPAddr() }
 
 // waitRing polls until every node's ring holds exactly names and all agree
 // on the ring version, and returns how long that took.
-func (h *harness) waitRing(nodes []*node, names []string, timeout time.Duration) time.Duration {
+func (h *harness) waitRing(nodes []*node.Node, names []string, timeout time.Duration) time.Duration {
 	h.t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
@@ -204,8 +205,8 @@ func (h *harness) waitRing(nodes []*node, names []string, timeout time.Duration)
 	for {
 		ok := true
 		for _, n := range nodes {
-			got := slices.Sorted(slices.Values(n.router.RingMembers()))
-			if !slices.Equal(got, want) || n.router.RingVersion() != nodes[0].router.RingVersion() {
+			got := slices.Sorted(slices.Values(n.Router().RingMembers()))
+			if !slices.Equal(got, want) || n.Router().RingVersion() != nodes[0].Router().RingVersion() {
 				ok = false
 				break
 			}
@@ -216,7 +217,7 @@ func (h *harness) waitRing(nodes []*node, names []string, timeout time.Duration)
 		if time.Now().After(deadline) {
 			var views []string
 			for _, n := range nodes {
-				views = append(views, fmt.Sprintf("%s: %v v%d", n.router.Self(), n.router.RingMembers(), n.router.RingVersion()))
+				views = append(views, fmt.Sprintf("%s: %v v%d", n.Router().Self(), n.Router().RingMembers(), n.Router().RingVersion()))
 			}
 			h.t.Fatalf("rings did not converge on %v within %v: %s", want, timeout, strings.Join(views, "; "))
 		}
@@ -382,9 +383,9 @@ func runJobs(client *http.Client, addrs []string, jobs []job, l inlineLimit, wor
 func TestClusterExactness(t *testing.T) {
 	h := newHarness(t)
 	n1, l1 := h.startWith("node-1", nil, patientPeers)
-	n2, l2 := h.startWith("node-2", joinArgs([]string{n1.cluster.LocalAddr()}), patientPeers)
-	n3, l3 := h.startWith("node-3", joinArgs([]string{n1.cluster.LocalAddr()}), patientPeers)
-	nodes := []*node{n1, n2, n3}
+	n2, l2 := h.startWith("node-2", joinArgs([]string{n1.Cluster().LocalAddr()}), patientPeers)
+	n3, l3 := h.startWith("node-3", joinArgs([]string{n1.Cluster().LocalAddr()}), patientPeers)
+	nodes := []*node.Node{n1, n2, n3}
 	logs := []*logSink{l1, l2, l3}
 	names := []string{"node-1", "node-2", "node-3"}
 	addrs := []string{httpAddr(n1), httpAddr(n2), httpAddr(n3)}
@@ -406,7 +407,7 @@ func TestClusterExactness(t *testing.T) {
 	// on an idle machine, and over 90s with busy loops on every core.
 	const limit, per, workers, phaseDeadline = 100, "24h", 32, 5 * time.Minute
 	owner := func(key string) string {
-		o, _ := n1.router.Owner(key)
+		o, _ := n1.Router().Owner(key)
 		return o
 	}
 	// phase sends jobs, checks what every answer must satisfy and the
@@ -503,10 +504,10 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	h := newHarness(t)
 	h.validateOpenAPI()
 	n1, _ := h.startWith("node-1", nil, patientPeers)
-	n2, _ := h.startWith("node-2", joinArgs([]string{n1.cluster.LocalAddr()}), patientPeers)
-	two := []*node{n1, n2}
+	n2, _ := h.startWith("node-2", joinArgs([]string{n1.Cluster().LocalAddr()}), patientPeers)
+	two := []*node.Node{n1, n2}
 	h.waitRing(two, []string{"node-1", "node-2"}, 10*time.Second)
-	byName := map[string]*node{"node-1": n1, "node-2": n2}
+	byName := map[string]*node.Node{"node-1": n1, "node-2": n2}
 
 	const limit, per, nkeys = 10, "1h", 300
 	keys := make([]string, nkeys)
@@ -516,7 +517,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	// sweep sends one check per key, round-robin over nodes, and returns
 	// the answers in key order; every answer must be a 200 from the key's
 	// owner with wantRemaining left.
-	sweep := func(label string, nodes []*node, wantRemaining int64) {
+	sweep := func(label string, nodes []*node.Node, wantRemaining int64) {
 		t.Helper()
 		addrs := make([]string, len(nodes))
 		for i, n := range nodes {
@@ -528,12 +529,12 @@ func TestClusterJoinAndLeave(t *testing.T) {
 		}
 		for _, r := range runJobs(h.client, addrs, jobs, inlineLimit{count: limit, per: per}, 16, time.Now().Add(20*time.Second)) {
 			if r.err != nil {
-				t.Fatalf("%s: %s via %s: %v", label, r.key, nodes[r.node].router.Self(), r.err)
+				t.Fatalf("%s: %s via %s: %v", label, r.key, nodes[r.node].Router().Self(), r.err)
 			}
-			want, _ := nodes[0].router.Owner(r.key)
+			want, _ := nodes[0].Router().Owner(r.key)
 			if r.status != http.StatusOK || r.body.Remaining != wantRemaining || r.body.Owner != want || r.body.Degraded {
 				t.Errorf("%s: %s via %s: %d %+v, want 200 with remaining %d from %s",
-					label, r.key, nodes[r.node].router.Self(), r.status, r.body, wantRemaining, want)
+					label, r.key, nodes[r.node].Router().Self(), r.status, r.body, wantRemaining, want)
 			}
 		}
 	}
@@ -543,22 +544,22 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	}
 	before := map[string]string{}
 	for _, k := range keys {
-		before[k], _ = n1.router.Owner(k)
+		before[k], _ = n1.Router().Owner(k)
 	}
-	v2 := n1.router.RingVersion()
+	v2 := n1.Router().RingVersion()
 
 	// node-3 joins.
 	start := time.Now()
-	n3, _ := h.startWith("node-3", joinArgs([]string{n1.cluster.LocalAddr()}), patientPeers)
+	n3, _ := h.startWith("node-3", joinArgs([]string{n1.Cluster().LocalAddr()}), patientPeers)
 	byName["node-3"] = n3
-	three := []*node{n1, n2, n3}
+	three := []*node.Node{n1, n2, n3}
 	h.waitRing(three, []string{"node-1", "node-2", "node-3"}, 10*time.Second)
-	t.Logf("node-3 joined: every ring at version %d after %v", n3.router.RingVersion(), time.Since(start).Round(time.Millisecond))
+	t.Logf("node-3 joined: every ring at version %d after %v", n3.Router().RingVersion(), time.Since(start).Round(time.Millisecond))
 	h.checkOwnersAgree(three, keys)
 	h.checkRingAgrees(three, keys)
 	var moved []string
 	for _, k := range keys {
-		now, _ := n1.router.Owner(k)
+		now, _ := n1.Router().Owner(k)
 		switch {
 		case now == "node-3":
 			moved = append(moved, k)
@@ -593,7 +594,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	}
 	owned := map[string]int64{}
 	for _, k := range keys {
-		o, _ := n2.router.Owner(k)
+		o, _ := n2.Router().Owner(k)
 		owned[o]++
 	}
 	if len(st.Members) != 3 {
@@ -614,7 +615,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	}
 	closed := time.Since(start)
 	h.waitRing(two, []string{"node-1", "node-2"}, 10*time.Second)
-	if v := n1.router.RingVersion(); v != v2 {
+	if v := n1.Router().RingVersion(); v != v2 {
 		t.Errorf("ring version %d after node-3 left, want %d as before it joined", v, v2)
 	}
 	for _, name := range []string{"node-1", "node-2"} {
@@ -631,7 +632,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 	h.checkOwnersAgree(two, keys)
 	h.checkRingAgrees(two, keys)
 	for _, k := range keys {
-		if now, _ := n2.router.Owner(k); now != before[k] {
+		if now, _ := n2.Router().Owner(k); now != before[k] {
 			t.Errorf("%s owned by %s after node-3 left, want %s as before it joined", k, now, before[k])
 		}
 	}
@@ -640,7 +641,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 
 // checkOwnersAgree asks GET /v1/owner on every node for every key and
 // expects one answer per key, the router's, at one ring version.
-func (h *harness) checkOwnersAgree(nodes []*node, keys []string) {
+func (h *harness) checkOwnersAgree(nodes []*node.Node, keys []string) {
 	h.t.Helper()
 	for _, k := range keys {
 		var first api.OwnerResponse
@@ -649,13 +650,13 @@ func (h *harness) checkOwnersAgree(nodes []*node, keys []string) {
 			if err := getJSON(h.client, "http://"+httpAddr(n)+"/v1/owner?key="+k, &o); err != nil {
 				h.t.Fatal(err)
 			}
-			if want, v := n.router.Owner(k); o.Key != k || o.Owner != want || o.RingVersion != v {
-				h.t.Fatalf("%s: /v1/owner?key=%s = %+v, its router says %s at %d", n.router.Self(), k, o, want, v)
+			if want, v := n.Router().Owner(k); o.Key != k || o.Owner != want || o.RingVersion != v {
+				h.t.Fatalf("%s: /v1/owner?key=%s = %+v, its router says %s at %d", n.Router().Self(), k, o, want, v)
 			}
 			if i == 0 {
 				first = o
 			} else if o != first {
-				h.t.Fatalf("/v1/owner?key=%s: %s says %+v, %s says %+v", k, nodes[0].router.Self(), first, n.router.Self(), o)
+				h.t.Fatalf("/v1/owner?key=%s: %s says %+v, %s says %+v", k, nodes[0].Router().Self(), first, n.Router().Self(), o)
 			}
 		}
 	}
@@ -664,7 +665,7 @@ func (h *harness) checkOwnersAgree(nodes []*node, keys []string) {
 // checkRingAgrees asks GET /v1/ring on every node: all answer the same
 // ring, with every member's share of the partitions, and each key's
 // partition, xxhash64(key) mod the partitions, is owned by the key's owner.
-func (h *harness) checkRingAgrees(nodes []*node, keys []string) {
+func (h *harness) checkRingAgrees(nodes []*node.Node, keys []string) {
 	h.t.Helper()
 	var first api.RingStatus
 	for i, n := range nodes {
@@ -672,42 +673,42 @@ func (h *harness) checkRingAgrees(nodes []*node, keys []string) {
 		if err := getJSON(h.client, "http://"+httpAddr(n)+"/v1/ring", &st); err != nil {
 			h.t.Fatal(err)
 		}
-		if v := n.router.RingVersion(); st.Version != v || len(st.Owners) != ring.DefaultPartitions || len(st.Members) != len(nodes) {
+		if v := n.Router().RingVersion(); st.Version != v || len(st.Owners) != ring.DefaultPartitions || len(st.Members) != len(nodes) {
 			h.t.Fatalf("%s: /v1/ring at version %d, %d partitions, members %+v; want version %d, %d partitions, %d members",
-				n.router.Self(), st.Version, len(st.Owners), st.Members, v, ring.DefaultPartitions, len(nodes))
+				n.Router().Self(), st.Version, len(st.Owners), st.Members, v, ring.DefaultPartitions, len(nodes))
 		}
 		total := 0
 		for _, m := range st.Members {
 			total += m.Partitions
 			if m.Share != float64(m.Partitions)/ring.DefaultPartitions {
-				h.t.Errorf("%s: /v1/ring member %+v: share is not partitions/%d", n.router.Self(), m, ring.DefaultPartitions)
+				h.t.Errorf("%s: /v1/ring member %+v: share is not partitions/%d", n.Router().Self(), m, ring.DefaultPartitions)
 			}
 		}
 		if total != ring.DefaultPartitions {
-			h.t.Errorf("%s: /v1/ring members own %d partitions, want %d", n.router.Self(), total, ring.DefaultPartitions)
+			h.t.Errorf("%s: /v1/ring members own %d partitions, want %d", n.Router().Self(), total, ring.DefaultPartitions)
 		}
 		for _, k := range keys {
 			p := xxhash.Sum64String(k) % uint64(len(st.Owners))
 			if got, want := st.Members[st.Owners[p]].Name, mustOwner(n, k); got != want {
-				h.t.Fatalf("%s: /v1/ring gives %s partition %d, owned by %s; the router says %s", n.router.Self(), k, p, got, want)
+				h.t.Fatalf("%s: /v1/ring gives %s partition %d, owned by %s; the router says %s", n.Router().Self(), k, p, got, want)
 			}
 		}
 		if i == 0 {
 			first = st
 		} else if !reflect.DeepEqual(st, first) {
-			h.t.Fatalf("/v1/ring: %s and %s answer different rings", nodes[0].router.Self(), n.router.Self())
+			h.t.Fatalf("/v1/ring: %s and %s answer different rings", nodes[0].Router().Self(), n.Router().Self())
 		}
 	}
 }
 
-func mustOwner(n *node, key string) string {
-	o, _ := n.router.Owner(key)
+func mustOwner(n *node.Node, key string) string {
+	o, _ := n.Router().Owner(key)
 	return o
 }
 
 // waitHeld polls until n's store holds (held) or no longer holds (!held)
 // every key.
-func (h *harness) waitHeld(n *node, keys []string, held bool, timeout time.Duration) {
+func (h *harness) waitHeld(n *node.Node, keys []string, held bool, timeout time.Duration) {
 	h.t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -715,7 +716,7 @@ func (h *harness) waitHeld(n *node, keys []string, held bool, timeout time.Durat
 	for {
 		var wrong []string
 		for _, k := range keys {
-			if n.store.Has(k) != held {
+			if n.Store().Has(k) != held {
 				wrong = append(wrong, k)
 			}
 		}
@@ -724,7 +725,7 @@ func (h *harness) waitHeld(n *node, keys []string, held bool, timeout time.Durat
 		}
 		if time.Now().After(deadline) {
 			h.t.Fatalf("%s: after %v, held=%v still wrong for %d of %d keys, e.g. %v",
-				n.router.Self(), timeout, held, len(wrong), len(keys), wrong[:min(len(wrong), 5)])
+				n.Router().Self(), timeout, held, len(wrong), len(keys), wrong[:min(len(wrong), 5)])
 		}
 		<-tick.C
 	}
@@ -753,7 +754,7 @@ func (h *harness) waitHeld(n *node, keys []string, held bool, timeout time.Durat
 func TestClusterRollingRestart(t *testing.T) {
 	h := newHarness(t)
 	names := []string{"node-1", "node-2", "node-3"}
-	nodes := map[string]*node{}
+	nodes := map[string]*node.Node{}
 	var sinks []*logSink // of every node started, for the diagnostics
 	start := func(name string, join ...string) {
 		n, l := h.start(name, join...)
@@ -761,10 +762,10 @@ func TestClusterRollingRestart(t *testing.T) {
 		sinks = append(sinks, l)
 	}
 	start("node-1")
-	start("node-2", nodes["node-1"].cluster.LocalAddr())
-	start("node-3", nodes["node-1"].cluster.LocalAddr())
-	liveNodes := func(except string) []*node {
-		var out []*node
+	start("node-2", nodes["node-1"].Cluster().LocalAddr())
+	start("node-3", nodes["node-1"].Cluster().LocalAddr())
+	liveNodes := func(except string) []*node.Node {
+		var out []*node.Node
 		for _, name := range names {
 			if name != except {
 				out = append(out, nodes[name])
@@ -812,7 +813,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	setLive := func(except string) {
 		m := map[string]string{}
 		for _, n := range liveNodes(except) {
-			m[n.router.Self()] = httpAddr(n)
+			m[n.Router().Self()] = httpAddr(n)
 		}
 		live.Store(&m)
 	}
@@ -908,7 +909,7 @@ func TestClusterRollingRestart(t *testing.T) {
 		rest := liveNodes(name)
 		var restNames []string
 		for _, n := range rest {
-			restNames = append(restNames, n.router.Self())
+			restNames = append(restNames, n.Router().Self())
 		}
 		h.waitRing(rest, restNames, 10*time.Second)
 		left := time.Since(begin)
@@ -917,7 +918,7 @@ func TestClusterRollingRestart(t *testing.T) {
 		// Its replacement joins through a node that stayed up; clients
 		// send to it once every ring has it.
 		begin = time.Now()
-		start(name, rest[0].cluster.LocalAddr())
+		start(name, rest[0].Cluster().LocalAddr())
 		h.waitRing(liveNodes(""), names, 10*time.Second)
 		joined := time.Since(begin)
 		setLive("")
@@ -978,7 +979,7 @@ func TestDeadSeedInProcess(t *testing.T) {
 		t.Fatalf("/healthz: %d %q", resp.StatusCode, b)
 	}
 	attempts := waitJoinAttempts(t, logs, 2, 10*time.Second)
-	if err := n.ready(); err == nil {
+	if err := n.Ready(); err == nil {
 		t.Error("ready with its only seed unreachable")
 	}
 	local := inlineLimit{count: 4, per: "1h"}
@@ -994,20 +995,20 @@ func TestDeadSeedInProcess(t *testing.T) {
 	}
 	t.Logf("%d join attempts logged before a member joined", attempts)
 
-	other, _ := h.start("other", n.cluster.LocalAddr())
-	h.waitRing([]*node{n, other}, []string{"lonely", "other"}, 10*time.Second)
-	if !n.cluster.Joined() {
+	other, _ := h.start("other", n.Cluster().LocalAddr())
+	h.waitRing([]*node.Node{n, other}, []string{"lonely", "other"}, 10*time.Second)
+	if !n.Cluster().Joined() {
 		t.Error("lonely: not joined once other joined it")
 	}
 	fresh := inlineLimit{count: 4, per: "1h", mode: "fail_closed"}
-	for i, node := range []*node{n, other, n, other, n} {
+	for i, node := range []*node.Node{n, other, n, other, n} {
 		want := 200
 		if i == 4 {
 			want = 429
 		}
 		a, err := doCheck(h.client, httpAddr(node), "joined", fresh, 5*time.Second)
 		if err != nil || a.status != want || a.body.Degraded {
-			t.Fatalf("check %d after the join, via %s: %d %+v %v, want %d, not degraded", i, node.router.Self(), a.status, a.body, err, want)
+			t.Fatalf("check %d after the join, via %s: %d %+v %v, want %d, not degraded", i, node.Router().Self(), a.status, a.body, err, want)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -10,8 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ringlimit/ringlimit/internal/buildinfo"
 )
 
@@ -119,15 +117,6 @@ func buildInfo() (v, rev, goVersion string) { return buildinfo.Read(version, com
 
 // nodeVersion is buildInfo's version.
 func nodeVersion() string { v, _, _ := buildInfo(); return v }
-
-// registerBuildInfo exports ringlimit_build_info{version,commit,go_version} 1.
-func registerBuildInfo(reg prometheus.Registerer) error {
-	v, rev, goVersion := buildInfo()
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ringlimit_build_info",
-		Help: "Always 1; the labels say which build this node runs."}, []string{"version", "commit", "go_version"})
-	g.WithLabelValues(v, rev, goVersion).Set(1)
-	return reg.Register(g)
-}
 
 // exitCode is the process exit status for run's error.
 func exitCode(err error) int {

@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // TestAdvertise: every listener's advertised address, from the bound one,
@@ -17,19 +19,19 @@ func TestAdvertise(t *testing.T) {
 		name string
 		args []string
 		env  map[string]string
-		want advertisedAddrs
+		want node.Advertised
 	}{
 		{"specific binds advertise themselves", nil, nil,
-			advertisedAddrs{http: "127.0.0.1:8080", grpc: "127.0.0.1:9090", peer: "127.0.0.1:9190"}},
+			node.Advertised{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:9090", Peer: "127.0.0.1:9190"}},
 		{"0.0.0.0 with --advertise-host", []string{"--advertise-host", "10.1.2.3"}, nil,
-			advertisedAddrs{http: "10.1.2.3:8080", grpc: "10.1.2.3:9090", peer: "10.1.2.3:9190", gossip: "10.1.2.3:7946"}},
+			node.Advertised{HTTP: "10.1.2.3:8080", GRPC: "10.1.2.3:9090", Peer: "10.1.2.3:9190", Gossip: "10.1.2.3:7946"}},
 		{"0.0.0.0 with POD_IP", nil, map[string]string{"POD_IP": "10.9.8.7"},
-			advertisedAddrs{http: "10.9.8.7:8080", grpc: "10.9.8.7:9090", peer: "10.9.8.7:9190", gossip: "10.9.8.7:7946"}},
+			node.Advertised{HTTP: "10.9.8.7:8080", GRPC: "10.9.8.7:9090", Peer: "10.9.8.7:9190", Gossip: "10.9.8.7:7946"}},
 		{"the flag wins over POD_IP", []string{"--advertise-host", "10.1.2.3"}, map[string]string{"POD_IP": "10.9.8.7"},
-			advertisedAddrs{http: "10.1.2.3:8080", grpc: "10.1.2.3:9090", peer: "10.1.2.3:9190", gossip: "10.1.2.3:7946"}},
+			node.Advertised{HTTP: "10.1.2.3:8080", GRPC: "10.1.2.3:9090", Peer: "10.1.2.3:9190", Gossip: "10.1.2.3:7946"}},
 		{"overrides", []string{"--advertise-host", "10.1.2.3", "--advertise-grpc", "api.example:443", "--advertise-peer", "n1.peers.example:9190",
 			"--advertise-http", "203.0.113.5:80", "--advertise-gossip", "203.0.113.5:17946"}, nil,
-			advertisedAddrs{http: "203.0.113.5:80", grpc: "api.example:443", peer: "n1.peers.example:9190", gossip: "203.0.113.5:17946"}},
+			node.Advertised{HTTP: "203.0.113.5:80", GRPC: "api.example:443", Peer: "n1.peers.example:9190", Gossip: "203.0.113.5:17946"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--name", "n1", "--insecure"}, tc.args...)
@@ -42,7 +44,7 @@ func TestAdvertise(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := c.advertiseAll(bound[0], bound[1], bound[2])
+			got, err := c.Advertise(bound[0], bound[1], bound[2])
 			if err != nil || got != tc.want {
 				t.Errorf("advertiseAll = %+v, %v; want %+v", got, err, tc.want)
 			}
@@ -124,7 +126,7 @@ func TestBuildInfoMetric(t *testing.T) {
 	n, _ := h.start("node-1")
 	v, rev, goVersion := buildInfo()
 	labels := fmt.Sprintf(`{commit=%q,go_version=%q,version=%q}`, rev, goVersion, v)
-	if got := h.metric(n.httpLn.Addr().String(), "ringlimit_build_info", labels); got != 1 {
+	if got := h.metric(n.HTTPAddr(), "ringlimit_build_info", labels); got != 1 {
 		t.Errorf("ringlimit_build_info%s = %v, want 1", labels, got)
 	}
 }

@@ -59,7 +59,7 @@ func TestEnvoyExample(t *testing.T) {
 	// address ip: one descriptor per rate_limits entry.
 	h := newHarness(t)
 	n, _ := h.startArgs("n1", "--rls-config", "../../examples/envoy/config")
-	c := rlsClients(t, []string{n.grpcLn.Addr().String()})
+	c := rlsClients(t, []string{n.GRPCAddr()})
 	envoyRequest := func(key, path, ip string) *rlsv3.RateLimitRequest {
 		return &rlsv3.RateLimitRequest{Domain: rl.GetDomain(), Descriptors: []*rlcommon.RateLimitDescriptor{
 			desc("api_key", key), desc("api_key", key, "path", path), desc("remote_address", ip)}}

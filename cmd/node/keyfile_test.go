@@ -1,6 +1,10 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"github.com/ringlimit/ringlimit/node"
+
 	"bytes"
 	"encoding/base64"
 	"fmt"
@@ -17,31 +21,6 @@ import (
 )
 
 func b64(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
-
-func TestParseKeys(t *testing.T) {
-	k16, k32 := bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 32)
-	for i, tt := range []struct {
-		file    string
-		want    [][]byte
-		wantErr string
-	}{
-		{b64(k32) + "\n", [][]byte{k32}, ""},
-		{"# primary first\n\n  " + b64(k16) + "  \r\n" + b64(k32), [][]byte{k16, k32}, ""},
-		{"", nil, "no key"},
-		{"# only a comment\n", nil, "no key"},
-		{"not base64!\n", nil, "line 1: not base64"},
-		{b64(k32) + "\n" + b64(make([]byte, 20)), nil, "line 2: key of 20 bytes"},
-		{b64(k16) + "\n" + b64(k16), nil, "line 2: key listed twice"},
-	} {
-		got, err := parseKeys([]byte(tt.file))
-		switch {
-		case tt.wantErr == "" && (err != nil || !slices.EqualFunc(got, tt.want, bytes.Equal)):
-			t.Errorf("step %d: parseKeys(%q) = %x, %v want %x", i, tt.file, got, err, tt.want)
-		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-			t.Errorf("step %d: parseKeys(%q) = %v, want an error containing %q", i, tt.file, err, tt.wantErr)
-		}
-	}
-}
 
 func writeKeys(t *testing.T, path string, keys ...[]byte) {
 	t.Helper()
@@ -81,8 +60,8 @@ func TestParseConfigGossipFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.clusterName != "prod" || c.gossipKeyFile != good || !slices.EqualFunc(c.gossipKeys, [][]byte{k}, bytes.Equal) {
-		t.Errorf("config from the environment = %q %q %x", c.clusterName, c.gossipKeyFile, c.gossipKeys)
+	if c.ClusterName != "prod" || c.GossipKeyFile != good || !slices.EqualFunc(c.GossipKeys, [][]byte{k}, bytes.Equal) {
+		t.Errorf("config from the environment = %q %q %x", c.ClusterName, c.GossipKeyFile, c.GossipKeys)
 	}
 	for _, tt := range []struct {
 		args []string
@@ -99,32 +78,18 @@ func TestParseConfigGossipFlags(t *testing.T) {
 	}
 }
 
-func TestPrintNewKey(t *testing.T) {
-	var a, b bytes.Buffer
-	if err := printNewKey(&a); err != nil {
-		t.Fatal(err)
-	}
-	if err := printNewKey(&b); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := parseKeys(append(a.Bytes(), b.Bytes()...))
-	if err != nil || len(keys) != 2 || len(keys[0]) != 32 {
-		t.Errorf("two printed keys parse as %x, %v; want two different 32-byte keys", keys, err)
-	}
-}
-
 // startArgs starts an in-process node on 127.0.0.1:0 with extra flags,
 // re-reading its gossip key file every 100ms, and closes it when the test
 // ends.
-func (h *harness) startArgs(name string, extra ...string) (*node, *logSink) {
+func (h *harness) startArgs(name string, extra ...string) (*node.Node, *logSink) {
 	h.t.Helper()
-	return h.startWith(name, extra, func(c *config) { c.keyFilePoll = 100 * time.Millisecond })
+	return h.startWith(name, extra, func(c *config) { c.KeyFilePoll = 100 * time.Millisecond })
 }
 
 // memberNames returns the names n's cluster lists, in any state.
-func memberNames(n *node) []string {
+func memberNames(n *node.Node) []string {
 	var out []string
-	for _, m := range n.cluster.Members() {
+	for _, m := range n.Cluster().Members() {
 		out = append(out, m.Name)
 	}
 	return out
@@ -135,15 +100,15 @@ func memberNames(n *node) []string {
 func TestClusterNameSeparates(t *testing.T) {
 	h := newHarness(t)
 	blue, _ := h.startArgs("blue-1", "--cluster-name", "blue")
-	green, greenLog := h.startArgs("green-1", "--cluster-name", "green", "--join", blue.cluster.LocalAddr())
-	blue2, _ := h.startArgs("blue-2", "--cluster-name", "blue", "--join", blue.cluster.LocalAddr())
-	h.waitRing([]*node{blue, blue2}, []string{"blue-1", "blue-2"}, 10*time.Second)
+	green, greenLog := h.startArgs("green-1", "--cluster-name", "green", "--join", blue.Cluster().LocalAddr())
+	blue2, _ := h.startArgs("blue-2", "--cluster-name", "blue", "--join", blue.Cluster().LocalAddr())
+	h.waitRing([]*node.Node{blue, blue2}, []string{"blue-1", "blue-2"}, 10*time.Second)
 	// Until green-1 has been refused three times, neither side lists the
 	// other.
 	testkit.WaitFor(t, 20*time.Second, "three refused join attempts of green-1", func() error {
-		for _, n := range []*node{blue, blue2} {
+		for _, n := range []*node.Node{blue, blue2} {
 			if got := memberNames(n); !slices.Equal(got, []string{"blue-1", "blue-2"}) {
-				t.Fatalf("%s lists %v, want [blue-1 blue-2]", n.router.Self(), got)
+				t.Fatalf("%s lists %v, want [blue-1 blue-2]", n.Router().Self(), got)
 			}
 		}
 		if got := memberNames(green); !slices.Equal(got, []string{"green-1"}) {
@@ -167,14 +132,14 @@ func TestKeyFileRotation(t *testing.T) {
 	k1, k2 := newTestKey(t), newTestKey(t)
 	names := []string{"a", "b", "c"}
 	files := make([]string, len(names))
-	nodes := make([]*node, len(names))
+	nodes := make([]*node.Node, len(names))
 	sinks := make([]*logSink, len(names))
 	for i, name := range names {
 		files[i] = filepath.Join(dir, name+".keys")
 		writeKeys(t, files[i], k1)
 		extra := []string{"--cluster-name", "prod", "--gossip-key-file", files[i]}
 		if i > 0 {
-			extra = append(extra, "--join", nodes[0].cluster.LocalAddr())
+			extra = append(extra, "--join", nodes[0].Cluster().LocalAddr())
 		}
 		nodes[i], sinks[i] = h.startArgs(name, extra...)
 	}
@@ -182,13 +147,13 @@ func TestKeyFileRotation(t *testing.T) {
 
 	oneCluster := func() error {
 		for _, n := range nodes {
-			ms := n.cluster.Members()
+			ms := n.Cluster().Members()
 			if len(ms) != len(names) {
-				return fmt.Errorf("%s lists %v", n.router.Self(), ms)
+				return fmt.Errorf("%s lists %v", n.Router().Self(), ms)
 			}
 			for _, m := range ms {
 				if m.State != cluster.StateAlive {
-					return fmt.Errorf("%s sees %s %s", n.router.Self(), m.Name, m.State)
+					return fmt.Errorf("%s sees %s %s", n.Router().Self(), m.Name, m.State)
 				}
 			}
 		}
@@ -214,9 +179,9 @@ func TestKeyFileRotation(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for _, n := range nodes {
-			for !slices.EqualFunc(n.cluster.Keys(), want, bytes.Equal) {
+			for !slices.EqualFunc(n.Cluster().Keys(), want, bytes.Equal) {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: %s's keyring is %v, want %v", step, n.router.Self(), fingerprints(n.cluster.Keys()), fingerprints(want))
+					t.Fatalf("%s: %s's keyring is %v, want %v", step, n.Router().Self(), fingerprints(n.Cluster().Keys()), fingerprints(want))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -248,7 +213,7 @@ func TestKeyFileRotation(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := nodes[0].cluster.Keys(); !slices.EqualFunc(got, [][]byte{k2}, bytes.Equal) {
+	if got := nodes[0].Cluster().Keys(); !slices.EqualFunc(got, [][]byte{k2}, bytes.Equal) {
 		t.Errorf("after a bad key file: keyring %v, want [K2]", fingerprints(got))
 	}
 	close(stop)
@@ -258,6 +223,17 @@ func TestKeyFileRotation(t *testing.T) {
 
 	d2 := filepath.Join(dir, "d.keys")
 	writeKeys(t, d2, k2)
-	d, _ := h.startArgs("d", "--cluster-name", "prod", "--gossip-key-file", d2, "--join", nodes[1].cluster.LocalAddr())
+	d, _ := h.startArgs("d", "--cluster-name", "prod", "--gossip-key-file", d2, "--join", nodes[1].Cluster().LocalAddr())
 	h.waitRing(append(slices.Clone(nodes), d), append(slices.Clone(names), "d"), 10*time.Second)
+}
+
+// fingerprints names keys as the node's logs do: the first 8 hex digits of
+// each key's SHA-256.
+func fingerprints(keys [][]byte) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		sum := sha256.Sum256(k)
+		out[i] = hex.EncodeToString(sum[:4])
+	}
+	return out
 }

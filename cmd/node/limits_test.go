@@ -11,18 +11,20 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // startLimited starts an in-process node with short HTTP timeouts and
 // closes it when the test ends.
-func startLimited(t *testing.T, extra ...string) *node {
+func startLimited(t *testing.T, extra ...string) *node.Node {
 	t.Helper()
 	args := append([]string{"--name", "n1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
 	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := startNode(cfg, newJSONLogger(io.Discard, cfg.logLevel))
+	n, err := startNode(t.Context(), cfg, newJSONLogger(io.Discard, cfg.logLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +131,8 @@ func TestTimeoutFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.httpReadTimeout != 3*time.Second || cfg.httpWriteTimeout != 10*time.Second || cfg.httpIdleTimeout != 90*time.Second || cfg.checkTimeout != time.Second {
-		t.Fatalf("read %v write %v idle %v check %v, want 3s 10s 1m30s 1s", cfg.httpReadTimeout, cfg.httpWriteTimeout, cfg.httpIdleTimeout, cfg.checkTimeout)
+	if cfg.HTTPReadTimeout != 3*time.Second || cfg.HTTPWriteTimeout != 10*time.Second || cfg.HTTPIdleTimeout != 90*time.Second || cfg.CheckTimeout != time.Second {
+		t.Fatalf("read %v write %v idle %v check %v, want 3s 10s 1m30s 1s", cfg.HTTPReadTimeout, cfg.HTTPWriteTimeout, cfg.HTTPIdleTimeout, cfg.CheckTimeout)
 	}
 	for _, args := range [][]string{
 		{"--http-read-timeout", "0s"},

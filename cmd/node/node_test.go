@@ -35,8 +35,8 @@ func TestParseConfig(t *testing.T) {
 	}
 	// A flag on the command line wins over the environment, which wins over
 	// the default.
-	if c.name != "from-env" || c.httpAddr != "127.0.0.1:2222" || c.grpcAddr != "127.0.0.1:9090" ||
-		c.maxKeys != 500 || c.logLevel != slog.LevelDebug || c.gcHeadroomMiB != 0 || c.adminTokenFile != "/etc/ringlimit/admin-tokens" {
+	if c.Name != "from-env" || c.HTTPAddr != "127.0.0.1:2222" || c.GRPCAddr != "127.0.0.1:9090" ||
+		c.MaxKeys != 500 || c.logLevel != slog.LevelDebug || c.gcHeadroomMiB != 0 || c.AdminTokenFile != "/etc/ringlimit/admin-tokens" {
 		t.Fatalf("config = %+v", c)
 	}
 	for _, bad := range []struct {

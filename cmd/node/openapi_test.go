@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/internal/openapitest"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // validateOpenAPI makes h.client check every exchange against
@@ -55,12 +56,12 @@ func TestOpenAPICluster(t *testing.T) {
 		}
 		return nil
 	})
-	n2, _ := h.startWith("node-2", []string{"--join", n1.cluster.LocalAddr()}, nil)
-	n3, _ := h.startWith("node-3", []string{"--join", n1.cluster.LocalAddr(), "--private-reads", "--admin-token-file", tokenPath(dir+"/policy.yaml", "node-1")}, nil)
-	nodes := []*node{n1, n2, n3}
+	n2, _ := h.startWith("node-2", []string{"--join", n1.Cluster().LocalAddr()}, nil)
+	n3, _ := h.startWith("node-3", []string{"--join", n1.Cluster().LocalAddr(), "--private-reads", "--admin-token-file", tokenPath(dir+"/policy.yaml", "node-1")}, nil)
+	nodes := []*node.Node{n1, n2, n3}
 	h.waitRing(nodes, []string{"node-1", "node-2", "node-3"}, 10*time.Second)
 	for _, n := range nodes {
-		testkit.WaitFor(t, 10*time.Second, n.router.Self()+" ready", func() error {
+		testkit.WaitFor(t, 10*time.Second, n.Router().Self()+" ready", func() error {
 			status, body := get("http://"+httpAddr(n)+"/readyz", "")
 			seen[status] = true
 			if status != http.StatusOK {
@@ -77,14 +78,14 @@ func TestOpenAPICluster(t *testing.T) {
 		for _, path := range []string{"/", "/ui/", "/ui/api/status", "/healthz", "/metrics", "/v1/cluster", "/v1/ring", "/v1/owner?key=user:42", "/v1/owner", "/v1/owner?key=" + strings.Repeat("k", 1025), "/v1/policy", "/v1/overrides"} {
 			status, body := get(base+path, token)
 			if status >= 500 {
-				t.Errorf("%s: GET %s = %d %s", n.router.Self(), path, status, body)
+				t.Errorf("%s: GET %s = %d %s", n.Router().Self(), path, status, body)
 			}
 			get(base+path, "") // 401 on node-3 (--private-reads)
 		}
 		for i := range 5 {
 			body := `{"key":"user:` + string(rune('a'+i)) + `","limit":{"limit":2,"per":"1h"}}`
 			if status, b, err := send(h.client, http.MethodPost, base+"/v1/check", body, ""); err != nil || status >= 500 {
-				t.Errorf("%s: POST /v1/check = %d %s %v", n.router.Self(), status, b, err)
+				t.Errorf("%s: POST /v1/check = %d %s %v", n.Router().Self(), status, b, err)
 			}
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -42,7 +43,7 @@ func tokenPath(policyPath, name string) string {
 // --admin-token-file (tokenPath, holding testAdminToken named "oncall") and
 // --trusted-proxies 127.0.0.1/32 (the tests' gateways run on loopback): an
 // in-process node on 127.0.0.1:0, closed in t.Cleanup.
-func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...string) (*node, *logSink) {
+func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...string) (*node.Node, *logSink) {
 	t := h.t
 	t.Helper()
 	tokens := tokenPath(policyPath, name)
@@ -58,7 +59,7 @@ func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...st
 // file paths[i] and the audit log audits[i].
 type policyCluster struct {
 	h      *harness
-	nodes  []*node
+	nodes  []*node.Node
 	logs   []*logSink
 	names  []string
 	addrs  []string // HTTP
@@ -77,7 +78,7 @@ func startPolicyCluster(h *harness, dir, content string) *policyCluster {
 		writePolicy(h.t, c.paths[i], content)
 		var join []string
 		if i > 0 {
-			join = []string{c.nodes[0].cluster.LocalAddr()}
+			join = []string{c.nodes[0].Cluster().LocalAddr()}
 		}
 		n, l := h.startPolicyNode(name, c.paths[i], c.audits[i], join...)
 		c.nodes = append(c.nodes, n)
@@ -91,7 +92,7 @@ func startPolicyCluster(h *harness, dir, content string) *policyCluster {
 // owner is the owner of key, as the first node's ring (which agrees with
 // the others once waitRing returned) says.
 func (c *policyCluster) owner(key string) string {
-	o, _ := c.nodes[0].router.Owner(key)
+	o, _ := c.nodes[0].Router().Owner(key)
 	return o
 }
 
@@ -398,7 +399,7 @@ func TestClusterPolicyReload(t *testing.T) {
 	}
 	// SIGHUP with the bad file in place: refused too, synchronously.
 	for i, n := range c.nodes {
-		err := n.policy.Reload("sighup")
+		err := n.Policy().Reload("sighup")
 		if err == nil || !strings.Contains(err.Error(), `"free" already defined`) {
 			t.Errorf("%s: Reload(sighup) of a file with a duplicate tier: %v, want an error naming the tier", c.names[i], err)
 		}
@@ -438,17 +439,16 @@ func TestClusterPolicyReload(t *testing.T) {
 	// SIGHUP handler) is stopped first, so that the watch cannot race the
 	// SIGHUP to the new file; Reload is what the SIGHUP handler calls.
 	for i, n := range c.nodes {
-		n.stopBg()
-		n.bg.Wait()
+		n.StopBackground()
 		writePolicy(t, c.paths[i], reloadV3)
-		if err := n.policy.Reload("sighup"); err != nil {
+		if err := n.Policy().Reload("sighup"); err != nil {
 			t.Fatalf("%s: Reload(sighup) of v3: %v", c.names[i], err)
 		}
 		if v := h.policyStatus(c.addrs[i]).Version; v != v3 {
 			t.Fatalf("%s: version %s after SIGHUP, want %s", c.names[i], v, v3)
 		}
 		// Once more: the same version is not reloaded (nor audited).
-		if err := n.policy.Reload("sighup"); err != nil {
+		if err := n.Policy().Reload("sighup"); err != nil {
 			t.Fatalf("%s: second Reload(sighup) of v3: %v", c.names[i], err)
 		}
 	}
@@ -666,14 +666,14 @@ func TestClusterOverrideReachesLateMember(t *testing.T) {
 	path, audit := filepath.Join(dir, "node-4.yaml"), filepath.Join(dir, "node-4.audit.jsonl")
 	writePolicy(t, path, overridePolicy)
 	joined := time.Now()
-	n4, _ := h.startPolicyNode("node-4", path, audit, c.nodes[2].cluster.LocalAddr())
+	n4, _ := h.startPolicyNode("node-4", path, audit, c.nodes[2].Cluster().LocalAddr())
 	addr4 := httpAddr(n4)
 	poll(t, 5*time.Second, "the override on node-4", func() (bool, string) { return onlyIt("node-4", addr4) })
 	t.Logf("the override on node-4 %v after it started", time.Since(joined).Round(time.Millisecond))
 	h.waitRing(append(slices.Clone(c.nodes), n4), append(slices.Clone(c.names), "node-4"), 10*time.Second)
 
 	entKey := "p|api|override:tier:enterprise|user:42"
-	owner, _ := c.nodes[0].router.Owner(entKey)
+	owner, _ := c.nodes[0].Router().Owner(entKey)
 	a := h.mustCheck(addr4, `{"user":"42"}`)
 	if a.status != http.StatusOK || a.body.Scope != "override:tier:enterprise" || a.body.Limit != 50 || a.body.Remaining != 49 || a.body.Owner != owner {
 		t.Errorf("user 42 via node-4: %d %+v, want 200 override:tier:enterprise limit 50 remaining 49 from %s", a.status, a.body, owner)
@@ -743,7 +743,7 @@ func TestClusterPolicyLayers(t *testing.T) {
 	used := func(key string) int64 {
 		t.Helper()
 		n := c.nodes[c.index(c.owner(key))]
-		_, u, ok := n.store.Used(key, clock.FromTime(time.Now()))
+		_, u, ok := n.Store().Used(key, clock.FromTime(time.Now()))
 		if !ok {
 			t.Fatalf("%s: no state on its owner %s", key, c.owner(key))
 		}
@@ -977,7 +977,7 @@ func floodPrelimit(t *testing.T, entryOwnsGlobal bool) floodStats {
 		t.Errorf("%d admitted, %d rejected %v, want exactly 10 admitted and %d rejected by tier:free", st.admitted, st.rejected, st.scopes, prelimitFlood-10)
 	}
 	owner := c.nodes[c.index(c.owner(tierKey(st.user)))]
-	if _, n, ok := owner.store.Used(tierKey(st.user), clock.FromTime(time.Now())); !ok || n != 10 {
+	if _, n, ok := owner.Store().Used(tierKey(st.user), clock.FromTime(time.Now())); !ok || n != 10 {
 		t.Errorf("%s spent %d on its owner (held: %v), want 10", tierKey(st.user), n, ok)
 	}
 	// Every tier check is shed or forwarded; the global layer's pre-limiter

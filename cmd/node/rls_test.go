@@ -21,6 +21,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rls"
 )
@@ -292,7 +293,7 @@ func TestRLSReload(t *testing.T) {
 	}
 	write(limit(2))
 	n, _ := h.startArgs("n1", "--rls-config", conf)
-	c := rlsClients(t, []string{n.grpcLn.Addr().String()})
+	c := rlsClients(t, []string{n.GRPCAddr()})
 	req := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user_id", "a")}}
 	if ok, over, _ := rlsTally(t, c, 3, req); ok != 2 || over != 1 {
 		t.Fatalf("limit 2: %d OK, %d OVER_LIMIT of 3", ok, over)
@@ -331,7 +332,7 @@ func TestRLSBeforeJoin(t *testing.T) {
 	}
 	lonely, logs := h.startArgs("lonely", "--rls-config", conf, "--join", testkit.DeadAddr(t))
 	waitJoinAttempts(t, logs, 1, 10*time.Second)
-	c := rlsClients(t, []string{lonely.grpcLn.Addr().String()})
+	c := rlsClients(t, []string{lonely.GRPCAddr()})
 	limited := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user_id", "early")}}
 	for i := range 7 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -346,9 +347,9 @@ func TestRLSBeforeJoin(t *testing.T) {
 		t.Fatalf("unlimited before the join: %d OK, %d OVER_LIMIT of 3, want 3 and 0", ok, over)
 	}
 
-	other, _ := h.startArgs("other", "--rls-config", conf, "--join", lonely.cluster.LocalAddr())
-	h.waitRing([]*node{lonely, other}, []string{"lonely", "other"}, 10*time.Second)
-	both := rlsClients(t, []string{lonely.grpcLn.Addr().String(), other.grpcLn.Addr().String()})
+	other, _ := h.startArgs("other", "--rls-config", conf, "--join", lonely.Cluster().LocalAddr())
+	h.waitRing([]*node.Node{lonely, other}, []string{"lonely", "other"}, 10*time.Second)
+	both := rlsClients(t, []string{lonely.GRPCAddr(), other.GRPCAddr()})
 	if ok, over, _ := rlsTally(t, both, 8, limited); ok != 5 || over != 3 {
 		t.Fatalf("after the join, round robin: %d OK, %d OVER_LIMIT of 8, want 5 and 3 (nothing spent before)", ok, over)
 	}

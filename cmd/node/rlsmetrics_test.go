@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // rlsMetricsConfig counts per day, so that no window ends during a test.
@@ -70,9 +71,9 @@ func TestRLSMetrics(t *testing.T) {
 	}
 	const maxKeys = 50
 	n1, logs := h.startArgs("n1", "--rls-config", conf, "--rls-stats-keys", fmt.Sprint(maxKeys))
-	n2, _ := h.startArgs("n2", "--rls-config", conf, "--rls-shadow-mode", "--join", n1.cluster.LocalAddr())
-	h.waitRing([]*node{n1, n2}, []string{"n1", "n2"}, 10*time.Second)
-	cs := rlsClients(t, []string{n1.grpcLn.Addr().String(), n2.grpcLn.Addr().String()})
+	n2, _ := h.startArgs("n2", "--rls-config", conf, "--rls-shadow-mode", "--join", n1.Cluster().LocalAddr())
+	h.waitRing([]*node.Node{n1, n2}, []string{"n1", "n2"}, 10*time.Second)
+	cs := rlsClients(t, []string{n1.GRPCAddr(), n2.GRPCAddr()})
 	normal, shadow := cs[0], cs[1]
 	a1, a2 := httpAddr(n1), httpAddr(n2)
 
@@ -179,13 +180,13 @@ func TestRLSMetricsFlags(t *testing.T) {
 	var out strings.Builder
 	none := func(string) string { return "" }
 	c, err := parseConfig(nil, none, &out)
-	if err != nil || c.rlsShadowMode || c.rlsStatKeys != 1000 || c.rlsNearRatio != 0.8 {
-		t.Fatalf("defaults: %v, shadow %v, keys %d, ratio %v; want false, 1000, 0.8", err, c.rlsShadowMode, c.rlsStatKeys, c.rlsNearRatio)
+	if err != nil || c.RLSShadowMode || c.RLSStatKeys != 1000 || c.RLSNearLimitRatio != 0.8 {
+		t.Fatalf("defaults: %v, shadow %v, keys %d, ratio %v; want false, 1000, 0.8", err, c.RLSShadowMode, c.RLSStatKeys, c.RLSNearLimitRatio)
 	}
 	env := map[string]string{"RINGLIMIT_RLS_SHADOW_MODE": "true", "RINGLIMIT_RLS_STATS_KEYS": "0", "RINGLIMIT_RLS_NEAR_LIMIT_RATIO": "0.5"}
 	c, err = parseConfig(nil, func(k string) string { return env[k] }, &out)
-	if err != nil || !c.rlsShadowMode || c.rlsStatKeys != 0 || c.rlsNearRatio != 0.5 {
-		t.Fatalf("from the environment: %v, shadow %v, keys %d, ratio %v; want true, 0, 0.5", err, c.rlsShadowMode, c.rlsStatKeys, c.rlsNearRatio)
+	if err != nil || !c.RLSShadowMode || c.RLSStatKeys != 0 || c.RLSNearLimitRatio != 0.5 {
+		t.Fatalf("from the environment: %v, shadow %v, keys %d, ratio %v; want true, 0, 0.5", err, c.RLSShadowMode, c.RLSStatKeys, c.RLSNearLimitRatio)
 	}
 	for _, st := range []struct {
 		args []string

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
@@ -33,7 +34,7 @@ func secureFlags(p *testkit.PKI, ca, keys, name string) []string {
 // startSecureCluster starts three nodes named node-1..node-3 with
 // secureFlags, the policy overridePolicy and admin tokens, and waits for
 // their ring.
-func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*node, []string, []*logSink) {
+func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*node.Node, []string, []*logSink) {
 	t := h.t
 	t.Helper()
 	keys := filepath.Join(p.Dir, "gossip.keys")
@@ -42,7 +43,7 @@ func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*nod
 	writePolicy(t, pol, overridePolicy)
 	ca := filepath.Join(p.Dir, "prod-ca.pem")
 	names := []string{"node-1", "node-2", "node-3"}
-	nodes := make([]*node, len(names))
+	nodes := make([]*node.Node, len(names))
 	sinks := make([]*logSink, len(names))
 	for i, name := range names {
 		tokens := tokenPath(pol, name)
@@ -51,7 +52,7 @@ func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*nod
 		}
 		extra := append(secureFlags(p, ca, keys, name), "--policy", pol, "--audit-log", filepath.Join(p.Dir, name+".audit"), "--admin-token-file", tokens)
 		if i > 0 {
-			extra = append(extra, "--join", nodes[0].cluster.LocalAddr())
+			extra = append(extra, "--join", nodes[0].Cluster().LocalAddr())
 		}
 		nodes[i], sinks[i] = h.startWith(name, extra, tweak)
 	}
@@ -148,7 +149,7 @@ func TestStrangersChangeNothing(t *testing.T) {
 	var targets []target
 	for i, n := range nodes {
 		for _, port := range []struct{ name, addr string }{
-			{"http", httpAddr(n)}, {"grpc", n.grpcLn.Addr().String()}, {"peer", n.peerLn.Addr().String()}, {"gossip", n.cluster.LocalAddr()},
+			{"http", httpAddr(n)}, {"grpc", n.GRPCAddr()}, {"peer", n.PeerAddr()}, {"gossip", n.Cluster().LocalAddr()},
 		} {
 			targets = append(targets, target{names[i], port.name, port.addr})
 		}
@@ -195,7 +196,7 @@ func TestStrangersChangeNothing(t *testing.T) {
 		if err := os.WriteFile(tokens, []byte("oncall:"+testAdminToken+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		extra := append(o.flags, "--policy", pol, "--audit-log", filepath.Join(dir, o.name+".audit"), "--admin-token-file", tokens, "--join", nodes[0].cluster.LocalAddr())
+		extra := append(o.flags, "--policy", pol, "--audit-log", filepath.Join(dir, o.name+".audit"), "--admin-token-file", tokens, "--join", nodes[0].Cluster().LocalAddr())
 		out, sink := h.startWith(o.name, extra, nil)
 		outsiders = append(outsiders, sink)
 		status, b, err := postJSON(h.client, "http://"+httpAddr(out)+"/v1/overrides", `{"reason":"r","user":"42","tier":"enterprise","expires_in":"1h"}`)
@@ -246,7 +247,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
 	old := testkit.NewPKI(t, dir, "prod")
-	fast := func(c *config) { c.certPoll, c.keyFilePoll = 100*time.Millisecond, 100*time.Millisecond }
+	fast := func(c *config) { c.CertPoll, c.KeyFilePoll = 100*time.Millisecond, 100*time.Millisecond }
 	nodes, names, sinks := startSecureCluster(h, old, fast)
 	keyFile := filepath.Join(dir, "gossip.keys")
 
@@ -319,13 +320,13 @@ func TestRotationUnderLoad(t *testing.T) {
 		}
 	})
 	step("only the new CA", 1, func() { old.Write("prod-ca.pem", next.CA.CertPEM()) })
-	k1 := nodes[0].cluster.Keys()[0]
+	k1 := nodes[0].Cluster().Keys()[0]
 	k2 := newTestKey(t)
 	for _, ring := range [][][]byte{{k1, k2}, {k2, k1}, {k2}} {
 		writeKeys(t, keyFile, ring...)
 		poll(t, 5*time.Second, "keyring "+fingerprints(ring)[0], func() (bool, string) {
 			for i, nd := range nodes {
-				if got := nd.cluster.Keys(); len(got) != len(ring) || string(got[0]) != string(ring[0]) {
+				if got := nd.Cluster().Keys(); len(got) != len(ring) || string(got[0]) != string(ring[0]) {
 					return false, fmt.Sprintf("%s holds %v", names[i], fingerprints(got))
 				}
 			}
@@ -352,7 +353,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	caOnly := next.Write("next-only-ca.pem", next.CA.CertPEM())
 	newKeys := filepath.Join(dir, "node-4.keys")
 	writeKeys(t, newKeys, k2)
-	n4, _ := h.startWith("node-4", append(secureFlags(next, caOnly, newKeys, "node-4"), "--join", nodes[1].cluster.LocalAddr()), fast)
+	n4, _ := h.startWith("node-4", append(secureFlags(next, caOnly, newKeys, "node-4"), "--join", nodes[1].Cluster().LocalAddr()), fast)
 	all := append(nodes, n4)
 	h.waitRing(all, append(names, "node-4"), 10*time.Second)
 	forwarded := 0
@@ -370,7 +371,7 @@ func TestRotationUnderLoad(t *testing.T) {
 		t.Fatal("node-4 owned all 40 keys: nothing was forwarded")
 	}
 	// A certificate of the old CA no longer opens a peer connection.
-	conn, err := grpc.NewClient(nodes[0].peerLn.Addr().String(), grpc.WithTransportCredentials(
+	conn, err := grpc.NewClient(nodes[0].PeerAddr(), grpc.WithTransportCredentials(
 		credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{old.KeyPair("node-2")}})))
 	if err != nil {
 		t.Fatal(err)

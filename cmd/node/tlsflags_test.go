@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -52,8 +51,8 @@ func TestSecureByDefault(t *testing.T) {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
-				if cfg.exposed() != tc.exposed {
-					t.Fatalf("exposed() = %v, want %v", cfg.exposed(), tc.exposed)
+				if cfg.Exposed() != tc.exposed {
+					t.Fatalf("exposed() = %v, want %v", cfg.Exposed(), tc.exposed)
 				}
 				return
 			}
@@ -66,35 +65,6 @@ func TestSecureByDefault(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestInsecureMetric: ringlimit_insecure is 1 exactly when --insecure lets
-// an exposed address run in clear.
-func TestInsecureMetric(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want float64
-	}{
-		{[]string{"--peer", "10.0.0.1:9190", "--insecure"}, 1},
-		{[]string{"--insecure"}, 0},
-		{nil, 0},
-	} {
-		cfg, err := parseConfig(append([]string{"--name", "n"}, tc.args...), func(string) string { return "" }, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg := prometheus.NewRegistry()
-		if err := (certs{}).registerSecurity(reg, cfg); err != nil {
-			t.Fatal(err)
-		}
-		mfs, err := reg.Gather()
-		if err != nil || len(mfs) != 1 || mfs[0].GetName() != "ringlimit_insecure" {
-			t.Fatalf("gathered %v, %v", mfs, err)
-		}
-		if got := mfs[0].GetMetric()[0].GetGauge().GetValue(); got != tc.want {
-			t.Errorf("%v: ringlimit_insecure = %v, want %v", tc.args, got, tc.want)
-		}
 	}
 }
 
@@ -124,7 +94,7 @@ func TestNodeCertificateMustNameNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := startNode(cfg, log)
+		n, err := startNode(t.Context(), cfg, log)
 		if err == nil {
 			n.Close(context.Background())
 			t.Fatalf("started with %s", tc.cert)
@@ -174,7 +144,7 @@ func TestAPITLS(t *testing.T) {
 	}
 
 	call := func(cfg *tls.Config) (*pb.CheckResponse, error) {
-		conn, err := grpc.NewClient(n.grpcLn.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 		if err != nil {
 			return nil, err
 		}

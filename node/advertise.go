@@ -1,11 +1,10 @@
-package main
+package node
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"time"
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
@@ -22,60 +21,10 @@ import (
 // once at startup. The advertised addresses travel in the gossip metadata:
 // peers dial the peer address, clients are sent to the gRPC one.
 
-// checkAdvertise fills advertiseHost from $POD_IP when not given, and checks
-// the advertise flags' syntax.
-func (c *config) checkAdvertise(getenv func(string) string) error {
-	if c.advertiseHost == "" {
-		c.advertiseHost = getenv("POD_IP")
-	}
-	if h := c.advertiseHost; h != "" {
-		if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
-			return fmt.Errorf("--advertise-host %s: other machines cannot dial an unspecified address", h)
-		}
-	}
-	for _, a := range []struct{ flag, v string }{{"advertise-http", c.advertiseHTTP}, {"advertise-grpc", c.advertiseGRPC},
-		{"advertise-peer", c.advertisePeer}, {"advertise-gossip", c.advertiseGossip}} {
-		if a.v == "" {
-			continue
-		}
-		if err := checkDialable(a.v); err != nil {
-			return fmt.Errorf("--%s: %w", a.flag, err)
-		}
-	}
-	if c.advertiseGossip != "" && net.ParseIP(hostOf(c.advertiseGossip)) == nil {
-		return fmt.Errorf("--advertise-gossip %s: the host must be an IP address", c.advertiseGossip)
-	}
-	if c.resolver != "" {
-		if err := checkDialable(c.resolver); err != nil {
-			return fmt.Errorf("--resolver: %w", err)
-		}
-	}
-	return nil
-}
-
-// checkDialable accepts host:port with a non-empty host that is not an
-// unspecified address and a port from 1 to 65535.
-func checkDialable(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if host == "" {
-		return fmt.Errorf("%q has no host", addr)
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("%q: other machines cannot dial an unspecified address", addr)
-	}
-	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return fmt.Errorf("%q: the port must be from 1 to 65535", addr)
-	}
-	return nil
-}
-
 // advertised returns the address other machines reach a listener bound at
 // bound with (see the comment at the top of this file); flag names the
 // listener for errors.
-func (c *config) advertised(flag, bound, override string) (string, error) {
+func (c *Config) advertised(flag, bound, override string) (string, error) {
 	if override != "" {
 		return override, nil
 	}
@@ -95,9 +44,9 @@ func (c *config) advertised(flag, bound, override string) (string, error) {
 
 // defaultAdvertiseHost is --advertise-host (or $POD_IP), else a private
 // IPv4 address of this machine.
-func (c *config) defaultAdvertiseHost() (string, error) {
-	if c.advertiseHost != "" {
-		return c.advertiseHost, nil
+func (c *Config) defaultAdvertiseHost() (string, error) {
+	if c.AdvertiseHost != "" {
+		return c.AdvertiseHost, nil
 	}
 	ip, err := sockaddr.GetPrivateIP()
 	if err != nil {
@@ -111,11 +60,11 @@ func (c *config) defaultAdvertiseHost() (string, error) {
 
 // gossipAdvertise is the cluster's AdvertiseAddr: "" to advertise the bound
 // address, else an IP:port (port 0: the bound port).
-func (c *config) gossipAdvertise(ctx context.Context) (string, error) {
-	if c.advertiseGossip != "" {
-		return c.advertiseGossip, nil
+func (c *Config) gossipAdvertise(ctx context.Context) (string, error) {
+	if c.AdvertiseGossip != "" {
+		return c.AdvertiseGossip, nil
 	}
-	host, port, err := net.SplitHostPort(c.gossipAddr)
+	host, port, err := net.SplitHostPort(c.GossipAddr)
 	if err != nil {
 		return "", fmt.Errorf("--gossip: %w", err)
 	}
@@ -124,7 +73,7 @@ func (c *config) gossipAdvertise(ctx context.Context) (string, error) {
 	}
 	h, err := c.defaultAdvertiseHost()
 	if err != nil {
-		return "", fmt.Errorf("--gossip %s binds every interface: %w", c.gossipAddr, err)
+		return "", fmt.Errorf("--gossip %s binds every interface: %w", c.GossipAddr, err)
 	}
 	if net.ParseIP(h) == nil {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -146,11 +95,11 @@ func (c *config) gossipAdvertise(ctx context.Context) (string, error) {
 
 // dnsResolver is the resolver of the --join names: the system's, or one
 // that sends every query to --resolver.
-func (c *config) dnsResolver() *net.Resolver {
-	if c.resolver == "" {
+func (c *Config) dnsResolver() *net.Resolver {
+	if c.Resolver == "" {
 		return net.DefaultResolver
 	}
-	server := c.resolver
+	server := c.Resolver
 	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, server)
@@ -163,18 +112,18 @@ type advertisedAddrs struct{ http, grpc, peer, gossip string }
 
 // advertiseAll works out every listener's advertised address from the
 // bound ones.
-func (c *config) advertiseAll(httpBound, grpcBound, peerBound string) (advertisedAddrs, error) {
+func (c *Config) advertiseAll(ctx context.Context, httpBound, grpcBound, peerBound string) (advertisedAddrs, error) {
 	var a advertisedAddrs
 	var err error
-	if a.http, err = c.advertised("http", httpBound, c.advertiseHTTP); err != nil {
+	if a.http, err = c.advertised("http", httpBound, c.AdvertiseHTTP); err != nil {
 		return a, err
 	}
-	if a.grpc, err = c.advertised("grpc", grpcBound, c.advertiseGRPC); err != nil {
+	if a.grpc, err = c.advertised("grpc", grpcBound, c.AdvertiseGRPC); err != nil {
 		return a, err
 	}
-	if a.peer, err = c.advertised("peer", peerBound, c.advertisePeer); err != nil {
+	if a.peer, err = c.advertised("peer", peerBound, c.AdvertisePeer); err != nil {
 		return a, err
 	}
-	a.gossip, err = c.gossipAdvertise(context.Background())
+	a.gossip, err = c.gossipAdvertise(ctx)
 	return a, err
 }

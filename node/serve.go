@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"log/slog"
@@ -37,7 +37,7 @@ func hostOf(addr string) string {
 // http.Server.Shutdown waits up to 5 s for such a connection, which a
 // client's pool may hold open without using; shutdown closes them at once,
 // since no check is in flight on them.
-func (n *node) trackConn(c net.Conn, st http.ConnState) {
+func (n *Node) trackConn(c net.Conn, st http.ConnState) {
 	n.freshMu.Lock()
 	defer n.freshMu.Unlock()
 	if st == http.StateNew {
@@ -47,7 +47,7 @@ func (n *node) trackConn(c net.Conn, st http.ConnState) {
 	}
 }
 
-func (n *node) closeFresh() {
+func (n *Node) closeFresh() {
 	n.freshMu.Lock()
 	defer n.freshMu.Unlock()
 	for c := range n.fresh {
@@ -108,21 +108,22 @@ func grpcOptions() []grpc.ServerOption {
 // paths the API does not serve), the public gRPC server (the API and
 // grpc.health.v1) and the peer gRPC server, each with its metrics and, when
 // configured, TLS and tracing.
-func (n *node) newServers(cfg config, a *api.API, page http.Handler, grpcMetrics *grpcmetrics.Metrics, log *slog.Logger) {
+func (n *Node) newServers(cfg Config, a *api.API, page http.Handler, grpcMetrics *grpcmetrics.Metrics, log *slog.Logger) {
 	n.httpServer = &http.Server{
 		Handler:           a.Handler(page),
-		ReadHeaderTimeout: readHeaderTimeout(cfg.httpReadTimeout),
-		ReadTimeout:       cfg.httpReadTimeout,
-		WriteTimeout:      cfg.httpWriteTimeout,
-		IdleTimeout:       cfg.httpIdleTimeout,
+		ReadHeaderTimeout: readHeaderTimeout(cfg.HTTPReadTimeout),
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ConnState:         n.trackConn,
 	}
 	if n.certs.api != nil {
-		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.apiTLSClientCA != "", "h2", "http/1.1")
+		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.APITLSClientCA != "", "h2", "http/1.1")
 	}
-	gopts := append(append(append(grpcOptions(), idleOptions(cfg.grpcIdleTimeout)...), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.apiTLSClientCA != "")...)
+	gopts := append(append(append(grpcOptions(), idleOptions(cfg.GRPCIdleTimeout)...), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.APITLSClientCA != "")...)
+	gopts = append(gopts, cfg.GRPCServerOptions...)
 	if h := a.GRPCStatsHandler(); h != nil {
 		gopts = append(gopts, grpc.StatsHandler(h))
 	}
@@ -138,7 +139,7 @@ func (n *node) newServers(cfg config, a *api.API, page http.Handler, grpcMetrics
 
 // serve serves the three servers on their listeners; each one's end is
 // sent on n.served.
-func (n *node) serve() {
+func (n *Node) serve() {
 	go func() {
 		if n.certs.api != nil {
 			n.served <- n.httpServer.ServeTLS(n.httpLn, "", "")

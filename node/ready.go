@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/cluster"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
@@ -39,9 +40,10 @@ const healthPoll = 200 * time.Millisecond
 
 // readiness tracks what ready needs that the cluster and router do not keep.
 type readiness struct {
+	clock    clock.Clock // Config.Clock
 	mu       sync.Mutex
-	ring     []string  // names on the ring at the last change
-	changed  time.Time // when they last changed
+	ring     []string      // names on the ring at the last change
+	changed  clock.Instant // when they last changed
 	draining bool
 	ready    bool // was ready once: stays so until draining
 }
@@ -58,7 +60,7 @@ func (r *readiness) noteMembers(all []cluster.Member) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !slices.Equal(names, r.ring) {
-		r.ring, r.changed = names, time.Now()
+		r.ring, r.changed = names, r.clock.Now()
 	}
 }
 
@@ -73,10 +75,10 @@ func (r *readiness) drain() bool {
 }
 
 // ready is nil when the node should get traffic, else why not.
-func (n *node) ready() error {
+func (n *Node) ready() error {
 	r := &n.readiness
 	r.mu.Lock()
-	draining, ready, since := r.draining, r.ready, time.Since(r.changed)
+	draining, ready, since := r.draining, r.ready, r.clock.Now().Sub(r.changed)
 	r.mu.Unlock()
 	if draining {
 		return errors.New("draining: the node is shutting down")
@@ -95,7 +97,7 @@ func (n *node) ready() error {
 
 // joining is why a node that has not been ready yet is still not, or nil;
 // since is how long ago its ring last changed.
-func (n *node) joining(since time.Duration) error {
+func (n *Node) joining(since time.Duration) error {
 	switch {
 	case !n.cluster.Joined():
 		return errors.New("not joined: no seed of --join has answered yet")
@@ -121,7 +123,7 @@ func healthServices(rls bool) []string {
 
 // runHealth keeps the gRPC health service's status in line with ready
 // until ctx ends.
-func (n *node) runHealth(ctx context.Context, hs *health.Server, services []string) {
+func (n *Node) runHealth(ctx context.Context, hs *health.Server, services []string) {
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
 	last := healthpb.HealthCheckResponse_UNKNOWN

@@ -1,4 +1,7 @@
-package main
+// Package gctune keeps a fixed headroom of allocation between garbage
+// collections (cmd/node's --gc-headroom). The GC percent belongs to the
+// process: only a main package calls Tune, once.
+package gctune
 
 import (
 	"runtime"
@@ -27,12 +30,12 @@ type gcTuner struct {
 	sample   []metrics.Sample
 }
 
-// tuneGC starts tuning the garbage collector for headroom bytes and returns
+// Tune starts tuning the garbage collector for headroom bytes and returns
 // the function that stops it and restores the GC percent (safe to call more
 // than once). The GC percent belongs to the process, so only main calls it,
 // once. It does nothing when headroom is 0 or the percent is 0 or off
 // (GOGC=0, GOGC=off).
-func tuneGC(headroom uint64) (stop func()) {
+func Tune(headroom uint64) (stop func()) {
 	base := currentGCPercent()
 	if headroom == 0 || base <= 0 {
 		return func() {}

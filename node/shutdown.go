@@ -1,6 +1,7 @@
-package main
+package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,7 @@ import (
 // owner (still serving peers, who may fetch state meanwhile), stop the
 // public surfaces after the checks in flight, then close the peer
 // connections and the gossip.
-func (n *node) shutdown(ctx context.Context) error {
+func (n *Node) shutdown(ctx context.Context) error {
 	var errs []error
 	n.drain(ctx)
 	if err := n.cluster.Leave(ctx); err != nil {
@@ -25,8 +26,8 @@ func (n *node) shutdown(ctx context.Context) error {
 	if err := n.router.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("handoff: %w", err))
 	}
-	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := n.router.Quiesce(qctx, 150*time.Millisecond); err != nil {
+	qctx, cancel := context.WithTimeout(ctx, cmp.Or(n.quiesceTimeout, 2*time.Second))
+	if err := n.router.Quiesce(qctx, cmp.Or(n.quiesceIdle, 150*time.Millisecond)); err != nil {
 		n.log.Warn("quiesce", "err", err)
 	}
 	cancel()
@@ -94,7 +95,7 @@ func (n *node) shutdown(ctx context.Context) error {
 // drain turns /readyz and the gRPC health service to not ready at once, and
 // keeps serving for the drain delay (or until ctx ends), so that load
 // balancers stop sending traffic before the node leaves.
-func (n *node) drain(ctx context.Context) {
+func (n *Node) drain(ctx context.Context) {
 	if !n.readiness.drain() {
 		return
 	}

@@ -1,10 +1,10 @@
-package main
+package node
 
 import (
 	"context"
-	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/rls"
@@ -14,8 +14,7 @@ import (
 // reportStats is what this node adds to the Stats it answers its peers
 // with (peer.Server.Report): the API's counts, replication, the policy and
 // RLS versions, its uptime since start and its build.
-func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Manager, start time.Time) func(*peer.Stats) {
-	version := nodeVersion()
+func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Manager, clk clock.Clock, start clock.Instant, version string) func(*peer.Stats) {
 	return func(st *peer.Stats) {
 		act := a.Activity()
 		st.Checks, st.Refused, st.Forwarded, st.Degraded = act.Checks, act.Refused, act.Forwarded, act.Degraded
@@ -31,7 +30,7 @@ func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Mana
 				st.RLSVersion = c.Version()
 			}
 		}
-		st.Uptime, st.Version = time.Since(start), version
+		st.Uptime, st.Version = clk.Now().Sub(start), version
 	}
 }
 

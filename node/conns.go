@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"fmt"
@@ -58,24 +58,14 @@ func capsFor(nofile uint64, maxConns int) connCaps {
 	return c
 }
 
-func (c config) checkConns() error {
-	if c.maxConns < 0 {
-		return fmt.Errorf("--max-conns: must not be negative, got %d", c.maxConns)
-	}
-	if c.grpcIdleTimeout <= 0 {
-		return fmt.Errorf("--grpc-idle-timeout: must be positive, got %v", c.grpcIdleTimeout)
-	}
-	return nil
-}
-
 // limitConns caps the HTTP, public gRPC and peer listeners (capsFor) and
 // exports their counts.
-func (n *node) limitConns(cfg config, reg prometheus.Registerer, log *slog.Logger) error {
+func (n *Node) limitConns(cfg Config, reg prometheus.Registerer, log *slog.Logger) error {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
 		return fmt.Errorf("open-file limit: %w", err)
 	}
-	caps := capsFor(rl.Cur, cfg.maxConns)
+	caps := capsFor(rl.Cur, cfg.MaxConns)
 	lns := connListeners{
 		{"http", connlimit.New(n.httpLn, connlimit.Config{Max: caps.public, Clock: n.clock}), caps.public},
 		{"grpc", connlimit.New(n.grpcLn, connlimit.Config{Max: caps.public, Clock: n.clock}), caps.public},

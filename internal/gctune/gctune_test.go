@@ -1,4 +1,4 @@
-package main
+package gctune
 
 import (
 	"runtime"
@@ -73,7 +73,7 @@ func TestTuneGC(t *testing.T) {
 		t.Skip("the collector is off")
 	}
 	const headroom = 64 << 20
-	stop := tuneGC(headroom)
+	stop := Tune(headroom)
 	defer stop()
 	tuned := func(st gcState) bool { return st.percent == gcPercentFor(st.scanned, headroom, base) }
 	st := collectUntil(t, "tuned for the live heap", tuned)
@@ -111,7 +111,7 @@ func TestTuneGC(t *testing.T) {
 func TestTuneGCOff(t *testing.T) {
 	base := debug.SetGCPercent(-1)
 	defer debug.SetGCPercent(base)
-	stop := tuneGC(64 << 20)
+	stop := Tune(64 << 20)
 	defer stop()
 	runtime.GC()
 	time.Sleep(10 * time.Millisecond)

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -30,17 +30,17 @@ type certs struct {
 }
 
 // loadCerts reads the files the flags name.
-func loadCerts(cfg config) (c certs, err error) {
+func loadCerts(cfg Config) (c certs, err error) {
 	if cfg.peerTLS() {
 		check := func(cert *tls.Certificate, roots *x509.CertPool) error {
-			return checkNodeCert(cert, roots, cfg.name)
+			return checkNodeCert(cert, roots, cfg.Name)
 		}
-		if c.peer, err = certfile.Load(certfile.Files{CA: cfg.tlsCA, Cert: cfg.tlsCert, Key: cfg.tlsKey, Check: check}); err != nil {
+		if c.peer, err = certfile.Load(certfile.Files{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Check: check}); err != nil {
 			return c, fmt.Errorf("--tls-*: %w", err)
 		}
 	}
-	if cfg.apiTLSCert != "" {
-		if c.api, err = certfile.Load(certfile.Files{CA: cfg.apiTLSClientCA, Cert: cfg.apiTLSCert, Key: cfg.apiTLSKey}); err != nil {
+	if cfg.APITLSCert != "" {
+		if c.api, err = certfile.Load(certfile.Files{CA: cfg.APITLSClientCA, Cert: cfg.APITLSCert, Key: cfg.APITLSKey}); err != nil {
 			return c, fmt.Errorf("--api-tls-*: %w", err)
 		}
 	}
@@ -107,7 +107,7 @@ const peerRecheckDelay = 3 * time.Second
 // made before are verified against the CAs (peer.Server.Recheck), and those
 // whose client certificate no longer verifies are closed
 // (peer.Server.Sweep). bg runs the delayed part, which ends with ctx.
-func (n *node) peerCertsChanged(ctx context.Context, log *slog.Logger, bg *sync.WaitGroup) func() {
+func (n *Node) peerCertsChanged(ctx context.Context, log *slog.Logger, bg *sync.WaitGroup) func() {
 	return func() {
 		n.peers.Renew()
 		bg.Go(func() {
@@ -162,9 +162,9 @@ func (c certs) watchers(cfg reload.Config, counter *prometheus.CounterVec, peerC
 
 // registerSecurity exports whether the node runs exposed in clear
 // (--insecure) and when its certificates expire.
-func (c certs) registerSecurity(reg prometheus.Registerer, cfg config) error {
+func (c certs) registerSecurity(reg prometheus.Registerer, cfg Config) error {
 	insecure := 0.0
-	if cfg.exposed() {
+	if cfg.Exposed() {
 		insecure = 1
 	}
 	cs := []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{

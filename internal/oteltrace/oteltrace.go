@@ -1,4 +1,7 @@
-package main
+// Package oteltrace builds the node's OpenTelemetry tracer provider from
+// the standard OTEL_* environment (cmd/node's concern: the node takes a
+// trace.TracerProvider in its Config).
+package oteltrace
 
 import (
 	"cmp"
@@ -39,10 +42,10 @@ import (
 // service.version, service.instance.id and ringlimit.node (the node's
 // name), and whatever OTEL_RESOURCE_ATTRIBUTES adds.
 
-// tracing is the node's tracer provider, or none.
-type tracing struct {
-	tp        *sdktrace.TracerProvider // nil: tracing off
-	exporters []string                 // the exporters chosen, for the log
+// Tracing is the node's tracer provider, or none.
+type Tracing struct {
+	TP        *sdktrace.TracerProvider // nil: tracing off
+	Exporters []string                 // the exporters chosen, for the log
 }
 
 // tracingExporters returns the exporters the environment asks for (with
@@ -80,16 +83,16 @@ func tracingExporters(getenv func(string) string) ([]string, error) {
 	return out, nil
 }
 
-// newTracing builds the tracer provider the environment asks for, tracing
-// the node named node; console spans go to stdout. Nothing is dialled
+// New builds the tracer provider the environment asks for, tracing the
+// node named node that runs the given version; console spans go to stdout. Nothing is dialled
 // here: the OTLP exporters connect when they first export.
-func newTracing(ctx context.Context, getenv func(string) string, node string, stdout io.Writer) (*tracing, error) {
+func New(ctx context.Context, getenv func(string) string, node, version string, stdout io.Writer) (*Tracing, error) {
 	names, err := tracingExporters(getenv)
 	if err != nil || len(names) == 0 {
-		return &tracing{}, err
+		return &Tracing{}, err
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "ringlimit"), attribute.String("service.version", nodeVersion()),
+		resource.WithAttributes(attribute.String("service.name", "ringlimit"), attribute.String("service.version", version),
 			attribute.String("service.instance.id", node), attribute.String("ringlimit.node", node)),
 		resource.WithFromEnv()) // OTEL_RESOURCE_ATTRIBUTES, then OTEL_SERVICE_NAME, override the above
 	if err != nil && res == nil {
@@ -119,15 +122,15 @@ func newTracing(ctx context.Context, getenv func(string) string, node string, st
 		exps = append(exps, exp)
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
-	return &tracing{tp: sdktrace.NewTracerProvider(opts...), exporters: names}, nil
+	return &Tracing{TP: sdktrace.NewTracerProvider(opts...), Exporters: names}, nil
 }
 
-// shutdown flushes the spans not yet exported and stops the exporters.
-func (t *tracing) shutdown(ctx context.Context) error {
-	if t == nil || t.tp == nil {
+// Shutdown flushes the spans not yet exported and stops the exporters.
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if t == nil || t.TP == nil {
 		return nil
 	}
-	if err := t.tp.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := t.TP.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("tracing: %w", err)
 	}
 	return nil

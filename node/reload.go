@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"cmp"
@@ -15,7 +15,7 @@ import (
 // them and reloads them all on SIGHUP. Those without a counter of their
 // own are counted in ringlimit_reload_total, registered in reg.
 // peerCertsChanged runs after each change of the peer certificates.
-func (n *node) reloaders(cfg config, log *slog.Logger, reg prometheus.Registerer, admin *tokenFile, peerCertsChanged func()) ([]*reload.Watcher, error) {
+func (n *Node) reloaders(cfg Config, log *slog.Logger, reg prometheus.Registerer, admin *tokenFile, peerCertsChanged func()) ([]*reload.Watcher, error) {
 	counter := reload.NewCounter()
 	if err := reg.Register(counter); err != nil {
 		return nil, err
@@ -32,16 +32,16 @@ func (n *node) reloaders(cfg config, log *slog.Logger, reg prometheus.Registerer
 	}
 	base := reload.Config{Clock: n.clock, Logger: log}
 	certs := base
-	certs.Poll = cmp.Or(cfg.certPoll, certPoll)
+	certs.Poll = cmp.Or(cfg.CertPoll, certPoll)
 	cws, err := n.certs.watchers(certs, counter, peerCertsChanged)
 	if err != nil {
 		return nil, err
 	}
 	ws = append(ws, cws...)
-	if cfg.gossipKeyFile != "" {
+	if cfg.GossipKeyFile != "" {
 		keys := base
-		keys.Poll, keys.Results = cmp.Or(cfg.keyFilePoll, keyFilePoll), results("gossip_keys")
-		w, err := keyFileWatcher(keys, cfg.gossipKeyFile, n.cluster)
+		keys.Poll, keys.Results = cmp.Or(cfg.KeyFilePoll, keyFilePoll), results("gossip_keys")
+		w, err := keyFileWatcher(keys, cfg.GossipKeyFile, n.cluster)
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"cmp"
@@ -32,64 +32,14 @@ import (
 	"github.com/ringlimit/ringlimit/ui"
 )
 
-// run starts a node and serves until ctx is cancelled, then shuts down
-// gracefully. It returns nil after a clean shutdown. tune, when not nil,
-// tunes the process's garbage collector for --gc-headroom while the node
-// runs and returns the function that stops it: main passes tuneGC; tests,
-// which run several nodes in one process, pass nil.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, tune func(headroom uint64) (stop func())) error {
-	if ok, err := subcommand(args, getenv, os.Stdout, stderr); ok {
-		return err
-	}
-	cfg, err := parseConfig(args, getenv, os.Stdout)
-	if err != nil {
-		return &exitError{code: 2, err: err} // a usage error; --help is none, and main exits 0
-	}
-	if cfg.newGossipKey {
-		return printNewKey(os.Stdout)
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
-	if tune != nil {
-		defer tune(uint64(cfg.gcHeadroomMiB) << 20)()
-	}
-	tr, err := newTracing(ctx, getenv, cfg.name, os.Stdout)
-	if err != nil {
-		return err
-	}
-	if tr.tp != nil {
-		cfg.tracer = tr.tp
-		log.Info("tracing on", "exporters", tr.exporters)
-		defer func() { // after the node closed: its last spans are flushed
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := tr.shutdown(sctx); err != nil {
-				log.Warn("tracing shutdown", "err", err)
-			}
-		}()
-	}
-	n, err := startNode(cfg, log)
-	if err != nil {
-		return err
-	}
-	if cfg.pprofAddr != "" {
-		stop, _, err := servePprof(cfg.pprofAddr, log, n.admin)
-		if err != nil {
-			n.Close(context.Background())
-			return fmt.Errorf("--pprof: %w", err)
-		}
-		defer stop()
-	}
-	<-ctx.Done()
-	log.Info("shutting down", "reason", context.Cause(ctx))
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
-	defer cancel()
-	return n.Close(sctx)
-}
-
-// node is a running node: its listeners and servers.
-type node struct {
+// Node is a running node: its listeners and servers. Its methods are safe
+// for concurrent use.
+type Node struct {
 	log        *slog.Logger
-	clock      clock.Clock // the node's one clock, given to every package
+	clock      clock.Clock // the node's one clock (Config.Clock), given to every package
+	name       string
+	version    string // the build, in logs and peer stats
+	adv        advertisedAddrs
 	httpLn     net.Listener
 	grpcLn     net.Listener
 	peerLn     net.Listener
@@ -115,6 +65,8 @@ type node struct {
 	health    *health.Server // grpc.health.v1 on the public gRPC port
 	drainFor  time.Duration  // --drain-delay
 
+	quiesceTimeout, quiesceIdle time.Duration // Config's; zero: 2s, 150ms
+
 	freshMu   sync.Mutex
 	fresh     map[net.Conn]struct{} // HTTP connections that have not sent a request yet
 	closeOnce sync.Once
@@ -127,10 +79,25 @@ var _ forward.Owners = (*ring.Ring)(nil)
 // startSteps names the steps of startNode in order, for config.failAt.
 var startSteps = []string{"store", "metrics", "admin", "tls", "policy", "rls", "http", "grpc", "peer", "peers", "router", "cluster", "api", "serve"}
 
-// startNode binds the listeners (so that a bad address fails at once) and
-// starts serving in the background. When a step fails, everything the
-// earlier steps opened is released, last opened first.
-func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
+// Start validates cfg (Config.Validate), binds the listeners (so that a bad
+// address fails at once) and starts serving in the background: the store,
+// the metrics, the admin tokens, TLS, the policy and RLS, the HTTP, gRPC
+// and peer listeners, the peer pool, the router, the gossip cluster and the
+// APIs, in that order. When a step fails, everything the earlier steps
+// opened is released, last opened first, and Start returns the error. ctx
+// bounds only the start (resolving the gossip advertise address); the node
+// runs until Close.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System()
+	}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -145,25 +112,42 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		}
 		return nil
 	}
-	n := &node{log: log, clock: clock.System(), fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.drainDelay}
-	start := time.Now() // the uptime peers and the status page see
+	n := &Node{log: log, name: cfg.Name, clock: cfg.Clock, fresh: map[net.Conn]struct{}{}, served: make(chan error, 3), drainFor: cfg.DrainDelay,
+		quiesceTimeout: cfg.QuiesceTimeout, quiesceIdle: cfg.QuiesceIdle}
+	start := cfg.Clock.Now() // the uptime peers and the status page see
+	n.readiness.clock = cfg.Clock
 
 	shards := bucket.DefaultShards
-	for shards > 1 && (cfg.maxKeys < shards || int64(cfg.maxMemory) < int64(shards)*minShardMemory) {
+	for shards > 1 && (cfg.MaxKeys < shards || int64(cfg.MaxMemory) < int64(shards)*minShardMemory) {
 		shards /= 2
 	}
 	if err := step("store"); err != nil {
 		return nil, err
 	}
-	if n.store, err = bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.maxKeys, MaxMemory: int64(cfg.maxMemory), MaxKeyBytes: cfg.maxKeyBytes, Shards: shards}); err != nil {
+	if n.store, err = bucket.NewStore(bucket.StoreConfig{MaxKeys: cfg.MaxKeys, MaxMemory: int64(cfg.MaxMemory), MaxKeyBytes: cfg.MaxKeyBytes, Shards: shards}); err != nil {
 		return nil, err
 	}
 	if err := step("metrics"); err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := registerBuildInfo(reg); err != nil {
+	reg, gather := cfg.Registerer, cfg.Gatherer
+	if reg == nil {
+		own := prometheus.NewRegistry()
+		own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = own
+		if gather == nil {
+			gather = own
+		}
+	}
+	if gather == nil {
+		if g, ok := reg.(prometheus.Gatherer); ok {
+			gather = g
+		} else {
+			gather = prometheus.Gatherers{}
+		}
+	}
+	n.version = buildVersion(cfg)
+	if err := registerBuildInfo(reg, cfg); err != nil {
 		return nil, err
 	}
 	peerMetrics, err := peer.NewMetrics(reg)
@@ -180,8 +164,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	}
 	n.admin = &api.Tokens{}
 	var adminFile *tokenFile
-	if cfg.adminTokenFile != "" {
-		adminFile = &tokenFile{path: cfg.adminTokenFile, tokens: n.admin, log: log}
+	if cfg.AdminTokenFile != "" {
+		adminFile = &tokenFile{path: cfg.AdminTokenFile, tokens: n.admin, log: log}
 		if err := adminFile.load(); err != nil {
 			return nil, fmt.Errorf("--admin-token-file: %w", err)
 		}
@@ -198,24 +182,24 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := n.certs.registerSecurity(reg, cfg); err != nil {
 		return nil, err
 	}
-	if cfg.exposed() {
+	if cfg.Exposed() {
 		log.Warn("INSECURE: --insecure given, and a peer or gossip address other machines reach runs without mutual TLS or a gossip key: anyone who reaches it can read and change every limit",
-			"peer", cfg.peerAddr, "gossip", cfg.gossipAddr, "peer_tls", cfg.peerTLS(), "gossip_encrypted", len(cfg.gossipKeys) > 0)
+			"peer", cfg.PeerAddr, "gossip", cfg.GossipAddr, "peer_tls", cfg.peerTLS(), "gossip_encrypted", len(cfg.GossipKeys) > 0)
 	}
 
 	if err := step("policy"); err != nil {
 		return nil, err
 	}
-	if cfg.policyPath != "" {
+	if cfg.PolicyPath != "" {
 		var audit io.WriteCloser = nopCloser{slogWriter{log}}
-		if cfg.auditPath != "" {
-			if audit, err = os.OpenFile(cfg.auditPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
+		if cfg.AuditPath != "" {
+			if audit, err = os.OpenFile(cfg.AuditPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
 				return nil, fmt.Errorf("--audit-log: %w", err)
 			}
 		}
 		undo = append(undo, func() { audit.Close() })
 		n.audit = audit
-		if n.policy, err = policy.NewManager(policy.ManagerConfig{Path: cfg.policyPath, AuditLog: audit, Logger: log, Registerer: reg, Clock: n.clock}); err != nil {
+		if n.policy, err = policy.NewManager(policy.ManagerConfig{Path: cfg.PolicyPath, AuditLog: audit, Logger: log, Registerer: reg, Clock: cfg.Clock}); err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
 	}
@@ -223,8 +207,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := step("rls"); err != nil {
 		return nil, err
 	}
-	if cfg.rlsPath != "" {
-		if n.rls, err = rls.NewManager(rls.ManagerConfig{Path: cfg.rlsPath, Logger: log, Registerer: reg, Clock: n.clock}); err != nil {
+	if cfg.RLSPath != "" {
+		if n.rls, err = rls.NewManager(rls.ManagerConfig{Path: cfg.RLSPath, Logger: log, Registerer: reg, Clock: cfg.Clock}); err != nil {
 			return nil, fmt.Errorf("--rls-config: %w", err)
 		}
 	}
@@ -232,14 +216,14 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := step("http"); err != nil {
 		return nil, err
 	}
-	if n.httpLn, err = net.Listen("tcp", cfg.httpAddr); err != nil {
+	if n.httpLn, err = listen(cfg.HTTPListener, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("--http: %w", err)
 	}
 	undo = append(undo, func() { n.httpLn.Close() })
 	if err := step("grpc"); err != nil {
 		return nil, err
 	}
-	if n.grpcLn, err = net.Listen("tcp", cfg.grpcAddr); err != nil {
+	if n.grpcLn, err = listen(cfg.GRPCListener, cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("--grpc: %w", err)
 	}
 	undo = append(undo, func() { n.grpcLn.Close() })
@@ -247,24 +231,36 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err := step("peer"); err != nil {
 		return nil, err
 	}
-	if n.peerLn, err = net.Listen("tcp", cfg.peerAddr); err != nil {
+	if n.peerLn, err = listen(cfg.PeerListener, cfg.PeerAddr); err != nil {
 		return nil, fmt.Errorf("--peer: %w", err)
 	}
 	undo = append(undo, func() { n.peerLn.Close() })
 	if err := n.limitConns(cfg, reg, log); err != nil {
 		return nil, err
 	}
-	adv, err := cfg.advertiseAll(n.httpLn.Addr().String(), grpcAddr, n.peerLn.Addr().String())
+	// A listener given ready is reached at its own address (a test's
+	// network, or a socket a supervisor bound for the node).
+	for _, l := range []struct {
+		given net.Listener
+		ln    net.Listener
+		adv   *string
+	}{{cfg.HTTPListener, n.httpLn, &cfg.AdvertiseHTTP}, {cfg.GRPCListener, n.grpcLn, &cfg.AdvertiseGRPC}, {cfg.PeerListener, n.peerLn, &cfg.AdvertisePeer}} {
+		if l.given != nil && *l.adv == "" {
+			*l.adv = l.ln.Addr().String()
+		}
+	}
+	adv, err := cfg.advertiseAll(ctx, n.httpLn.Addr().String(), grpcAddr, n.peerLn.Addr().String())
 	if err != nil {
 		return nil, err
 	}
 	grpcAddr, peerAddr := adv.grpc, adv.peer
+	n.adv = adv
 
 	if err := step("peers"); err != nil {
 		return nil, err
 	}
-	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.name, Clock: n.clock, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts(),
-		PropagateTrace: cfg.tracer != nil, Timeout: cfg.peerTimeout}); err != nil {
+	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.Name, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts(),
+		PropagateTrace: cfg.Tracer != nil, Clock: cfg.Clock, DialOptions: cfg.PeerDialOptions, Timeout: cfg.PeerTimeout}); err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { n.peers.Close(context.Background()) })
@@ -272,11 +268,11 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	ringCfg := ring.DefaultConfig()
-	n.router, err = forward.New(forward.Config{Self: cfg.name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
+	n.router, err = forward.New(forward.Config{Self: cfg.Name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
-		Replication: forward.ReplicationConfig{Factor: cfg.replication, Off: cfg.replication == 0, MaxLoss: cmp.Or(cfg.maxLoss, -1)},
-		ClusterSize: cfg.clusterSize, Joining: len(cfg.join) > 0, PeerTimeout: cfg.peerTimeout,
-		Clock: n.clock, Logger: log, Registerer: reg, TracerProvider: cfg.tracer})
+		Replication: forward.ReplicationConfig{Factor: cfg.Replication, Off: cfg.Replication == 0, MaxLoss: cmp.Or(cfg.ReplicationMaxLoss, -1)},
+		ClusterSize: cfg.ClusterSize, Joining: len(cfg.Join) > 0, PeerTimeout: cfg.PeerTimeout,
+		Logger: log, Registerer: reg, TracerProvider: cfg.Tracer, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -287,25 +283,28 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	ccfg := cluster.DefaultLANConfig()
-	if isLoopback(hostOf(cmp.Or(adv.gossip, cfg.gossipAddr))) {
+	if isLoopback(hostOf(cmp.Or(adv.gossip, cfg.GossipAddr))) {
 		ccfg = cluster.DefaultLocalConfig()
 	}
-	if cfg.gossipTimings != nil {
-		cfg.gossipTimings(&ccfg)
+	if cfg.ClusterTuning != nil {
+		cfg.ClusterTuning(&ccfg)
 	}
-	ccfg.Name = cfg.name
-	ccfg.BindAddr = cfg.gossipAddr
+	ccfg.Name = cfg.Name
+	ccfg.BindAddr = cfg.GossipAddr
 	ccfg.AdvertiseAddr = adv.gossip
 	ccfg.PeerAddr = peerAddr
 	ccfg.APIAddr = grpcAddr
 	ccfg.HTTPAddr = adv.http
 	ccfg.Resolver = cfg.dnsResolver()
-	ccfg.Seeds = cfg.join
-	ccfg.Clock = n.clock
+	ccfg.Seeds = cfg.Join
 	ccfg.Logger = log
-	ccfg.Keys = cfg.gossipKeys
-	ccfg.Label = cfg.clusterName
+	ccfg.Keys = cfg.GossipKeys
+	ccfg.Label = cfg.ClusterName
 	ccfg.Registerer = reg
+	ccfg.Clock = cfg.Clock
+	if cfg.GossipTransport != nil {
+		ccfg.Transport = cfg.GossipTransport
+	}
 	// Alive and suspect members are on the ring; dead ones (not left) are
 	// off it but still counted for the quorum; left ones are gone.
 	ccfg.Listener = cluster.ListenerFunc(func(all []cluster.Member) {
@@ -340,10 +339,10 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	cs := &clusterStatus{cluster: n.cluster, router: n.router}
-	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: reg, Logger: log,
-		Cluster: cs, CheckTimeout: cfg.checkTimeout, AdminTokens: n.admin, PrivateReads: cfg.privateReads,
-		RLSHeaders: cfg.rlsHeaders, RLSShadowMode: cfg.rlsShadowMode, RLSStatKeys: cfg.rlsStatKeys, RLSNearLimitRatio: cfg.rlsNearRatio, TrustedProxies: cfg.trustedProxies, CORSOrigins: cfg.corsOrigins, Ready: n.ready, TracerProvider: cfg.tracer, Self: cfg.name,
-		DisableInlineLimits: !cfg.inlineLimits}
+	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
+		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads,
+		RLSHeaders: cfg.RLSHeaders, RLSShadowMode: cfg.RLSShadowMode, RLSStatKeys: cfg.RLSStatKeys, RLSNearLimitRatio: cfg.RLSNearLimitRatio, TrustedProxies: cfg.TrustedProxies, CORSOrigins: cfg.CORSOrigins, Ready: n.ready, TracerProvider: cfg.Tracer, Self: cfg.Name,
+		DisableInlineLimits: cfg.DisableInlineLimits}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
@@ -356,8 +355,8 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pcfg := peer.ServerConfig{Self: cfg.name, Handler: n.router, Clock: n.clock, Metrics: peerMetrics, TracerProvider: cfg.tracer,
-		Report: reportStats(a, cs, n.policy, n.rls, start)}
+	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
+		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version)}
 	if n.certs.peer != nil {
 		pcfg.Known = func(name string) bool { return (*n.known.Load())[name] }
 		pcfg.Verify = n.certs.peer
@@ -366,7 +365,7 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 		return nil, err
 	}
 	page, err := ui.New(ui.Config{Source: (&statusPage{cs: cs, peers: n.peers, server: n.peerServer, policy: n.policy}).snapshot,
-		AdminTokens: n.admin, PrivateReads: cfg.privateReads, Clock: n.clock})
+		AdminTokens: n.admin, PrivateReads: cfg.PrivateReads, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -387,18 +386,18 @@ func startNode(cfg config, log *slog.Logger) (_ *node, err error) {
 	n.bg.Go(func() { reload.Run(bgCtx, reloads...) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
 	n.serve()
-	log.Info("node started", "name", cfg.name, "version", nodeVersion(), "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
+	log.Info("node started", "name", cfg.Name, "version", n.version, "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
 		"peer", n.peerLn.Addr().String(), "advertise_http", adv.http, "advertise_grpc", grpcAddr, "advertise_peer", peerAddr,
 		"peer_tls", n.certs.peer != nil, "api_tls", n.certs.api != nil,
-		"gossip", n.cluster.LocalAddr(), "join", cfg.join, "max_keys", n.store.Capacity(), "max_memory", n.store.MaxMemory(),
-		"gossip_keys", fingerprints(cfg.gossipKeys), "cluster_name", cfg.clusterName)
+		"gossip", n.cluster.LocalAddr(), "join", cfg.Join, "max_keys", n.store.Capacity(), "max_memory", n.store.MaxMemory(),
+		"gossip_keys", fingerprints(cfg.GossipKeys), "cluster_name", cfg.ClusterName)
 	return n, nil
 }
 
 // Close stops accepting, waits for checks in flight until ctx ends, and
 // closes the listeners. It is safe to call more than once; later calls
 // return the first call's result.
-func (n *node) Close(ctx context.Context) error {
+func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() { n.closeErr = n.shutdown(ctx) })
 	return n.closeErr
 }

@@ -1,8 +1,6 @@
-package main
+package node
 
 import (
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -30,32 +28,32 @@ func openFiles(t *testing.T, path string) int {
 	return n
 }
 
-// TestStartNodeReleasesOnFailure makes each step of startNode fail in turn
+// TestStartReleasesOnFailure makes each step of Start fail in turn
 // and checks that whatever the earlier steps opened is released: the
 // listeners' addresses can be bound again, the audit log is closed, and no
 // goroutine is left behind.
-func TestStartNodeReleasesOnFailure(t *testing.T) {
+func TestStartReleasesOnFailure(t *testing.T) {
 	dir := t.TempDir()
-	pol, err := filepath.Abs("../../examples/policy.yaml")
+	pol, err := filepath.Abs("../examples/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	audit := filepath.Join(dir, "audit.log")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, step := range startSteps {
 		t.Run(step, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-			cfg := config{name: "n1", httpAddr: testkit.DeadAddr(t), grpcAddr: testkit.DeadAddr(t), peerAddr: testkit.DeadAddr(t), gossipAddr: testkit.DeadAddr(t),
-				maxKeys: 1000, policyPath: pol, auditPath: audit, failAt: step}
-			n, err := startNode(cfg, log)
+			cfg := DefaultLocalConfig()
+			cfg.Name, cfg.HTTPAddr, cfg.GRPCAddr, cfg.PeerAddr, cfg.GossipAddr = "n1", testkit.DeadAddr(t), testkit.DeadAddr(t), testkit.DeadAddr(t), testkit.DeadAddr(t)
+			cfg.MaxKeys, cfg.PolicyPath, cfg.AuditPath, cfg.failAt = 1000, pol, audit, step
+			n, err := Start(t.Context(), cfg)
 			if err == nil {
 				n.Close(t.Context())
-				t.Fatalf("startNode with a failure at %q succeeded", step)
+				t.Fatalf("Start with a failure at %q succeeded", step)
 			}
 			if !strings.Contains(err.Error(), step) {
 				t.Fatalf("error %q does not name the step %q", err, step)
 			}
-			for _, addr := range []string{cfg.httpAddr, cfg.grpcAddr, cfg.peerAddr} {
+			for _, addr := range []string{cfg.HTTPAddr, cfg.GRPCAddr, cfg.PeerAddr} {
 				ln, err := net.Listen("tcp", addr)
 				if err != nil {
 					t.Fatalf("%s still bound after a failure at %q: %v", addr, step, err)
