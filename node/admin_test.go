@@ -128,8 +128,10 @@ func TestTokenFileWatch(t *testing.T) {
 	})
 	poll(t, time.Second, "bob's token kept", want("token-of-bob-00000001", "bob", true))
 	os.Remove(path)
+	// A missing file is another refusal, with an error of its own: logged
+	// again, once.
 	poll(t, 2*time.Second, "the missing file seen", func() (bool, string) {
-		return len(sink.records("admin token file unreadable; the running tokens stay")) == 1, strings.Join(sink.tail(5), "\n")
+		return len(sink.records("admin token file refused; the running tokens stay")) == 2, strings.Join(sink.tail(5), "\n")
 	})
 	poll(t, time.Second, "bob's token kept while the file is missing", want("token-of-bob-00000001", "bob", true))
 	write("carol:token-of-carol-0001\n")
