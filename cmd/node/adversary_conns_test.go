@@ -41,11 +41,9 @@ func startPrefixedProc(t *testing.T, bin string, prefix []string, s procSpec) *p
 }
 
 // linesContaining counts the lines of s that contain text.
-func (s *logSink) linesContaining(text string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func linesContaining(s *testkit.LogSink, text string) int {
 	n := 0
-	for _, l := range s.lines {
+	for _, l := range s.Lines() {
 		if strings.Contains(l, text) {
 			n++
 		}
@@ -170,7 +168,7 @@ func TestAdversaryIdleConns(t *testing.T) {
 	p3 := startFaultProc(t, bin, nil, procSpec{name: "node-3", join: []string{p1.gossip}, extra: common})
 	all := []*proc{p1, victim, p3}
 	h.waitMembers(all, names3, 15*time.Second)
-	caps := victim.logs.records("connection caps")
+	caps := victim.logs.Records("connection caps")
 	if len(caps) != 1 || caps[0]["nofile"] != float64(1024) || caps[0]["grpc"] != float64(384) || caps[0]["http"] != float64(384) {
 		t.Fatalf("victim's connection caps: %v, want nofile 1024, http and grpc 384", caps)
 	}
@@ -243,10 +241,10 @@ func TestAdversaryIdleConns(t *testing.T) {
 	lastCall := time.Now()
 
 	// The gossip key file is re-read and applied: a second key added.
-	before := len(victim.logs.records("gossip keyring updated"))
+	before := len(victim.logs.Records("gossip keyring updated"))
 	writeKeys(t, keys, key1, key2)
 	testkit.WaitFor(t, 10*time.Second, "the victim's gossip keyring update", func() error {
-		if len(victim.logs.records("gossip keyring updated")) == before {
+		if len(victim.logs.Records("gossip keyring updated")) == before {
 			return errors.New("not yet")
 		}
 		return nil
@@ -283,7 +281,7 @@ func TestAdversaryIdleConns(t *testing.T) {
 	if err := expectStatus(h.client, "http://"+victim.http+"/readyz", http.StatusOK); err != nil {
 		t.Fatal(err)
 	}
-	if n := victim.logs.linesContaining("too many open files"); n > 0 {
+	if n := linesContaining(victim.logs, "too many open files"); n > 0 {
 		t.Errorf("victim logged %d lines with \"too many open files\"", n)
 	}
 	m, err := testkit.Scrape(h.client, victim.http, "ringlimit_conns_evicted_total")
@@ -322,7 +320,7 @@ func TestAdversaryGossipGarbage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errorLines := func() int { return victim.logs.linesContaining(`"component":"memberlist"`) }
+	errorLines := func() int { return linesContaining(victim.logs, `"component":"memberlist"`) }
 	linesBefore := errorLines()
 
 	udp, err := net.Dial("udp", victim.gossip)

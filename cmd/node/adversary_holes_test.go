@@ -263,7 +263,7 @@ func testCARotationCloses(t *testing.T, bin string) {
 	}
 	waitState("the old CA's connection open", 10*time.Second, func(s connectivity.State) bool { return s == connectivity.Ready })
 
-	reloads := func() int { return len(p.logs.records("certificates reloaded")) }
+	reloads := func() int { return len(p.logs.Records("certificates reloaded")) }
 	step := func(what string, write func()) {
 		t.Helper()
 		before := reloads()
@@ -280,7 +280,7 @@ func testCARotationCloses(t *testing.T, bin string) {
 	step("only the new CA", func() { old.Write("prod-ca.pem", next.CA.CertPEM()) })
 	waitState("the old CA's connection closed", 20*time.Second, func(s connectivity.State) bool { return s != connectivity.Ready })
 	t.Logf("the connection made under the old CA closed %v after the CA file dropped it", time.Since(dropped).Round(time.Millisecond))
-	if len(p.logs.records("peer connections closed: their certificate no longer verifies against --tls-ca")) == 0 {
+	if len(p.logs.Records("peer connections closed: their certificate no longer verifies against --tls-ca")) == 0 {
 		t.Error("no log line says the connection was closed")
 	}
 	if got := h.metric(p.http, "ringlimit_peer_connections_closed_total", ""); got < 1 {

@@ -43,56 +43,6 @@ func TestMain(m *testing.M) {
 	testkit.Main(m)
 }
 
-// logSink collects log lines (JSON, one per line) written by a node, in
-// process or as a child process. Safe for concurrent use.
-type logSink struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
-}
-
-// maxSinkLines bounds what a sink keeps: the oldest lines are dropped.
-const maxSinkLines = 20000
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.partial = append(s.partial, p...)
-	for {
-		i := slices.Index(s.partial, '\n')
-		if i < 0 {
-			break
-		}
-		s.lines = append(s.lines, string(s.partial[:i]))
-		s.partial = s.partial[i+1:]
-	}
-	if len(s.lines) > maxSinkLines {
-		s.lines = slices.Delete(s.lines, 0, len(s.lines)-maxSinkLines)
-	}
-	return len(p), nil
-}
-
-// records returns the lines that decode as JSON objects with the given msg.
-func (s *logSink) records(msg string) []map[string]any {
-	s.mu.Lock()
-	lines := slices.Clone(s.lines)
-	s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range lines {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (s *logSink) tail(n int) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.lines[max(len(s.lines)-n, 0):])
-}
-
 // harness holds what one multi-node test shares: an HTTP client and the
 // in-process nodes it started.
 type harness struct {
@@ -114,7 +64,7 @@ func newHarness(t *testing.T) *harness {
 // given gossip addresses, and closes it in t.Cleanup (Close is idempotent,
 // so a test may close it earlier). On failure the tail of its log is
 // printed.
-func (h *harness) start(name string, join ...string) (*node.Node, *logSink) {
+func (h *harness) start(name string, join ...string) (*node.Node, *testkit.LogSink) {
 	h.t.Helper()
 	return h.startWith(name, joinArgs(join), nil)
 }
@@ -157,7 +107,7 @@ func joinArgs(join []string) []string {
 // startWith starts an in-process node named name on 127.0.0.1:0 with the
 // extra flags, tweak (if not nil) editing the parsed config, and closes it
 // in t.Cleanup, printing the tail of its log if the test failed.
-func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*node.Node, *logSink) {
+func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*node.Node, *testkit.LogSink) {
 	t := h.t
 	t.Helper()
 	args := append([]string{"--name", name, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--gossip", "127.0.0.1:0"}, extra...)
@@ -169,7 +119,7 @@ func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	sink := &logSink{}
+	sink := &testkit.LogSink{}
 	n, err := startNode(t.Context(), cfg, newJSONLogger(sink, cfg.logLevel))
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -181,7 +131,7 @@ func (h *harness) startWith(name string, extra []string, tweak func(*config)) (*
 			t.Errorf("close %s: %v", name, err)
 		}
 		if t.Failed() {
-			t.Logf("last log lines of %s:\n%s", name, strings.Join(sink.tail(40), "\n"))
+			t.Logf("last log lines of %s:\n%s", name, strings.Join(sink.Tail(40), "\n"))
 		}
 	})
 	return n, sink
@@ -386,7 +336,7 @@ func TestClusterExactness(t *testing.T) {
 	n2, l2 := h.startWith("node-2", joinArgs([]string{n1.Cluster().LocalAddr()}), patientPeers)
 	n3, l3 := h.startWith("node-3", joinArgs([]string{n1.Cluster().LocalAddr()}), patientPeers)
 	nodes := []*node.Node{n1, n2, n3}
-	logs := []*logSink{l1, l2, l3}
+	logs := []*testkit.LogSink{l1, l2, l3}
 	names := []string{"node-1", "node-2", "node-3"}
 	addrs := []string{httpAddr(n1), httpAddr(n2), httpAddr(n3)}
 	t.Logf("3 in-process nodes: ring converged in %v", h.waitRing(nodes, names, 10*time.Second))
@@ -395,7 +345,7 @@ func TestClusterExactness(t *testing.T) {
 	// machine is starved of CPU: the loopback timings are aggressive).
 	ringChanges := func() (n int) {
 		for _, l := range logs {
-			n += len(l.records("ring changed"))
+			n += len(l.Records("ring changed"))
 		}
 		return n
 	}
@@ -419,7 +369,7 @@ func TestClusterExactness(t *testing.T) {
 			if n := ringChanges() - changesBefore; n != 0 {
 				t.Errorf("%s: the ring changed %d times during the phase", label, n)
 				for i, l := range logs {
-					for _, r := range l.records("cluster: member departed") {
+					for _, r := range l.Records("cluster: member departed") {
 						t.Logf("%s: %v", names[i], r)
 					}
 				}
@@ -755,7 +705,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	h := newHarness(t)
 	names := []string{"node-1", "node-2", "node-3"}
 	nodes := map[string]*node.Node{}
-	var sinks []*logSink // of every node started, for the diagnostics
+	var sinks []*testkit.LogSink // of every node started, for the diagnostics
 	start := func(name string, join ...string) {
 		n, l := h.start(name, join...)
 		nodes[name] = n
@@ -936,7 +886,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	// for reasons other than the graceful handoff under test.
 	var falseDeaths []string
 	for _, l := range sinks {
-		for _, r := range l.records("cluster: member departed") {
+		for _, r := range l.Records("cluster: member departed") {
 			if r["state"] == "dead" {
 				falseDeaths = append(falseDeaths, fmt.Sprintf("%v declared dead at %v", r["member"], r["time"]))
 			}
@@ -1020,10 +970,10 @@ func TestDeadSeedInProcess(t *testing.T) {
 
 // waitJoinAttempts polls logs until they show at least n failed join
 // attempts, and returns how many they show.
-func waitJoinAttempts(t *testing.T, logs *logSink, n int, timeout time.Duration) (got int) {
+func waitJoinAttempts(t *testing.T, logs *testkit.LogSink, n int, timeout time.Duration) (got int) {
 	t.Helper()
 	testkit.WaitFor(t, timeout, fmt.Sprintf("%d failed join attempts logged", n), func() error {
-		if got = len(logs.records("cluster: join failed, will retry")); got < n {
+		if got = len(logs.Records("cluster: join failed, will retry")); got < n {
 			return fmt.Errorf("%d logged", got)
 		}
 		return nil

@@ -81,7 +81,7 @@ func TestParseConfigGossipFlags(t *testing.T) {
 // startArgs starts an in-process node on 127.0.0.1:0 with extra flags,
 // re-reading its gossip key file every 100ms, and closes it when the test
 // ends.
-func (h *harness) startArgs(name string, extra ...string) (*node.Node, *logSink) {
+func (h *harness) startArgs(name string, extra ...string) (*node.Node, *testkit.LogSink) {
 	h.t.Helper()
 	return h.startWith(name, extra, func(c *config) { c.KeyFilePoll = 100 * time.Millisecond })
 }
@@ -114,7 +114,7 @@ func TestClusterNameSeparates(t *testing.T) {
 		if got := memberNames(green); !slices.Equal(got, []string{"green-1"}) {
 			t.Fatalf("green-1 lists %v, want only itself", got)
 		}
-		if n := len(greenLog.records("cluster: join failed, will retry")); n < 3 {
+		if n := len(greenLog.Records("cluster: join failed, will retry")); n < 3 {
 			return fmt.Errorf("%d refused attempts", n)
 		}
 		return nil
@@ -133,7 +133,7 @@ func TestKeyFileRotation(t *testing.T) {
 	names := []string{"a", "b", "c"}
 	files := make([]string, len(names))
 	nodes := make([]*node.Node, len(names))
-	sinks := make([]*logSink, len(names))
+	sinks := make([]*testkit.LogSink, len(names))
 	for i, name := range names {
 		files[i] = filepath.Join(dir, name+".keys")
 		writeKeys(t, files[i], k1)
@@ -207,7 +207,7 @@ func TestKeyFileRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for len(sinks[0].records("gossip key file ignored; keyring unchanged")) == 0 {
+	for len(sinks[0].Records("gossip key file ignored; keyring unchanged")) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the bad key file was not reported")
 		}

@@ -43,7 +43,7 @@ func tokenPath(policyPath, name string) string {
 // --admin-token-file (tokenPath, holding testAdminToken named "oncall") and
 // --trusted-proxies 127.0.0.1/32 (the tests' gateways run on loopback): an
 // in-process node on 127.0.0.1:0, closed in t.Cleanup.
-func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...string) (*node.Node, *logSink) {
+func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...string) (*node.Node, *testkit.LogSink) {
 	t := h.t
 	t.Helper()
 	tokens := tokenPath(policyPath, name)
@@ -60,7 +60,7 @@ func (h *harness) startPolicyNode(name, policyPath, auditPath string, join ...st
 type policyCluster struct {
 	h      *harness
 	nodes  []*node.Node
-	logs   []*logSink
+	logs   []*testkit.LogSink
 	names  []string
 	addrs  []string // HTTP
 	paths  []string
@@ -424,7 +424,7 @@ func TestClusterPolicyReload(t *testing.T) {
 			t.Errorf("%s: ringlimit_policy_reloads_total{result=ok} = %v after the bad files, want still 2", c.names[i], ok)
 		}
 		var errs []string
-		for _, r := range c.logs[i].records("policy reload refused; the running policy stays") {
+		for _, r := range c.logs[i].Records("policy reload refused; the running policy stays") {
 			errs = append(errs, fmt.Sprint(r["err"]))
 			if r["running"] != v2 || r["source"] != c.paths[i] {
 				t.Errorf("%s: refusal logged as %v, want running %s, source %s", c.names[i], r, v2, c.paths[i])
@@ -857,7 +857,7 @@ func TestClusterPolicyLayers(t *testing.T) {
 	if u := used(global); u != 20+4 {
 		t.Errorf("%s spent %d after user 8's 20 and 4 admitted /export, want 24", global, u)
 	}
-	if logged := c.logs[1].records("dry-run layer would have rejected"); len(logged) != 2 {
+	if logged := c.logs[1].Records("dry-run layer would have rejected"); len(logged) != 2 {
 		t.Errorf("node-2 logged %d dry-run rejections, want 2", len(logged))
 	}
 }

@@ -33,7 +33,7 @@ func TestProcesses(t *testing.T) {
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	logs   *logSink
+	logs   *testkit.LogSink
 	exited chan struct{}
 	err    error // cmd.Wait's result, set before exited is closed
 	http   string
@@ -48,7 +48,7 @@ type proc struct {
 // t.Cleanup.
 func launch(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: cmd, logs: &logSink{}, exited: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, logs: &testkit.LogSink{}, exited: make(chan struct{})}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "RINGLIMIT_") {
 			p.cmd.Env = append(p.cmd.Env, kv)
@@ -59,10 +59,10 @@ func launch(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	testkit.WaitFor(t, 20*time.Second, name+"'s \"node started\" line", func() error {
 		select {
 		case <-p.exited:
-			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.tail(20), "\n"))
+			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.Tail(20), "\n"))
 		default:
 		}
-		recs := p.logs.records("node started")
+		recs := p.logs.Records("node started")
 		if len(recs) == 0 {
 			return errors.New("not yet")
 		}
@@ -98,7 +98,7 @@ func startProc(t *testing.T, bin, name string, join ...string) *proc {
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
 	}
-	p := &proc{name: name, cmd: exec.Command(bin, args...), logs: &logSink{}, exited: make(chan struct{})}
+	p := &proc{name: name, cmd: exec.Command(bin, args...), logs: &testkit.LogSink{}, exited: make(chan struct{})}
 	for _, kv := range os.Environ() { // only the flags configure the node
 		if !strings.HasPrefix(kv, "RINGLIMIT_") {
 			p.cmd.Env = append(p.cmd.Env, kv)
@@ -110,7 +110,7 @@ func startProc(t *testing.T, bin, name string, join ...string) *proc {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if recs := p.logs.records("node started"); len(recs) > 0 {
+		if recs := p.logs.Records("node started"); len(recs) > 0 {
 			p.http, _ = recs[0]["http"].(string)
 			p.grpc, _ = recs[0]["grpc"].(string)
 			p.peer, _ = recs[0]["peer"].(string)
@@ -122,7 +122,7 @@ func startProc(t *testing.T, bin, name string, join ...string) *proc {
 		}
 		select {
 		case <-p.exited:
-			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.tail(20), "\n"))
+			t.Fatalf("%s exited before it started: %v\n%s", name, p.err, strings.Join(p.logs.Tail(20), "\n"))
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
@@ -156,7 +156,7 @@ func (p *proc) run(t *testing.T, name string) {
 			t.Errorf("%s (pid %d) still running 10s after SIGKILL", name, p.cmd.Process.Pid)
 		}
 		if t.Failed() {
-			t.Logf("last log lines of %s (pid %d):\n%s", name, p.cmd.Process.Pid, strings.Join(p.logs.tail(40), "\n"))
+			t.Logf("last log lines of %s (pid %d):\n%s", name, p.cmd.Process.Pid, strings.Join(p.logs.Tail(40), "\n"))
 		}
 	})
 }
@@ -480,7 +480,7 @@ func testDeadSeed(t *testing.T, bin string) {
 	if err := p.stop(t, syscall.SIGTERM, 15*time.Second); err != nil {
 		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
 	}
-	if len(p.logs.records("node stopped")) != 1 {
-		t.Errorf("no \"node stopped\" line after SIGTERM:\n%s", strings.Join(p.logs.tail(10), "\n"))
+	if len(p.logs.Records("node stopped")) != 1 {
+		t.Errorf("no \"node stopped\" line after SIGTERM:\n%s", strings.Join(p.logs.Tail(10), "\n"))
 	}
 }

@@ -30,7 +30,7 @@ func TestReloadCounted(t *testing.T) {
 	poll(t, 5*time.Second, "the bad token file counted", func() (bool, string) {
 		return count("error") == 1, fmt.Sprintf("error=%v", count("error"))
 	})
-	if got := len(logs.records(refused)); got != 1 {
+	if got := len(logs.Records(refused)); got != 1 {
 		t.Errorf("refusal logged %d times, want 1", got)
 	}
 	url := "http://" + addr + "/v1/overrides"

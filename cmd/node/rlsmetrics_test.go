@@ -162,7 +162,7 @@ func TestRLSMetrics(t *testing.T) {
 	if got := h.metric(a1, "ringlimit_rls_stat_keys_folded_total", ""); got != float64(folded) {
 		t.Fatalf("ringlimit_rls_stat_keys_folded_total %v, want %d", got, folded)
 	}
-	if n := len(logs.records(`rls statistics: --rls-stats-keys keys have their own series; the others are counted under key="_other"`)); n != 1 {
+	if n := len(logs.Records(`rls statistics: --rls-stats-keys keys have their own series; the others are counted under key="_other"`)); n != 1 {
 		t.Fatalf("the cap logged %d times, want once", n)
 	}
 	// A key counted before the cap keeps its own series.

@@ -34,7 +34,7 @@ func secureFlags(p *testkit.PKI, ca, keys, name string) []string {
 // startSecureCluster starts three nodes named node-1..node-3 with
 // secureFlags, the policy overridePolicy and admin tokens, and waits for
 // their ring.
-func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*node.Node, []string, []*logSink) {
+func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*node.Node, []string, []*testkit.LogSink) {
 	t := h.t
 	t.Helper()
 	keys := filepath.Join(p.Dir, "gossip.keys")
@@ -44,7 +44,7 @@ func startSecureCluster(h *harness, p *testkit.PKI, tweak func(*config)) ([]*nod
 	ca := filepath.Join(p.Dir, "prod-ca.pem")
 	names := []string{"node-1", "node-2", "node-3"}
 	nodes := make([]*node.Node, len(names))
-	sinks := make([]*logSink, len(names))
+	sinks := make([]*testkit.LogSink, len(names))
 	for i, name := range names {
 		tokens := tokenPath(pol, name)
 		if err := os.WriteFile(tokens, []byte("oncall:"+testAdminToken+"\n"), 0o600); err != nil {
@@ -184,7 +184,7 @@ func TestStrangersChangeNothing(t *testing.T) {
 
 	// Outsiders gossip an override.
 	pol := filepath.Join(dir, "policy.yaml")
-	var outsiders []*logSink
+	var outsiders []*testkit.LogSink
 	for _, o := range []struct {
 		name  string
 		flags []string
@@ -216,7 +216,7 @@ func TestStrangersChangeNothing(t *testing.T) {
 			}
 		}
 		for i, sink := range outsiders {
-			if n := len(sink.records("cluster: join failed, will retry")); n < 3 {
+			if n := len(sink.Records("cluster: join failed, will retry")); n < 3 {
 				return fmt.Errorf("outsider %d: %d refused attempts", i+1, n)
 			}
 		}
@@ -295,7 +295,7 @@ func TestRotationUnderLoad(t *testing.T) {
 
 	// step writes new files and waits for n more "certificates reloaded"
 	// lines in every node's log.
-	reloads := func(i int) int { return len(sinks[i].records("certificates reloaded")) }
+	reloads := func(i int) int { return len(sinks[i].Records("certificates reloaded")) }
 	step := func(what string, n int, write func()) {
 		t.Helper()
 		before := make([]int, len(nodes))
