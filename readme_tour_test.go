@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -15,17 +16,47 @@ import (
 	"time"
 )
 
+// tourDir is how the README names the cluster directory.
+const tourDir = "/tmp/ringlimit-cluster"
+
 // The tour's cluster listens on these bases (node I on base + I), away
 // from the defaults the README shows, so that the test never meets a
-// cluster someone runs by hand. Fixed ports, below the ephemeral range.
-const (
-	tourHTTPBase   = 21080
-	tourGRPCBase   = 21190
-	tourPeerBase   = 21290
-	tourGossipBase = 21946
-	// tourDir is how the README names the cluster directory.
-	tourDir = "/tmp/ringlimit-cluster"
-)
+// cluster someone runs by hand. pickTourPorts chooses them, below the
+// ephemeral range, where every port the cluster needs is free: two runs of
+// the suite at once (two clones on one machine) do not collide.
+var tourHTTPBase, tourGRPCBase, tourPeerBase, tourGossipBase int
+
+// pickTourPorts sets the bases to a block of 40 ports (HTTP, gRPC, peer,
+// gossip, 10 each) in 20000-31999 whose ports for three nodes are free.
+func pickTourPorts(t *testing.T) {
+	t.Helper()
+	free := func(base int) bool {
+		for b := base; b < base+40; b += 10 {
+			for i := 1; i <= 3; i++ {
+				addr := fmt.Sprintf("127.0.0.1:%d", b+i)
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return false
+				}
+				ln.Close()
+				pc, err := net.ListenPacket("udp", addr)
+				if err != nil {
+					return false
+				}
+				pc.Close()
+			}
+		}
+		return true
+	}
+	for range 50 {
+		base := 20000 + 40*rand.IntN(300)
+		if free(base) {
+			tourHTTPBase, tourGRPCBase, tourPeerBase, tourGossipBase = base, base+10, base+20, base+30
+			return
+		}
+	}
+	t.Fatal("no block of free ports for the tour's cluster in 20000-31999 after 50 tries")
+}
 
 // tourStep is one command of the README's tour and what the README shows
 // under it.
@@ -69,17 +100,7 @@ func TestREADMETour(t *testing.T) {
 		t.Fatalf("found %d commands in the README's tour blocks; want at least 20", len(steps))
 	}
 
-	// A port already taken would fail the tour far from its cause.
-	for i := 1; i <= 3; i++ {
-		for _, base := range []int{tourHTTPBase, tourGRPCBase, tourPeerBase, tourGossipBase} {
-			addr := fmt.Sprintf("127.0.0.1:%d", base+i)
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				t.Fatalf("the tour's cluster needs %s, which is taken: %v", addr, err)
-			}
-			ln.Close()
-		}
-	}
+	pickTourPorts(t)
 
 	dir := filepath.Join(t.TempDir(), "cluster")
 	env := []string{
