@@ -161,6 +161,16 @@ func withSeeds(seeds ...string) nodeOpt {
 }
 func withListener(l Listener) nodeOpt { return func(c *Config) { c.Listener = l } }
 
+// withPatience gives a member LAN failure detection (1s probes, 500ms
+// probe timeout) in place of DefaultLocalConfig's 200ms and 100ms, for the
+// tests that assert nobody is ever suspected: on a machine whose cores are
+// busy, a member that gets no CPU for 100ms misses a local probe and is
+// suspected although it is alive, which those tests would blame on what
+// they test.
+func withPatience(c *Config) {
+	c.ProbeInterval, c.ProbeTimeout = time.Second, 500*time.Millisecond
+}
+
 // startNode starts a member with DefaultLocalConfig on 127.0.0.1:0 and closes
 // it when the test ends.
 func startNode(t *testing.T, name string, opts ...nodeOpt) *testNode {
@@ -181,7 +191,9 @@ func startNode(t *testing.T, name string, opts ...nodeOpt) *testNode {
 	}
 	n.Cluster = c
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Close returns once its leave is confirmed: at once on an idle
+		// machine, later when nine members share a busy one.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := c.Close(ctx); err != nil {
 			t.Errorf("Close(%s): %v", name, err)

@@ -88,7 +88,7 @@ func TestOutsidersRefused(t *testing.T) {
 // blamed on the rotation.
 func TestKeyRotation(t *testing.T) {
 	k1, k2 := mustKey(t), mustKey(t)
-	nodes := startClusterWith(t, []nodeOpt{withKeys(k1), withLabel("prod")}, "a", "b", "c")
+	nodes := startClusterWith(t, []nodeOpt{withKeys(k1), withLabel("prod"), withPatience}, "a", "b", "c")
 
 	stop := make(chan struct{})
 	watchErr := make(chan error, 1)
@@ -141,7 +141,7 @@ func TestKeyRotation(t *testing.T) {
 		}
 	}
 
-	d := startNode(t, "d", withKeys(k2), withLabel("prod"), withSeeds(nodes[1].LocalAddr()))
+	d := startNode(t, "d", withKeys(k2), withLabel("prod"), withPatience, withSeeds(nodes[1].LocalAddr()))
 	all := append(slices.Clone(nodes), d)
 	testkit.WaitFor(t, 10*time.Second, "d with K2 joins", func() error { return expectOneCluster(all) })
 
