@@ -707,7 +707,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	nodes := map[string]*node.Node{}
 	var sinks []*testkit.LogSink // of every node started, for the diagnostics
 	start := func(name string, join ...string) {
-		n, l := h.start(name, join...)
+		n, l := h.startWith(name, joinArgs(join), patientPeers)
 		nodes[name] = n
 		sinks = append(sinks, l)
 	}
