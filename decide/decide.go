@@ -185,6 +185,9 @@ type Plan struct {
 	checks  []forward.Check
 	out     []forward.Result
 	answers []Answer
+	// rlsDomain and rlsScope are the last RLS domain added and its scope,
+	// so that the descriptors of one request share one scope string.
+	rlsDomain, rlsScope string
 }
 
 var planPool = sync.Pool{New: func() any { return new(Plan) }}
@@ -204,7 +207,7 @@ func (p *Plan) Release() {
 	clear(p.out)
 	clear(p.answers)
 	p.units, p.checks, p.out, p.answers = p.units[:0], p.checks[:0], p.out[:0], p.answers[:0]
-	p.Op = OpCheck
+	p.Op, p.rlsDomain, p.rlsScope = OpCheck, "", ""
 	planPool.Put(p)
 }
 
@@ -266,7 +269,10 @@ func (d *Decider) AddPolicy(p *Plan, field string, req policy.Request) error {
 // not a valid key, names no field.
 func (p *Plan) AddRLS(domain string, rule *rls.Rule, hits uint64) error {
 	n := len(p.checks)
-	u := unit{kind: kindRLS, from: n, to: n, scope: RLSScopePrefix + domain}
+	if p.rlsScope == "" || p.rlsDomain != domain {
+		p.rlsDomain, p.rlsScope = domain, RLSScopePrefix+domain
+	}
+	u := unit{kind: kindRLS, from: n, to: n, scope: p.rlsScope}
 	switch {
 	case hits == 0:
 		u.remain = int64(rule.RequestsPerUnit)
