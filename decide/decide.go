@@ -107,9 +107,6 @@ func New(cfg Config) (*Decider, error) {
 	return d, nil
 }
 
-// HasPolicy reports whether the Decider resolves policy requests.
-func (d *Decider) HasPolicy() bool { return d.policy != nil }
-
 // Op is what a plan asks of its checks. Check is the only one today;
 // peek (check without spending), settle (adjust a spend after the fact)
 // and acquire (in-flight limits) join as further Ops: each plans its units
