@@ -43,7 +43,8 @@ var allowed = map[string][]string{
 	"internal/gctune":      {},
 	"internal/oteltrace":   {},
 	"ratelimitheader":      {"clock"},
-	"api":                  {"policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
+	"decide":               {"policy", "rls", "forward", "bucket", "internal/deadline", "internal/discard"},
+	"api":                  {"decide", "policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
 	"ui":                   {"api", "policy", "clock"},
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"node":                 nodeImports,
@@ -57,7 +58,7 @@ var allowed = map[string][]string{
 
 // nodeImports are what the node as a library may import: every library
 // package. Only cmd (and tests) import node.
-var nodeImports = []string{"clock", "bucket", "ring", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
+var nodeImports = []string{"clock", "bucket", "ring", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
 
 // testOnly are packages no non-test file outside them may import.
 var testOnly = []string{"internal/testkit", "internal/faultnet", "internal/harness", "internal/openapitest"}

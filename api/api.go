@@ -14,18 +14,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/decide"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/clientip"
-	"github.com/ringlimit/ringlimit/internal/deadline"
 	"github.com/ringlimit/ringlimit/internal/discard"
 )
 
-// Checker decides a batch of checks, one Result per check in order. It must
-// return an error wrapping forward.ErrInvalid, and apply nothing, when a
-// check is invalid. *forward.Router implements it.
-type Checker interface {
-	Check(ctx context.Context, checks []forward.Check, out []forward.Result) error
-}
+// Checker decides a batch of checks (decide.Checker). *forward.Router
+// implements it.
+type Checker = decide.Checker
 
 // Cluster describes the cluster as this node sees it, for GET /v1/cluster,
 // GET /v1/ring and GET /v1/owner. Implementations must be safe for
@@ -160,6 +157,10 @@ type Config struct {
 	// Policy resolves policy requests and serves /v1/policy. Optional:
 	// without it only inline limits are accepted.
 	Policy PolicySource
+	// CountDryRun is told the scopes of the dry-run layers that would have
+	// rejected a policy request (policy.Manager.CountDryRun). Nil: not
+	// counted.
+	CountDryRun func(scopes []string)
 	// AddOverride installs incident overrides (POST /v1/overrides); required
 	// with Policy.
 	AddOverride OverrideFunc
@@ -248,7 +249,8 @@ var errInlineDisabled = errors.New(CodeInlineLimitsDisabled + ": this node accep
 // API holds what the HTTP and gRPC surfaces share. It is safe for
 // concurrent use.
 type API struct {
-	checker     Checker
+	// d is the decide path every check surface goes through.
+	d           *decide.Decider
 	cluster     Cluster
 	policy      PolicySource
 	addOverride OverrideFunc
@@ -259,15 +261,10 @@ type API struct {
 	log         *slog.Logger
 	m           *metrics
 	gather      prometheus.Gatherer
-	// deadlines bound each request's checks (Config.CheckTimeout); nil:
-	// no deadline of the server's own.
-	deadlines *deadline.Shared
 	// trusted are Config.TrustedProxies.
 	trusted clientip.Trusted
 	ready   func() error         // nil: always ready
 	tp      trace.TracerProvider // nil: tracing off
-	self    string               // Config.Self
-	act     activity
 	// noInline is Config.DisableInlineLimits.
 	noInline bool
 
@@ -310,11 +307,17 @@ func New(cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &API{origins: origins, trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), checker: cfg.Checker, cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, self: cfg.Self, noInline: cfg.DisableInlineLimits}
-	if cfg.CheckTimeout > 0 {
-		a.deadlines = deadline.New(cfg.CheckTimeout)
+	dcfg := decide.Config{Checker: cfg.Checker, CountDryRun: cfg.CountDryRun, Observer: m, Logger: cfg.Logger,
+		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self}
+	if cfg.Policy != nil {
+		dcfg.Policy = cfg.Policy
 	}
+	d, err := decide.New(dcfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &API{d: d, origins: origins, trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, noInline: cfg.DisableInlineLimits}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {
@@ -330,37 +333,20 @@ func New(cfg Config) (*API, error) {
 }
 
 // bounded returns ctx under the server's own deadline for one request's
-// checks (Config.CheckTimeout), unless ctx already ends by then, as a call
-// from Envoy (whose rate limit filter sets a timeout) does. The deadline is
-// shared with the requests that start within the same tick (a 64th of
-// CheckTimeout, see internal/deadline): no request has a timer of its own.
-func (a *API) bounded(ctx context.Context) context.Context {
-	if a.deadlines == nil {
-		return ctx
-	}
-	return a.deadlines.Bound(ctx)
+// checks (Config.CheckTimeout; see decide.Decider.Bound).
+func (a *API) bounded(ctx context.Context) context.Context { return a.d.Bound(ctx) }
+
+// check runs checks through the decide path's checker, with the metrics
+// and activity every batch gets (decide.Decider.Batch).
+func (a *API) check(ctx context.Context, surface string, checks []forward.Check, out []forward.Result) error {
+	return a.d.Batch(ctx, surface, checks, out)
 }
 
-// check runs checks through the checker and records the metrics. The
-// latency is read from the runtime's monotonic clock, not a clock.Clock:
-// it measures how long the checker took and decides nothing, and a fake
-// clock in a test would only make it read zero.
-func (a *API) check(ctx context.Context, surface string, checks []forward.Check, out []forward.Result) error {
-	start := time.Now()
-	err := a.checker.Check(ctx, checks, out)
-	a.m.observeLatency(surface, time.Since(start).Seconds())
-	if err != nil {
-		if errors.Is(err, forward.ErrInvalid) {
-			a.m.invalid.WithLabelValues(surface).Inc()
-		}
-		return err
-	}
-	for i := range checks {
-		a.m.countDecision(checks[i].Limit.Algorithm(), &out[i])
-	}
-	a.act.note(a.self, out[:len(checks)])
-	return nil
-}
+// Activity counts the checks decided on every surface (decide.Activity).
+type Activity = decide.Activity
+
+// Activity returns the checks decided since the API started.
+func (a *API) Activity() Activity { return a.d.Activity() }
 
 // validateCost names the field when cost is out of range for l.
 func validateCost(field string, l *bucket.Limit, cost int64) error {

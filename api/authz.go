@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ringlimit/ringlimit/decide"
 	"github.com/ringlimit/ringlimit/internal/clientip"
 	"github.com/ringlimit/ringlimit/internal/route"
 	"github.com/ringlimit/ringlimit/policy"
@@ -68,27 +69,27 @@ func (a *API) handleAuthz(w http.ResponseWriter, r *http.Request) {
 			"authz: this node runs no policy file (start it with --policy), so /v1/authz has no limits to apply")
 		return
 	}
-	p := getPlan()
-	defer p.release()
+	p := decide.GetPlan(decide.OpCheck)
+	defer p.Release()
 	priv := a.private(r.Header.Get("Authorization"))
 	req, deny, err := a.parseAuthz(r)
 	if err == nil {
-		err = a.addPolicy(p, "", req)
+		err = a.d.AddPolicy(p, "", req)
 	}
 	if err != nil {
 		a.m.invalid.WithLabelValues("authz").Inc()
 		writeError(w, http.StatusBadRequest, CodeInvalidArgument, a.message(err, priv))
 		return
 	}
-	answers, err := a.decide(r.Context(), "authz", p)
+	answers, err := a.d.Decide(r.Context(), "authz", p)
 	if err != nil {
 		a.writeCheckError(w, err, priv)
 		return
 	}
 	if priv {
-		answers[0].hide()
+		hide(&answers[0])
 	}
-	writeAnswer(w, &answers[0], deny)
+	writeAnswer(w, &answers[0], deny, priv)
 }
 
 // parseAuthz reads a /v1/authz request: the policy request it makes and

@@ -4,10 +4,13 @@
 // before each request, and the gRPC RateLimiter service, with the
 // rate-limit headers, errors and Prometheus metrics.
 //
-// Both surfaces turn their input into forward.Checks, validate the whole
-// batch before any of it is applied (bad input changes no state), and ask a
-// Checker for the decisions. The same checks over HTTP and gRPC get the same
-// decisions.
+// Every check surface (POST /v1/check, gRPC Check, /v1/authz, Envoy's
+// ShouldRateLimit and POST /json) is a thin adapter over package decide:
+// decode the request into a decide.Plan (validating the whole batch before
+// any of it is applied: bad input changes no state), decide it, encode the
+// answers. The same checks over HTTP and gRPC get the same decisions, and
+// every surface gets the same combine rules, refunds, activity counts and
+// metrics (api's metrics are the decide.Observer).
 //
 // docs/openapi.yaml describes the HTTP surface, every endpoint Handler
 // serves with its exact requests and answers. The package's tests check

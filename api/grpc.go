@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/decide"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/policy"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
@@ -31,15 +31,16 @@ type grpcServer struct {
 	api *API
 }
 
+// Check is the public gRPC Check: decode, decide, encode.
 func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	p := getPlan()
-	defer p.release()
+	p := decide.GetPlan(decide.OpCheck)
+	defer p.Release()
 	priv := g.api.privateGRPC(ctx)
 	if err := g.api.planFromProto(req, p); err != nil {
 		g.api.m.invalid.WithLabelValues("grpc").Inc()
 		return nil, status.Error(codes.InvalidArgument, g.api.message(err, priv))
 	}
-	answers, err := g.api.decide(ctx, "grpc", p)
+	answers, err := g.api.d.Decide(ctx, "grpc", p)
 	if err != nil {
 		return nil, grpcError(err, priv)
 	}
@@ -48,7 +49,7 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 	for i := range answers {
 		a := &answers[i]
 		if priv {
-			a.hide()
+			hide(a)
 		}
 		d := &decisions[i]
 		d.Allowed = a.Allowed
@@ -68,7 +69,7 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 	return resp, nil
 }
 
-func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
+func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {
 	n := len(req.GetChecks())
 	if n == 0 {
 		return errors.New("checks: at least one check is required")
@@ -76,8 +77,7 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
 	if n > MaxBatch {
 		return fmt.Errorf("checks: at most %d per call, got %d", MaxBatch, n)
 	}
-	p.checks = slices.Grow(p.checks, n)
-	p.units = slices.Grow(p.units, n)
+	p.Grow(n)
 	for i, c := range req.GetChecks() {
 		// Field names are built only for an error: the path of a valid
 		// check costs no formatting.
@@ -91,7 +91,7 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
 					return fmt.Errorf("checks[%d].cost: must be at least 1, got %d", i, cost)
 				}
 			}
-			if err := a.addPolicy(p, "request.", policy.Request{Policy: pr.GetPolicy(), APIKey: pr.GetApiKey(),
+			if err := a.d.AddPolicy(p, "request.", policy.Request{Policy: pr.GetPolicy(), APIKey: pr.GetApiKey(),
 				User: pr.GetUser(), IP: pr.GetIp(), Route: pr.GetRoute(), Tier: pr.GetTier(), Cost: cost}); err != nil {
 				return fmt.Errorf("checks[%d].%w", i, err)
 			}
@@ -104,7 +104,7 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *plan) error {
 		if err != nil {
 			return fmt.Errorf("checks[%d].%w", i, err)
 		}
-		p.addInline(fc)
+		p.AddInline(fc)
 	}
 	return nil
 }

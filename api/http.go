@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/decide"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/policy"
 )
@@ -30,7 +31,7 @@ const (
 )
 
 // ScopeInline is the scope of a limit given inline in the request.
-const ScopeInline = "inline"
+const ScopeInline = decide.ScopeInline
 
 // CheckRequest is the body of POST /v1/check: an inline limit (key, limit)
 // or a policy request (policy, api_key / user / ip, route, tier).
@@ -174,9 +175,10 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 	return a.traced(crossSite(a.origins, mux))
 }
 
+// handleCheck is POST /v1/check: decode, decide, encode.
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
-	p := getPlan()
-	defer p.release()
+	p := decide.GetPlan(decide.OpCheck)
+	defer p.Release()
 	priv := a.private(r.Header.Get("Authorization"))
 	err := a.decodeCheck(w, r, p)
 	if err != nil {
@@ -188,20 +190,21 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, code, a.message(err, priv))
 		return
 	}
-	answers, err := a.decide(r.Context(), "http", p)
+	answers, err := a.d.Decide(r.Context(), "http", p)
 	if err != nil {
 		a.writeCheckError(w, err, priv)
 		return
 	}
 	if priv {
-		answers[0].hide()
+		hide(&answers[0])
 	}
-	writeAnswer(w, &answers[0], http.StatusTooManyRequests)
+	writeAnswer(w, &answers[0], http.StatusTooManyRequests, priv)
 }
 
 // writeAnswer writes one check's answer, its rate-limit headers and its
-// body: 200 when admitted, deny (429 for POST /v1/check) when refused.
-func writeAnswer(w http.ResponseWriter, ans *answer, deny int) {
+// body: 200 when admitted, deny (429 for POST /v1/check) when refused;
+// with priv, its headers name scopes by kind.
+func writeAnswer(w http.ResponseWriter, ans *decide.Answer, deny int, priv bool) {
 	resp := CheckResponse{
 		Allowed:       ans.Allowed,
 		Limit:         ans.Limit,
@@ -215,7 +218,7 @@ func writeAnswer(w http.ResponseWriter, ans *answer, deny int) {
 		WouldReject:   ans.WouldReject,
 		PolicyVersion: ans.Version,
 	}
-	writeHeaders(w.Header(), ans)
+	writeHeaders(w.Header(), ans, priv)
 	status := http.StatusOK
 	if !ans.Allowed {
 		resp.Code = CodeRateLimited
@@ -226,7 +229,7 @@ func writeAnswer(w http.ResponseWriter, ans *answer, deny int) {
 
 // decodeCheck reads and validates one check from the request body into p.
 // Every error names the field at fault.
-func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error {
+func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *decide.Plan) error {
 	var cb checkBody
 	if err := decodeCheckBody(w, r, &cb); err != nil {
 		return err
@@ -242,7 +245,7 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error
 				return fmt.Errorf("cost: must be at least 1, got %d", cost)
 			}
 		}
-		return a.addPolicy(p, "", policy.Request{Policy: req.Policy, APIKey: req.APIKey, User: req.User, IP: req.IP,
+		return a.d.AddPolicy(p, "", policy.Request{Policy: req.Policy, APIKey: req.APIKey, User: req.User, IP: req.IP,
 			Route: req.Route, Tier: req.Tier, Cost: cost})
 	}
 	if a.noInline {
@@ -252,7 +255,7 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *plan) error
 	if err != nil {
 		return err
 	}
-	p.addInline(c)
+	p.AddInline(c)
 	return nil
 }
 

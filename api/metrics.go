@@ -1,11 +1,14 @@
 package api
 
 import (
+	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/decide"
 	"github.com/ringlimit/ringlimit/forward"
 )
 
@@ -113,9 +116,26 @@ func (m *metrics) countDecision(alg bucket.Algorithm, r *forward.Result) {
 	}
 }
 
-// countAnswer counts a combined answer in ringlimit_decisions_total under
+var _ decide.Observer = (*metrics)(nil)
+
+// Checked records one batch the decide path decided: its latency, and
+// either the invalid request or each check's decision.
+func (m *metrics) Checked(surface string, checks []forward.Check, out []forward.Result, took time.Duration, err error) {
+	m.observeLatency(surface, took.Seconds())
+	if err != nil {
+		if errors.Is(err, forward.ErrInvalid) {
+			m.invalid.WithLabelValues(surface).Inc()
+		}
+		return
+	}
+	for i := range checks {
+		m.countDecision(checks[i].Limit.Algorithm(), &out[i])
+	}
+}
+
+// Answered counts a combined answer in ringlimit_decisions_total under
 // its scope, and each scope a dry-run layer would have rejected it in.
-func (m *metrics) countAnswer(ans *answer) {
+func (m *metrics) Answered(ans *decide.Answer) {
 	res := decisionRejected
 	switch {
 	case ans.Degraded:

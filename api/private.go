@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+
+	"github.com/ringlimit/ringlimit/decide"
 )
 
 // With Config.PrivateReads, a caller without an admin token learns from a
@@ -51,8 +53,9 @@ func (a *API) privateGRPC(ctx context.Context) bool {
 	return a.private(auth)
 }
 
-// hide removes from ans what a caller without an admin token may not read.
-func (ans *answer) hide() {
+// hide removes from ans what a caller without an admin token may not read;
+// its headers are then written with priv (see writeHeaders).
+func hide(ans *decide.Answer) {
 	ans.Owner, ans.OwnerAddr, ans.Version = "", "", ""
 	ans.Scope = scopeKind(ans.Scope)
 	if len(ans.WouldReject) > 0 {
@@ -62,7 +65,6 @@ func (ans *answer) hide() {
 		}
 		ans.WouldReject = kinds
 	}
-	ans.private = true
 }
 
 // scopeKind cuts a scope to its kind: "tier:free" is "tier".

@@ -15,8 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/decide"
 	"github.com/ringlimit/ringlimit/rls"
 )
 
@@ -87,15 +86,14 @@ func (a *API) registerRLS(s grpc.ServiceRegistrar) {
 // rlsScopePrefix prefixes the domain of a descriptor a rule matched, as
 // the scope of its answer in ringlimit_decisions_total. Only configured
 // domains match a rule, so the scopes are as few as the configuration's.
-const rlsScopePrefix = "rls:"
+const rlsScopePrefix = decide.RLSScopePrefix
 
 // rlsItem is what one descriptor of a request became.
 type rlsItem struct {
 	rule      rls.Rule
 	matched   bool // a rule applies: not unlimited, not replaced
 	unlimited bool
-	check     int // index in the checks sent, or -1
-	over      bool
+	unit      int // index in the plan's units
 	hits      uint64
 }
 
@@ -108,7 +106,9 @@ type rlsItem struct {
 // Each descriptor a rule matched is counted in the per-descriptor
 // counters (rlsStats) as envoyproxy/ratelimit counts it. A failure to
 // decide (an owner that could not be reached, a deadline) answers
-// UNAVAILABLE, for Envoy's failure_mode_deny to decide.
+// UNAVAILABLE, for Envoy's failure_mode_deny to decide. The adapter
+// matches descriptors to rules (the rules are Envoy's protobuf types);
+// the decide layer checks what the rules say (decide.Plan.AddRLS).
 func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := s.should(ctx, req)
 	code := "ok"
@@ -142,7 +142,6 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 			}
 		}
 		it := &items[i]
-		it.check = -1
 		if cfg == nil {
 			continue
 		}
@@ -154,7 +153,8 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 			replaced[r] = true
 		}
 	}
-	checks := make([]forward.Check, 0, len(items))
+	p := decide.GetPlan(decide.OpCheck)
+	defer p.Release()
 	for i := range items {
 		it := &items[i]
 		if !it.matched || it.rule.Unlimited || (it.rule.Name != "" && replaced[it.rule.Name]) {
@@ -162,32 +162,22 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 			it.matched = false
 			continue
 		}
-		hits := rlsHits(req, descs[i])
-		it.hits = hits
-		switch {
-		case hits == 0: // checked, not counted: nothing to spend
-		case it.rule.RequestsPerUnit == 0 || it.rule.Limit.CheckCost(int64(min(hits, math.MaxInt64))) != nil:
-			it.over = true // more than the limit can ever hold
-		default:
-			if err := bucket.CheckKey(it.rule.Key); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %v", i, err)
-			}
-			it.check = len(checks)
-			checks = append(checks, forward.Check{Key: it.rule.Key, Limit: it.rule.Limit, Cost: int64(hits), Mode: bucket.FailClosed})
+		it.hits = rlsHits(req, descs[i])
+		it.unit = p.Len()
+		if err := p.AddRLS(domain, &it.rule, it.hits); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %v", i, err)
 		}
 	}
-	out := make([]forward.Result, len(checks))
-	if len(checks) > 0 {
-		if err := s.api.check(s.api.bounded(ctx), "rls", checks, out); err != nil {
-			return nil, rlsError(err)
-		}
-		for i := range out {
-			if out[i].Degraded {
-				return nil, status.Errorf(codes.Unavailable, "the owner of %q could not be reached", checks[i].Key)
-			}
+	answers, err := s.api.d.Decide(ctx, "rls", p)
+	if err != nil {
+		return nil, rlsError(err)
+	}
+	for i := range answers {
+		if answers[i].Degraded {
+			return nil, status.Errorf(codes.Unavailable, "the owner of %q could not be reached", p.Key(i))
 		}
 	}
-	return s.answer(domain, items, out), nil
+	return s.answer(domain, items, answers), nil
 }
 
 // rlsHits is what descriptor d of req costs: its own hits_addend when set
@@ -207,8 +197,8 @@ func rlsError(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// answer builds the response from the items and the checks' results.
-func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result) *rlsv3.RateLimitResponse {
+// answer builds the response from the items and their units' answers.
+func (s *rlsServer) answer(domain string, items []rlsItem, answers []decide.Answer) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	globalShadow := false // the global shadow mode turned an OVER_LIMIT answer OK
@@ -227,26 +217,27 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 		limit := uint64(it.rule.RequestsPerUnit)
 		before := limit // refused without a check: every hit is over
 		shadow := it.rule.Shadow || s.shadowAll
+		ans := &answers[it.unit]
+		over := !ans.Allowed
 		switch {
-		case it.check >= 0:
-			d := &out[it.check].Decision
-			it.over = !d.Allowed
+		case ans.Checked:
+			d := &ans.Decision
 			st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 			reset = d.ResetAfter
-			if it.over && d.RetryAfter > reset {
+			if over && d.RetryAfter > reset {
 				reset = d.RetryAfter
 			}
 			// The count before the hits, from what remains after them
 			// (what remains before them when refused: nothing was spent).
 			used := limit - min(uint64(st.LimitRemaining), limit)
 			before = used
-			if !it.over {
+			if !over {
 				before = used - min(used, it.hits)
 			}
-		case !it.over: // hits 0: nothing counted
-			st.LimitRemaining = it.rule.RequestsPerUnit
+		case !over: // hits 0: nothing counted
+			st.LimitRemaining = uint32(ans.Remaining)
 		}
-		s.stats.count(domain, rlsStatName(domain, it.rule.FullKey), tallyRLS(limit, before, it.hits, it.over, shadow, s.stats.ratio))
+		s.stats.count(domain, rlsStatName(domain, it.rule.FullKey), tallyRLS(limit, before, it.hits, over, shadow, s.stats.ratio))
 		if reset <= 0 {
 			reset = rls.UnitDuration(it.rule.Unit)
 		}
@@ -254,14 +245,14 @@ func (s *rlsServer) answer(domain string, items []rlsItem, out []forward.Result)
 			st.DurationUntilReset = durationpb.New(reset)
 		}
 		res := decisionAllowed
-		if it.over {
+		if over {
 			res = decisionRejected
 			if shadow {
 				res = decisionDryRun
 			}
 		}
 		s.api.m.decisions.count(rlsScopePrefix+domain, res)
-		if it.over {
+		if over {
 			if shadow {
 				s.m.shadow.WithLabelValues(domain).Inc()
 				globalShadow = globalShadow || !it.rule.Shadow

@@ -8,7 +8,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/ringlimit/ringlimit/internal/deadline"
+	"github.com/ringlimit/ringlimit/decide"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -45,7 +45,11 @@ func BenchmarkRLSHandlerCheckTimeout(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			e, s := newRLSEnv(b, rlsBenchConfig, false)
-			e.api.deadlines = deadline.New(c.checkTimeout)
+			d, err := decide.New(decide.Config{Checker: e.router, Observer: e.api.m, CheckTimeout: c.checkTimeout})
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.api.d = d
 			ctx := context.Background()
 			if c.callerTimeout > 0 {
 				var cancel context.CancelFunc

@@ -348,6 +348,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if n.policy != nil {
 		acfg.Policy = n.policy
+		acfg.CountDryRun = n.policy.CountDryRun
 		acfg.AddOverride = func(_ context.Context, o policy.Override) (policy.Override, error) { return osync.Add(o) }
 		acfg.RevokeOverride = func(_ context.Context, id, actor string) (policy.Override, error) { return osync.Revoke(id, actor) }
 	}

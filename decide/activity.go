@@ -1,4 +1,4 @@
-package api
+package decide
 
 import (
 	"sync/atomic"
@@ -6,7 +6,7 @@ import (
 	"github.com/ringlimit/ringlimit/forward"
 )
 
-// Activity counts the checks the API decided since it started, on every
+// Activity counts the checks the Decider decided since it started, on every
 // surface (HTTP, gRPC, RLS, forward-auth): each layer of a policy request
 // is one check; a layer not decided because another was shed (Skipped)
 // and refunds are not counted.
@@ -55,8 +55,8 @@ func (c *activity) note(self string, out []forward.Result) {
 	}
 }
 
-// Activity returns the checks decided since the API started.
-func (a *API) Activity() Activity {
-	return Activity{Checks: a.act.checks.Load(), Refused: a.act.refused.Load(),
-		Forwarded: a.act.forwarded.Load(), Degraded: a.act.degraded.Load()}
+// Activity returns the checks decided since the Decider started.
+func (d *Decider) Activity() Activity {
+	return Activity{Checks: d.act.checks.Load(), Refused: d.act.refused.Load(),
+		Forwarded: d.act.forwarded.Load(), Degraded: d.act.degraded.Load()}
 }

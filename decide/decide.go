@@ -1,0 +1,420 @@
+package decide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/deadline"
+	"github.com/ringlimit/ringlimit/internal/discard"
+	"github.com/ringlimit/ringlimit/policy"
+	"github.com/ringlimit/ringlimit/rls"
+)
+
+// Checker decides a batch of checks, one Result per check in order. It must
+// return an error wrapping forward.ErrInvalid, and apply nothing, when a
+// check is invalid. *forward.Router implements it.
+type Checker interface {
+	Check(ctx context.Context, checks []forward.Check, out []forward.Result) error
+}
+
+// Policy is what the decide path asks of the running policy: the layers
+// of a request, and the set they came from (for its version).
+// *policy.Manager implements it. Implementations must be safe for
+// concurrent use.
+type Policy interface {
+	Resolve(policy.Request) ([]policy.Check, error)
+	Current() *policy.Set
+}
+
+// Observer is told what the Decider decided, for metrics. Its methods are
+// called on the request's goroutine, concurrently for concurrent
+// requests, and must not block.
+type Observer interface {
+	// Checked follows each batch the Checker decided (refunds excluded):
+	// the checks, their results (meaningful only when err is nil), how
+	// long the Checker took, and its error.
+	Checked(surface string, checks []forward.Check, out []forward.Result, took time.Duration, err error)
+	// Answered follows each combined answer of an inline or policy unit
+	// (RLS units are counted by their adapter, which knows shadow mode).
+	Answered(ans *Answer)
+}
+
+var (
+	_ Checker = (*forward.Router)(nil)
+	_ Policy  = (*policy.Manager)(nil)
+)
+
+// Config configures a Decider.
+type Config struct {
+	// Checker decides checks. Required.
+	Checker Checker
+	// Policy resolves policy requests. Nil: a policy request is refused
+	// as bad input.
+	Policy Policy
+	// CountDryRun is told the scopes of the dry-run layers that would have
+	// rejected a request (policy.Manager.CountDryRun counts them in
+	// ringlimit_policy_dry_run_rejections_total). Nil: not counted.
+	CountDryRun func(scopes []string)
+	// Observer is told of each batch and answer. Nil: nobody.
+	Observer Observer
+	// Logger receives dry-run rejections and failed refunds. Nil discards.
+	Logger *slog.Logger
+	// CheckTimeout is the Decider's own deadline for one request's checks
+	// (the caller's deadline still applies when sooner), rounded up to a
+	// 64th of it (see internal/deadline). Zero means none; must not be
+	// negative.
+	CheckTimeout time.Duration
+	// Self is this node's name: a check another node decided counts as
+	// forwarded in Activity. Empty: none does.
+	Self string
+}
+
+// Decider turns public requests into layer checks, has the Checker decide
+// them, and combines each request's layers into one answer. It knows no
+// transport. It is safe for concurrent use.
+type Decider struct {
+	checker   Checker
+	policy    Policy
+	dryRun    func([]string)
+	obs       Observer
+	log       *slog.Logger
+	deadlines *deadline.Shared // nil: no deadline of the Decider's own
+	self      string
+	act       activity
+}
+
+// New validates cfg and returns a Decider.
+func New(cfg Config) (*Decider, error) {
+	if cfg.Checker == nil {
+		return nil, errors.New("decide: Checker is required")
+	}
+	if cfg.CheckTimeout < 0 {
+		return nil, fmt.Errorf("decide: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
+	}
+	d := &Decider{checker: cfg.Checker, policy: cfg.Policy, dryRun: cfg.CountDryRun, obs: cfg.Observer,
+		log: discard.Logger(cfg.Logger), self: cfg.Self}
+	if cfg.CheckTimeout > 0 {
+		d.deadlines = deadline.New(cfg.CheckTimeout)
+	}
+	return d, nil
+}
+
+// Op is what a plan asks of its checks. Check is the only one today;
+// peek (check without spending), settle (adjust a spend after the fact)
+// and acquire (in-flight limits) join as further Ops: each plans its units
+// with the same Add methods and is executed by its own branch of Decide,
+// combined by the same rules.
+type Op uint8
+
+const (
+	// OpCheck spends each request's cost when all its layers admit it;
+	// layers that admitted a request another refused are refunded.
+	OpCheck Op = iota
+)
+
+// ScopeInline is the scope of a limit given inline in the request.
+const ScopeInline = "inline"
+
+// RLSScopePrefix prefixes the domain of an RLS descriptor a rule matched,
+// as the scope of its answer.
+const RLSScopePrefix = "rls:"
+
+// kind is what a unit came from.
+type kind uint8
+
+const (
+	kindInline kind = iota
+	kindPolicy
+	kindRLS
+)
+
+// unit is one public request: an inline limit (one check), a policy
+// request (one check per layer) or an RLS descriptor (one check, or none
+// when it is decided without one), occupying checks[from:to].
+type unit struct {
+	kind     kind
+	from, to int
+	per      time.Duration  // inline: the limit's period
+	layers   []policy.Check // policy: the layers, in order
+	version  string         // policy: the version that resolved it
+	scope    string         // rls: RLSScopePrefix + domain
+	over     bool           // rls without a check: refused outright
+	remain   int64          // rls without a check, not over: what remains
+}
+
+// Answer is one unit's combined decision.
+type Answer struct {
+	bucket.Decision
+	// Per is the period of the limit that decided.
+	Per       time.Duration
+	Scope     string
+	Owner     string
+	OwnerAddr string
+	// Degraded: an enforced layer was answered by its failure mode.
+	Degraded bool
+	// WouldReject are the dry-run layers that would have rejected.
+	WouldReject []string
+	// Version is the policy version that resolved a policy request.
+	Version string
+	// Layers are a policy request's layers, in order (nil otherwise).
+	Layers []policy.Check
+	// Checked is false for an RLS descriptor decided without a check:
+	// hits 0 (allowed, nothing spent) or more than its limit can hold.
+	Checked bool
+}
+
+// Plan accumulates the checks of a batch of public requests, and holds
+// their results. Plans are pooled: take one with GetPlan, give it back
+// with Release once its answers are written. A Plan is used by one
+// goroutine at a time.
+type Plan struct {
+	// Op is what Decide does with the plan's checks (OpCheck).
+	Op      Op
+	units   []unit
+	checks  []forward.Check
+	out     []forward.Result
+	answers []Answer
+	// rlsDomain and rlsScope are the last RLS domain added and its scope,
+	// so that the descriptors of one request share one scope string.
+	rlsDomain, rlsScope string
+}
+
+var planPool = sync.Pool{New: func() any { return new(Plan) }}
+
+// GetPlan returns an empty plan for op from the pool.
+func GetPlan(op Op) *Plan {
+	p := planPool.Get().(*Plan)
+	p.Op = op
+	return p
+}
+
+// Release empties p (dropping what it refers to) and returns it to the
+// pool. The answers Decide returned for p are invalid afterwards.
+func (p *Plan) Release() {
+	clear(p.units)
+	clear(p.checks)
+	clear(p.out)
+	clear(p.answers)
+	p.units, p.checks, p.out, p.answers = p.units[:0], p.checks[:0], p.out[:0], p.answers[:0]
+	p.Op, p.rlsDomain, p.rlsScope = OpCheck, "", ""
+	planPool.Put(p)
+}
+
+// Grow makes room for n more units of one check each.
+func (p *Plan) Grow(n int) {
+	p.checks = slices.Grow(p.checks, n)
+	p.units = slices.Grow(p.units, n)
+}
+
+// Len is the number of units planned.
+func (p *Plan) Len() int { return len(p.units) }
+
+// Key is the key of unit i's first check, or "" when it has none.
+func (p *Plan) Key(i int) string {
+	if u := &p.units[i]; u.to > u.from {
+		return p.checks[u.from].Key
+	}
+	return ""
+}
+
+// AddInline adds an inline check, validated by the caller (its key in the
+// inline namespace, see bucket.InlineKey).
+func (p *Plan) AddInline(c forward.Check) {
+	n := len(p.checks)
+	p.checks = append(p.checks, c)
+	p.units = append(p.units, unit{kind: kindInline, from: n, to: n + 1, per: c.Limit.Per()})
+}
+
+// ErrNoPolicy refuses a policy request on a Decider without a Policy.
+var ErrNoPolicy = errors.New("policy: this node runs no policy file (start it with --policy); give an inline limit")
+
+// AddPolicy resolves req against the running policy and adds its layers.
+// field prefixes the field names of its errors.
+func (d *Decider) AddPolicy(p *Plan, field string, req policy.Request) error {
+	if d.policy == nil {
+		return fmt.Errorf("%s%w", field, ErrNoPolicy)
+	}
+	version := d.policy.Current().Version
+	layers, err := d.policy.Resolve(req)
+	if err != nil {
+		return fmt.Errorf("%s%w", field, err)
+	}
+	n := len(p.checks)
+	together := int32(len(p.units) + 1) // the request's layers stand or fall together at the pre-limiter
+	for _, l := range layers {
+		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: l.FailureMode,
+			Prelimit: l.Prelimit, Together: together, Lease: l.Lease, Sync: l.Sync})
+	}
+	p.units = append(p.units, unit{kind: kindPolicy, from: n, to: len(p.checks), layers: layers, version: version})
+	return nil
+}
+
+// AddRLS adds an Envoy RLS descriptor of domain that rule matched, with
+// its hits. Hits 0 is checked without a check (allowed, nothing spent);
+// hits the rule's limit can never hold (or a rule of 0 requests per unit)
+// are refused without a check; the others are one check of the rule's
+// key, failing closed. Each descriptor is its own answer: none refunds
+// another (as envoyproxy/ratelimit). The error, for a rule whose key is
+// not a valid key, names no field.
+func (p *Plan) AddRLS(domain string, rule *rls.Rule, hits uint64) error {
+	n := len(p.checks)
+	if p.rlsScope == "" || p.rlsDomain != domain {
+		p.rlsDomain, p.rlsScope = domain, RLSScopePrefix+domain
+	}
+	u := unit{kind: kindRLS, from: n, to: n, scope: p.rlsScope}
+	switch {
+	case hits == 0:
+		u.remain = int64(rule.RequestsPerUnit)
+	case rule.RequestsPerUnit == 0 || rule.Limit.CheckCost(int64(min(hits, math.MaxInt64))) != nil:
+		u.over = true
+	default:
+		if err := bucket.CheckKey(rule.Key); err != nil {
+			return err
+		}
+		p.checks = append(p.checks, forward.Check{Key: rule.Key, Limit: rule.Limit, Cost: int64(hits), Mode: bucket.FailClosed})
+		u.to = n + 1
+		u.per = rule.Limit.Per()
+	}
+	p.units = append(p.units, u)
+	return nil
+}
+
+// Bound returns ctx under the Decider's own deadline for one request's
+// checks (Config.CheckTimeout), unless ctx already ends by then, as a call
+// from Envoy (whose rate limit filter sets a timeout) does. The deadline is
+// shared with the requests that start within the same tick (a 64th of
+// CheckTimeout, see internal/deadline): no request has a timer of its own.
+func (d *Decider) Bound(ctx context.Context) context.Context {
+	if d.deadlines == nil {
+		return ctx
+	}
+	return d.deadlines.Bound(ctx)
+}
+
+// Batch has the Checker decide checks, tells the Observer and counts the
+// results in Activity. The latency is read from the runtime's monotonic
+// clock, not a clock.Clock: it measures how long the checker took and
+// decides nothing, and a fake clock in a test would only make it read zero.
+func (d *Decider) Batch(ctx context.Context, surface string, checks []forward.Check, out []forward.Result) error {
+	start := time.Now()
+	err := d.checker.Check(ctx, checks, out)
+	if d.obs != nil {
+		d.obs.Checked(surface, checks, out, time.Since(start), err)
+	}
+	if err != nil {
+		return err
+	}
+	d.act.note(d.self, out[:len(checks)])
+	return nil
+}
+
+// Decide executes p under the Decider's deadline and answers each unit, in
+// order. The answers live in p until it is released.
+func (d *Decider) Decide(ctx context.Context, surface string, p *Plan) ([]Answer, error) {
+	switch p.Op {
+	case OpCheck:
+		return d.check(d.Bound(ctx), surface, p)
+	}
+	return nil, fmt.Errorf("decide: unknown op %d", p.Op)
+}
+
+// check runs a plan's checks and combines each unit's decisions: an
+// inline check and an RLS descriptor are their own answer; a policy
+// request's layers are combined by policy.Combine (any rejection rejects,
+// the rejecting layer names the scope), and the layers that admitted a
+// request another layer rejected are refunded.
+func (d *Decider) check(ctx context.Context, surface string, p *Plan) ([]Answer, error) {
+	p.out = slices.Grow(p.out[:0], len(p.checks))[:len(p.checks)]
+	out := p.out
+	if len(p.checks) > 0 {
+		if err := d.Batch(ctx, surface, p.checks, out); err != nil {
+			return nil, err
+		}
+	}
+	p.answers = slices.Grow(p.answers[:0], len(p.units))[:len(p.units)]
+	answers := p.answers
+	var refunds []forward.Check
+	for i := range p.units {
+		u := &p.units[i]
+		switch u.kind {
+		case kindInline:
+			r := &out[u.from]
+			answers[i] = Answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded, Checked: true}
+		case kindRLS:
+			if u.to > u.from {
+				r := &out[u.from]
+				answers[i] = Answer{Decision: r.Decision, Per: u.per, Scope: u.scope, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded, Checked: true}
+			} else {
+				answers[i] = Answer{Decision: bucket.Decision{Allowed: !u.over, Remaining: u.remain}, Scope: u.scope}
+			}
+			continue // counted by the adapter
+		case kindPolicy:
+			answers[i] = d.combine(u, p.checks, out, &refunds)
+		}
+		if d.obs != nil {
+			d.obs.Answered(&answers[i])
+		}
+	}
+	if len(refunds) > 0 {
+		rout := make([]forward.Result, len(refunds))
+		if err := d.checker.Check(ctx, refunds, rout); err != nil {
+			d.log.Warn("refund failed", "checks", len(refunds), "err", err)
+		}
+	}
+	return answers, nil
+}
+
+// combine answers one policy unit and appends the refunds it needs.
+func (d *Decider) combine(u *unit, checks []forward.Check, out []forward.Result, refunds *[]forward.Check) Answer {
+	decisions := make([]bucket.Decision, len(u.layers))
+	for j := range decisions {
+		decisions[j] = out[u.from+j].Decision
+		if out[u.from+j].Skipped {
+			// Not decided (another layer was shed): it neither limits
+			// nor needs a refund.
+			decisions[j] = bucket.Decision{Allowed: true, Remaining: math.MaxInt64}
+		}
+	}
+	o := policy.Combine(u.layers, decisions)
+	ans := Answer{
+		Decision:    bucket.Decision{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, RetryAfter: o.RetryAfter, ResetAfter: o.ResetAfter, Delay: o.Delay},
+		Per:         o.Per,
+		Scope:       o.Scope,
+		WouldReject: o.WouldReject,
+		Version:     u.version,
+		Layers:      u.layers,
+		Checked:     true,
+	}
+	for j, l := range u.layers {
+		r := &out[u.from+j]
+		if l.Scope == o.Scope {
+			ans.Owner = r.Owner
+		}
+		if !l.DryRun && r.Degraded {
+			ans.Degraded = true
+		}
+	}
+	for _, j := range o.Refund {
+		if out[u.from+j].Skipped {
+			continue
+		}
+		c := checks[u.from+j]
+		c.Refund = true
+		*refunds = append(*refunds, c)
+	}
+	if len(o.WouldReject) > 0 {
+		if d.dryRun != nil {
+			d.dryRun(o.WouldReject)
+		}
+		d.log.Info("dry-run layer would have rejected", "scopes", o.WouldReject, "key", u.layers[0].Key)
+	}
+	return ans
+}
