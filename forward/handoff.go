@@ -28,7 +28,7 @@ type handoffConfig struct {
 	Grace       time.Duration // how long a pushed key is kept, answering last hops
 	PeerTimeout time.Duration // a fetch waits a quarter of it
 	Store       *bucket.Store
-	Peers       Peers
+	Peers       StateMover
 	Clock       clock.Clock
 	Logger      *slog.Logger
 }

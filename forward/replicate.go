@@ -46,7 +46,7 @@ type replicator struct {
 	cfg   ReplicationConfig
 	self  string
 	store *bucket.Store
-	peers Peers
+	peers ReplicaSender
 	view  func() *view
 	clock clock.Clock
 	log   *slog.Logger
@@ -65,7 +65,7 @@ type replicator struct {
 	ended    chan struct{} // closed, and replaced, when a round ends
 }
 
-func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers Peers, view func() *view,
+func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers ReplicaSender, view func() *view,
 	c clock.Clock, log *slog.Logger, m *metrics) *replicator {
 	store.SetTrack(!cfg.Off)
 	return &replicator{cfg: cfg, self: self, store: store, peers: peers, view: view, clock: c, log: log, m: m,

@@ -54,7 +54,10 @@ type Router struct {
 	wg     sync.WaitGroup
 }
 
-var _ peer.Handler = (*Router)(nil)
+var (
+	_ peer.Handler     = (*Router)(nil)
+	_ peer.StatsSource = (*Router)(nil)
+)
 
 // New validates cfg and returns a Router that owns every key until
 // SetMembers says otherwise, or, with cfg.Joining, that owns none and

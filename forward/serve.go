@@ -15,7 +15,7 @@ import (
 // copy of the key it has not pushed), and the sender sends it to that
 // owner as a last hop, which decides whatever its ring says.
 
-// Decide implements peer.Handler.
+// Decide implements peer.Decider.
 func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs []peer.Request, out []peer.Answer) {
 	v := r.awaitMember(ctx, from)
 	now := r.cfg.Clock.Now()
@@ -64,7 +64,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 	}
 }
 
-// MayWait implements peer.Handler: a batch may block when its sender is
+// MayWait implements peer.Decider: a batch may block when its sender is
 // not on this node's ring yet, when a ring change is recent enough that
 // keys may be fetched from their previous owner, or when answers were held
 // for their replica within the last second (replication: sync, or a key
@@ -78,7 +78,7 @@ func (r *Router) MayWait(from string) bool {
 	return v.inGrace(now, r.cfg.Grace) || r.repl.holding(now)
 }
 
-// Merge implements peer.Handler: each state is spend the sender made on
+// Merge implements peer.StateStore: each state is spend the sender made on
 // its copy that this node has not seen, and is added to this node's copy
 // (a negative spend is refused, a spend past the capacity saturates: see
 // bucket.Store.Charge).
@@ -98,7 +98,7 @@ func (r *Router) Merge(from string, states []peer.State) int {
 	return merged
 }
 
-// Replicate implements peer.Handler: from, the owner of the keys, keeps
+// Replicate implements peer.StateStore: from, the owner of the keys, keeps
 // their state here, its successor. A key this node also holds a copy of
 // (it stood in for from) gets what from spent since its last replica.
 func (r *Router) Replicate(from string, states []peer.State) (int, error) {
@@ -131,7 +131,7 @@ func (r *Router) Replicate(from string, states []peer.State) (int, error) {
 	return len(states), nil
 }
 
-// Lookup implements peer.Handler. The state given to from is what from
+// Lookup implements peer.StateStore. The state given to from is what from
 // and this node now share: this node's later push is only what it spends
 // after.
 func (r *Router) Lookup(from, key string) (peer.State, bool) {
@@ -143,7 +143,7 @@ func (r *Router) Lookup(from, key string) (peer.State, bool) {
 	return peer.State{Key: key, Limit: l, Used: used}, ok
 }
 
-// Keys implements peer.Handler.
+// Keys implements peer.StatsSource (with RingVersion).
 func (r *Router) Keys() int64 { return int64(r.cfg.Store.Len()) }
 
 // awaitMember returns the current view. A node whose ring is still only
