@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
 // Owners is the hash ring as the router needs it: who owns a key, who is
@@ -44,23 +44,23 @@ type Peers interface {
 // CheckSender sends checks to their owner (standin.go).
 type CheckSender interface {
 	// Check sends checks to their owner name and returns who decided.
-	Check(ctx context.Context, name string, reqs []peer.Request, out []peer.Answer) (string, error)
+	Check(ctx context.Context, name string, reqs []peermsg.Request, out []peermsg.Answer) (string, error)
 }
 
 // StateMover moves key states between owners after a ring change
 // (handoff.go).
 type StateMover interface {
 	// Fetch asks name (a member or one that just left) for key's state.
-	Fetch(ctx context.Context, name, key string, l *bucket.Limit) (peer.State, bool, error)
+	Fetch(ctx context.Context, name, key string, l *bucket.Limit) (peermsg.State, bool, error)
 	// Handoff pushes states to the member name.
-	Handoff(ctx context.Context, name string, states []peer.State) error
+	Handoff(ctx context.Context, name string, states []peermsg.State) error
 }
 
 // ReplicaSender sends an owner's key states to its successors
 // (replicate.go).
 type ReplicaSender interface {
 	// Replicate sends an owner's absolute key states to its successor name.
-	Replicate(ctx context.Context, name string, states []peer.State) (int, error)
+	Replicate(ctx context.Context, name string, states []peermsg.State) (int, error)
 }
 
 // Membership is the transport's view of the members (members.go,
@@ -72,8 +72,6 @@ type Membership interface {
 	// Addr returns a member's peer address.
 	Addr(name string) string
 }
-
-var _ Peers = (*peer.Pool)(nil)
 
 // Check is one limit check: spend Cost of Key under Limit; Mode says what
 // to do when the owner cannot be reached.
@@ -133,7 +131,7 @@ type Result struct {
 	Leased bool
 	// full is true for a forwarded check whose new key the store had no
 	// room for: nothing was spent, and the Decision refuses for one second
-	// (what a sender that does not know peer.Answer.Full keeps).
+	// (what a sender that does not know peermsg.Answer.Full keeps).
 	full bool
 }
 
