@@ -20,6 +20,7 @@ var allowed = map[string][]string{
 	"clock":                {},
 	"bucket":               {"clock"},
 	"ring":                 {},
+	"status":               {},
 	"cluster":              {"clock", "internal/discard"},
 	"proto":                {},
 	"internal/batcher":     {"internal/deadline"},
@@ -36,16 +37,17 @@ var allowed = map[string][]string{
 	"internal/reload":      {"clock"},
 	"internal/discard":     {},
 	"internal/peerdefault": {},
-	"peer":                 {"bucket", "clock", "proto", "internal/batcher", "internal/discard", "internal/peerdefault"},
-	"forward":              {"bucket", "clock", "peer", "internal/discard", "internal/peerdefault"},
+	"internal/peermsg":     {"bucket"},
+	"peer":                 {"bucket", "clock", "proto", "status", "internal/peermsg", "internal/batcher", "internal/discard", "internal/peerdefault"},
+	"forward":              {"bucket", "clock", "status", "internal/peermsg", "internal/discard", "internal/peerdefault"},
 	"policy":               {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest", "internal/discard"},
 	"rls":                  {"bucket", "clock", "internal/reload", "internal/route", "internal/suggest", "internal/discard"},
 	"internal/gctune":      {},
 	"internal/oteltrace":   {},
 	"ratelimitheader":      {"clock"},
 	"decide":               {"policy", "rls", "forward", "bucket", "internal/deadline", "internal/discard"},
-	"api":                  {"decide", "policy", "rls", "forward", "proto", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
-	"ui":                   {"api", "policy", "clock"},
+	"api":                  {"decide", "policy", "rls", "forward", "proto", "status", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
+	"ui":                   {"api", "policy", "clock", "status"},
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"node":                 nodeImports,
 	"cmd":                  nil, // wires everything
@@ -58,7 +60,7 @@ var allowed = map[string][]string{
 
 // nodeImports are what the node as a library may import: every library
 // package. Only cmd (and tests) import node.
-var nodeImports = []string{"clock", "bucket", "ring", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
+var nodeImports = []string{"clock", "bucket", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
 
 // testOnly are packages no non-test file outside them may import.
 var testOnly = []string{"internal/testkit", "internal/faultnet", "internal/harness", "internal/openapitest"}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,96 +32,6 @@ type Cluster interface {
 	// Partitions returns the owner of each partition of this node's ring,
 	// in partition order, and the ring's version.
 	Partitions() (owners []string, ringVersion uint64)
-}
-
-// RingStatus is the body of GET /v1/ring: who owns which part of the key
-// space. A key belongs to partition xxhash64(key) mod len(Owners), whose
-// owner is Members[Owners[p]].
-type RingStatus struct {
-	Version uint64 `json:"ring_version"`
-	// Members are the ring's members, sorted by name, with the share of
-	// partitions each owns.
-	Members []RingMember `json:"members"`
-	// Owners[p] is the index in Members of partition p's owner.
-	Owners []int `json:"owners"`
-}
-
-// RingMember is one member in RingStatus.
-type RingMember struct {
-	Name       string  `json:"name"`
-	Partitions int     `json:"partitions"`
-	Share      float64 `json:"share"` // Partitions / len(Owners)
-}
-
-// NewRingStatus builds a RingStatus from each partition's owner.
-func NewRingStatus(owners []string, version uint64) RingStatus {
-	st := RingStatus{Version: version, Members: []RingMember{}, Owners: make([]int, len(owners))}
-	index := map[string]int{}
-	for _, o := range owners {
-		if _, ok := index[o]; !ok {
-			index[o] = 0
-			st.Members = append(st.Members, RingMember{Name: o})
-		}
-	}
-	slices.SortFunc(st.Members, func(a, b RingMember) int { return strings.Compare(a.Name, b.Name) })
-	for i, m := range st.Members {
-		index[m.Name] = i
-	}
-	for p, o := range owners {
-		i := index[o]
-		st.Owners[p] = i
-		st.Members[i].Partitions++
-	}
-	for i := range st.Members {
-		st.Members[i].Share = float64(st.Members[i].Partitions) / float64(len(owners))
-	}
-	return st
-}
-
-// ClusterStatus is the body of GET /v1/cluster.
-type ClusterStatus struct {
-	Self        string            `json:"self"`
-	RingVersion uint64            `json:"ring_version"`
-	Members     []ClusterMember   `json:"members"`
-	Replication ReplicationStatus `json:"replication"`
-	Quorum      QuorumStatus      `json:"quorum"`
-}
-
-// ReplicationStatus is this node's side of replication in ClusterStatus.
-type ReplicationStatus struct {
-	// Factor is how many successors hold a copy of each key (0: off).
-	Factor int `json:"factor"`
-	// LagMs is how long the last round's oldest change waited until its
-	// successors acknowledged it.
-	LagMs float64 `json:"lag_ms"`
-	// Pending is how many changed keys wait for the next round.
-	Pending int64 `json:"pending"`
-	// Replicas is how many key states this node holds for other members.
-	Replicas int `json:"replicas"`
-	// SuccessorKeys is how many keys this node decides as the successor of
-	// an owner that could not be reached; SuccessorFor lists up to 10.
-	SuccessorKeys int               `json:"successor_keys"`
-	SuccessorFor  []forward.StandIn `json:"successor_for,omitempty"`
-}
-
-// QuorumStatus says whether this node sees a majority of the cluster.
-type QuorumStatus struct {
-	ClusterSize int      `json:"cluster_size"`
-	Minority    bool     `json:"minority"`
-	Down        []string `json:"down,omitempty"`
-}
-
-// ClusterMember is one member in ClusterStatus. Keys is -1 when the member
-// did not say.
-type ClusterMember struct {
-	Name   string `json:"name"`
-	HTTP   string `json:"http,omitempty"` // public HTTP API
-	GRPC   string `json:"grpc"`           // public gRPC API
-	Peer   string `json:"peer"`           // peer gRPC service (other nodes only)
-	Gossip string `json:"gossip"`
-	State  string `json:"state"`
-	OnRing bool   `json:"on_ring"`
-	Keys   int64  `json:"keys"`
 }
 
 // Stats reports the local key store's counts for the metrics.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
@@ -23,8 +24,8 @@ var benchLimit = bucket.MustLimit(bucket.TokenBucket, bucket.MaxCount, 1e9, 0)
 func BenchmarkForwardedCheck(b *testing.B) {
 	for _, par := range []int{1, 32} {
 		b.Run(fmt.Sprintf("callers=%dxP", par), func(b *testing.B) {
-			na := startNode(b, "A", nil, nil)
-			nb := startNode(b, "B", nil, nil)
+			na := startNode(b, "A", clock.System(), nil)
+			nb := startNode(b, "B", clock.System(), nil)
 			setMembers(membersOf(na, nb), na, nb)
 			key := keysOwnedBy(b, na.r, "B", "bench", 1)[0]
 			b.SetParallelism(par)
@@ -40,8 +41,8 @@ func BenchmarkForwardedCheck(b *testing.B) {
 
 // BenchmarkLocalCheck is the same check on the owner itself.
 func BenchmarkLocalCheck(b *testing.B) {
-	na := startNode(b, "A", nil, nil)
-	nb := startNode(b, "B", nil, nil)
+	na := startNode(b, "A", clock.System(), nil)
+	nb := startNode(b, "B", clock.System(), nil)
 	setMembers(membersOf(na, nb), na, nb)
 	key := keysOwnedBy(b, na.r, "B", "bench", 1)[0]
 	benchChecks(b, nb.r, key, "B")
@@ -86,8 +87,8 @@ func BenchmarkReplicationModes(b *testing.B) {
 			}{{"interval", -1, false}, {"maxloss=10", 10, false}, {"sync", 10, true}} {
 				b.Run(fmt.Sprintf("keys=%d/callers=%dxP/%s", keys, par, mode.name), func(b *testing.B) {
 					tweak := func(c *nodeConfig) { c.Replication.MaxLoss = mode.maxLoss }
-					na := startNode(b, "A", nil, tweak)
-					nb := startNode(b, "B", nil, tweak)
+					na := startNode(b, "A", clock.System(), tweak)
+					nb := startNode(b, "B", clock.System(), tweak)
 					setMembers(membersOf(na, nb), na, nb)
 					owned := keysOwnedBy(b, nb.r, "B", "bench", keys)
 					b.SetParallelism(par)

@@ -52,7 +52,7 @@ func (r *Router) degrade(v *view, c *Check, now clock.Instant) Result {
 // noRoom answers a check whose new key the store had no room for (the
 // store counted it: Store.Full). A check another node forwarded here is
 // answered full, refused for one second, and its sender decides it in its
-// failure mode (peer.Answer.Full); any other is decided here, in its
+// failure mode (peermsg.Answer.Full); any other is decided here, in its
 // failure mode.
 func (r *Router) noRoom(v *view, c *Check, now clock.Instant) Result {
 	if !c.forwarded {

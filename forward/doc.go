@@ -1,9 +1,13 @@
 // Package forward routes checks to the node that owns their key. A check
 // whose key this node owns goes straight to the local bucket.Store; the
 // others go to their owners through Peers (the peer transport, which
-// batches them). It is written against two interfaces it owns: Owners (the
-// hash ring) and Peers (the transport); the Router is in turn the peer
-// service's Handler for the batches other nodes send here.
+// batches them). It is written against interfaces it owns: Owners (the
+// hash ring) and Peers (the transport), whose parts each piece declares
+// where it uses them: CheckSender, StateMover and ReplicaSender (the data
+// plane) and Membership, on the messages of internal/peermsg. The Router
+// is in turn the peer service's Handler for the batches other nodes send
+// here, and its StatsSource. forward does not import peer: the node wires
+// a peer.Pool in as Peers and the Router into a peer.Server.
 //
 // Its parts, each a small type with its own configuration:
 //   - Router (router.go): routing, local decisions, failure modes

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
 // handoffChunk is the most bucket states one Handoff call carries.
@@ -19,7 +19,7 @@ const handoffChunk = 512
 
 // A Handoff call is never larger than a peer accepts (a negative uint
 // constant does not compile).
-const _ = uint(peer.MaxHandoffStates - handoffChunk)
+const _ = uint(peermsg.MaxHandoffStates - handoffChunk)
 
 // handoffConfig is what a handoff needs; the Router fills it from its own
 // Config.
@@ -28,7 +28,7 @@ type handoffConfig struct {
 	Grace       time.Duration // how long a pushed key is kept, answering last hops
 	PeerTimeout time.Duration // a fetch waits a quarter of it
 	Store       *bucket.Store
-	Peers       Peers
+	Peers       StateMover
 	Clock       clock.Clock
 	Logger      *slog.Logger
 }
@@ -132,7 +132,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	}
 	now := h.cfg.Clock.Now()
 	foreign := int64(0)
-	out := map[string][]peer.State{}
+	out := map[string][]peermsg.State{}
 	seen := map[string][]int64{} // what the owner had seen, per state in out
 	var stale []string           // pushed at least Grace ago and pushed again now: delete after
 	flush := func(owner string) {
@@ -181,7 +181,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			// not own; one pushed at least Grace ago is pushed a last time
 			// (what last hops spent on our copy meanwhile) and then deleted.
 			had, _ := h.shared.used(owner, s.Key, now)
-			out[owner] = append(out[owner], peer.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0)})
+			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0)})
 			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)

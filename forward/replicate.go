@@ -10,7 +10,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
 // replicateChunk is the most states one Replicate call carries.
@@ -18,7 +18,7 @@ const replicateChunk = 1024
 
 // A Replicate call is never larger than a peer accepts (a negative uint
 // constant does not compile).
-const _ = uint(peer.MaxReplicateStates - replicateChunk)
+const _ = uint(peermsg.MaxReplicateStates - replicateChunk)
 
 // replicator keeps a copy of the state of every key this node owns on the
 // key's successors (the members that own it if this node dies). The store
@@ -46,7 +46,7 @@ type replicator struct {
 	cfg   ReplicationConfig
 	self  string
 	store *bucket.Store
-	peers Peers
+	peers ReplicaSender
 	view  func() *view
 	clock clock.Clock
 	log   *slog.Logger
@@ -65,7 +65,7 @@ type replicator struct {
 	ended    chan struct{} // closed, and replaced, when a round ends
 }
 
-func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers Peers, view func() *view,
+func newReplicator(cfg ReplicationConfig, self string, store *bucket.Store, peers ReplicaSender, view func() *view,
 	c clock.Clock, log *slog.Logger, m *metrics) *replicator {
 	store.SetTrack(!cfg.Off)
 	return &replicator{cfg: cfg, self: self, store: store, peers: peers, view: view, clock: c, log: log, m: m,
@@ -263,14 +263,14 @@ func (p *replicator) flush(ctx context.Context) {
 // outbox is a round's copies, by successor, each with the tokens it
 // carries that no acknowledged round did.
 type outbox struct {
-	states  map[string][]peer.State
+	states  map[string][]peermsg.State
 	unacked map[string][]int64
 	orphans []bucket.Snapshot // spent keys of this node's with no live successor
 	alone   bool              // on a ring of one: no copies at all
 }
 
 func newOutbox() *outbox {
-	return &outbox{states: map[string][]peer.State{}, unacked: map[string][]int64{}}
+	return &outbox{states: map[string][]peermsg.State{}, unacked: map[string][]int64{}}
 }
 
 // whole reports whether every spent key has a copy to send.
@@ -293,7 +293,7 @@ func (p *replicator) add(v *view, out *outbox, batch []bucket.Snapshot) {
 		copies := 0
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
-				out.states[succ] = append(out.states[succ], peer.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+				out.states[succ] = append(out.states[succ], peermsg.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
 				out.unacked[succ] = append(out.unacked[succ], s.Unacked)
 				copies++
 			}
@@ -324,7 +324,7 @@ func (p *replicator) send(ctx context.Context, out *outbox) bool {
 // acknowledged them all; on failure it marks them again, giving back the
 // tokens each carried (unacked, by state), so that the next round retries
 // them, unless this node is stopping.
-func (p *replicator) sendTo(ctx context.Context, succ string, states []peer.State, unacked []int64) bool {
+func (p *replicator) sendTo(ctx context.Context, succ string, states []peermsg.State, unacked []int64) bool {
 	for off := 0; off < len(states); off += replicateChunk {
 		chunk := states[off:min(off+replicateChunk, len(states))]
 		if _, err := p.peers.Replicate(ctx, succ, chunk); err == nil {

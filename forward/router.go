@@ -14,7 +14,6 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/peer"
 )
 
 // Router decides checks: locally for the keys this node owns, through their
@@ -53,8 +52,6 @@ type Router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
-
-var _ peer.Handler = (*Router)(nil)
 
 // New validates cfg and returns a Router that owns every key until
 // SetMembers says otherwise, or, with cfg.Joining, that owns none and

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
 // The Router is the peer service's Handler: it decides the batches other
@@ -15,8 +15,8 @@ import (
 // copy of the key it has not pushed), and the sender sends it to that
 // owner as a last hop, which decides whatever its ring says.
 
-// Decide implements peer.Handler.
-func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs []peer.Request, out []peer.Answer) {
+// Decide implements peer.Decider.
+func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs []peermsg.Request, out []peermsg.Answer) {
 	v := r.awaitMember(ctx, from)
 	now := r.cfg.Clock.Now()
 	r.lastPeerCheck.Store(int64(now))
@@ -26,7 +26,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 	hold := false // a local spend waits for its replica before the batch is answered
 	for i := range reqs {
 		q, a := &reqs[i], &out[i]
-		*a = peer.Answer{}
+		*a = peermsg.Answer{}
 		owner := ownerIn(v.ring, r.cfg.Self, q.Key)
 		if owner != r.cfg.Self && !q.Final && (!r.cfg.Store.Has(q.Key) || r.handoff.isPushed(q.Key)) {
 			a.Redirect = owner
@@ -64,7 +64,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 	}
 }
 
-// MayWait implements peer.Handler: a batch may block when its sender is
+// MayWait implements peer.Decider: a batch may block when its sender is
 // not on this node's ring yet, when a ring change is recent enough that
 // keys may be fetched from their previous owner, or when answers were held
 // for their replica within the last second (replication: sync, or a key
@@ -78,11 +78,11 @@ func (r *Router) MayWait(from string) bool {
 	return v.inGrace(now, r.cfg.Grace) || r.repl.holding(now)
 }
 
-// Merge implements peer.Handler: each state is spend the sender made on
+// Merge implements peer.StateStore: each state is spend the sender made on
 // its copy that this node has not seen, and is added to this node's copy
 // (a negative spend is refused, a spend past the capacity saturates: see
 // bucket.Store.Charge).
-func (r *Router) Merge(from string, states []peer.State) int {
+func (r *Router) Merge(from string, states []peermsg.State) int {
 	now := r.cfg.Clock.Now()
 	v := r.view.Load()
 	merged := 0
@@ -98,10 +98,10 @@ func (r *Router) Merge(from string, states []peer.State) int {
 	return merged
 }
 
-// Replicate implements peer.Handler: from, the owner of the keys, keeps
+// Replicate implements peer.StateStore: from, the owner of the keys, keeps
 // their state here, its successor. A key this node also holds a copy of
 // (it stood in for from) gets what from spent since its last replica.
-func (r *Router) Replicate(from string, states []peer.State) (int, error) {
+func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 	v := r.view.Load()
 	if !v.has(from) {
 		r.m.replicasRefused.Add(float64(len(states)))
@@ -131,19 +131,19 @@ func (r *Router) Replicate(from string, states []peer.State) (int, error) {
 	return len(states), nil
 }
 
-// Lookup implements peer.Handler. The state given to from is what from
+// Lookup implements peer.StateStore. The state given to from is what from
 // and this node now share: this node's later push is only what it spends
 // after.
-func (r *Router) Lookup(from, key string) (peer.State, bool) {
+func (r *Router) Lookup(from, key string) (peermsg.State, bool) {
 	now := r.cfg.Clock.Now()
 	l, used, ok := r.cfg.Store.Used(key, now)
 	if ok && from != "" {
 		r.shared.set(from, key, &l, now, used)
 	}
-	return peer.State{Key: key, Limit: l, Used: used}, ok
+	return peermsg.State{Key: key, Limit: l, Used: used}, ok
 }
 
-// Keys implements peer.Handler.
+// Keys implements peer.StatsSource (with RingVersion).
 func (r *Router) Keys() int64 { return int64(r.cfg.Store.Len()) }
 
 // awaitMember returns the current view. A node whose ring is still only

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
 // shared remembers, for a key and another member, the spend both this
@@ -107,7 +107,7 @@ func (sh *shared) raise(member, key string, l *bucket.Limit, now clock.Instant, 
 }
 
 // raiseAll raises, as raise does, every state of states.
-func (sh *shared) raiseAll(member string, now clock.Instant, states []peer.State) {
+func (sh *shared) raiseAll(member string, now clock.Instant, states []peermsg.State) {
 	sh.store(member, true).MergeEach(now, len(states), func(i int) (string, *bucket.Limit, int64) {
 		return states[i].Key, &states[i].Limit, states[i].Used
 	})

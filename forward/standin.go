@@ -11,7 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
 // errBackoff fails a call to a member that failed to answer moments ago,
@@ -23,7 +23,7 @@ var errBackoff = errors.New("member did not answer moments ago")
 // that member, as a last hop. When the owner cannot be reached, its keys'
 // successors decide them from their replicas; when they cannot either (or
 // this node is in a minority), the checks' failure modes decide. When the
-// owner's queue is full (peer.ErrBusy) the owner is alive and holds the
+// owner's queue is full (peermsg.ErrBusy) the owner is alive and holds the
 // keys' state: the failure modes decide at once, without a successor.
 func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []Check, out []Result, now clock.Instant) error {
 	redirects, err := r.ask(ctx, v, g.owner, g.idx, checks, out, false, now)
@@ -31,7 +31,7 @@ func (r *Router) forwardGroup(ctx context.Context, v *view, g *group, checks []C
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, peer.ErrBusy) {
+		if errors.Is(err, peermsg.ErrBusy) {
 			r.log.Debug("owner busy", "owner", g.owner, "err", err)
 			for _, i := range g.idx {
 				out[i] = r.unreachable(v, &checks[i], g.owner, now)
@@ -179,20 +179,20 @@ func (r *Router) awaitChange(ctx context.Context, v *view) *view {
 // With final set, name decides them whatever its ring says. It returns the
 // checks name redirected, by the member it named, or an error when name
 // could not be reached (no result is filled then). A check whose new key
-// name's store had no room for (peer.Answer.Full: nothing spent) is decided
+// name's store had no room for (peermsg.Answer.Full: nothing spent) is decided
 // here in its failure mode, as for an unreachable owner. A member whose
-// queue is full (peer.ErrBusy) is not backed off from: it is slow, not
+// queue is full (peermsg.ErrBusy) is not backed off from: it is slow, not
 // known down.
 func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, checks []Check, out []Result, final bool, now clock.Instant) (map[string][]int, error) {
 	if v.isDown(name) || r.reach.failedRecently(name, now) {
 		return nil, errBackoff
 	}
-	reqs := make([]peer.Request, len(idx))
-	answers := make([]peer.Answer, len(idx))
+	reqs := make([]peermsg.Request, len(idx))
+	answers := make([]peermsg.Answer, len(idx))
 	var asked []string // keys this call asks a lease for
 	for j, i := range idx {
 		c := &checks[i]
-		reqs[j] = peer.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync}
+		reqs[j] = peermsg.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync}
 		if !final && c.Lease && !c.Refund && r.leases.ask(c.Key) {
 			reqs[j].Lease = r.leases.size(c, v.len())
 			asked = append(asked, c.Key)
@@ -208,7 +208,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 		endForward(span, decider, err)
 	}
 	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, peer.ErrBusy) {
+		if ctx.Err() == nil && !errors.Is(err, peermsg.ErrBusy) {
 			r.reach.failed(name, r.cfg.Clock.Now().Add(r.cfg.PeerTimeout))
 		}
 		return nil, err

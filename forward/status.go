@@ -3,39 +3,16 @@ package forward
 import (
 	"context"
 	"slices"
-	"time"
+
+	"github.com/ringlimit/ringlimit/status"
 )
 
-// Status is what a node reports about surviving crashes and partitions.
-type Status struct {
-	// ReplicationFactor is how many successors hold a copy of each key
-	// this node owns (0: replication is off).
-	ReplicationFactor int
-	// ReplicationLag is how long the last replication round's oldest
-	// change waited until its successors acknowledged it.
-	ReplicationLag time.Duration
-	// ReplicationPending is how many changed keys wait for the next round.
-	ReplicationPending int64
-	// Replicas is how many key states this node holds for other members.
-	Replicas int
-	// StandingIn is how many keys this node holds a copy of for an owner
-	// that could not be reached, not yet handed back; Successor lists up
-	// to 10 of them, with their owners.
-	StandingIn int
-	Successor  []StandIn
-	// Minority is true while this node sees fewer than a majority of
-	// ClusterSize members up.
-	Minority    bool
-	ClusterSize int
-	// Down is the members that died and still count towards the quorum.
-	Down []string
-}
+// Status is what the router reports about surviving crashes and
+// partitions.
+type Status = status.Router
 
 // StandIn is a key this node decides for its owner.
-type StandIn struct {
-	Key   string `json:"key"`
-	Owner string `json:"owner"`
-}
+type StandIn = status.StandIn
 
 // Status reports the router's replication and quorum state.
 func (r *Router) Status() Status {
@@ -87,20 +64,11 @@ func (r *Router) RingMembers() []string {
 }
 
 // Partitions returns the owner of each partition of this node's current
-// ring and the ring's version; no owners when the ring does not say
-// (ring.Ring.Partitions does) or there is none yet.
+// ring and the ring's version; no owners when there is no ring yet.
 func (r *Router) Partitions() ([]string, uint64) {
 	v := r.view.Load()
-	if p, ok := v.ring.(interface{ Partitions() []string }); ok {
-		return p.Partitions(), v.version()
+	if v.ring == nil {
+		return nil, v.version()
 	}
-	return nil, v.version()
-}
-
-// PeerKeys asks every peer how many keys it holds and includes this node.
-// Peers that do not answer are missing from the map.
-func (r *Router) PeerKeys(ctx context.Context) map[string]int64 {
-	out := r.cfg.Peers.Keys(ctx)
-	out[r.cfg.Self] = int64(r.cfg.Store.Len())
-	return out
+	return v.ring.Partitions(), v.version()
 }

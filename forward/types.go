@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
 // Owners is the hash ring as the router needs it: who owns a key, who is
@@ -22,29 +22,56 @@ type Owners interface {
 	// AppendSuccessors appends to dst up to n members that would own key,
 	// in order, if the owner and the successors before each left the ring.
 	AppendSuccessors(dst []string, key string, n int) []string
+	// Partitions returns the owner of each partition, in partition order
+	// (Router.Partitions: the body of GET /v1/ring).
+	Partitions() []string
 }
 
-// Peers reaches the other members (peer.Pool). Its methods are safe for
-// concurrent use.
+// Peers reaches the other members (peer.Pool): the data plane the router
+// uses for checks (CheckSender), key state (StateMover) and replicas
+// (ReplicaSender), and the membership it keeps the transport told of
+// (Membership). Each part is declared by the piece of the router that uses
+// it. Status, such as how many keys the members hold, is not the router's:
+// a node asks its peer.Pool itself. Its methods are safe for concurrent
+// use.
 type Peers interface {
+	CheckSender
+	StateMover
+	ReplicaSender
+	Membership
+}
+
+// CheckSender sends checks to their owner (standin.go).
+type CheckSender interface {
+	// Check sends checks to their owner name and returns who decided.
+	Check(ctx context.Context, name string, reqs []peermsg.Request, out []peermsg.Answer) (string, error)
+}
+
+// StateMover moves key states between owners after a ring change
+// (handoff.go).
+type StateMover interface {
+	// Fetch asks name (a member or one that just left) for key's state.
+	Fetch(ctx context.Context, name, key string, l *bucket.Limit) (peermsg.State, bool, error)
+	// Handoff pushes states to the member name.
+	Handoff(ctx context.Context, name string, states []peermsg.State) error
+}
+
+// ReplicaSender sends an owner's key states to its successors
+// (replicate.go).
+type ReplicaSender interface {
+	// Replicate sends an owner's absolute key states to its successor name.
+	Replicate(ctx context.Context, name string, states []peermsg.State) (int, error)
+}
+
+// Membership is the transport's view of the members (members.go,
+// Router.Addr).
+type Membership interface {
 	// SetMembers tells it the ring version every batch carries, and the
 	// members and their peer addresses.
 	SetMembers(version uint64, addrs map[string]string)
-	// Check sends checks to their owner name and returns who decided.
-	Check(ctx context.Context, name string, reqs []peer.Request, out []peer.Answer) (string, error)
-	// Fetch asks name (a member or one that just left) for key's state.
-	Fetch(ctx context.Context, name, key string, l *bucket.Limit) (peer.State, bool, error)
-	// Handoff pushes states to the member name.
-	Handoff(ctx context.Context, name string, states []peer.State) error
-	// Replicate sends an owner's absolute key states to its successor name.
-	Replicate(ctx context.Context, name string, states []peer.State) (int, error)
-	// Keys asks every member how many keys it holds.
-	Keys(ctx context.Context) map[string]int64
 	// Addr returns a member's peer address.
 	Addr(name string) string
 }
-
-var _ Peers = (*peer.Pool)(nil)
 
 // Check is one limit check: spend Cost of Key under Limit; Mode says what
 // to do when the owner cannot be reached.
@@ -104,7 +131,7 @@ type Result struct {
 	Leased bool
 	// full is true for a forwarded check whose new key the store had no
 	// room for: nothing was spent, and the Decision refuses for one second
-	// (what a sender that does not know peer.Answer.Full keeps).
+	// (what a sender that does not know peermsg.Answer.Full keeps).
 	full bool
 }
 

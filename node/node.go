@@ -338,7 +338,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := step("api"); err != nil {
 		return nil, err
 	}
-	cs := &clusterStatus{cluster: n.cluster, router: n.router}
+	cs := &clusterStatus{cluster: n.cluster, router: n.router, peers: n.peers, store: n.store}
 	acfg := api.Config{Checker: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
 		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads,
 		RLSHeaders: cfg.RLSHeaders, RLSShadowMode: cfg.RLSShadowMode, RLSStatKeys: cfg.RLSStatKeys, RLSNearLimitRatio: cfg.RLSNearLimitRatio, TrustedProxies: cfg.TrustedProxies, CORSOrigins: cfg.CORSOrigins, Ready: n.ready, TracerProvider: cfg.Tracer, Self: cfg.Name,
@@ -356,7 +356,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
+	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Stats: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
 		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version)}
 	if n.certs.peer != nil {
 		pcfg.Known = func(name string) bool { return (*n.known.Load())[name] }

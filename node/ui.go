@@ -8,14 +8,15 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/rls"
+	"github.com/ringlimit/ringlimit/status"
 	"github.com/ringlimit/ringlimit/ui"
 )
 
 // reportStats is what this node adds to the Stats it answers its peers
 // with (peer.Server.Report): the API's counts, replication, the policy and
 // RLS versions, its uptime since start and its build.
-func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Manager, clk clock.Clock, start clock.Instant, version string) func(*peer.Stats) {
-	return func(st *peer.Stats) {
+func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Manager, clk clock.Clock, start clock.Instant, version string) func(*status.Stats) {
+	return func(st *status.Stats) {
 		act := a.Activity()
 		st.Checks, st.Refused, st.Forwarded, st.Degraded = act.Checks, act.Refused, act.Forwarded, act.Degraded
 		fs := cs.router.Status()
@@ -49,13 +50,13 @@ func (s *statusPage) snapshot(ctx context.Context) ui.Snapshot {
 	self := s.server.LocalStats()
 	stats[self.Name] = self
 	keys := make(map[string]int64, len(stats))
-	snap := ui.Snapshot{Stats: make([]ui.NodeStats, 0, len(stats))}
+	snap := ui.Snapshot{Stats: make([]status.NodeStats, 0, len(stats))}
 	for name, st := range stats {
 		keys[name] = st.Keys
-		snap.Stats = append(snap.Stats, nodeStats(&st))
+		snap.Stats = append(snap.Stats, st.NodeStats())
 	}
 	snap.Cluster = s.cs.status(keys)
-	snap.Ring = api.NewRingStatus(s.cs.Partitions())
+	snap.Ring = status.NewRing(s.cs.Partitions())
 	if s.policy != nil {
 		snap.Policy = &ui.Policy{Overrides: s.policy.Overrides()}
 		if p := s.policy.Current(); p != nil {
@@ -63,11 +64,4 @@ func (s *statusPage) snapshot(ctx context.Context) ui.Snapshot {
 		}
 	}
 	return snap
-}
-
-func nodeStats(st *peer.Stats) ui.NodeStats {
-	return ui.NodeStats{Name: st.Name, Version: st.Version, UptimeS: float64(st.Uptime.Milliseconds()) / 1e3,
-		Keys: st.Keys, RingVersion: st.RingVersion, Checks: st.Checks, Refused: st.Refused, Forwarded: st.Forwarded,
-		Degraded: st.Degraded, PeerChecks: st.PeerChecks, ReplicationLagMs: float64(st.ReplicationLag.Microseconds()) / 1e3,
-		ReplicationPending: st.ReplicationPending, PolicyVersion: st.PolicyVersion, RLSVersion: st.RLSVersion}
 }

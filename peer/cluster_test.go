@@ -181,7 +181,7 @@ func newNode(t testing.TB, name string, clk clock.Clock, tweak func(*peer.Config
 		t.Fatal(err)
 	}
 	h := &storeHandler{self: name, store: store, clk: clk, record: true}
-	n := &node{name: name, addr: lis.Addr().String(), h: h, pool: pool, scfg: peer.ServerConfig{Self: name, Handler: h, Clock: clock.System(), Metrics: pm},
+	n := &node{name: name, addr: lis.Addr().String(), h: h, pool: pool, scfg: peer.ServerConfig{Self: name, Handler: h, Stats: h, Clock: clock.System(), Metrics: pm},
 		store: store, reg: reg, srv: grpc.NewServer(sopts...)}
 	return n, lis
 }

@@ -1,31 +1,16 @@
 package peer
 
-import "errors"
+import "github.com/ringlimit/ringlimit/internal/peermsg"
 
-// ErrBusy fails a check sent to a peer whose queue is full: MaxQueue calls
-// already wait for a batch slot (the peer is slow or not answering). The
-// call fails at once instead of waiting, and nothing of it is sent; the
-// peer is not known to be down, so a caller should answer the check
-// without it (its failure mode) and not stop asking the peer.
-var ErrBusy = errors.New("peer: queue full")
+// ErrBusy fails a check sent to a peer whose queue is full (see
+// peermsg.ErrBusy).
+var ErrBusy = peermsg.ErrBusy
 
-// Limits on what one peer message may carry. A received message over a
-// limit is refused whole (InvalidArgument) and nothing of it is applied.
-// The senders stay well under them: batches of Config.Batch.MaxBatch
-// checks (512 by default, at most MaxCheckBatch), and forward's chunks of
-// 512 handoff states and 1,024 replicated states. The limits are twice the
-// chunks so that a node that sends larger chunks is still understood by
-// an older one during a rolling upgrade.
+// Limits on what one peer message may carry (see peermsg.MaxCheckBatch).
 const (
-	// MaxCheckBatch is the most checks one batch on a Check stream may
-	// carry.
-	MaxCheckBatch = 1024
-	// MaxHandoffStates is the most bucket states one Handoff call may
-	// carry.
-	MaxHandoffStates = 1024
-	// MaxReplicateStates is the most bucket states one Replicate call may
-	// carry.
-	MaxReplicateStates = 2048
+	MaxCheckBatch      = peermsg.MaxCheckBatch
+	MaxHandoffStates   = peermsg.MaxHandoffStates
+	MaxReplicateStates = peermsg.MaxReplicateStates
 )
 
 // MaxMessageBytes is the largest gRPC message a node receives, on the peer

@@ -19,9 +19,19 @@ import (
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
-// Handler is what the peer service asks of the node it serves. Its methods
-// may be called concurrently.
+// Handler is what the peer service asks of the node it serves, by concern:
+// deciding the batches other nodes forward (Decider) and keeping the key
+// states they push, replicate and fetch (StateStore). Which callers it
+// serves is ServerConfig.Known's and Verify's, and what it reports of the
+// node ServerConfig.Stats' and Report's. Its methods may be called
+// concurrently.
 type Handler interface {
+	Decider
+	StateStore
+}
+
+// Decider decides the batches of checks other nodes forward.
+type Decider interface {
 	// Decide applies one batch of checks a peer sent, in order, on this
 	// node's store, and writes one Answer per request into out; version is
 	// the version of the sender's ring when it sent the batch. A request
@@ -38,6 +48,11 @@ type Handler interface {
 	// this node's ring): such a batch is decided on its own goroutine so
 	// that it does not hold up the batches behind it on the stream.
 	MayWait(from string) bool
+}
+
+// StateStore keeps the key states other nodes hand off, replicate to this
+// node and fetch from it.
+type StateStore interface {
 	// Merge folds pushed bucket states into the store and returns how many
 	// it took.
 	Merge(from string, states []State) int
@@ -51,6 +66,12 @@ type Handler interface {
 	// Lookup returns key's state, for the node from (a new owner) that
 	// asks.
 	Lookup(from, key string) (State, bool)
+}
+
+// StatsSource gives the key count and ring version of the Stats this node
+// answers with (ServerConfig.Stats). Its methods may be called
+// concurrently.
+type StatsSource interface {
 	// Keys returns how many keys this node holds.
 	Keys() int64
 	// RingVersion returns the version of this node's ring.
@@ -69,7 +90,8 @@ type Server struct {
 	drainOnce sync.Once
 	known     func(name string) bool // ServerConfig.Known; nil: no authentication
 	tracer    trace.Tracer           // from ServerConfig.TracerProvider; nil: no spans
-	report    func(*Stats)           // ServerConfig.Report; nil: Stats carries the Handler's part only
+	report    func(*Stats)           // ServerConfig.Report; nil: Stats carries the Stats source's part only
+	stats     StatsSource            // ServerConfig.Stats; nil: no keys, ring version 0
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
 
@@ -90,6 +112,9 @@ type ServerConfig struct {
 	// Handler decides the batches and takes the handoffs, replicas and
 	// fetches. Required.
 	Handler Handler
+	// Stats gives the key count and ring version of every Stats answer.
+	// Nil: both are 0.
+	Stats StatsSource
 	// Clock times the wait for gossip to tell this node of a member that
 	// called (AuthWait, with Known). Required: a node passes its one clock
 	// to every package.
@@ -120,7 +145,7 @@ type ServerConfig struct {
 	// the counts of the API, the versions and the uptime, which the
 	// Handler does not know. Name, Keys, RingVersion and PeerChecks are
 	// filled before it is called. It is called concurrently and must not
-	// block. Nil: Stats carries the Handler's part only.
+	// block. Nil: Stats carries the Stats source's part only.
 	Report func(*Stats)
 }
 
@@ -141,7 +166,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		m = newMetrics()
 	}
 	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
-		known: cfg.Known, certs: cfg.Verify, report: cfg.Report}
+		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats}
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
 	}

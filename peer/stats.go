@@ -5,39 +5,20 @@ import (
 	"time"
 
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+	"github.com/ringlimit/ringlimit/status"
 )
 
 // Stats is what a node reports of itself to the other nodes (Server.Stats,
-// Pool.Stats), for the cluster's status page. The counts are cumulative
-// since the node started; a reader computes rates from two samples, and
-// takes a count smaller than the last one for a restart.
-type Stats struct {
-	Name        string
-	Keys        int64
-	RingVersion uint64
-	// Checks are the checks the node's API decided (each layer of a
-	// policy request is one); Refused, Forwarded and Degraded count those
-	// it refused, sent to another owner, and answered in their failure
-	// mode.
-	Checks, Refused, Forwarded, Degraded uint64
-	// PeerChecks are the checks other nodes sent it and it decided.
-	PeerChecks uint64
-	// ReplicationLag is how long the last replication round's oldest
-	// change waited until acknowledged; ReplicationPending how many
-	// changes wait for the next round.
-	ReplicationLag     time.Duration
-	ReplicationPending int64
-	// PolicyVersion and RLSVersion name the policy file and the RLS
-	// configuration in force; empty without one.
-	PolicyVersion, RLSVersion string
-	// Uptime is how long the node has run; Version is the build it runs.
-	Uptime  time.Duration
-	Version string
-}
+// Pool.Stats), for the cluster's status page: package status owns it, and
+// the peer protocol carries it (statsToProto, statsFromProto).
+type Stats = status.Stats
 
 // LocalStats returns what this node answers a Stats call with.
 func (s *Server) LocalStats() Stats {
-	st := Stats{Name: s.self, Keys: s.h.Keys(), RingVersion: s.h.RingVersion(), PeerChecks: s.peerChecks.Load()}
+	st := Stats{Name: s.self, PeerChecks: s.peerChecks.Load()}
+	if s.stats != nil {
+		st.Keys, st.RingVersion = s.stats.Keys(), s.stats.RingVersion()
+	}
 	if s.report != nil {
 		s.report(&st)
 		st.Name = s.self

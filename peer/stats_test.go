@@ -9,7 +9,7 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 )
 
-// Stats carries what the Handler knows, the checks the server decided for
+// Stats carries what the Stats source knows, the checks the server decided for
 // its peers, and what Report fills in; Keys is read from the same answer.
 func TestStatsReport(t *testing.T) {
 	clk := testkit.NewClock(0)
@@ -42,7 +42,7 @@ func TestStatsReport(t *testing.T) {
 	if keys := a.pool.Keys(ctx); len(keys) != 1 || keys["B"] != 2 {
 		t.Fatalf("Keys from A = %v, want B: 2", keys)
 	}
-	// A node without Report answers the Handler's part only.
+	// A node without Report answers the Stats source's part only.
 	if st := b.pool.Stats(ctx)["A"]; st != (peer.Stats{Name: "A", Keys: 0, RingVersion: testVersion}) {
 		t.Fatalf("Stats from B = %+v, want A's name and ring version only", st)
 	}

@@ -169,7 +169,7 @@ func (k *rateKeeper) build(s Snapshot) Status {
 	names := map[string]bool{}
 	for _, m := range s.Cluster.Members {
 		names[m.Name] = true
-		mm := Member{ClusterMember: m, Self: m.Name == s.Cluster.Self, Stats: stats[m.Name]}
+		mm := Member{Member: m, Self: m.Name == s.Cluster.Self, Stats: stats[m.Name]}
 		if mm.Stats != nil {
 			mm.Keys = mm.Stats.Keys
 			mm.Rates = k.add(*mm.Stats)

@@ -16,6 +16,7 @@ import (
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/buildinfo"
+	"github.com/ringlimit/ringlimit/status"
 )
 
 const checkSynopsis = "check KEY --limit N --per DUR [--cost N] [--algorithm A] [--burst B] [--failure-mode M] [--lease]\n" +
@@ -156,11 +157,11 @@ func (e *env) owner(args []string) error {
 // GET /v1/cluster and GET /v1/ring, as they came.
 type Status struct {
 	// Node is the URL asked.
-	Node    string            `json:"node"`
-	Cluster api.ClusterStatus `json:"cluster"`
+	Node    string         `json:"node"`
+	Cluster status.Cluster `json:"cluster"`
 	// Ring is nil when the node has no GET /v1/ring (404: a node older
 	// than it).
-	Ring *api.RingStatus `json:"ring,omitempty"`
+	Ring *status.Ring `json:"ring,omitempty"`
 }
 
 // status runs GET /v1/cluster and GET /v1/ring.
@@ -178,7 +179,7 @@ func (e *env) status(args []string) error {
 	if _, err := c.getJSON(ctx, "/v1/cluster", nil, &st.Cluster); err != nil {
 		return err
 	}
-	var ring api.RingStatus
+	var ring status.Ring
 	var ae *apiError
 	switch _, err := c.getJSON(ctx, "/v1/ring", nil, &ring); {
 	case err == nil:
@@ -198,10 +199,10 @@ func (e *env) status(args []string) error {
 func (e *env) printStatus(st *Status) {
 	cl, rg := &st.Cluster, st.Ring
 	if rg == nil {
-		rg = &api.RingStatus{}
+		rg = &status.Ring{}
 		fmt.Fprintln(e.stdout, "(this node has no GET /v1/ring: no ring shares)")
 	}
-	share := map[string]api.RingMember{}
+	share := map[string]status.RingMember{}
 	for _, m := range rg.Members {
 		share[m.Name] = m
 	}
