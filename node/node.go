@@ -381,7 +381,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if n.policy != nil {
-		n.bg.Go(func() { runPolicy(bgCtx, n.policy) })
+		n.bg.Go(func() { runPolicy(bgCtx, n.policy, n.clock) })
 	}
 	n.bg.Go(func() { reload.Run(bgCtx, reloads...) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
