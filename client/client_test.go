@@ -169,18 +169,16 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 			reg: cfg.Registerer.(*prometheus.Registry), n: nd})
 		names = append(names, name)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		ok := true
+	converged := testkit.Poll(20*time.Second, func() bool {
 		for _, nd := range c.nodes {
-			ok = ok && slices.Equal(slices.Sorted(slices.Values(nd.router.RingMembers())), names) && nd.router.RingVersion() == c.nodes[0].router.RingVersion()
+			if !slices.Equal(slices.Sorted(slices.Values(nd.router.RingMembers())), names) || nd.router.RingVersion() != c.nodes[0].router.RingVersion() {
+				return false
+			}
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("the rings did not converge on %v", names))
-		}
-		time.Sleep(5 * time.Millisecond)
+		return true
+	})
+	if !converged {
+		return fail(fmt.Errorf("the rings did not converge on %v", names))
 	}
 	c.clock.Advance(forward.DefaultConfig().Grace)
 	return c, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"github.com/ringlimit/ringlimit/node"
 )
 
@@ -107,9 +108,8 @@ func startExampleNode(policyYAML string) (addr string, stop func(), err error) {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(n.Router().RingMembers(), "node-1") && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond) // until the node owns keys: on its own ring
-	}
+	// Until the node owns keys: on its own ring.
+	testkit.Poll(10*time.Second, func() bool { return slices.Contains(n.Router().RingMembers(), "node-1") })
 	return n.GRPCAddr(), func() {
 		n.Close(context.Background())
 		os.RemoveAll(dir)

@@ -114,7 +114,7 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(sopts...)
-	psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Clock: clk, Metrics: pm})
+	psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Stats: r, Clock: clk, Metrics: pm})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,6 +201,13 @@ type Config struct {
 	// default (500ms, shared by the pool and the router).
 	PeerTimeout time.Duration
 
+	// Grace is how long, after a ring change, a key's new owner asks its
+	// previous owner for the key's state first, a node keeps the state of
+	// keys it handed off, and a peer that left stays dialable. Shorter
+	// lets a ring change finish sooner; longer covers slower handoffs.
+	// Zero: the peer default (3s, shared by the pool and the router).
+	Grace time.Duration
+
 	// ClusterTuning, when not nil, adjusts the gossip configuration the
 	// node chose (LAN timings, or loopback ones when gossip is on a
 	// loopback address) just before the cluster starts: for tests and
@@ -350,6 +357,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.DrainDelay < 0:
 		return bad("DrainDelay", "must not be negative, got %v", c.DrainDelay)
+	case c.Grace < 0:
+		return bad("Grace", "must not be negative, got %v", c.Grace)
 	case c.MaxConns < 0:
 		return bad("MaxConns", "must not be negative, got %d", c.MaxConns)
 	case c.GRPCIdleTimeout <= 0:

@@ -260,7 +260,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if n.peers, err = peer.NewPool(peer.Config{Self: cfg.Name, Logger: log, Metrics: peerMetrics, TLS: n.certs.peerCerts(),
-		PropagateTrace: cfg.Tracer != nil, Clock: cfg.Clock, DialOptions: cfg.PeerDialOptions, Timeout: cfg.PeerTimeout}); err != nil {
+		PropagateTrace: cfg.Tracer != nil, Clock: cfg.Clock, DialOptions: cfg.PeerDialOptions, Timeout: cfg.PeerTimeout, Grace: cfg.Grace}); err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { n.peers.Close(context.Background()) })
@@ -271,7 +271,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.router, err = forward.New(forward.Config{Self: cfg.Name, SelfAddr: grpcAddr, Store: n.store, Peers: n.peers,
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
 		Replication: forward.ReplicationConfig{Factor: cfg.Replication, Off: cfg.Replication == 0, MaxLoss: cmp.Or(cfg.ReplicationMaxLoss, -1)},
-		ClusterSize: cfg.ClusterSize, Joining: len(cfg.Join) > 0, PeerTimeout: cfg.PeerTimeout,
+		ClusterSize: cfg.ClusterSize, Joining: len(cfg.Join) > 0, PeerTimeout: cfg.PeerTimeout, Grace: cfg.Grace,
 		Logger: log, Registerer: reg, TracerProvider: cfg.Tracer, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
@@ -382,7 +382,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if n.policy != nil {
-		n.bg.Go(func() { runPolicy(bgCtx, n.policy) })
+		n.bg.Go(func() { runPolicy(bgCtx, n.policy, n.clock) })
 	}
 	n.bg.Go(func() { reload.Run(bgCtx, reloads...) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })

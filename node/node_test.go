@@ -50,6 +50,7 @@ func TestValidate(t *testing.T) {
 		{func(c *node.Config) { c.RLSNearLimitRatio = 0 }, "node: Config.RLSNearLimitRatio: must be above 0 and at most 1, got 0"},
 		{func(c *node.Config) { c.MaxConns = -1 }, "node: Config.MaxConns: must not be negative, got -1"},
 		{func(c *node.Config) { c.DrainDelay = -time.Second }, "node: Config.DrainDelay: must not be negative, got -1s"},
+		{func(c *node.Config) { c.Grace = -time.Second }, "node: Config.Grace: must not be negative, got -1s"},
 		{func(c *node.Config) { c.QuiesceTimeout = -time.Second }, "node: Config.QuiesceTimeout: must not be negative, got -1s"},
 		{func(c *node.Config) { c.QuiesceIdle = -time.Millisecond }, "node: Config.QuiesceIdle: must not be negative, got -1ms"},
 		{func(c *node.Config) { c.CheckTimeout = 0 }, "node: Config.CheckTimeout: must be positive, got 0s"},

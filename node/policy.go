@@ -7,19 +7,20 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
-// runPolicy expires overrides every second until ctx ends (reloaders
+// runPolicy expires overrides every second on clk until ctx ends (reloaders
 // reloads the file).
-func runPolicy(ctx context.Context, pol *policy.Manager) {
-	t := time.NewTicker(time.Second)
+func runPolicy(ctx context.Context, pol *policy.Manager, clk clock.Clock) {
+	t := clk.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			pol.Expire()
 		}
 	}

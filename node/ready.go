@@ -121,10 +121,10 @@ func healthServices(rls bool) []string {
 	return s
 }
 
-// runHealth keeps the gRPC health service's status in line with ready
-// until ctx ends.
+// runHealth keeps the gRPC health service's status in line with ready,
+// every healthPoll on the node's clock, until ctx ends.
 func (n *Node) runHealth(ctx context.Context, hs *health.Server, services []string) {
-	t := time.NewTicker(healthPoll)
+	t := n.clock.NewTicker(healthPoll)
 	defer t.Stop()
 	last := healthpb.HealthCheckResponse_UNKNOWN
 	for {
@@ -141,7 +141,7 @@ func (n *Node) runHealth(ctx context.Context, hs *health.Server, services []stri
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

@@ -43,6 +43,10 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}()
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- n.httpServer.Shutdown(ctx) }()
+	// Wall time, not the node's clock: net/http's Shutdown polls its
+	// connections on the runtime's clock, and a connection that has not
+	// sent a request would hold it for 5s; on a clock that stands still,
+	// only this poll closes it.
 	tick := time.NewTicker(50 * time.Millisecond)
 	for waiting := true; waiting; {
 		n.closeFresh()
@@ -93,7 +97,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 }
 
 // drain turns /readyz and the gRPC health service to not ready at once, and
-// keeps serving for the drain delay (or until ctx ends), so that load
+// keeps serving for the drain delay on the node's clock (or until ctx ends), so that load
 // balancers stop sending traffic before the node leaves.
 func (n *Node) drain(ctx context.Context) {
 	if !n.readiness.drain() {
@@ -104,10 +108,10 @@ func (n *Node) drain(ctx context.Context) {
 		return
 	}
 	n.log.Info("draining: not ready, still serving", "for", n.drainFor)
-	t := time.NewTimer(n.drainFor)
+	t := n.clock.NewTimer(n.drainFor)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 	case <-ctx.Done():
 	}
 }

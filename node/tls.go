@@ -103,7 +103,7 @@ const peerRecheckDelay = 3 * time.Second
 // peerCertsChanged is what a change of the peer certificates or CAs does:
 // every connection to the other nodes is made again with them at once (the
 // old ones closed once their calls are done, peer.Pool.Renew), and
-// peerRecheckDelay later the calls on the connections served that were
+// peerRecheckDelay later on the node's clock the calls on the connections served that were
 // made before are verified against the CAs (peer.Server.Recheck), and those
 // whose client certificate no longer verifies are closed
 // (peer.Server.Sweep). bg runs the delayed part, which ends with ctx.
@@ -111,12 +111,12 @@ func (n *Node) peerCertsChanged(ctx context.Context, log *slog.Logger, bg *sync.
 	return func() {
 		n.peers.Renew()
 		bg.Go(func() {
-			t := time.NewTimer(peerRecheckDelay)
+			t := n.clock.NewTimer(peerRecheckDelay)
 			defer t.Stop()
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-t.C():
 			}
 			n.peerServer.Recheck()
 			if closed := n.peerServer.Sweep(); closed > 0 {

@@ -224,9 +224,7 @@ func TestChecksWhileOwnerDrains(t *testing.T) {
 		if i == 10 {
 			peer.SetTestHookOpened(func(broken func() bool) {
 				opened.Add(1)
-				for deadline := time.Now().Add(2 * time.Second); !broken() && time.Now().Before(deadline); {
-					time.Sleep(time.Millisecond)
-				}
+				testkit.Poll(2*time.Second, broken)
 			})
 		}
 		ans, owner, err := check(a, "B", key, hourlyLimit(10), 3*time.Second)

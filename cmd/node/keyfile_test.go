@@ -177,15 +177,14 @@ func TestKeyFileRotation(t *testing.T) {
 	}()
 	waitKeys := func(step string, want [][]byte) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for _, n := range nodes {
-			for !slices.EqualFunc(n.Cluster().Keys(), want, bytes.Equal) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: %s's keyring is %v, want %v", step, n.Router().Self(), fingerprints(n.Cluster().Keys()), fingerprints(want))
+		testkit.WaitFor(t, 5*time.Second, step, func() error {
+			for _, n := range nodes {
+				if got := n.Cluster().Keys(); !slices.EqualFunc(got, want, bytes.Equal) {
+					return fmt.Errorf("%s's keyring is %v, want %v", n.Router().Self(), fingerprints(got), fingerprints(want))
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
-		}
+			return nil
+		})
 		time.Sleep(time.Second) // gossip and probes under the new keyrings
 	}
 
@@ -206,13 +205,9 @@ func TestKeyFileRotation(t *testing.T) {
 	if err := os.WriteFile(files[0], []byte("garbage\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(sinks[0].Records("gossip key file ignored; keyring unchanged")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the bad key file was not reported")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the bad key file reported", func() bool {
+		return len(sinks[0].Records("gossip key file ignored; keyring unchanged")) > 0
+	})
 	if got := nodes[0].Cluster().Keys(); !slices.EqualFunc(got, [][]byte{k2}, bytes.Equal) {
 		t.Errorf("after a bad key file: keyring %v, want [K2]", fingerprints(got))
 	}

@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"net"
 	"os"
 	"os/exec"
@@ -277,10 +278,10 @@ func (f *netFault) cleanup() {
 // removeCgroups removes the cgroup dir and its children, retrying for a
 // while: a cgroup is busy until its last process has been reaped.
 func removeCgroups(dir string) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var err error
+	testkit.Poll(5*time.Second, func() bool {
+		err = nil
 		children, _ := filepath.Glob(filepath.Join(dir, "*", "cgroup.procs"))
-		var err error
 		for _, c := range children {
 			if e := os.Remove(filepath.Dir(c)); e != nil && !os.IsNotExist(e) {
 				err = e
@@ -289,11 +290,9 @@ func removeCgroups(dir string) error {
 		if e := os.Remove(dir); e != nil && !os.IsNotExist(e) {
 			err = e
 		}
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return err
 }
 
 // sweep removes the rules and cgroups of test processes that no longer

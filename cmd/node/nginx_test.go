@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -99,8 +100,7 @@ func startNginx(t *testing.T, bin, dir, conf, addr string) {
 			t.Logf("nginx output:\n%s\nerror.log:\n%s", out.String(), logs)
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.WaitFor(t, 10*time.Second, "nginx accepting on "+addr, func() error {
 		select {
 		case err := <-exited:
 			exited <- err
@@ -108,15 +108,12 @@ func startNginx(t *testing.T, bin, dir, conf, addr string) {
 			t.Fatalf("nginx exited: %v\n%s\n%s", err, out.String(), logs)
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not accepting on %s within 10s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // freePort is a port on 127.0.0.1 nobody listened on a moment ago.

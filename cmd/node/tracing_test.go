@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"strings"
 	"testing"
 	"time"
@@ -58,22 +59,17 @@ func TestTraceAcrossForwardedHop(t *testing.T) {
 	// spans waits until rec holds n ended spans and returns them.
 	spans := func(name string, n int) []sdktrace.ReadOnlySpan {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got := recs[name].Ended()
-			if len(got) >= n || time.Now().After(deadline) {
-				if len(got) != n {
-					var names []string
-					for _, s := range got {
-						names = append(names, s.Name())
-					}
-					t.Fatalf("%s: %d spans %q, want %d", name, len(got), names, n)
-				}
-				recs[name].Reset()
-				return got
+		var got []sdktrace.ReadOnlySpan
+		testkit.Poll(5*time.Second, func() bool { got = recs[name].Ended(); return len(got) >= n })
+		if len(got) != n {
+			var names []string
+			for _, s := range got {
+				names = append(names, s.Name())
 			}
-			time.Sleep(5 * time.Millisecond)
+			t.Fatalf("%s: %d spans %q, want %d", name, len(got), names, n)
 		}
+		recs[name].Reset()
+		return got
 	}
 	byName := func(ss []sdktrace.ReadOnlySpan) map[string]sdktrace.ReadOnlySpan {
 		m := map[string]sdktrace.ReadOnlySpan{}

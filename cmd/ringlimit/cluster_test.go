@@ -175,17 +175,11 @@ func startNode(bin, name, seed string, extra ...string) (*nodeProc, error) {
 // waitConverged polls until every node answers /readyz 200 and its
 // /v1/cluster shows the three nodes alive on its ring at one ring version.
 func waitConverged(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := converged()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster not converged within %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var err error
+	if testkit.Poll(timeout, func() bool { err = converged(); return err == nil }) {
+		return nil
 	}
+	return fmt.Errorf("cluster not converged within %v: %v", timeout, err)
 }
 
 func converged() error {

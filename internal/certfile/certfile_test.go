@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"math/big"
@@ -22,6 +23,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/certfile"
 	"github.com/ringlimit/ringlimit/internal/devca"
 	"github.com/ringlimit/ringlimit/internal/reload"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 )
 
 // files are the paths of a set's PEM files in a test's directory.
@@ -307,6 +309,12 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.b.Write(p)
 }
 
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
 func (b *syncBuffer) count(s string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -341,11 +349,12 @@ func TestWatch(t *testing.T) {
 	}()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(every / 4) {
-			if time.Now().After(deadline) {
-				t.Fatalf("Watch: no %s within 5s of polls every %v; log:\n%s", what, every, logs.b.String())
+		testkit.WaitFor(t, 5*time.Second, "Watch: "+what, func() error {
+			if !cond() {
+				return fmt.Errorf("not yet (polls every %v); log:\n%s", every, logs.String())
 			}
-		}
+			return nil
+		})
 	}
 
 	write(t, f.cert, next.cert) // the key comes later
@@ -361,7 +370,7 @@ func TestWatch(t *testing.T) {
 	select {
 	case <-changed:
 	case <-time.After(5 * time.Second):
-		t.Fatalf("Watch: the rotation not taken within 5s; log:\n%s", logs.b.String())
+		t.Fatalf("Watch: the rotation not taken within 5s; log:\n%s", logs.String())
 	}
 	wantSerial(t, s, next.serial, "after Watch took the rotation")
 	if n := logs.count("certificates reloaded"); n != 1 {

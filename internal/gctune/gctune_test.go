@@ -1,6 +1,8 @@
 package gctune
 
 import (
+	"fmt"
+	"github.com/ringlimit/ringlimit/internal/testkit"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -50,18 +52,19 @@ func readGC() gcState {
 // little after collecting.
 func collectUntil(t *testing.T, what string, ok func(gcState) bool) gcState {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-		st := readGC()
+	var st gcState
+	runtime.GC()
+	testkit.WaitFor(t, 10*time.Second, what, func() error {
+		// The tuner ran after the last try's collection, or runs soon
+		// after this one: the next try sees it.
+		st = readGC()
 		if ok(st) {
-			return st
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached after collecting for 10 s; GC state %+v", what, st)
-		}
-	}
+		runtime.GC()
+		return fmt.Errorf("GC state %+v", st)
+	})
+	return st
 }
 
 // TestTuneGC runs the tuner in this test process: after each collection it

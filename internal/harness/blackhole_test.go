@@ -3,7 +3,6 @@ package harness_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -27,11 +26,7 @@ func TestBlackholedOwnerAnswersEveryCheck(t *testing.T) {
 		peerTimeout  = 500 * time.Millisecond
 		checkTimeout = 2 * time.Second
 	)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := harness.StartNode(t, ln, harness.NodeConfig{Config: forward.Config{Self: "A", PeerTimeout: peerTimeout, Clock: clock.System()}})
+	a := harness.StartNode(t, "A", harness.Options{PeerTimeout: peerTimeout, Clock: clock.System()}, nil)
 	a.Router.SetMembers([]forward.Member{{Name: "A", Addr: a.Addr}, {Name: "B", Addr: testkit.Blackhole(t)}})
 	rg, err := ring.New(ring.DefaultConfig(), []string{"A", "B"})
 	if err != nil {

@@ -1,18 +1,20 @@
 // Package harness runs in-process ringlimit clusters for tests: each node
-// is a real forward.Router with its peer.Pool and peer.Server on a gRPC
-// server, and the nodes reach each other over a fault-injecting network
+// is a whole node started through node.Start, whose listeners, peer
+// connections and gossip are on a fault-injecting network
 // (internal/faultnet) whose links a test can cut, isolate, delay and heal
-// while checks flow. Membership is given by the test (SetMembers), so that
-// what a fault does to admissions is exact and does not wait on failure
+// while checks flow. Membership is given by the test (SetMembers): each
+// node's gossip starts a cluster of its own and joins no one, so that what
+// a fault does to admissions is exact and does not wait on failure
 // detection.
 //
-// Every server and goroutine a Cluster starts is stopped by t.Cleanup.
+// Every node a Cluster starts is closed by t.Cleanup.
 package harness
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +26,8 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/faultnet"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -37,8 +40,8 @@ type Options struct {
 	PeerTimeout time.Duration
 	// Grace is the handoff grace period. Default 300ms.
 	Grace time.Duration
-	// Router, when not nil, edits each node's forward.Config before New.
-	Router func(*forward.Config)
+	// Node, when not nil, edits each node's node.Config before Start.
+	Node func(*node.Config)
 }
 
 func (o Options) withDefaults() Options {
@@ -51,21 +54,17 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Node is one member of a Cluster.
+// Node is one member of a Cluster: a node started through node.Start.
 type Node struct {
 	Name   string
-	Addr   string // the peer address on the Network
-	Router *forward.Router
-	Pool   *peer.Pool
-	Server *peer.Server
-	Store  *bucket.Store
-	Reg    *prometheus.Registry // nil when NodeConfig.Registerer was another Registerer
-	GRPC   *grpc.Server         // serves the peer service
+	Addr   string // the peer address other nodes dial
+	Node   *node.Node
+	Router *forward.Router      // Node.Router()
+	Store  *bucket.Store        // Node.Store()
+	Reg    *prometheus.Registry // the node's metrics
 
-	served     chan struct{}
-	once       sync.Once
-	t          testing.TB
-	checkClose bool
+	once sync.Once
+	stop func() // closes the node
 }
 
 // Cluster is a set of in-process nodes on one fault-injecting Network.
@@ -93,121 +92,88 @@ func Start(t testing.TB, opts Options, names ...string) *Cluster {
 	return c
 }
 
+// start starts the node named name with its listeners, peer dialer and
+// gossip on c.Net.
 func (c *Cluster) start(name string, opts Options) *Node {
 	c.t.Helper()
-	ln, err := c.Net.Listen(name)
+	var lns [3]net.Listener
+	for i := range lns {
+		ln, err := c.Net.Listen(name)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		lns[i] = ln
+	}
+	tr, err := c.Net.Transport(name)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cfg := NodeConfig{
-		Config: forward.Config{Self: name, Clock: opts.Clock, PeerTimeout: opts.PeerTimeout, Grace: opts.Grace},
-		Peer:   peer.Config{DialOptions: []grpc.DialOption{grpc.WithContextDialer(c.Net.Dialer(name))}},
-	}
-	if opts.Router != nil {
-		opts.Router(&cfg.Config)
-	}
-	n := StartNode(c.t, ln, cfg)
-	n.Addr = "passthrough:///" + n.Addr
-	return n
-}
-
-// NodeConfig is what StartNode builds one node from: the router's Config
-// and its pool's.
-type NodeConfig struct {
-	// Config is the router's. StartNode fills Self's store (Store), the
-	// pool (Peers), a fresh registry (Registerer) and a ring.DefaultConfig
-	// ring (NewRing) where they are zero.
-	forward.Config
-	// Peer is the pool's. StartNode sets Self and Metrics; a zero Timeout
-	// is Config.PeerTimeout, a nil Clock is Config.Clock, a nil Logger is
-	// Config.Logger.
-	Peer peer.Config
-	// ServerOptions are given to the node's gRPC server.
-	ServerOptions []grpc.ServerOption
-	// CheckClose makes an error from the router's Close, when the node
-	// stops, fail the test.
-	CheckClose bool
-}
-
-// StartNode starts one node named cfg.Self whose peer service serves on ln;
-// its Addr is ln's address. It stops (see Stop) when the test ends.
-func StartNode(t testing.TB, ln net.Listener, cfg NodeConfig) *Node {
-	t.Helper()
-	name := cfg.Self
-	if cfg.Store == nil {
-		store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16, Shards: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Store = store
-	}
-	reg, _ := cfg.Registerer.(*prometheus.Registry)
-	if cfg.Registerer == nil {
-		reg = prometheus.NewRegistry()
-		cfg.Registerer = reg
-	}
-	if cfg.NewRing == nil {
-		cfg.NewRing = func(members []string) (forward.Owners, error) { return ring.New(ring.DefaultConfig(), members) }
-	}
-	pm, err := peer.NewMetrics(cfg.Registerer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := cfg.Peer
-	pc.Self, pc.Metrics = name, pm
-	if pc.Timeout == 0 {
-		pc.Timeout = cfg.PeerTimeout
-	}
-	if pc.Clock == nil {
-		pc.Clock = cfg.Clock
-	}
-	if pc.Logger == nil {
-		pc.Logger = cfg.Logger
-	}
-	pool, err := peer.NewPool(pc)
-	if err != nil {
-		t.Fatalf("NewPool(%s): %v", name, err)
-	}
-	cfg.Peers = pool
-	r, err := forward.New(cfg.Config)
-	if err != nil {
-		pool.Close(context.Background())
-		t.Fatalf("forward.New(%s): %v", name, err)
-	}
-	srv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Clock: cfg.Clock, Metrics: pm})
-	if err != nil {
-		pool.Close(context.Background())
-		t.Fatalf("peer.NewServer(%s): %v", name, err)
-	}
-	n := &Node{Name: name, Addr: ln.Addr().String(), Router: r, Pool: pool, Store: cfg.Store, Reg: reg,
-		Server: srv, GRPC: grpc.NewServer(cfg.ServerOptions...), served: make(chan struct{}),
-		t: t, checkClose: cfg.CheckClose}
-	n.Server.Register(n.GRPC)
-	go func() {
-		defer close(n.served)
-		_ = n.GRPC.Serve(ln)
-	}()
-	t.Cleanup(n.Stop)
-	return n
-}
-
-// Stop stops the node in its shutdown order: drain the peer server, stop
-// it, close the router, close the pool. Safe to call more than once.
-func (n *Node) Stop() {
-	n.once.Do(func() {
-		n.Server.Drain()
-		n.GRPC.Stop()
-		<-n.served
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := n.Router.Close(ctx); err != nil && n.checkClose {
-			n.t.Errorf("Close(%s): %v", n.Name, err)
-		}
-		if err := n.Pool.Close(ctx); err != nil && n.checkClose {
-			n.t.Errorf("Pool.Close(%s): %v", n.Name, err)
-		}
+	n := StartNode(c.t, name, opts, func(cfg *node.Config) {
+		cfg.HTTPListener, cfg.GRPCListener, cfg.PeerListener = lns[0], lns[1], lns[2]
+		cfg.GossipTransport = tr
+		cfg.PeerDialOptions = []grpc.DialOption{grpc.WithContextDialer(c.Net.Dialer(name))}
 	})
+	n.Addr = "passthrough:///" + n.Addr
+	// A crash: nothing the node says while it closes (its leave, its
+	// handoff) reaches another node.
+	closeNode := n.stop
+	n.stop = func() {
+		c.Net.Isolate(name)
+		defer c.Net.Restore(name)
+		closeNode()
+	}
+	return n
 }
+
+// StartNode starts one node named name, alone in its gossip cluster, on
+// loopback sockets unless edit gives it listeners (edit, when not nil,
+// edits its node.Config after opts are applied; then opts.Node). Its Addr
+// is its peer address, and it is on its own ring when StartNode returns;
+// other members are the test's to give (Router.SetMembers). It stops (see
+// Stop) when the test ends.
+func StartNode(t testing.TB, name string, opts Options, edit func(*node.Config)) *Node {
+	t.Helper()
+	if opts.Clock == nil {
+		t.Fatal("harness: Options.Clock is required")
+	}
+	opts = opts.withDefaults()
+	reg := prometheus.NewRegistry()
+	cfg := node.DefaultLocalConfig()
+	cfg.Name, cfg.Clock, cfg.Registerer = name, opts.Clock, reg
+	cfg.PeerTimeout, cfg.Grace = opts.PeerTimeout, opts.Grace
+	if edit != nil {
+		edit(&cfg)
+	}
+	if opts.Node != nil {
+		opts.Node(&cfg)
+	}
+	nd, err := node.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("harness: start %s: %v", name, err)
+	}
+	n := &Node{Name: name, Addr: nd.PeerAddr(), Node: nd, Router: nd.Router(), Store: nd.Store(), Reg: reg}
+	n.stop = func() {
+		// A context that has ended: Close stops everything at once and
+		// waits for nothing (no handoff, no draining), as a crash would.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		nd.Close(ctx)
+	}
+	t.Cleanup(n.Stop)
+	// The node's gossip puts it on its own ring once; members given before
+	// that would be replaced.
+	testkit.WaitFor(t, 10*time.Second, name+" on its own ring", func() error {
+		if !slices.Contains(n.Router.RingMembers(), name) {
+			return fmt.Errorf("ring %v", n.Router.RingMembers())
+		}
+		return nil
+	})
+	return n
+}
+
+// Stop stops the node without telling the others (a crash, for a node of
+// a Cluster). Safe to call more than once.
+func (n *Node) Stop() { n.once.Do(func() { n.stop() }) }
 
 // SetMembers gives every running node of c the member list made of nodes.
 func (c *Cluster) SetMembers(nodes ...*Node) {
