@@ -54,7 +54,7 @@ type harness struct {
 // goroutine-leak check, then closing the client's idle connections. Nodes
 // started afterwards are closed before both.
 func newHarness(t *testing.T) *harness {
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { goleak.VerifyNone(t, testkit.Ignored()...) })
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &harness{t: t, client: &http.Client{Transport: tr}}
@@ -349,6 +349,25 @@ func TestClusterExactness(t *testing.T) {
 		}
 		return n
 	}
+	// A node applies a ring before it logs "ring changed": wait until each
+	// node's last such line names the ring it has, so that a change made
+	// before a phase is not counted in it.
+	logsCaughtUp := func() error {
+		for i, l := range logs {
+			recs := l.Records("ring changed")
+			if len(recs) == 0 {
+				return fmt.Errorf("%s has logged no ring yet", names[i])
+			}
+			var logged []string
+			for _, m := range recs[len(recs)-1]["members"].([]any) {
+				logged = append(logged, m.(string))
+			}
+			if has := slices.Sorted(slices.Values(nodes[i].Router().RingMembers())); !slices.Equal(slices.Sorted(slices.Values(logged)), has) {
+				return fmt.Errorf("%s logged the ring %v last, has %v", names[i], logged, has)
+			}
+		}
+		return nil
+	}
 
 	// 100 a day: no key refills a token before a phase's deadline (at 100
 	// an hour one comes back every 36 s, which the 200-key phase reaches
@@ -364,6 +383,7 @@ func TestClusterExactness(t *testing.T) {
 	// forwarding metrics, and returns the admitted count per key.
 	phase := func(label string, jobs []job) (admitted map[string]int) {
 		t.Helper()
+		testkit.WaitFor(t, 10*time.Second, "every node's log names its ring", logsCaughtUp)
 		changesBefore := ringChanges()
 		defer func() {
 			if n := ringChanges() - changesBefore; n != 0 {
