@@ -394,11 +394,3 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		"gossip_keys", fingerprints(cfg.GossipKeys), "cluster_name", cfg.ClusterName)
 	return n, nil
 }
-
-// Close stops accepting, waits for checks in flight until ctx ends, and
-// closes the listeners. It is safe to call more than once; later calls
-// return the first call's result.
-func (n *Node) Close(ctx context.Context) error {
-	n.closeOnce.Do(func() { n.closeErr = n.shutdown(ctx) })
-	return n.closeErr
-}

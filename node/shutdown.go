@@ -115,3 +115,11 @@ func (n *Node) drain(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
+
+// Close stops accepting, waits for checks in flight until ctx ends, and
+// closes the listeners. It is safe to call more than once; later calls
+// return the first call's result.
+func (n *Node) Close(ctx context.Context) error {
+	n.closeOnce.Do(func() { n.closeErr = n.shutdown(ctx) })
+	return n.closeErr
+}
