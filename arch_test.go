@@ -51,29 +51,38 @@ var allowed = map[string][]string{
 	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"node":                 nodeImports,
 	"cmd":                  nil, // wires everything
-	// Test infrastructure: imported by tests only (see testOnly).
-	"internal/testkit":  nil,
-	"internal/faultnet": {},
+	// Test infrastructure, under internal/testonly: imported by tests only.
+	"internal/testonly/testkit":  nil,
+	"internal/testonly/faultnet": {},
 	// harness starts whole nodes through node; forward's types are those
 	// of node.Router, ring works out owners by hand. Not peer.
-	"internal/harness":     {"node", "bucket", "clock", "forward", "ring", "internal/faultnet", "internal/testkit"},
-	"internal/openapitest": {},
+	"internal/testonly/harness":     {"node", "bucket", "clock", "forward", "ring", "internal/testonly/faultnet", "internal/testonly/testkit"},
+	"internal/testonly/openapitest": {},
 }
 
 // nodeImports are what the node as a library may import: every library
 // package. Only cmd (and tests) import node.
 var nodeImports = []string{"clock", "bucket", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
 
-// testOnly are packages no non-test file outside them may import.
-var testOnly = []string{"internal/testkit", "internal/faultnet", "internal/harness", "internal/openapitest"}
+// testOnlyDir holds the test infrastructure: no non-test file outside it
+// may import a package under it.
+const testOnlyDir = "internal/testonly/"
 
-// unit is the key of allowed for a path relative to the module root.
+// isTestOnly reports whether the unit u is test infrastructure.
+func isTestOnly(u string) bool { return strings.HasPrefix(u, testOnlyDir) }
+
+// unit is the key of allowed for a path relative to the module root: the
+// top-level directory, internal/<name>, or internal/testonly/<name>.
 func unit(rel string) string {
-	parts := strings.SplitN(rel, "/", 3)
-	if parts[0] == "internal" && len(parts) > 1 {
-		return parts[0] + "/" + parts[1]
+	parts := strings.SplitN(rel, "/", 4)
+	n := 1
+	switch {
+	case parts[0] == "internal" && len(parts) > 2 && parts[1] == "testonly":
+		n = 3
+	case parts[0] == "internal" && len(parts) > 1:
+		n = 2
 	}
-	return parts[0]
+	return strings.Join(parts[:n], "/")
 }
 
 func TestImportsGoOneWay(t *testing.T) {
@@ -109,13 +118,13 @@ func TestImportsGoOneWay(t *testing.T) {
 				continue
 			}
 			if rules == nil {
-				if d := unit(strings.TrimPrefix(p, module)); slices.Contains(testOnly, d) && !slices.Contains(testOnly, top) {
+				if d := unit(strings.TrimPrefix(p, module)); isTestOnly(d) && !isTestOnly(top) {
 					t.Errorf("%s imports %s, which is for tests only", path, p)
 				}
 				continue
 			}
 			dep := unit(strings.TrimPrefix(p, module))
-			if slices.Contains(testOnly, dep) && !slices.Contains(testOnly, top) {
+			if isTestOnly(dep) && !isTestOnly(top) {
 				t.Errorf("%s imports %s, which is for tests only", path, p)
 			}
 			if dep != top && !slices.Contains(rules, dep) {

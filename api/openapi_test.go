@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/forward"
-	"github.com/ringlimit/ringlimit/internal/openapitest"
+	"github.com/ringlimit/ringlimit/internal/testonly/openapitest"
 )
 
 // specPath is the OpenAPI description of the HTTP API.

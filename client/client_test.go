@@ -24,7 +24,7 @@ import (
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/policy"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"

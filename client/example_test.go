@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/node"
 )
 

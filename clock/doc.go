@@ -24,6 +24,6 @@
 //	<-t.C()
 //	elapsed := c.Now().Sub(start) // about a second
 //
-// Tests use internal/testkit's fake Clock, which moves only when told and
+// Tests use internal/testonly/testkit's fake Clock, which moves only when told and
 // fires the timers whose time has come as it moves.
 package clock

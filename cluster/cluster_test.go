@@ -19,8 +19,8 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/internal/faultnet"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 func TestMain(m *testing.M) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 func withKeys(keys ...[]byte) nodeOpt { return func(c *Config) { c.Keys = keys } }

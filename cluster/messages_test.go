@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // notes is a Messages that keeps a set of lines: a broadcast is one line, the

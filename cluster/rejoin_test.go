@@ -15,8 +15,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // healWithin bounds how long a healed partition may take to become one

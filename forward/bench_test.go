@@ -11,7 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // benchLimit never rejects within a benchmark: the production clock refills

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 	"github.com/ringlimit/ringlimit/ring"
 )

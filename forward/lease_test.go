@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // checkLeased sends one leased check of key through r.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // floodResult counts what a flood of checks got.

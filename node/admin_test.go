@@ -14,7 +14,7 @@ import (
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/reload"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // writePolicy replaces the file at path with content, atomically.

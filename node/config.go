@@ -48,7 +48,7 @@ type Config struct {
 
 	// HTTPListener, GRPCListener and PeerListener, when not nil, are served
 	// instead of listening on the addresses above (a test's listener on
-	// internal/faultnet, or a socket handed over by a supervisor). The node
+	// internal/testonly/faultnet, or a socket handed over by a supervisor). The node
 	// closes them. Nil: listen on the address.
 	HTTPListener, GRPCListener, PeerListener net.Listener
 
@@ -57,11 +57,11 @@ type Config struct {
 	GossipAddr string
 
 	// GossipTransport, when not nil, carries gossip instead of sockets
-	// bound at GossipAddr (memberlist's transport; e.g. internal/faultnet).
+	// bound at GossipAddr (memberlist's transport; e.g. internal/testonly/faultnet).
 	GossipTransport memberlist.NodeAwareTransport
 
 	// PeerDialOptions are added to every connection to another node's peer
-	// service (e.g. a dialer on internal/faultnet). Nil: none.
+	// service (e.g. a dialer on internal/testonly/faultnet). Nil: none.
 	PeerDialOptions []grpc.DialOption
 
 	// GRPCServerOptions are added to the public gRPC server's options

@@ -19,8 +19,8 @@ import (
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
-	"github.com/ringlimit/ringlimit/internal/faultnet"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/node"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
@@ -260,7 +260,7 @@ func TestCloseFinishesChecksInFlight(t *testing.T) {
 }
 
 // TestNodesOnFaultnet: two nodes whose listeners, peer dialer and gossip
-// are on internal/faultnet form a cluster, and a check entering one node is
+// are on internal/testonly/faultnet form a cluster, and a check entering one node is
 // decided by the other when it owns the key; with their link cut, it is
 // decided by the key's failure mode.
 func TestNodesOnFaultnet(t *testing.T) {

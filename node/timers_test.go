@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/ringlimit/ringlimit/forward"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // A check on a connection that closed under it (its member left the ring,

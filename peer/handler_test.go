@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )

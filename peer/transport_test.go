@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )

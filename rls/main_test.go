@@ -3,7 +3,7 @@ package rls
 import (
 	"testing"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // TestMain fails the run if a test leaves a goroutine behind (a watcher

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 const (

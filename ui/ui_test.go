@@ -13,7 +13,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/policy"
 )
 

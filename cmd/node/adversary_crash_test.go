@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // crashPolicy gives every caller of policy api one layer, 100 an hour

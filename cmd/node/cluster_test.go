@@ -25,7 +25,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ringlimit/ringlimit/cluster"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/ring"
 
 	"github.com/ringlimit/ringlimit/api"
@@ -188,6 +188,9 @@ type inlineLimit struct {
 	count int64
 	per   string
 	mode  string
+	// sync asks for replication: sync (the answer waits until the key's
+	// successor acknowledged a copy made after the spend).
+	sync bool
 }
 
 // storedKeys are the keys the store holds for inline checks of keys under
@@ -211,6 +214,9 @@ func checkBody(key string, l inlineLimit) string {
 	mode := ""
 	if l.mode != "" {
 		mode = fmt.Sprintf(`,"failure_mode":%q`, l.mode)
+	}
+	if l.sync {
+		mode += `,"replication":"sync"`
 	}
 	return fmt.Sprintf(`{"key":%q,"cost":1,"limit":{"limit":%d,"per":%q%s}}`, key, l.count, l.per, mode)
 }

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // faultLimit is the limit of every key in the fault tests: 100 per hour,
@@ -66,6 +66,34 @@ func ownedBy(h *harness, via *proc, owner, prefix string, n int) []string {
 		}
 	}
 	return keys
+}
+
+// spendReplicated is spend, with the last check of each key (through
+// procs[0]) asking for replication: sync: when it returns, each key's
+// successor holds a copy with every token spent. It fails the test if an
+// owner answered a sync check without that acknowledgement.
+func spendReplicated(h *harness, procs []*proc, n map[string]int) {
+	h.t.Helper()
+	rest := make(map[string]int, len(n))
+	for k, c := range n {
+		rest[k] = c - 1
+	}
+	spend(h, procs, rest)
+	sync := faultLimit
+	sync.sync = true
+	for _, k := range slices.Sorted(maps.Keys(n)) {
+		a, err := doCheck(h.client, procs[0].http, k, sync, 10*time.Second)
+		if err != nil || a.status != http.StatusOK || a.body.Degraded {
+			h.t.Fatalf("last spend of %s via %s: %d %+v %v, want 200 not degraded", k, procs[0].name, a.status, a.body, err)
+		}
+	}
+	var addrs []string
+	for _, p := range procs {
+		addrs = append(addrs, p.http)
+	}
+	if u := h.sumCounter(addrs, "ringlimit_replication_unconfirmed_total"); u != 0 {
+		h.t.Fatalf("%v sync spends answered without their successor's acknowledgement, want 0", u)
+	}
 }
 
 // spend takes n[key] tokens of every key through procs round robin and
@@ -201,8 +229,7 @@ func TestFaultKillOwner(t *testing.T) {
 	p1, p2, p3 := all[0], all[1], all[2]
 	keys := ownedBy(h, p1, "node-2", "kill", 2)
 	e, hk := keys[0], keys[1]
-	spend(h, all, map[string]int{e: 100, hk: 50})
-	time.Sleep(100 * time.Millisecond) // what the owner may take to pass its state on
+	spendReplicated(h, all, map[string]int{e: 100, hk: 50})
 
 	if err := p2.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -308,11 +335,9 @@ func TestFaultPartition(t *testing.T) {
 	k1 := ownedBy(h, p1, "node-1", "part-a", 1)[0]
 	k3 := ownedBy(h, p1, "node-3", "part-b", 1)[0]
 	keys := []string{k1, k3}
-	spend(h, all, map[string]int{k1: 100, k3: 100})
-	// Replication sends a change within 20ms: wait past that, so that each
-	// key's successor holds what was spent (what a cut loses is bounded by
-	// that lag, not tested here).
-	time.Sleep(100 * time.Millisecond)
+	// Each key's successor holds what was spent (what a cut loses is
+	// bounded by the replication lag, not tested here).
+	spendReplicated(h, all, map[string]int{k1: 100, k3: 100})
 
 	f.cut(t, p3, p1, p2)
 	// 12 s: each key through each node 10 times a second.

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/cluster"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 func b64(k []byte) string { return base64.StdEncoding.EncodeToString(k) }

@@ -11,7 +11,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"net"
 	"os"
 	"os/exec"

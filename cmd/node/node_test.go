@@ -17,7 +17,7 @@ import (
 
 	"log/slog"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 func TestParseConfig(t *testing.T) {

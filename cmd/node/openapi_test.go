@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/openapitest"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/openapitest"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/node"
 )
 

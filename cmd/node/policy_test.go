@@ -25,7 +25,7 @@ import (
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/cluster"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/policy"
 )

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // TestProcesses builds cmd/node once and runs the multi-process scenarios
@@ -238,9 +238,8 @@ func (h *harness) waitMembers(procs []*proc, names []string, timeout time.Durati
 // testCrashOfOwner: the owner of a key is killed with SIGKILL. The
 // survivors answer every check meanwhile, either through the dead owner's
 // failure mode (default local, flagged degraded) or, once their ring has
-// dropped it, from the new owner. State was not replicated, so the new
-// owner starts the key full: the tokens spent on the dead owner are
-// admitted again, which is the documented cost of a crash.
+// dropped it, from the new owner. The new owner decides from its replica:
+// the tokens spent on the dead owner still count.
 func testCrashOfOwner(t *testing.T, bin string) {
 	h := newHarness(t)
 	p1 := startProc(t, bin, "node-1")
@@ -266,15 +265,19 @@ func testCrashOfOwner(t *testing.T, bin string) {
 	const limit, per, spent = 100, "1h", 10
 	for i := range spent {
 		p := all[i%3]
-		a, err := doCheck(h.client, p.http, key, inlineLimit{count: limit, per: per}, 5*time.Second)
+		// The last spend asks for replication: sync. Its answer waits for a
+		// replication round begun after it, so once it is answered the
+		// successor's replica holds all 10.
+		l := inlineLimit{count: limit, per: per, sync: i == spent-1}
+		a, err := doCheck(h.client, p.http, key, l, 5*time.Second)
 		if err != nil || a.status != http.StatusOK || a.body.Owner != "node-2" || a.body.Remaining != limit-1-int64(i) || a.body.Degraded {
 			t.Fatalf("spend %d via %s: %d %+v %v, want 200 from node-2 with remaining %d", i, p.name, a.status, a.body, err, limit-1-i)
 		}
 	}
 
-	// Replication sends a change within 20ms: give it time before the
-	// kill, so that the successor's replica has all 10.
-	time.Sleep(100 * time.Millisecond)
+	if n := h.metric(p2.http, "ringlimit_replication_unconfirmed_total", ""); n != 0 {
+		t.Fatalf("node-2 answered %v sync spends unacknowledged, want 0", n)
+	}
 	// kill -9 the owner.
 	if err := p2.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 var writeScreenshot = flag.Bool("ui.screenshot", false, "TestStatusPageInBrowser: write the page, three nodes alive under a little traffic, to ../../docs/status-page.png")

@@ -29,7 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/api"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // testToken is the admin token of the test cluster, named "cli-test".

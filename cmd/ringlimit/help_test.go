@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the output")

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/internal/deadline"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

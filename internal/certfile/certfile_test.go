@@ -23,7 +23,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/certfile"
 	"github.com/ringlimit/ringlimit/internal/devca"
 	"github.com/ringlimit/ringlimit/internal/reload"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // files are the paths of a set's PEM files in a test's directory.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/connlimit"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // rig is a capped listener on 127.0.0.1:0 whose accepted connections

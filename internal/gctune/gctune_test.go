@@ -2,7 +2,7 @@ package gctune
 
 import (
 	"fmt"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"

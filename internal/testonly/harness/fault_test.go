@@ -8,8 +8,8 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/internal/harness"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/harness"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
 )
 
 // rpcCut is the deadline of a call that must fail across a cut.

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
 )
 
 // A cut link holds a stream's bytes; they arrive, once, when it heals.

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
 )
 
 // patience bounds every wait that should succeed; it is long so that a slow

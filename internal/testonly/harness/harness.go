@@ -1,7 +1,7 @@
 // Package harness runs in-process ringlimit clusters for tests: each node
 // is a whole node started through node.Start, whose listeners, peer
 // connections and gossip are on a fault-injecting network
-// (internal/faultnet) whose links a test can cut, isolate, delay and heal
+// (internal/testonly/faultnet) whose links a test can cut, isolate, delay and heal
 // while checks flow. Membership is given by the test (SetMembers): each
 // node's gossip starts a cluster of its own and joins no one, so that what
 // a fault does to admissions is exact and does not wait on failure
@@ -25,8 +25,8 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/forward"
-	"github.com/ringlimit/ringlimit/internal/faultnet"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/ring"
 )

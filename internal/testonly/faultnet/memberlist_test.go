@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // detectWithin bounds failure detection with fastConfig's timings, whose

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
 )
 
 // hold is how long a test watches a cut link deliver nothing.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 func newTransport(t *testing.T, n *faultnet.Network, node string) *faultnet.Transport {

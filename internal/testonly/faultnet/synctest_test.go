@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ringlimit/ringlimit/internal/faultnet"
+	"github.com/ringlimit/ringlimit/internal/testonly/faultnet"
 )
 
 // Inside a synctest bubble the Network runs on the bubble's fake clock, so a

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/clock"
-	"github.com/ringlimit/ringlimit/internal/testkit"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // start is where the tests' clocks begin.

@@ -7,8 +7,8 @@
 // once per test run; Main, a TestMain that fails a run leaving goroutines
 // behind (goleak, with the few ringlimit ignores); and reading metrics from
 // a registry or a /metrics page. The in-process cluster harness builds on
-// it (internal/harness), and the fault-injecting network is
-// internal/faultnet.
+// it (internal/testonly/harness), and the fault-injecting network is
+// internal/testonly/faultnet.
 //
 // Nothing here is used outside tests.
 package testkit
