@@ -10,7 +10,7 @@ import (
 // TestCheck: the exchanges Check accepts and those it reports, one of each
 // kind of mismatch.
 func TestCheck(t *testing.T) {
-	spec, err := Load("../../docs/openapi.yaml")
+	spec, err := Load("../../../docs/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
