@@ -7,12 +7,14 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,10 +92,11 @@ func TestTraefikForwardAuthContract(t *testing.T) {
 		admitted, refused int
 		remaining         []string // X-RateLimit-Remaining of each admission
 		retryAfter        []string // Retry-After of each refusal
+		start, end        time.Time
 	}
 	run := func(n int, query, method, uri, ip, deny string, hs ...string) tally {
 		t.Helper()
-		var got tally
+		got := tally{start: time.Now()}
 		for i := range n {
 			a, err := traefikAuth(h.client, c.addrs[i%len(c.addrs)], query, method, uri, ip, append(slices.Clone(client), hs...)...)
 			if err != nil {
@@ -116,33 +119,42 @@ func TestTraefikForwardAuthContract(t *testing.T) {
 				t.Fatalf("%s %s via %s: %d %s", method, uri, c.addrs[i%len(c.addrs)], a.status, a.body)
 			}
 		}
+		got.end = time.Now()
 		return got
 	}
-	check := func(what string, got tally, admitted, refused int, remaining []string, retryAfter ...string) {
+	// retryAfterOK reports whether a refusal's Retry-After ra is the time
+	// to the next token, whole seconds rounded up: token seconds (3600 /
+	// the hourly limit) less the time since the bucket was emptied, which
+	// lies between since (before the first spend) and end.
+	retryAfterOK := func(ra string, token int, since, end time.Time) bool {
+		n, err := strconv.Atoi(ra)
+		return err == nil && n <= token && n >= token-int(math.Ceil(end.Sub(since).Seconds()))
+	}
+	check := func(what string, got tally, admitted, refused int, remaining []string, token int) {
 		t.Helper()
 		if got.admitted != admitted || got.refused != refused || !slices.Equal(got.remaining, remaining) {
 			t.Errorf("%s: %d admitted (remaining %v), %d refused; want %d (%v), %d", what, got.admitted, got.remaining, got.refused, admitted, remaining, refused)
 		}
 		for _, ra := range got.retryAfter {
-			if !slices.Contains(retryAfter, ra) {
-				t.Errorf("%s: Retry-After %q, want one of %q", what, ra, retryAfter)
+			if !retryAfterOK(ra, token, got.start, got.end) {
+				t.Errorf("%s: Retry-After %q, want %d less the %v since the first spend", what, ra, token, got.end.Sub(got.start).Round(time.Millisecond))
 			}
 		}
 	}
 	// One API key, 12 requests: the free tier's 5, then 429 with a token
-	// 3600s/5 = 720s away (719 once a second has passed).
-	check("key-A", run(12, "", "POST", "/orders?id=7", "203.0.113.50", "", "X-Api-Key", "key-A"),
-		5, 7, []string{"4", "3", "2", "1", "0"}, "720", "719")
+	// 3600s/5 = 720s away.
+	keyA := run(12, "", "POST", "/orders?id=7", "203.0.113.50", "", "X-Api-Key", "key-A")
+	check("key-A", keyA, 5, 7, []string{"4", "3", "2", "1", "0"}, 720)
 	// Another key from the same address: buckets of its own.
 	check("key-B", run(6, "?policy=api", "GET", "/orders", "203.0.113.50", "", "X-Api-Key", "key-B"),
-		5, 1, []string{"4", "3", "2", "1", "0"}, "720", "719")
+		5, 1, []string{"4", "3", "2", "1", "0"}, 720)
 	// No key: the anonymous tier, by the client IP Traefik puts in
 	// X-Forwarded-For (the nodes trust loopback, where the test runs).
-	check("anonymous 203.0.113.60", run(5, "", "GET", "/", "203.0.113.60", ""), 3, 2, []string{"2", "1", "0"}, "1200", "1199")
-	check("anonymous 203.0.113.61", run(4, "", "GET", "/", "203.0.113.61", ""), 3, 1, []string{"2", "1", "0"}, "1200", "1199")
+	check("anonymous 203.0.113.60", run(5, "", "GET", "/", "203.0.113.60", ""), 3, 2, []string{"2", "1", "0"}, 1200)
+	check("anonymous 203.0.113.61", run(4, "", "GET", "/", "203.0.113.61", ""), 3, 1, []string{"2", "1", "0"}, 1200)
 	// /login: 2 an hour per IP, whatever the key; deny_status as asked.
 	check("login", run(4, "?deny_status=403", "POST", "/login?next=%2F", "203.0.113.70", "403", "X-Api-Key", "key-C"),
-		2, 2, []string{"1", "0"}, "1800", "1799")
+		2, 2, []string{"1", "0"}, 1800)
 
 	// The headers Traefik's authResponseHeaders would copy, on an
 	// admission; and on a refusal, those Traefik passes to the client.
@@ -162,7 +174,7 @@ func TestTraefikForwardAuthContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.status != 429 || a.header.Get("X-Ratelimit-Remaining") != "0" || a.header.Get("Ratelimit-Policy") != `"tier:free";q=5;w=3600` ||
-		!slices.Contains([]string{"720", "719"}, a.header.Get("Retry-After")) || a.header.Get("Content-Type") != "application/json" {
+		!retryAfterOK(a.header.Get("Retry-After"), 720, keyA.start, time.Now()) || a.header.Get("Content-Type") != "application/json" {
 		t.Errorf("refusal: %d %v %s", a.status, a.header, a.body)
 	}
 	// A client behind a Traefik that copies every header cannot name

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -157,10 +158,11 @@ func TestNginxAuthRequest(t *testing.T) {
 		ok, limited int
 		remaining   []string // X-RateLimit-Remaining of each 200
 		retryAfter  []string // Retry-After of each 429
+		start, end  time.Time
 	}
 	send := func(n int, method, uri string, header ...string) tally {
 		t.Helper()
-		var got tally
+		got := tally{start: time.Now()}
 		for range n {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+uri, strings.NewReader("a body nginx does not pass to ringlimit"))
@@ -199,30 +201,39 @@ func TestNginxAuthRequest(t *testing.T) {
 				t.Fatalf("%s %s: %d %v %s", method, uri, resp.StatusCode, resp.Header, body)
 			}
 		}
+		got.end = time.Now()
 		return got
 	}
-	check := func(what string, got tally, ok, limited int, remaining []string, retryAfter ...string) {
+	// check compares a tally with what the limit allows. A refusal's
+	// Retry-After is the time to the next token, whole seconds rounded up:
+	// token seconds (3600 / the hourly limit) less the time since the
+	// bucket was emptied, which lies between since (before the first
+	// spend) and the tally's end.
+	check := func(what string, got tally, ok, limited int, remaining []string, token int, since time.Time) {
 		t.Helper()
 		if got.ok != ok || got.limited != limited || !slices.Equal(got.remaining, remaining) {
 			t.Errorf("%s: %d × 200 (remaining %v), %d × 429; want %d (%v), %d", what, got.ok, got.remaining, got.limited, ok, remaining, limited)
 		}
+		lo := token - int(math.Ceil(got.end.Sub(since).Seconds()))
 		for _, ra := range got.retryAfter {
-			if !slices.Contains(retryAfter, ra) {
-				t.Errorf("%s: Retry-After %q, want one of %q", what, ra, retryAfter)
+			if n, err := strconv.Atoi(ra); err != nil || n < lo || n > token {
+				t.Errorf("%s: Retry-After %q, want %d to %d (%v since the first spend)", what, ra, lo, token, got.end.Sub(since).Round(time.Millisecond))
 			}
 		}
 	}
 	// One API key, 12 requests: the free tier's 5 reach the application;
-	// 7 are refused, a token being 3600s/5 = 720s away (719 once a second
-	// has passed).
-	check("key-A", send(12, "POST", "/orders?id=7", "X-API-Key", "key-A"), 5, 7, []string{"4", "3", "2", "1", "0"}, "720", "719")
+	// 7 are refused, a token being 3600s/5 = 720s away.
+	keyA := send(12, "POST", "/orders?id=7", "X-API-Key", "key-A")
+	check("key-A", keyA, 5, 7, []string{"4", "3", "2", "1", "0"}, 720, keyA.start)
 	// No key: the anonymous tier (3 an hour), by the client's address,
 	// which nginx sends as X-Real-IP and X-Forwarded-For.
-	check("anonymous", send(5, "GET", "/"), 3, 2, []string{"2", "1", "0"}, "1200", "1199")
+	anon := send(5, "GET", "/")
+	check("anonymous", anon, 3, 2, []string{"2", "1", "0"}, 1200, anon.start)
 	// /login: 2 an hour by address and route, whatever the key; the
 	// query string and a percent-encoded path do not escape it.
-	check("login", send(2, "POST", "/login?next=%2F", "X-API-Key", "key-B"), 2, 0, []string{"1", "0"})
-	check("login, encoded", send(2, "POST", "/log%69n", "X-API-Key", "key-C"), 0, 2, nil, "1800", "1799")
+	login := send(2, "POST", "/login?next=%2F", "X-API-Key", "key-B")
+	check("login", login, 2, 0, []string{"1", "0"}, 1800, login.start)
+	check("login, encoded", send(2, "POST", "/log%69n", "X-API-Key", "key-C"), 0, 2, nil, 1800, login.start)
 	if got := served.Load(); got != 5+3+2 {
 		t.Errorf("the application served %d requests, want %d: only admitted ones reach it", got, 5+3+2)
 	}
