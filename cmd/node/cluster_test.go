@@ -69,19 +69,20 @@ func (h *harness) start(name string, join ...string) (*node.Node, *testkit.LogSi
 	return h.startWith(name, joinArgs(join), nil)
 }
 
-// lanDetection gives an in-process node memberlist's LAN failure detection
-// (1s probes, 500ms probe timeout, suspicion for 4 probe intervals) and
-// keeps the loopback timings of everything else (joins, leaves and news
-// spread every 50ms). The nodes of an in-process test share one process
-// with the test's load: under -race on a busy machine their gossip
-// goroutines wait for a CPU longer than the loopback timings allow (100ms
-// probe timeout, 800ms to refute), and live members were declared dead
-// mid-test. No in-process test crashes a node (only a process can:
-// process_test.go), so none waits for the failure detector.
+// lanDetection gives an in-process node a failure detector patient
+// enough for a starved CPU (2s probes with a 1s probe timeout, suspicion
+// for 6 probe intervals scaled by Lifeguard up to 6 times) and keeps the
+// loopback timings of everything else (joins, leaves and news spread every
+// 50ms). The nodes of an in-process test share one process with the test's
+// load: under -race on a busy machine their gossip goroutines wait for a
+// CPU longer than the loopback timings allow (100ms probe timeout, 800ms to
+// refute), and even memberlist's LAN timings (1s probes, 500ms probe
+// timeout, 4 intervals of suspicion) declared live members dead mid-test.
+// No in-process test crashes a node (only a process can: process_test.go),
+// and a node that closes leaves at once, so none waits for the detector.
 func lanDetection(c *cluster.Config) {
-	lan := cluster.DefaultLANConfig()
-	c.ProbeInterval, c.ProbeTimeout = lan.ProbeInterval, lan.ProbeTimeout
-	c.SuspicionMult, c.SuspicionMaxTimeoutMult = lan.SuspicionMult, lan.SuspicionMaxTimeoutMult
+	c.ProbeInterval, c.ProbeTimeout = 2*time.Second, time.Second
+	c.SuspicionMult, c.SuspicionMaxTimeoutMult = 6, 6
 }
 
 // patientPeers gives a node a peer deadline of 10s (and check and write
