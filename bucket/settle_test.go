@@ -1,0 +1,178 @@
+package bucket
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/clock"
+)
+
+// TestSettleDebt: a budget of 1,000 refilling 1 token a second. Reserve
+// 100 and settle 30 gives 70 back; an overrun of 150 past zero is a debt
+// that a check of 1 waits out exactly: (150 + 1) seconds.
+func TestSettleDebt(t *testing.T) {
+	s := newStore(t, 16, 1)
+	l := MustLimit(TokenBucket, 1000, 1000*time.Second, 1000)
+	const k = "k"
+	sec := clock.Instant(time.Second)
+	type step struct {
+		do        string // "take" or "settle"
+		at        clock.Instant
+		n         int64
+		allowed   bool
+		remaining int64
+		retry     time.Duration
+	}
+	for i, st := range []step{
+		{"take", 0, 100, true, 900, 0},
+		{"settle", 0, 30 - 100, true, 970, 0},
+		{"take", 0, 870, true, 100, 0},
+		{"take", 0, 100, true, 0, 0},
+		{"settle", 0, 250 - 100, true, 0, 0},
+		{"take", 0, 1, false, 0, 151 * time.Second},
+		{"take", 150 * sec, 1, false, 0, time.Second},
+		{"take", 151 * sec, 1, true, 0, 0},
+		{"settle", 151 * sec, -1000, true, 1000, 0}, // a give-back stops at full
+	} {
+		var d Decision
+		var err error
+		if st.do == "take" {
+			d, err = s.Take(k, &l, st.at, st.n)
+		} else {
+			d, err = s.Settle(k, &l, st.at, st.n)
+		}
+		if err != nil || d.Allowed != st.allowed || d.Remaining != st.remaining || d.RetryAfter != st.retry {
+			t.Fatalf("step %d: %s(%v, %d) = %+v, %v; want allowed %v remaining %d retry %v", i, st.do, st.at, st.n, d, err, st.allowed, st.remaining, st.retry)
+		}
+	}
+}
+
+// TestDebtTravels: a state in debt keeps it through Used, Set, Merge,
+// MergeEach and Charge; a state without debt still saturates at the
+// capacity as before.
+func TestDebtTravels(t *testing.T) {
+	l := MustLimit(TokenBucket, 1000, 1000*time.Second, 1000)
+	src := newStore(t, 16, 1)
+	mustTake(t, src, "k", &l, 0, 1000)
+	if _, err := src.Settle("k", &l, 0, 150); err != nil {
+		t.Fatal(err)
+	}
+	_, used, _ := src.Used("k", 0)
+	if used != 1150 {
+		t.Fatalf("used in debt = %d, want 1150", used)
+	}
+	for name, apply := range map[string]func(*Store) error{
+		"Set":    func(s *Store) error { return s.Set("k", &l, 0, used) },
+		"Merge":  func(s *Store) error { return s.Merge("k", &l, 0, used) },
+		"Charge": func(s *Store) error { return s.Charge("k", &l, 0, used) },
+		"MergeEach": func(s *Store) error {
+			s.MergeEach(0, 1, func(int) (string, *Limit, int64) { return "k", &l, used })
+			return nil
+		},
+	} {
+		dst := newStore(t, 16, 1)
+		if err := apply(dst); err != nil {
+			t.Fatal(name, err)
+		}
+		if _, got, _ := dst.Used("k", 0); got != 1150 {
+			t.Errorf("%s: used %d, want 1150", name, got)
+		}
+		if d := mustTake(t, dst, "k", &l, 0, 1); d.Allowed || d.RetryAfter != 151*time.Second {
+			t.Errorf("%s: check of 1 = %+v, want refused for 151s", name, d)
+		}
+	}
+	// Two copies that both spent without debt still saturate at empty.
+	dst := newStore(t, 16, 1)
+	mustTake(t, dst, "k", &l, 0, 800)
+	if err := dst.Charge("k", &l, 0, 800); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, _ := dst.Used("k", 0); got != 1000 {
+		t.Errorf("Charge without debt: used %d, want 1000", got)
+	}
+	// The debt is floored at one capacity.
+	if _, err := dst.Settle("k", &l, 0, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, _ := dst.Used("k", 0); got != 2000 {
+		t.Errorf("floored debt: used %d, want 2000", got)
+	}
+	// A lease grants nothing from a key in debt.
+	if n := dst.Grant("k", &l, 0, 10); n != 0 {
+		t.Errorf("Grant in debt = %d", n)
+	}
+}
+
+func TestSettleRefusesWindows(t *testing.T) {
+	s := newStore(t, 16, 1)
+	l := MustLimit(FixedWindow, 10, time.Second, 0)
+	if _, err := s.Settle("k", &l, 0, 1); !errors.Is(err, ErrNotToken) {
+		t.Fatalf("Settle on a fixed window: %v", err)
+	}
+}
+
+func TestReservationID(t *testing.T) {
+	key := "i|tb:10/1s:10|user:42"
+	id := NewReservationID(key)
+	if got, err := ParseReservationID(id); err != nil || got != key {
+		t.Fatalf("ParseReservationID(%q) = %q, %v", id, got, err)
+	}
+	if NewReservationID(key) == id {
+		t.Fatal("two ids alike")
+	}
+	for _, bad := range []string{"", "r1.", "r2." + id[3:], id + "x", id[:len(id)-1], "r1..AAAAAAAAAAAAAAAA", "r1.a.AAAAAAAAAAAAAA*A", strings.Repeat("r", MaxReservationIDLen+1)} {
+		if _, err := ParseReservationID(bad); !errors.Is(err, ErrReservationID) {
+			t.Errorf("ParseReservationID(%q) = %v", bad, err)
+		}
+	}
+}
+
+func TestReservations(t *testing.T) {
+	l := MustLimit(TokenBucket, 10, time.Second, 10)
+	tab := NewReservations(2)
+	a := Reservation{ID: NewReservationID("a"), Key: "a", Limit: l, Reserved: 5, Expires: 100}
+	b := Reservation{ID: NewReservationID("b"), Key: "b", Limit: l, Reserved: 5, Expires: 200}
+	c := Reservation{ID: NewReservationID("c"), Key: "c", Limit: l, Reserved: 5, Expires: 300}
+	for _, r := range []Reservation{a, b} {
+		if err := tab.Add(r, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tab.Add(c, 99); !errors.Is(err, ErrReservationsFull) {
+		t.Fatalf("Add to a full table: %v", err)
+	}
+	if err := tab.Add(c, 100); err != nil { // a expired: room
+		t.Fatalf("Add after an expiry: %v", err)
+	}
+	if _, err := tab.Settle(a.ID, 1, 100); !errors.Is(err, ErrReservationNotFound) {
+		t.Fatalf("Settle of an expired id: %v", err)
+	}
+	forged := b.ID[:len(b.ID)-1] + "A"
+	if forged == b.ID {
+		forged = b.ID[:len(b.ID)-1] + "B"
+	}
+	if _, err := tab.Settle(forged, 1, 100); !errors.Is(err, ErrReservationNotFound) {
+		t.Fatalf("Settle of a forged nonce: %v", err)
+	}
+	if r, err := tab.Settle(b.ID, 7, 100); err != nil || r.Reserved != 5 || r.Settled {
+		t.Fatalf("Settle = %+v, %v", r, err)
+	}
+	if _, err := tab.Settle(b.ID, 7, 150); !errors.Is(err, ErrAlreadySettled) {
+		t.Fatalf("second Settle: %v", err)
+	}
+	// Merge: settled wins, by id; an unsettled copy does not undo it.
+	other := NewReservations(4)
+	other.Merge([]Reservation{b, c}, 100)
+	bs := b
+	bs.Settled, bs.SettledCost = true, 7
+	other.Merge([]Reservation{bs}, 100)
+	other.Merge([]Reservation{b}, 100)
+	if r, ok := other.Get(b.ID, 100); !ok || !r.Settled || r.SettledCost != 7 {
+		t.Fatalf("merged record %+v, %v", r, ok)
+	}
+	if got := other.AppendKey(nil, "c", 100); len(got) != 1 || got[0].ID != c.ID {
+		t.Fatalf("AppendKey = %+v", got)
+	}
+}
