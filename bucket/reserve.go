@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/clock"
@@ -137,6 +138,7 @@ type Reservation struct {
 // ErrAlreadySettled. It is safe for concurrent use.
 type Reservations struct {
 	max int
+	n   atomic.Int64 // len(ids), read without the lock
 	mu  sync.Mutex // guards the fields below
 	ids map[string]*Reservation
 	// byKey indexes the ids of each key, for the states that carry a key's
@@ -199,11 +201,16 @@ func (t *Reservations) sweep(now clock.Instant) bool {
 func (t *Reservations) insert(r *Reservation) {
 	if _, ok := t.ids[r.ID]; !ok {
 		t.byKey[r.Key] = append(t.byKey[r.Key], r.ID)
+		t.n.Add(1)
 	}
 	t.ids[r.ID] = r
 }
 
 func (t *Reservations) remove(id, key string) {
+	if _, ok := t.ids[id]; !ok {
+		return
+	}
+	t.n.Add(-1)
 	delete(t.ids, id)
 	ids := t.byKey[key]
 	for i, x := range ids {
@@ -263,6 +270,9 @@ func (t *Reservations) Get(id string, now clock.Instant) (Reservation, bool) {
 
 // AppendKey appends key's unexpired records at now to dst.
 func (t *Reservations) AppendKey(dst []Reservation, key string, now clock.Instant) []Reservation {
+	if t.Empty() {
+		return dst
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range t.byKey[key] {
@@ -271,6 +281,18 @@ func (t *Reservations) AppendKey(dst []Reservation, key string, now clock.Instan
 		}
 	}
 	return dst
+}
+
+// Empty reports whether the table holds no record, without its lock.
+func (t *Reservations) Empty() bool { return t.n.Load() == 0 }
+
+// Remove drops id's record (a reserving check that was refused after all).
+func (t *Reservations) Remove(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r, ok := t.ids[id]; ok {
+		t.remove(id, r.Key)
+	}
 }
 
 // HasKey reports whether the table holds records of key.
