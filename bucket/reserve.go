@@ -139,7 +139,7 @@ type Reservation struct {
 type Reservations struct {
 	max int
 	n   atomic.Int64 // len(ids), read without the lock
-	mu  sync.Mutex // guards the fields below
+	mu  sync.Mutex   // guards the fields below
 	ids map[string]*Reservation
 	// byKey indexes the ids of each key, for the states that carry a key's
 	// records to other nodes.
