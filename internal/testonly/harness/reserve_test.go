@@ -1,0 +1,183 @@
+package harness_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/forward"
+	"github.com/ringlimit/ringlimit/internal/testonly/harness"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
+)
+
+// budget is 1,000 tokens refilling 1 a second; the tests' clock is fake,
+// so nothing refills unless a test says so.
+var budget = bucket.MustLimit(bucket.TokenBucket, 1000, 1000*time.Second, 1000)
+
+func startFake(t *testing.T) (*harness.Cluster, *testkit.Clock) {
+	t.Helper()
+	clk := testkit.NewClock(0)
+	return harness.Start(t, harness.Options{PeerTimeout: peerTimeout, Clock: clk}, "A", "B", "C"), clk
+}
+
+// reserve checks cost of key with a reservation through n.
+func reserve(t *testing.T, n *harness.Node, key string, cost int64, ttl time.Duration) forward.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	out := make([]forward.Result, 1)
+	if err := n.Router.Check(ctx, []forward.Check{{Key: key, Limit: budget, Cost: cost, Mode: bucket.FailClosed, Reserve: ttl}}, out); err != nil {
+		t.Fatalf("reserve %d of %s through %s: %v", cost, key, n.Name, err)
+	}
+	return out[0]
+}
+
+func check(t *testing.T, n *harness.Node, key string, cost int64) forward.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	out := make([]forward.Result, 1)
+	if err := n.Router.Check(ctx, []forward.Check{{Key: key, Limit: budget, Cost: cost, Mode: bucket.FailClosed}}, out); err != nil {
+		t.Fatalf("check %d of %s through %s: %v", cost, key, n.Name, err)
+	}
+	return out[0]
+}
+
+func settle(t *testing.T, n *harness.Node, id string, cost int64) (forward.SettleResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	return n.Router.Settle(ctx, id, cost)
+}
+
+// TestReserveSettleThreeNodes: a budget of 1,000 on a key C owns, through
+// every entry node. Reserve 100 and settle 30: 970 left; the same settle
+// through the two other nodes applies once (ALREADY_SETTLED). Spend to
+// 100, reserve it and settle 250: a debt of 150, and a check of 1 through
+// every node is refused for exactly 151 s. A settle after the TTL is not
+// found and the reserved spend stays.
+func TestReserveSettleThreeNodes(t *testing.T) {
+	c, clk := startFake(t)
+	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
+	key := c.KeyWith("C", "B", "llm")
+
+	r := reserve(t, a, key, 100, 5*time.Minute)
+	if !r.Allowed || r.Remaining != 900 || r.Reservation == "" || r.Owner != "C" {
+		t.Fatalf("reserve 100 through A: %+v", r)
+	}
+	if s, err := settle(t, b, r.Reservation, 30); err != nil || s.Remaining != 970 || s.Cost != 30 || s.Owner != "C" {
+		t.Fatalf("settle 30 through B: %+v, %v", s, err)
+	}
+	for _, n := range []*harness.Node{own, a} {
+		if _, err := settle(t, n, r.Reservation, 30); !errors.Is(err, forward.ErrAlreadySettled) {
+			t.Fatalf("the same settle through %s: %v, want already settled", n.Name, err)
+		}
+	}
+	if got := c.Used("C", key); got != 30 {
+		t.Fatalf("C's key has spent %d, want 30", got)
+	}
+	if res := check(t, own, key, 870); !res.Allowed || res.Remaining != 100 {
+		t.Fatalf("spend 870 through C: %+v", res)
+	}
+	r = reserve(t, b, key, 100, 5*time.Minute)
+	if !r.Allowed || r.Remaining != 0 || r.Reservation == "" {
+		t.Fatalf("reserve the last 100 through B: %+v", r)
+	}
+	if s, err := settle(t, own, r.Reservation, 250); err != nil || s.Remaining != 0 {
+		t.Fatalf("settle 250 through C: %+v, %v", s, err)
+	}
+	for _, n := range []*harness.Node{a, b, own} {
+		if res := check(t, n, key, 1); res.Allowed || res.Remaining != 0 || res.RetryAfter != 151*time.Second {
+			t.Fatalf("check of 1 in a debt of 150 through %s: %+v, want refused for 151s", n.Name, res)
+		}
+	}
+	if res := reserve(t, a, key, 1, time.Minute); res.Allowed || res.Reservation != "" {
+		t.Fatalf("a refused reserve: %+v, want no reservation", res)
+	}
+
+	// A reservation made through each entry node settles through the next.
+	nodes := []*harness.Node{a, b, own}
+	for i, n := range nodes {
+		k := c.KeyOwnedBy([]string{"A", "B", "C"}[(i+1)%3], "each")
+		r := reserve(t, n, k, 10, time.Minute)
+		if s, err := settle(t, nodes[(i+1)%3], r.Reservation, 4); err != nil || s.Remaining != 996 {
+			t.Fatalf("reserve through %s, settle 4 through the next: %+v, %v", n.Name, s, err)
+		}
+	}
+
+	// After the TTL: not found, and the reserved spend stays.
+	ttlKey := c.KeyWith("A", "C", "ttl")
+	r = reserve(t, b, ttlKey, 100, time.Second)
+	clk.Advance(time.Second)
+	if _, err := settle(t, own, r.Reservation, 0); !errors.Is(err, forward.ErrReservationNotFound) {
+		t.Fatalf("settle after the TTL: %v, want not found", err)
+	}
+	if got := c.Used("A", ttlKey); got != 100-1 { // a second refilled 1
+		t.Fatalf("after an expired reservation the key has spent %d, want 99", got)
+	}
+}
+
+// TestReserveSettleAfterOwnerCrash: the owner C dies right after a
+// reserve; its successor B, which holds the replica and the record,
+// settles the reservation exactly once.
+func TestReserveSettleAfterOwnerCrash(t *testing.T) {
+	c, _ := startFake(t)
+	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
+	key := c.KeyWith("C", "B", "crash")
+	r := reserve(t, a, key, 100, 5*time.Minute)
+	if !r.Allowed || r.Reservation == "" {
+		t.Fatalf("reserve: %+v", r)
+	}
+	synced(t, c, "C")
+	own.Stop() // kill -9: nothing it says reaches the others
+	harness.SetView([]*harness.Node{a, b}, []*harness.Node{a, b}, "C")
+	if s, err := settle(t, a, r.Reservation, 30); err != nil || s.Owner != "B" || s.Remaining != 970 {
+		t.Fatalf("settle 30 through A after C died: %+v, %v", s, err)
+	}
+	for _, n := range []*harness.Node{a, b} {
+		if _, err := settle(t, n, r.Reservation, 30); !errors.Is(err, forward.ErrAlreadySettled) {
+			t.Fatalf("settle again through %s: %v, want already settled", n.Name, err)
+		}
+	}
+	if got := c.Used("B", key); got != 30 {
+		t.Fatalf("B's key has spent %d, want 30", got)
+	}
+}
+
+// TestReserveHandoffOnLeave: C leaves; the key's new owner gets the
+// reservation and the debt with the key: the debt stands, and the
+// reservation settles there once.
+func TestReserveHandoffOnLeave(t *testing.T) {
+	c, _ := startFake(t)
+	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
+	debt := c.KeyWith("C", "A", "debt")
+	open := c.KeyWith("C", "A", "open")
+
+	r := reserve(t, b, debt, 1000, 5*time.Minute)
+	if _, err := settle(t, b, r.Reservation, 1150); err != nil {
+		t.Fatal(err)
+	}
+	pending := reserve(t, b, open, 100, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	harness.SetView([]*harness.Node{a, b}, []*harness.Node{a, b})
+	if err := own.Router.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Used("A", debt); got != 1150 {
+		t.Fatalf("A's copy of the key in debt has spent %d, want 1150", got)
+	}
+	for _, n := range []*harness.Node{a, b} {
+		if res := check(t, n, debt, 1); res.Allowed || res.RetryAfter != 151*time.Second {
+			t.Fatalf("check of 1 through %s after the handoff: %+v, want refused for 151s", n.Name, res)
+		}
+	}
+	if _, err := settle(t, b, r.Reservation, 0); !errors.Is(err, forward.ErrAlreadySettled) {
+		t.Fatalf("the settled reservation after the handoff: %v, want already settled", err)
+	}
+	if s, err := settle(t, b, pending.Reservation, 40); err != nil || s.Owner != "A" || s.Remaining != 960 {
+		t.Fatalf("settle the handed-off reservation: %+v, %v", s, err)
+	}
+}
