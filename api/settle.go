@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,8 +9,12 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
 // Reserve and settle (issue 32): a check with "reserve": true that is
@@ -46,16 +51,7 @@ type SettleResponse struct {
 // reserveTTL returns the reservation TTL of an inline check: 0 without
 // reserve. Every error names its field.
 func (req *CheckRequest) reserveTTL(l *bucket.Limit) (time.Duration, error) {
-	if !req.Reserve {
-		if req.ReserveTTL != "" {
-			return 0, errors.New("reserve_ttl: needs \"reserve\": true")
-		}
-		return 0, nil
-	}
-	if err := bucket.CheckReserve(l.Algorithm()); err != nil {
-		return 0, err
-	}
-	ttl := bucket.DefaultReserveTTL
+	var ttl time.Duration
 	if req.ReserveTTL != "" {
 		d, err := time.ParseDuration(req.ReserveTTL)
 		if err != nil {
@@ -63,7 +59,26 @@ func (req *CheckRequest) reserveTTL(l *bucket.Limit) (time.Duration, error) {
 		}
 		ttl = d
 	}
-	if err := bucket.CheckReserveTTL("reserve_ttl", ttl); err != nil {
+	return reserveTTL(req.Reserve, ttl, req.ReserveTTL != "", "reserve_ttl", l)
+}
+
+// reserveTTL validates a check's reserve fields, ttl under the name field
+// (given says whether the request gave it): 0 without reserve,
+// bucket.DefaultReserveTTL when not given.
+func reserveTTL(reserve bool, ttl time.Duration, given bool, field string, l *bucket.Limit) (time.Duration, error) {
+	if !reserve {
+		if given {
+			return 0, fmt.Errorf("%s: needs reserve", field)
+		}
+		return 0, nil
+	}
+	if err := bucket.CheckReserve(l.Algorithm()); err != nil {
+		return 0, err
+	}
+	if !given {
+		return bucket.DefaultReserveTTL, nil
+	}
+	if err := bucket.CheckReserveTTL(field, ttl); err != nil {
 		return 0, err
 	}
 	return ttl, nil
@@ -146,4 +161,36 @@ func (m *metrics) countReservation(r *forward.Result) {
 		res = "degraded"
 	}
 	m.reservations.WithLabelValues(res).Inc()
+}
+
+// Settle is the public gRPC Settle: NotFound (RESERVATION_NOT_FOUND),
+// AlreadyExists (ALREADY_SETTLED), InvalidArgument naming the field,
+// Unavailable when the key's owner cannot be reached.
+func (g *grpcServer) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.SettleResponse, error) {
+	a := g.api
+	priv := a.privateGRPC(ctx)
+	cost := req.GetCost()
+	if err := validateSettle(req.GetReservation(), &cost); err != nil {
+		a.m.invalid.WithLabelValues("grpc").Inc()
+		a.m.settles.WithLabelValues("error").Inc()
+		return nil, status.Error(codes.InvalidArgument, a.message(err, priv))
+	}
+	res, err := a.d.Settle(ctx, req.GetReservation(), cost)
+	switch {
+	case err == nil:
+		a.m.settles.WithLabelValues("ok").Inc()
+		resp := &pb.SettleResponse{Settled: true, Cost: res.Cost, Remaining: res.Remaining, Limit: res.Limit, Owner: res.Owner}
+		if priv {
+			resp.Owner = ""
+		}
+		return resp, nil
+	case errors.Is(err, forward.ErrReservationNotFound):
+		a.m.settles.WithLabelValues("not_found").Inc()
+		return nil, status.Error(codes.NotFound, CodeReservationNotFound+": reservation not found (unknown, or expired: its reserved spend stays)")
+	case errors.Is(err, forward.ErrAlreadySettled):
+		a.m.settles.WithLabelValues("already_settled").Inc()
+		return nil, status.Error(codes.AlreadyExists, CodeAlreadySettled+": reservation already settled; nothing changed")
+	}
+	a.m.settles.WithLabelValues("error").Inc()
+	return nil, grpcError(err, priv)
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -8,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/bucket"
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
 // budget is 1,000 tokens refilling 1 a second.
@@ -158,4 +163,49 @@ func FuzzSettleBody(f *testing.F) {
 			t.Fatalf("%q: %d %s", body, got.status, got.body)
 		}
 	})
+}
+
+// TestGRPCReserveSettle: the same over gRPC: reserve 100 of 1,000, settle
+// 30 (970 left), again (AlreadyExists), a bad id (InvalidArgument), a
+// policy request with reserve (InvalidArgument), an unknown id (NotFound).
+func TestGRPCReserveSettle(t *testing.T) {
+	e := newTestEnv(t, nil)
+	c := e.startGRPC(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	one := int64(100)
+	resp, err := c.Check(ctx, &pb.CheckRequest{Checks: []*pb.Check{{Key: "llm", Cost: &one, Reserve: true, ReserveTtlMs: 60_000,
+		Limit: &pb.Limit{Limit: 1000, PerMs: 1_000_000}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := resp.GetDecisions()[0]
+	if !d.GetAllowed() || d.GetRemaining() != 900 || !strings.HasPrefix(d.GetReservation(), "r1.") {
+		t.Fatalf("reserve: %v", d)
+	}
+	s, err := c.Settle(ctx, &pb.SettleRequest{Reservation: d.GetReservation(), Cost: 30})
+	if err != nil || !s.GetSettled() || s.GetRemaining() != 970 || s.GetCost() != 30 {
+		t.Fatalf("settle 30: %v, %v", s, err)
+	}
+	for _, c2 := range []struct {
+		req  *pb.SettleRequest
+		code codes.Code
+	}{
+		{&pb.SettleRequest{Reservation: d.GetReservation(), Cost: 30}, codes.AlreadyExists},
+		{&pb.SettleRequest{Reservation: "bad", Cost: 30}, codes.InvalidArgument},
+		{&pb.SettleRequest{Reservation: d.GetReservation(), Cost: -1}, codes.InvalidArgument},
+		{&pb.SettleRequest{Reservation: bucket.NewReservationID("i|x"), Cost: 1}, codes.NotFound},
+	} {
+		if _, err := c.Settle(ctx, c2.req); status.Code(err) != c2.code {
+			t.Errorf("Settle(%v) = %v, want %v", c2.req, err, c2.code)
+		}
+	}
+	_, err = c.Check(ctx, &pb.CheckRequest{Checks: []*pb.Check{{Request: &pb.PolicyRequest{User: "u"}, Reserve: true}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "reserve is for inline limits") {
+		t.Errorf("policy request with reserve: %v", err)
+	}
+	_, err = c.Check(ctx, &pb.CheckRequest{Checks: []*pb.Check{{Key: "k", Reserve: true, ReserveTtlMs: 500, Limit: &pb.Limit{Limit: 10, PerMs: 1000}}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "reserve_ttl_ms: must be between") {
+		t.Errorf("reserve_ttl_ms 500: %v", err)
+	}
 }
