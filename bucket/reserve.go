@@ -130,6 +130,9 @@ type Reservation struct {
 	// Settled is true once settled, with the cost it settled at.
 	Settled     bool
 	SettledCost int64
+	// unsent is true for a record added or settled since AppendChanged
+	// last handed it out.
+	unsent bool
 }
 
 // Reservations is a node's table of reservations, bounded in records:
@@ -199,6 +202,7 @@ func (t *Reservations) sweep(now clock.Instant) bool {
 }
 
 func (t *Reservations) insert(r *Reservation) {
+	r.unsent = true
 	if _, ok := t.ids[r.ID]; !ok {
 		t.byKey[r.Key] = append(t.byKey[r.Key], r.ID)
 		t.n.Add(1)
@@ -244,7 +248,7 @@ func (t *Reservations) Settle(id string, cost int64, now clock.Instant) (Reserva
 		return *r, ErrAlreadySettled
 	}
 	prev := *r
-	r.Settled, r.SettledCost = true, cost
+	r.Settled, r.SettledCost, r.unsent = true, cost, true
 	return prev, nil
 }
 
@@ -281,6 +285,36 @@ func (t *Reservations) AppendKey(dst []Reservation, key string, now clock.Instan
 		}
 	}
 	return dst
+}
+
+// AppendChanged appends to dst key's unexpired records at now that were
+// added or settled since it last handed them out, and marks them handed
+// out: a replication round carries each change once (Resend puts back what
+// a round failed to deliver).
+func (t *Reservations) AppendChanged(dst []Reservation, key string, now clock.Instant) []Reservation {
+	if t.Empty() {
+		return dst
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range t.byKey[key] {
+		if r := t.ids[id]; r.unsent && r.Expires > now {
+			r.unsent = false
+			dst = append(dst, *r)
+		}
+	}
+	return dst
+}
+
+// Resend marks the records ids as changed again (their copy was lost).
+func (t *Reservations) Resend(ids []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		if r, ok := t.ids[id]; ok {
+			r.unsent = true
+		}
+	}
 }
 
 // Empty reports whether the table holds no record, without its lock.
@@ -326,7 +360,7 @@ func (t *Reservations) Merge(rs []Reservation, now clock.Instant) int {
 			continue
 		}
 		if in.Settled && !r.Settled {
-			r.Settled, r.SettledCost = true, in.SettledCost
+			r.Settled, r.SettledCost, r.unsent = true, in.SettledCost, true
 		}
 		r.Expires = max(r.Expires, in.Expires)
 		n++

@@ -176,3 +176,32 @@ func TestReservations(t *testing.T) {
 		t.Fatalf("AppendKey = %+v", got)
 	}
 }
+
+// TestReservationsChanged: a round hands out each change once: a new
+// record, then its settle; Resend hands a lost one out again.
+func TestReservationsChanged(t *testing.T) {
+	l := MustLimit(TokenBucket, 10, time.Second, 10)
+	tab := NewReservations(4)
+	r := Reservation{ID: NewReservationID("k"), Key: "k", Limit: l, Reserved: 5, Expires: 100}
+	if err := tab.Add(r, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 0} {
+		if got := len(tab.AppendChanged(nil, "k", 0)); got != want {
+			t.Fatalf("round %d: %d changed, want %d", i, got, want)
+		}
+	}
+	if _, err := tab.Settle(r.ID, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := tab.AppendChanged(nil, "k", 0); len(got) != 1 || !got[0].Settled || got[0].SettledCost != 2 {
+		t.Fatalf("after the settle: %+v", got)
+	}
+	tab.Resend([]string{r.ID})
+	if got := len(tab.AppendChanged(nil, "k", 0)); got != 1 {
+		t.Fatalf("after Resend: %d changed, want 1", got)
+	}
+	if got := len(tab.AppendKey(nil, "k", 0)); got != 1 {
+		t.Fatalf("AppendKey: %d, want every record (1)", got)
+	}
+}

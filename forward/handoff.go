@@ -183,7 +183,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			// (what last hops spent on our copy meanwhile) and then deleted.
 			had, _ := h.shared.used(owner, s.Key, now)
 			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0),
-				Reservations: appendRecords(h.resv, nil, s.Key, now)})
+				Reservations: appendRecords(h.resv, nil, s.Key, now, false)})
 			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)

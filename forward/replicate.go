@@ -220,6 +220,7 @@ func (p *replicator) sendOwned(ctx context.Context) {
 	v := p.view()
 	now := p.clock.Now()
 	out := newOutbox()
+	out.all = true
 	p.store.Range(now, func(batch []bucket.Snapshot) bool {
 		p.add(v, out, batch)
 		return ctx.Err() == nil
@@ -273,6 +274,7 @@ type outbox struct {
 	unacked map[string][]int64
 	orphans []bucket.Snapshot // spent keys of this node's with no live successor
 	alone   bool              // on a ring of one: no copies at all
+	all     bool              // every reservation record of each key, not the changed ones
 }
 
 func newOutbox() *outbox {
@@ -297,17 +299,20 @@ func (p *replicator) add(v *view, out *outbox, batch []bucket.Snapshot) {
 		if s.Used == 0 || ownerIn(v.ring, p.self, s.Key) != p.self {
 			continue // full (so is the replica), or not ours: a copy the handoff moves
 		}
+		// A round carries what changed; a resync (sendOwned) everything.
+		recs := appendRecords(p.resv, nil, s.Key, now, !out.all)
 		copies := 0
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
 				out.states[succ] = append(out.states[succ], peermsg.State{Key: s.Key, Limit: s.Limit, Used: s.Used,
-					Reservations: appendRecords(p.resv, nil, s.Key, now)})
+					Reservations: recs})
 				out.unacked[succ] = append(out.unacked[succ], s.Unacked)
 				copies++
 			}
 		}
 		if copies == 0 {
 			out.orphans = append(out.orphans, bucket.Snapshot{Key: strings.Clone(s.Key), Unacked: s.Unacked})
+			p.resend(recs)
 		}
 	}
 }
@@ -345,8 +350,15 @@ func (p *replicator) sendTo(ctx context.Context, succ string, states []peermsg.S
 			return false
 		}
 		now := p.clock.Now()
+		var lost []string
 		for i := off; i < len(states); i++ {
 			p.store.Mark(states[i].Key, now, unacked[i])
+			for _, rec := range states[i].Reservations {
+				lost = append(lost, rec.ID)
+			}
+		}
+		if len(lost) > 0 {
+			p.resv.Resend(lost)
 		}
 		return false
 	}
@@ -391,20 +403,37 @@ func (p *replicator) addDirty(v *view, out *outbox) {
 		if ownerIn(v.ring, p.self, key) != p.self {
 			continue
 		}
-		recs := appendRecords(p.resv, nil, key, now)
+		recs := appendRecords(p.resv, nil, key, now, true)
 		if len(recs) == 0 {
-			continue
+			continue // a round of the key's spend carried them already
 		}
 		rec, _ := p.resv.Get(recs[0].ID, now)
 		st := peermsg.State{Key: key, Limit: rec.Limit, Reservations: recs}
 		if l, used, ok := p.store.Used(key, now); ok && l == rec.Limit {
 			st.Used = used
 		}
+		copies := 0
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
 				out.states[succ] = append(out.states[succ], st)
 				out.unacked[succ] = append(out.unacked[succ], 0)
+				copies++
 			}
 		}
+		if copies == 0 {
+			p.resend(recs)
+		}
 	}
+}
+
+// resend puts records a round took but did not send back for the next.
+func (p *replicator) resend(recs []peermsg.Reservation) {
+	if len(recs) == 0 {
+		return
+	}
+	ids := make([]string, len(recs))
+	for i := range recs {
+		ids[i] = recs[i].ID
+	}
+	p.resv.Resend(ids)
 }

@@ -184,15 +184,25 @@ func (r *Router) takeReserved(c *Check, now clock.Instant) (d bucket.Decision, u
 
 // appendRecords appends key's records, for a state read at now, to dst.
 func (r *Router) appendRecords(dst []peermsg.Reservation, key string, now clock.Instant) []peermsg.Reservation {
-	return appendRecords(r.resv, dst, key, now)
+	return appendRecords(r.resv, dst, key, now, false)
 }
 
-func appendRecords(t *bucket.Reservations, dst []peermsg.Reservation, key string, now clock.Instant) []peermsg.Reservation {
+// appendRecords appends key's records to dst: all of them, or with
+// changed only those added or settled since the last call with changed (a
+// replication round: a key reserved often would otherwise carry every
+// record it holds until their TTL in every round).
+func appendRecords(t *bucket.Reservations, dst []peermsg.Reservation, key string, now clock.Instant, changed bool) []peermsg.Reservation {
 	if t == nil || t.Empty() {
 		return dst
 	}
 	var buf [4]bucket.Reservation
-	for _, rec := range t.AppendKey(buf[:0], key, now) {
+	recs := buf[:0]
+	if changed {
+		recs = t.AppendChanged(recs, key, now)
+	} else {
+		recs = t.AppendKey(recs, key, now)
+	}
+	for _, rec := range recs {
 		dst = append(dst, peermsg.Reservation{ID: rec.ID, Reserved: rec.Reserved, TTL: rec.Expires.Sub(now),
 			Settled: rec.Settled, SettledCost: rec.SettledCost})
 	}
