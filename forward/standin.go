@@ -194,7 +194,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 		c := &checks[i]
 		reqs[j] = peermsg.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync,
 			ReserveTTL: reserveTTL(c)}
-		if !final && c.Lease && !c.Refund && r.leases.ask(c.Key) {
+		if !final && c.Lease && !c.Refund && c.Reserve == 0 && r.leases.ask(c.Key) {
 			reqs[j].Lease = r.leases.size(c, v.len())
 			asked = append(asked, c.Key)
 		}

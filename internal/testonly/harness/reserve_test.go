@@ -181,3 +181,34 @@ func TestReserveHandoffOnLeave(t *testing.T) {
 		t.Fatalf("settle the handed-off reservation: %+v, %v", s, err)
 	}
 }
+
+// TestReserveNeverFromLease: A holds a lease of a hot key C owns and
+// admits plain checks from it; a reserve through A still goes to C, which
+// records the reservation.
+func TestReserveNeverFromLease(t *testing.T) {
+	c, _ := startFake(t)
+	a := c.Node("A")
+	key := c.KeyWith("C", "B", "hot")
+	hot := bucket.MustLimit(bucket.TokenBucket, 1000, time.Second, 1000) // leases of more than one token
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	out := make([]forward.Result, 1)
+	leased := false
+	for range 20 {
+		if err := a.Router.Check(ctx, []forward.Check{{Key: key, Limit: hot, Cost: 1, Mode: bucket.FailClosed, Lease: true}}, out); err != nil {
+			t.Fatal(err)
+		}
+		if leased = out[0].Leased; leased && out[0].Remaining > 0 {
+			break // the lease has tokens left
+		}
+	}
+	if !leased {
+		t.Fatal("no check was admitted from a lease")
+	}
+	if err := a.Router.Check(ctx, []forward.Check{{Key: key, Limit: hot, Cost: 1, Mode: bucket.FailClosed, Lease: true, Reserve: time.Minute}}, out); err != nil {
+		t.Fatal(err)
+	}
+	if r := out[0]; !r.Allowed || r.Leased || r.Owner != "C" || r.Reservation == "" {
+		t.Fatalf("reserve through a node holding a lease: %+v, want decided by C with a reservation", r)
+	}
+}
