@@ -209,3 +209,43 @@ func TestGRPCReserveSettle(t *testing.T) {
 		t.Errorf("reserve_ttl_ms 500: %v", err)
 	}
 }
+
+// FuzzReserveFields: whatever reserve, reserve_ttl and algorithm a check
+// names, it answers 200 (with a reservation exactly when it reserved),
+// 429, or a 400 naming a field that leaves the store as it was.
+func FuzzReserveFields(f *testing.F) {
+	f.Add(true, "5m", "token_bucket", int64(1))
+	f.Add(true, "0.5s", "", int64(2))
+	f.Add(false, "1m", "", int64(1))
+	f.Add(true, "", "fixed_window", int64(1))
+	f.Add(true, "24h0m1s", "token_bucket", int64(-1))
+	e := newTestEnv(f, nil)
+	srv := httptest.NewServer(e.api.Handler(nil))
+	f.Cleanup(srv.Close)
+	s := &httpServer{url: srv.URL, client: srv.Client()}
+	f.Fuzz(func(t *testing.T, reserve bool, ttl, alg string, cost int64) {
+		body, _ := json.Marshal(map[string]any{"key": "fuzz", "cost": cost, "reserve": reserve, "reserve_ttl": ttl,
+			"limit": map[string]any{"algorithm": alg, "limit": 1000, "per": "1000s"}})
+		before := e.store.Len()
+		got := s.do(t, http.MethodPost, "/v1/check", "application/json", body)
+		m := decodeMap(t, got.body)
+		switch got.status {
+		case 200:
+			if id, _ := m["reservation"].(string); (id != "") != reserve {
+				t.Fatalf("%s: reservation %q", body, id)
+			}
+		case 429:
+		case 400:
+			msg, _ := m["message"].(string)
+			field, _, ok := strings.Cut(msg, ":")
+			if !ok || strings.Contains(field, " ") {
+				t.Fatalf("%s: 400 %q names no field", body, msg)
+			}
+			if e.store.Len() != before {
+				t.Fatalf("%s: a 400 changed the store", body)
+			}
+		default:
+			t.Fatalf("%s: %d %s", body, got.status, got.body)
+		}
+	})
+}
