@@ -90,7 +90,7 @@ type wireState struct {
 	key          string
 	limit        wireLimit
 	used         int64
-	reservations []peermsg.Reservation // at most MaxStateReservations kept
+	reservations []peermsg.Reservation // validStates keeps MaxStateReservations
 }
 
 func (s *wireState) parse(b []byte) error {
@@ -108,9 +108,7 @@ func (s *wireState) parse(b []byte) error {
 			if err != nil {
 				return err
 			}
-			if len(s.reservations) < MaxStateReservations {
-				s.reservations = append(s.reservations, r)
-			}
+			s.reservations = append(s.reservations, r)
 		}
 		return nil
 	})
@@ -195,7 +193,8 @@ func (m *replicateIn) validStates() []State {
 		if err != nil || bucket.CheckKey(w.key) != nil || w.used < 0 {
 			continue
 		}
-		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used, Reservations: w.reservations})
+		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
+			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)]})
 	}
 	return m.valid
 }

@@ -318,6 +318,8 @@ func FuzzReplicateParse(f *testing.F) {
 	f.Add((&replicateBatch{from: "a", version: 1, states: []State{{Key: "k", Limit: hourly(10), Used: 1}}}).appendTo(nil))
 	f.Add((&replicateBatch{from: "a", states: []State{{}, {Key: "j"}}}).appendTo(nil))
 	f.Add((&replicateAck{accepted: 3}).appendTo(nil))
+	f.Add((&replicateBatch{from: "a", states: []State{{Key: "k", Limit: hourly(10), Used: 4, Reservations: []peermsg.Reservation{
+		{ID: "r1.aw.AAAAAAAAAAAAAAAA", Reserved: 4, TTL: time.Minute, Settled: true, SettledCost: 9}}}}}).appendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m replicateIn
 		if m.parse(bytes.Clone(b)) == nil {

@@ -224,6 +224,8 @@ func FuzzWireParse(f *testing.F) {
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{allowed: true, remaining: -1}}}).appendTo(nil))
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{redirect: "c"}}}).appendTo(nil))
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{retryAfterMs: 1000, full: true}}}).appendTo(nil))
+	f.Add((&checkBatch{from: "a", id: 1, checks: []wireCheck{{key: "k", cost: 1, reserveTTLNs: int64(time.Minute)}}}).appendTo(nil))
+	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{allowed: true, reservation: "r1.aw.AAAAAAAAAAAAAAAA"}}}).appendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m checkBatch
 		if m.parse(bytes.Clone(b)) == nil {
