@@ -212,3 +212,63 @@ func TestReserveNeverFromLease(t *testing.T) {
 		t.Fatalf("reserve through a node holding a lease: %+v, want decided by C with a reservation", r)
 	}
 }
+
+// TestReserveDegradedHasNone: with the owner C and its successor B cut
+// off, A answers a reserve in its failure mode (fail_open): admitted,
+// degraded, and with no reservation; a settle through A fails as
+// unavailable and changes nothing, and once the links heal the same
+// settle applies, once.
+func TestReserveDegradedHasNone(t *testing.T) {
+	c := harness.Start(t, opts, "A", "B", "C")
+	a := c.Node("A")
+	key := c.KeyWith("C", "B", "cut")
+	slow := bucket.MustLimit(bucket.TokenBucket, 1000, 1000*time.Hour, 1000) // the clock is real: nothing refills meanwhile
+	ctx, cancel := context.WithTimeout(context.Background(), 3*checkTimeout)
+	defer cancel()
+	before, err := a.Router.Settle(ctx, "r1.x.AAAAAAAAAAAAAAAA", 1) // a malformed key part: invalid
+	if !errors.Is(err, forward.ErrInvalid) {
+		t.Fatalf("settle of a malformed id: %+v, %v", before, err)
+	}
+	out := make([]forward.Result, 1)
+	if err := a.Router.Check(ctx, []forward.Check{{Key: key, Limit: slow, Cost: 100, Mode: bucket.FailOpen, Reserve: time.Minute}}, out); err != nil || out[0].Reservation == "" {
+		t.Fatalf("reserve before the cut: %+v, %v", out[0], err)
+	}
+	id := out[0].Reservation
+	c.Net.Isolate("B")
+	c.Net.Isolate("C")
+	if _, err := a.Router.Settle(ctx, id, 30); !errors.Is(err, forward.ErrUnavailable) {
+		t.Fatalf("settle with the owner cut off: %v, want unavailable", err)
+	}
+	// Another key: a check cut off on its way back may have spent on C.
+	other := c.KeyWith("C", "B", "cut-other")
+	if err := a.Router.Check(ctx, []forward.Check{{Key: other, Limit: slow, Cost: 5, Mode: bucket.FailOpen, Reserve: time.Minute}}, out); err != nil {
+		t.Fatal(err)
+	}
+	if r := out[0]; !r.Allowed || !r.Degraded || r.Reservation != "" {
+		t.Fatalf("reserve with the owner cut off: %+v, want admitted, degraded, no reservation", r)
+	}
+	c.Net.Restore("B")
+	c.Net.Restore("C")
+	// The settle sent during the cut may have reached C with its answer
+	// lost: the retry then answers already settled. Either way it applied
+	// once.
+	testkit.WaitFor(t, 5*time.Second, "the settle after the heal", func() error {
+		s, err := a.Router.Settle(ctx, id, 30)
+		if errors.Is(err, forward.ErrAlreadySettled) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if s.Remaining != 970 || s.Owner != "C" {
+			t.Fatalf("settle after the heal: %+v", s)
+		}
+		return nil
+	})
+	if _, err := a.Router.Settle(ctx, id, 30); !errors.Is(err, forward.ErrAlreadySettled) {
+		t.Fatalf("settle again: %v", err)
+	}
+	if got := c.Used("C", key); got != 30 {
+		t.Fatalf("C's key has spent %d, want 30", got)
+	}
+}
