@@ -77,7 +77,7 @@ func (r *Router) Settle(ctx context.Context, id string, cost int64) (SettleResul
 	final := false
 	for hop := 0; ; hop++ {
 		if owner == r.cfg.Self {
-			a := r.settleLocal(ctx, v, key, id, cost)
+			a := r.settleLocal(ctx, v, key, id, cost, true)
 			return settleResult(a, cost)
 		}
 		if r.cfg.Settler == nil {
@@ -121,12 +121,23 @@ func (r *Router) SettleFor(ctx context.Context, from, id string, cost int64, fin
 	if owner := ownerIn(v.ring, r.cfg.Self, key); owner != r.cfg.Self && !final {
 		return peermsg.SettleAnswer{Status: peermsg.SettleRedirect, Redirect: owner}
 	}
-	return r.settleLocal(ctx, v, key, id, cost)
+	return r.settleLocal(ctx, v, key, id, cost, !final)
 }
 
-// settleLocal settles id on this node, the key's owner.
-func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost int64) peermsg.SettleAnswer {
+// settleLocal settles id on this node, the key's owner. Just after a ring
+// change (the grace period) the record may not have come with the key's
+// handoff yet: with ask, a record this node does not hold is settled by
+// the key's previous owner, as the last hop, whose handoff then brings
+// the settled record and the key's state here.
+func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost int64, ask bool) peermsg.SettleAnswer {
 	now := r.cfg.Clock.Now()
+	if _, held := r.resv.Get(id, now); !held && ask && r.cfg.Settler != nil && v.inGrace(now, r.cfg.Grace) {
+		if prev := prevOwner(v, r.cfg.Self, key); prev != "" && !v.isDown(prev) {
+			if a, err := r.cfg.Settler.Settle(ctx, prev, id, cost, true); err == nil && a.Status != peermsg.SettleRedirect {
+				return a
+			}
+		}
+	}
 	// A key this node took over may hold no state yet: get it from where
 	// it is, as a check does. (Its records came with its replicas, or come
 	// with the previous owner's handoff.)
@@ -149,6 +160,9 @@ func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost 
 		return peermsg.SettleAnswer{Status: peermsg.SettleNotFound}
 	}
 	r.repl.dirty(key)
+	if ownerIn(v.ring, r.cfg.Self, key) != r.cfg.Self {
+		r.handoff.trigger() // the key's owner gets the settled record and the state
+	}
 	return peermsg.SettleAnswer{Status: peermsg.SettleOK, Remaining: d.Remaining, Limit: d.Limit, Owner: r.cfg.Self}
 }
 

@@ -272,3 +272,30 @@ func TestReserveDegradedHasNone(t *testing.T) {
 		t.Fatalf("C's key has spent %d, want 30", got)
 	}
 }
+
+// TestReserveSettleAfterJoin: a key reserved on A moves to C when C
+// joins; a settle that reaches C right after the ring change, before the
+// handoff brought the record, applies once.
+func TestReserveSettleAfterJoin(t *testing.T) {
+	// Peer deadlines far above the delay below.
+	c := harness.Start(t, harness.Options{PeerTimeout: 5 * time.Second, Clock: testkit.NewClock(0)}, "A", "B", "C")
+	a, b, cc := c.Node("A"), c.Node("B"), c.Node("C")
+	key := c.KeyWith("C", "A", "join") // A owns it while C is away
+	c.SetMembers(a, b)
+	r := reserve(t, b, key, 100, 5*time.Minute)
+	if !r.Allowed || r.Owner != "A" || r.Reservation == "" {
+		t.Fatalf("reserve while C is away: %+v", r)
+	}
+	// A's handoff to C lags: the settle reaches C before the record does,
+	// and C has A, the key's previous owner, settle it.
+	c.Net.Delay("A", "C", 500*time.Millisecond)
+	c.SetMembers(a, b, cc)
+	if s, err := settle(t, b, r.Reservation, 30); err != nil || s.Remaining != 970 {
+		t.Fatalf("settle right after C joined: %+v, %v", s, err)
+	}
+	for _, n := range []*harness.Node{a, b, cc} {
+		if _, err := settle(t, n, r.Reservation, 30); !errors.Is(err, forward.ErrAlreadySettled) {
+			t.Fatalf("settle again through %s: %v", n.Name, err)
+		}
+	}
+}
