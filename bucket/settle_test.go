@@ -2,9 +2,13 @@ package bucket
 
 import (
 	"errors"
+	"fmt"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/ringlimit/ringlimit/clock"
 )
@@ -204,4 +208,61 @@ func TestReservationsChanged(t *testing.T) {
 	if got := len(tab.AppendKey(nil, "k", 0)); got != 1 {
 		t.Fatalf("AppendKey: %d, want every record (1)", got)
 	}
+}
+
+// TestSettleMatchesReference: random takes and settles on a token bucket
+// answer as an exact model in rationals in which a settle moves the level
+// by the delta, clamped to [−capacity, capacity], and a debt refills like
+// any level.
+func TestSettleMatchesReference(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		p := propParams{alg: TokenBucket, limit: rapid.Int64Range(1, 1000).Draw(rt, "limit"),
+			per:   time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(time.Hour)).Draw(rt, "per")),
+			burst: rapid.Int64Range(0, 1000).Draw(rt, "burst")}
+		l, err := NewLimit(TokenBucket, p.limit, p.per, p.burst)
+		if err != nil {
+			rt.Skip(err)
+		}
+		s := mustStore(rt, StoreConfig{MaxKeys: 16, Shards: 1})
+		capa := p.bucketCap()
+		rate := big.NewRat(p.limit, int64(p.per))
+		capR := propRat(capa)
+		tokens, last := capR, clock.Instant(0)
+		now := clock.Instant(0)
+		for i := range rapid.IntRange(1, 40).Draw(rt, "steps") {
+			now += clock.Instant(rapid.Int64Range(0, int64(p.per)).Draw(rt, fmt.Sprint("dt", i)))
+			tokens = propMin(propAdd(tokens, propMul(propNs(now.Sub(last)), rate)), capR)
+			last = now
+			if rapid.Bool().Draw(rt, fmt.Sprint("settle", i)) {
+				delta := rapid.Int64Range(-2*capa, 2*capa).Draw(rt, fmt.Sprint("delta", i))
+				d, err := s.Settle("k", &l, now, delta)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				tokens = propMax(propMin(propSub(tokens, propRat(delta)), capR), propRat(-capa))
+				if want := max(propFloor(tokens), 0); d.Remaining != want {
+					rt.Fatalf("step %d: Settle(%d) remaining %d, want %d", i, delta, d.Remaining, want)
+				}
+				continue
+			}
+			cost := rapid.Int64Range(1, capa).Draw(rt, fmt.Sprint("cost", i))
+			d, err := s.Take("k", &l, now, cost)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			c := propRat(cost)
+			want := Decision{Limit: p.limit}
+			if tokens.Cmp(c) < 0 {
+				want.RetryAfter = propCeilMs(propQuo(propSub(c, tokens), rate))
+			} else {
+				want.Allowed = true
+				tokens = propSub(tokens, c)
+			}
+			want.Remaining = max(propFloor(tokens), 0)
+			want.ResetAfter = propCeilMs(propQuo(propSub(capR, tokens), rate))
+			if d != want {
+				rt.Fatalf("step %d: Take(%d) = %+v, want %+v", i, cost, d, want)
+			}
+		}
+	})
 }
