@@ -77,7 +77,10 @@ func (r *Router) Settle(ctx context.Context, id string, cost int64) (SettleResul
 	final := false
 	for hop := 0; ; hop++ {
 		if owner == r.cfg.Self {
-			a := r.settleLocal(ctx, v, key, id, cost, true)
+			a, err := r.settleLocal(ctx, v, key, id, cost, true)
+			if err != nil {
+				return SettleResult{}, err
+			}
 			return settleResult(a, cost)
 		}
 		if r.cfg.Settler == nil {
@@ -111,15 +114,17 @@ func settleResult(a peermsg.SettleAnswer, cost int64) (SettleResult, error) {
 }
 
 // SettleFor implements peer.Settler: a settle another node sent. A
-// receiver whose ring names another owner redirects it, unless final.
-func (r *Router) SettleFor(ctx context.Context, from, id string, cost int64, final bool) peermsg.SettleAnswer {
+// receiver whose ring names another owner redirects it, unless final. Its
+// error (wrapping ErrUnavailable) says the settle could not be applied
+// now and changed nothing.
+func (r *Router) SettleFor(ctx context.Context, from, id string, cost int64, final bool) (peermsg.SettleAnswer, error) {
 	key, err := bucket.ParseReservationID(id)
 	if err != nil || cost < 0 || cost > MaxSettleCost {
-		return peermsg.SettleAnswer{Status: peermsg.SettleNotFound}
+		return peermsg.SettleAnswer{Status: peermsg.SettleNotFound}, nil
 	}
 	v := r.awaitMember(ctx, from)
 	if owner := ownerIn(v.ring, r.cfg.Self, key); owner != r.cfg.Self && !final {
-		return peermsg.SettleAnswer{Status: peermsg.SettleRedirect, Redirect: owner}
+		return peermsg.SettleAnswer{Status: peermsg.SettleRedirect, Redirect: owner}, nil
 	}
 	return r.settleLocal(ctx, v, key, id, cost, !final)
 }
@@ -129,12 +134,12 @@ func (r *Router) SettleFor(ctx context.Context, from, id string, cost int64, fin
 // handoff yet: with ask, a record this node does not hold is settled by
 // the key's previous owner, as the last hop, whose handoff then brings
 // the settled record and the key's state here.
-func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost int64, ask bool) peermsg.SettleAnswer {
+func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost int64, ask bool) (peermsg.SettleAnswer, error) {
 	now := r.cfg.Clock.Now()
 	if _, held := r.resv.Get(id, now); !held && ask && r.cfg.Settler != nil && v.inGrace(now, r.cfg.Grace) {
 		if prev := prevOwner(v, r.cfg.Self, key); prev != "" && !v.isDown(prev) {
 			if a, err := r.cfg.Settler.Settle(ctx, prev, id, cost, true); err == nil && a.Status != peermsg.SettleRedirect {
-				return a
+				return a, nil
 			}
 		}
 	}
@@ -149,26 +154,26 @@ func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost 
 	rec, err := r.resv.Settle(id, cost, now)
 	switch {
 	case errors.Is(err, bucket.ErrAlreadySettled):
-		return peermsg.SettleAnswer{Status: peermsg.SettleAlreadySettled}
+		return peermsg.SettleAnswer{Status: peermsg.SettleAlreadySettled}, nil
 	case err != nil:
-		return peermsg.SettleAnswer{Status: peermsg.SettleNotFound}
+		return peermsg.SettleAnswer{Status: peermsg.SettleNotFound}, nil
 	}
 	d, err := r.cfg.Store.Settle(key, &rec.Limit, now, cost-rec.Reserved)
 	if err != nil { // no room for the key: nothing changes, the settle may be retried
 		r.resv.Unsettle(id)
 		r.log.Warn("settle failed", "key", key, "err", err)
-		return peermsg.SettleAnswer{Status: peermsg.SettleNotFound}
+		return peermsg.SettleAnswer{}, fmt.Errorf("%w: %s cannot settle now: %w", ErrUnavailable, r.cfg.Self, err)
 	}
 	r.repl.dirty(key)
 	if ownerIn(v.ring, r.cfg.Self, key) != r.cfg.Self {
 		r.handoff.trigger() // the key's owner gets the settled record and the state
 	}
-	return peermsg.SettleAnswer{Status: peermsg.SettleOK, Remaining: d.Remaining, Limit: d.Limit, Owner: r.cfg.Self}
+	return peermsg.SettleAnswer{Status: peermsg.SettleOK, Remaining: d.Remaining, Limit: d.Limit, Owner: r.cfg.Self}, nil
 }
 
 // reserve records a reservation of c before its check spends; the caller
-// drops it (unreserve) when the check is refused. It reports false when
-// the table is full.
+// removes it when the check is refused. It reports false when the table
+// is full.
 func (r *Router) reserve(c *Check, now clock.Instant) (string, bool) {
 	id := bucket.NewReservationID(c.Key)
 	err := r.resv.Add(bucket.Reservation{ID: id, Key: strings.Clone(c.Key), Limit: c.Limit, Reserved: c.Cost,

@@ -21,8 +21,9 @@ import (
 // be called concurrently.
 type Settler interface {
 	// SettleFor settles id at cost for the node from; with final, whatever
-	// this node's ring says. It must not trust id or cost.
-	SettleFor(ctx context.Context, from, id string, cost int64, final bool) peermsg.SettleAnswer
+	// this node's ring says. It must not trust id or cost. An error means
+	// nothing changed and the sender may retry (Unavailable).
+	SettleFor(ctx context.Context, from, id string, cost int64, final bool) (peermsg.SettleAnswer, error)
 }
 
 // MaxStateReservations is the most records one state may carry; a state
@@ -113,7 +114,10 @@ func (s *Server) Settle(ctx context.Context, req *peerv1.PeerSettleRequest) (*pe
 	if err := s.authorize(ctx, req.GetFrom()); err != nil {
 		return nil, err
 	}
-	a := s.settler.SettleFor(ctx, strings.Clone(req.GetFrom()), req.GetReservation(), req.GetCost(), req.GetFinal())
+	a, err := s.settler.SettleFor(ctx, strings.Clone(req.GetFrom()), req.GetReservation(), req.GetCost(), req.GetFinal())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
 	return &peerv1.PeerSettleResponse{Status: peerv1.PeerSettleResponse_Status(a.Status), Redirect: a.Redirect,
 		Remaining: a.Remaining, Limit: a.Limit, Owner: a.Owner}, nil
 }
