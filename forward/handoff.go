@@ -259,6 +259,7 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 		return false
 	}
 	h.m.fetches[fetchFound].Inc()
+	importRecords(h.resv, &st, now)
 	h.cfg.Store.Merge(key, &st.Limit, now, st.Used)
 	// prev answered with st.Used: its later push is only what it spends
 	// after this.

@@ -229,8 +229,15 @@ func appendRecords(t *bucket.Reservations, dst []peermsg.Reservation, key string
 }
 
 // importState merges the records a state carries into this node's table.
-func (r *Router) importState(from string, s *peermsg.State, now clock.Instant) {
-	if len(s.Reservations) == 0 {
+func (r *Router) importState(_ string, s *peermsg.State, now clock.Instant) {
+	importRecords(r.resv, s, now)
+}
+
+// importRecords merges the records a state from another node carries into
+// t; a record that does not name the state's key, or whose values no sound
+// peer sends, is left out.
+func importRecords(t *bucket.Reservations, s *peermsg.State, now clock.Instant) {
+	if t == nil || len(s.Reservations) == 0 {
 		return
 	}
 	recs := make([]bucket.Reservation, 0, len(s.Reservations))
@@ -242,7 +249,7 @@ func (r *Router) importState(from string, s *peermsg.State, now clock.Instant) {
 		recs = append(recs, bucket.Reservation{ID: strings.Clone(m.ID), Key: strings.Clone(s.Key), Limit: s.Limit,
 			Reserved: m.Reserved, Expires: now.Add(m.TTL), Settled: m.Settled, SettledCost: m.SettledCost})
 	}
-	r.resv.Merge(recs, now)
+	t.Merge(recs, now)
 }
 
 // dirtyKeys are keys whose records changed with no spend to mark them (a
