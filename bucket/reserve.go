@@ -87,8 +87,9 @@ func NewReservationID(key string) string {
 	return b.String()
 }
 
-// MaxReservationIDLen is the longest well-formed id.
-var MaxReservationIDLen = len(reservePrefix) + base64.RawURLEncoding.EncodedLen(MaxKeyLen+MaxNamespaceLen) + 1 + nonceChars
+// MaxReservationIDLen is the longest well-formed id: the prefix, the
+// longest stored key in unpadded base64url, a dot and the nonce.
+const MaxReservationIDLen = len(reservePrefix) + (8*(MaxKeyLen+MaxNamespaceLen)+5)/6 + 1 + nonceChars
 
 // ParseReservationID returns the stored key an id names. Its error wraps
 // ErrReservationID for an id that is not well formed.

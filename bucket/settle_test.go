@@ -266,3 +266,9 @@ func TestSettleMatchesReference(t *testing.T) {
 		}
 	})
 }
+
+func TestMaxReservationIDLen(t *testing.T) {
+	if got := len(NewReservationID(strings.Repeat("k", MaxKeyLen+MaxNamespaceLen))); got != MaxReservationIDLen {
+		t.Fatalf("the longest id is %d bytes, MaxReservationIDLen %d", got, MaxReservationIDLen)
+	}
+}
