@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,8 +34,12 @@ const (
 	// DefaultReserveTTL is the TTL of a reservation that names none.
 	DefaultReserveTTL = 5 * time.Minute
 	// DefaultMaxReservations is the records one node holds at most, by
-	// default (about 200 bytes each beyond the key).
+	// default.
 	DefaultMaxReservations = 1 << 16
+	// MaxReservationBytes bounds the bytes a table's records count
+	// (recordBytes: the id, the key and a fixed share): 32 MiB, 65,536
+	// records of keys up to about 200 bytes, fewer of longer keys.
+	MaxReservationBytes = 32 << 20
 )
 
 const (
@@ -141,10 +146,11 @@ type Reservation struct {
 // is kept until its expiry so that a second settle still answers
 // ErrAlreadySettled. It is safe for concurrent use.
 type Reservations struct {
-	max int
-	n   atomic.Int64 // len(ids), read without the lock
-	mu  sync.Mutex   // guards the fields below
-	ids map[string]*Reservation
+	max   int
+	n     atomic.Int64 // len(ids), read without the lock
+	mu    sync.Mutex   // guards the fields below
+	bytes int64        // what the records count (recordBytes)
+	ids   map[string]*Reservation
 	// byKey indexes the ids of each key, for the states that carry a key's
 	// records to other nodes.
 	byKey map[string][]string
@@ -172,12 +178,24 @@ func (t *Reservations) Len() int {
 	return len(t.ids)
 }
 
+// recordBytes is what a record counts against MaxReservationBytes: its
+// id, its key, and the record and index entries around them.
+func recordBytes(r *Reservation) int64 { return int64(len(r.ID)+len(r.Key)) + 256 }
+
+// full reports whether r finds no room: max records, or
+// MaxReservationBytes, that have not expired at now.
+func (t *Reservations) full(r *Reservation, now clock.Instant) bool {
+	fits := func() bool { return len(t.ids) < t.max && t.bytes+recordBytes(r) <= MaxReservationBytes }
+	return !fits() && (!t.sweep(now) || !fits())
+}
+
 // Add records r (its ID set). It returns ErrReservationsFull, adding
-// nothing, when the table holds max records that have not expired at now.
+// nothing, when the table holds max records, or MaxReservationBytes, that
+// have not expired at now.
 func (t *Reservations) Add(r Reservation, now clock.Instant) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.ids) >= t.max && !t.sweep(now) {
+	if t.full(&r, now) {
 		return ErrReservationsFull
 	}
 	t.insert(&r)
@@ -185,21 +203,33 @@ func (t *Reservations) Add(r Reservation, now clock.Instant) error {
 }
 
 // sweep drops the expired records, if the earliest may have expired, and
-// reports whether there is room.
+// reports whether it looked.
 func (t *Reservations) sweep(now clock.Instant) bool {
 	if now < t.sweepAt {
 		return false
 	}
 	next := clock.Instant(1<<63 - 1)
+	keys := map[string]bool{} // keys that lost records: their index is filtered once
 	for id, r := range t.ids {
 		if r.Expires <= now {
-			t.remove(id, r.Key)
+			delete(t.ids, id)
+			t.bytes -= recordBytes(r)
+			t.n.Add(-1)
+			keys[r.Key] = true
 		} else {
 			next = min(next, r.Expires)
 		}
 	}
+	for key := range keys {
+		ids := slices.DeleteFunc(t.byKey[key], func(id string) bool { _, held := t.ids[id]; return !held })
+		if len(ids) == 0 {
+			delete(t.byKey, key)
+		} else {
+			t.byKey[key] = ids
+		}
+	}
 	t.sweepAt = next
-	return len(t.ids) < t.max
+	return true
 }
 
 func (t *Reservations) insert(r *Reservation) {
@@ -207,19 +237,23 @@ func (t *Reservations) insert(r *Reservation) {
 	if _, ok := t.ids[r.ID]; !ok {
 		t.byKey[r.Key] = append(t.byKey[r.Key], r.ID)
 		t.n.Add(1)
+		t.bytes += recordBytes(r)
+		t.sweepAt = min(t.sweepAt, r.Expires) // a sweep may find it expired from then
 	}
 	t.ids[r.ID] = r
 }
 
 func (t *Reservations) remove(id, key string) {
-	if _, ok := t.ids[id]; !ok {
+	r, ok := t.ids[id]
+	if !ok {
 		return
 	}
+	t.bytes -= recordBytes(r)
 	t.n.Add(-1)
 	delete(t.ids, id)
 	ids := t.byKey[key]
-	for i, x := range ids {
-		if x == id {
+	for i := len(ids) - 1; i >= 0; i-- { // from the newest: a refused reserve removes the record it just added
+		if ids[i] == id {
 			ids = append(ids[:i], ids[i+1:]...)
 			break
 		}
@@ -352,7 +386,7 @@ func (t *Reservations) Merge(rs []Reservation, now clock.Instant) int {
 		}
 		r, ok := t.ids[in.ID]
 		if !ok {
-			if len(t.ids) >= t.max && !t.sweep(now) {
+			if t.full(in, now) {
 				continue
 			}
 			c := *in

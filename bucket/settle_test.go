@@ -272,3 +272,31 @@ func TestMaxReservationIDLen(t *testing.T) {
 		t.Fatalf("the longest id is %d bytes, MaxReservationIDLen %d", got, MaxReservationIDLen)
 	}
 }
+
+// TestReservationsBytes: records of long keys fill the table by bytes
+// before its count: exactly MaxReservationBytes / recordBytes of them.
+func TestReservationsBytes(t *testing.T) {
+	tab := NewReservations(1 << 20)
+	key := strings.Repeat("k", MaxKeyLen)
+	l := MustLimit(TokenBucket, 10, time.Second, 10)
+	n := 0
+	for ; ; n++ {
+		r := Reservation{ID: NewReservationID(key), Key: key, Limit: l, Reserved: 1, Expires: 100}
+		if err := tab.Add(r, 0); errors.Is(err, ErrReservationsFull) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := recordBytes(&Reservation{ID: NewReservationID(key), Key: key})
+	if want := int(MaxReservationBytes / per); n != want {
+		t.Fatalf("%d records of %d bytes fit, want %d", n, per, want)
+	}
+	// Once they expire, there is room again.
+	if err := tab.Add(Reservation{ID: NewReservationID(key), Key: key, Limit: l, Reserved: 1, Expires: 200}, 100); err != nil {
+		t.Fatalf("Add after the expiry: %v", err)
+	}
+	if tab.Len() != 1 {
+		t.Fatalf("Len after the sweep = %d, want 1", tab.Len())
+	}
+}
