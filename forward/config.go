@@ -71,7 +71,8 @@ type Config struct {
 	// a settle of a key another member owns fails as unavailable.
 	Settler Settler
 	// MaxReservations bounds the reservation records this node holds (its
-	// own keys' and its replicas'). A reserving check its owner has no
+	// own keys' and its replicas'; in bytes too: bucket.MaxReservationBytes).
+	// A reserving check its owner has no
 	// room to record is answered as a new key with no room: in its failure
 	// mode, with no reservation. Default bucket.DefaultMaxReservations
 	// (65,536).
