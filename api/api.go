@@ -58,6 +58,9 @@ const (
 type Config struct {
 	// Checker decides checks. Required.
 	Checker Checker
+	// Settler settles reservations (POST /v1/settle, gRPC Settle);
+	// *forward.Router implements it. Nil: every settle answers 503.
+	Settler decide.Settler
 	// Stats feeds the keys and evictions metrics. Optional.
 	Stats Stats
 	// Cluster serves /v1/cluster, /v1/ring and /v1/owner. Optional:
@@ -217,7 +220,7 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	dcfg := decide.Config{Checker: cfg.Checker, CountDryRun: cfg.CountDryRun, Observer: m, Logger: cfg.Logger,
-		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self}
+		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self, Settler: cfg.Settler}
 	if cfg.Policy != nil {
 		dcfg.Policy = cfg.Policy
 	}

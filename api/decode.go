@@ -70,6 +70,8 @@ const (
 	seenIP
 	seenRoute
 	seenTier
+	seenReserve
+	seenReserveTTL
 )
 
 const (
@@ -128,6 +130,12 @@ func decodeCheckFast(b []byte, cb *checkBody) bool {
 		case "tier":
 			bit = seenTier
 			cb.req.Tier, ok = p.str()
+		case "reserve":
+			bit = seenReserve
+			cb.req.Reserve, ok = p.bool()
+		case "reserve_ttl":
+			bit = seenReserveTTL
+			cb.req.ReserveTTL, ok = p.str()
 		}
 		if !ok || bit == 0 || seen&bit != 0 {
 			return false

@@ -108,6 +108,11 @@ var checkBodies = []struct {
 	{`{"limit":{"failure_mode":1}}`, false},
 	{`{"limit":5}`, false},
 	{"\xef\xbb\xbf{}", false},
+	{`{"key":"k","cost":3,"reserve":true,"reserve_ttl":"90s","limit":{"limit":5,"per":"1s"}}`, true},
+	{`{"reserve":false,"reserve_ttl":""}`, true},
+	{`{"reserve":"true"}`, false},
+	{`{"reserve":true,"reserve":true}`, false},
+	{`{"reserve_ttl":5}`, false},
 }
 
 func TestDecodeCheckFast(t *testing.T) {

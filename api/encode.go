@@ -68,6 +68,10 @@ func appendCheckResponse(b []byte, r *CheckResponse) []byte {
 		b = append(b, `,"policy_version":`...)
 		b = appendJSONString(b, r.PolicyVersion)
 	}
+	if r.Reservation != "" {
+		b = append(b, `,"reservation":`...)
+		b = appendJSONString(b, r.Reservation)
+	}
 	return append(b, "}\n"...)
 }
 

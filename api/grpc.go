@@ -64,6 +64,7 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 		d.WouldReject = a.WouldReject
 		d.PolicyVersion = a.Version
 		d.OwnerAddr = a.OwnerAddr
+		d.Reservation = a.Reservation
 		resp.Decisions[i] = d
 	}
 	return resp, nil
@@ -84,6 +85,9 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {
 		if pr := c.GetRequest(); pr != nil {
 			if c.GetKey() != "" || c.GetLimit() != nil {
 				return fmt.Errorf("checks[%d]: give either key and limit, or request, not both", i)
+			}
+			if c.GetReserve() || c.GetReserveTtlMs() != 0 {
+				return fmt.Errorf("checks[%d].%w", i, decide.ErrReservePolicy)
 			}
 			var cost int64
 			if c.Cost != nil {
@@ -144,7 +148,12 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 	if err := validateCost("cost", &set.Limit, cost); err != nil {
 		return forward.Check{}, err
 	}
-	return forward.Check{Key: bucket.InlineKey(c.GetKey(), &set.Limit), Limit: set.Limit, Cost: cost, Mode: set.FailureMode, Lease: set.Lease}, nil
+	reserve, err := reserveTTL(c.GetReserve(), millis(c.GetReserveTtlMs()), c.GetReserveTtlMs() != 0, "reserve_ttl_ms", &set.Limit)
+	if err != nil {
+		return forward.Check{}, err
+	}
+	return forward.Check{Key: bucket.InlineKey(c.GetKey(), &set.Limit), Limit: set.Limit, Cost: cost, Mode: set.FailureMode, Lease: set.Lease,
+		Reserve: reserve}, nil
 }
 
 // millis is ms milliseconds, saturated at the ends of time.Duration

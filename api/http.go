@@ -48,6 +48,13 @@ type CheckRequest struct {
 	IP     string `json:"ip,omitempty"`
 	Route  string `json:"route,omitempty"`
 	Tier   string `json:"tier,omitempty"`
+
+	// Reserve makes an admitted check answer a reservation id, which POST
+	// /v1/settle turns into the true cost (inline token buckets only).
+	Reserve bool `json:"reserve,omitempty"`
+	// ReserveTTL is how long the reservation can be settled, a Go
+	// duration from 1s to 24h; default 5m.
+	ReserveTTL string `json:"reserve_ttl,omitempty"`
 }
 
 func (req *CheckRequest) isPolicy() bool {
@@ -90,6 +97,8 @@ type CheckResponse struct {
 	WouldReject []string `json:"would_reject,omitempty"`
 	// PolicyVersion is the policy that decided a policy request.
 	PolicyVersion string `json:"policy_version,omitempty"`
+	// Reservation is the id of an admitted check with reserve.
+	Reservation string `json:"reservation,omitempty"`
 }
 
 // OwnerResponse is the body of GET /v1/owner?key=K.
@@ -125,6 +134,7 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		w.Header().Set("Allow", "OPTIONS, POST")
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST /v1/settle", a.handleSettle)
 	mux.HandleFunc("/v1/authz", a.handleAuthz) // any method: gateways send their client's
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -217,6 +227,7 @@ func writeAnswer(w http.ResponseWriter, ans *decide.Answer, deny int, priv bool)
 		Degraded:      ans.Degraded,
 		WouldReject:   ans.WouldReject,
 		PolicyVersion: ans.Version,
+		Reservation:   ans.Reservation,
 	}
 	writeHeaders(w.Header(), ans, priv)
 	status := http.StatusOK
@@ -238,6 +249,9 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *decide.Plan
 	if req.isPolicy() {
 		if req.Limit != nil || req.Key != "" {
 			return errors.New("limit: give either an inline key and limit, or policy fields (policy, api_key, user, ip, route, tier), not both")
+		}
+		if req.Reserve || req.ReserveTTL != "" {
+			return decide.ErrReservePolicy
 		}
 		var cost int64
 		if req.Cost != nil {
@@ -329,7 +343,12 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 	if err := validateCost("cost", &set.Limit, cost); err != nil {
 		return forward.Check{}, err
 	}
-	return forward.Check{Key: bucket.InlineKey(req.Key, &set.Limit), Limit: set.Limit, Cost: cost, Mode: set.FailureMode, Lease: set.Lease, Sync: set.Sync}, nil
+	reserve, err := req.reserveTTL(&set.Limit)
+	if err != nil {
+		return forward.Check{}, err
+	}
+	return forward.Check{Key: bucket.InlineKey(req.Key, &set.Limit), Limit: set.Limit, Cost: cost, Mode: set.FailureMode, Lease: set.Lease, Sync: set.Sync,
+		Reserve: reserve}, nil
 }
 
 // ReadyResponse is the body of GET /readyz.

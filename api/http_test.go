@@ -80,6 +80,7 @@ func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 	reg := prometheus.NewRegistry()
 	a, err := New(Config{
 		Checker:    checker,
+		Settler:    router,
 		Stats:      store,
 		Registerer: reg,
 		Gatherer:   reg,

@@ -27,6 +27,11 @@ type metrics struct {
 	// prometheus.Observer once the first request of its surface is seen,
 	// so that /metrics shows a surface's series only once it served.
 	latencyHTTP, latencyGRPC atomic.Value
+
+	// reservations counts checks with reserve by result (ok: a
+	// reservation was recorded; refused; degraded: admitted by a failure
+	// mode, no reservation); settles counts settles by result (settle.go).
+	reservations, settles *prometheus.CounterVec
 }
 
 const (
@@ -57,7 +62,15 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 		Name: "ringlimit_decisions_total",
 		Help: "Answers of this node's API, by scope (the policy layer that decided: inline, tier:free, route:/login, rls:DOMAIN, ...; the first 100 scopes seen, later ones as \"other\") and result (allowed, rejected, degraded: decided by a failure mode; dry_run: a dry-run layer or a shadow RLS rule would have rejected).",
 	}, []string{"scope", "result"}), maxScopes)
-	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency, m.decisions.vec}
+	m.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_reservations_total",
+		Help: "Checks with reserve decided by this node's API, by result (ok: admitted with a reservation; refused; degraded: admitted by a failure mode, without one).",
+	}, []string{"result"})
+	m.settles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_settles_total",
+		Help: "Settles answered by this node's API, by result (ok, already_settled, not_found, error: invalid or owner unavailable).",
+	}, []string{"result"})
+	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency, m.decisions.vec, m.reservations, m.settles}
 	if stats != nil {
 		collectors = append(collectors,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -130,6 +143,9 @@ func (m *metrics) Checked(surface string, checks []forward.Check, out []forward.
 	}
 	for i := range checks {
 		m.countDecision(checks[i].Limit.Algorithm(), &out[i])
+		if checks[i].Reserve > 0 {
+			m.countReservation(&out[i])
+		}
 	}
 }
 

@@ -38,8 +38,13 @@ func (s *Store) Charge(key string, l *Limit, now clock.Instant, spend int64) err
 	if spend == 0 {
 		return nil
 	}
-	spend = min(spend, l.burst) // cur ≤ burst: the sum cannot overflow
-	return s.adjust(key, l, now, func(cur int64, _ bool) (int64, bool) { return cur + spend, true })
+	// A spend past the capacity saturates there, unless it carries a debt
+	// (settle.go): then it, or the debt held, stands. cur ≤ 2×burst: the
+	// sum cannot overflow.
+	spend = min(spend, l.maxUsed())
+	return s.adjust(key, l, now, func(cur int64, _ bool) (int64, bool) {
+		return min(cur+spend, max(l.burst, spend, cur)), true
+	})
 }
 
 // adjust sets key's used to what fn returns from its current used (0 for

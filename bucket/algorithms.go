@@ -40,7 +40,10 @@ func (l *Limit) elapsedUnits(last, now, limit int64) int64 {
 	if e <= 0 || limit <= 0 {
 		return 0
 	}
-	if e >= l.fillNs { // e×num could overflow; it is at least capUnits ≥ limit
+	if e >= l.fillNs { // e×num could overflow; it is at least capUnits
+		if limit > l.capUnits { // a token bucket in debt (settle.go)
+			return l.debtUnits(e, limit)
+		}
 		return limit
 	}
 	return min(e*l.num, limit)
@@ -67,7 +70,7 @@ func (l *Limit) takeToken(st *state, fresh bool, now, cost int64) Decision {
 		level -= need
 	}
 	st.a, st.b = level, now
-	d.Remaining = level / l.den
+	d.Remaining = max(level, 0) / l.den // 0 in debt (settle.go)
 	d.ResetAfter = roundUpMs(ceilDiv(l.capUnits-level, l.num))
 	return d
 }

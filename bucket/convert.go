@@ -48,7 +48,7 @@ func (l *Limit) used(st *state, log []logRun, now int64) int64 {
 // setUsed makes st (and *log) the state of a key under l that has spent used
 // at time now.
 func (l *Limit) setUsed(st *state, log *[]logRun, now, used int64) {
-	used = min(max(used, 0), l.burst)
+	used = min(max(used, 0), l.maxUsed()) // a token bucket may carry a debt (settle.go)
 	switch l.alg {
 	case TokenBucket:
 		st.a, st.b = (l.burst-used)*l.den, now

@@ -16,6 +16,11 @@
 //   - A key never seen starts full. Refill is computed lazily from elapsed time
 //     at check time and capped at capacity.
 //   - A rejection spends nothing and still records the refill it computed.
+//   - Only a settle (Store.Settle, for a reservation: reserve.go) takes a
+//     token bucket below zero, as a debt of at most one capacity that
+//     refills like any level; every state that moves between nodes keeps
+//     it (a used of up to twice the capacity), and a lease is never
+//     granted from it.
 //   - Arithmetic is exact: bucket levels are integers in units of 1/den of a
 //     token, so retry-after is exact and rounded up to the millisecond, and a
 //     check at now+RetryAfter with the same cost is admitted.

@@ -162,7 +162,7 @@ func (s *Store) Grant(key string, l *Limit, now clock.Instant, most int64) int64
 		return 0
 	}
 	level, at := l.refill(&e.st, fresh, int64(now))
-	n := min(level/l.den, most)
+	n := min(max(level, 0)/l.den, most) // nothing from a key in debt
 	e.st.a, e.st.b = level-n*l.den, at
 	e.idle = l.idleAt(&e.st, nil)
 	if n > 0 {

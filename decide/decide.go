@@ -73,6 +73,9 @@ type Config struct {
 	// Self is this node's name: a check another node decided counts as
 	// forwarded in Activity. Empty: none does.
 	Self string
+	// Settler settles reservations (Decider.Settle). Nil: a settle fails
+	// as unavailable.
+	Settler Settler
 }
 
 // Decider turns public requests into layer checks, has the Checker decide
@@ -87,6 +90,7 @@ type Decider struct {
 	deadlines *deadline.Shared // nil: no deadline of the Decider's own
 	self      string
 	act       activity
+	settler   Settler
 }
 
 // New validates cfg and returns a Decider.
@@ -98,7 +102,7 @@ func New(cfg Config) (*Decider, error) {
 		return nil, fmt.Errorf("decide: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
 	d := &Decider{checker: cfg.Checker, policy: cfg.Policy, dryRun: cfg.CountDryRun, obs: cfg.Observer,
-		log: discard.Logger(cfg.Logger), self: cfg.Self}
+		log: discard.Logger(cfg.Logger), self: cfg.Self, settler: cfg.Settler}
 	if cfg.CheckTimeout > 0 {
 		d.deadlines = deadline.New(cfg.CheckTimeout)
 	}
@@ -167,6 +171,8 @@ type Answer struct {
 	// Checked is false for an RLS descriptor decided without a check:
 	// hits 0 (allowed, nothing spent) or more than its limit can hold.
 	Checked bool
+	// Reservation is the id an admitted inline check with Reserve got.
+	Reservation string
 }
 
 // Bound returns ctx under the Decider's own deadline for one request's
@@ -229,7 +235,8 @@ func (d *Decider) check(ctx context.Context, surface string, p *Plan) ([]Answer,
 		switch u.kind {
 		case kindInline:
 			r := &out[u.from]
-			answers[i] = Answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded, Checked: true}
+			answers[i] = Answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded, Checked: true,
+				Reservation: r.Reservation}
 		case kindRLS:
 			if u.to > u.from {
 				r := &out[u.from]

@@ -67,6 +67,16 @@ type Config struct {
 	// the limit when ClusterSize is 0 (it has at least one other member).
 	// False: until the first SetMembers this node owns every key.
 	Joining bool
+	// Settler sends settles to the owners of their keys (peer.Pool). Nil:
+	// a settle of a key another member owns fails as unavailable.
+	Settler Settler
+	// MaxReservations bounds the reservation records this node holds (its
+	// own keys' and its replicas'; in bytes too: bucket.MaxReservationBytes).
+	// A reserving check its owner has no
+	// room to record is answered as a new key with no room: in its failure
+	// mode, with no reservation. Default bucket.DefaultMaxReservations
+	// (65,536).
+	MaxReservations int
 	// Logger receives membership and handoff events. Nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Nil registers none.

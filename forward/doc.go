@@ -18,6 +18,10 @@
 //   - leases (lease.go): token leases a hot key's owner grants to entry
 //     nodes.
 //   - prelimiter (prelimit.go): the entry node's generous local stage.
+//   - reservations (reserve.go): a check with Reserve records a
+//     reservation on the key's owner, Router.Settle routes a settle to it
+//     (through Config.Settler), and the records travel with the key's
+//     replicas and handoffs.
 //   - tracing (trace.go): with Config.TracerProvider, a span
 //     "ringlimit.forward" around each wait for an owner's answer.
 //
@@ -41,6 +45,10 @@
 //     (who keep the more spent of the two), and for Config.Grace after a
 //     change an owner with no state for a key asks the key's previous owner
 //     before it decides.
+//   - A reservation is settled once: its owner marks the record settled
+//     before it adjusts the key, copies merge by id with settled winning,
+//     and a settled record is kept until its TTL ends. A degraded answer
+//     (and a reserve the table has no room for) carries no reservation.
 //   - One clock: every decision and every wait reads Config.Clock.
 //
 // Shutdown, in order: Leave (after the cluster announced the leave) hands

@@ -52,6 +52,7 @@ type handoff struct {
 	shared *shared
 	m      *metrics
 	wake   chan struct{}
+	resv   *bucket.Reservations // a pushed key carries its records (reserve.go)
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
@@ -181,7 +182,8 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			// not own; one pushed at least Grace ago is pushed a last time
 			// (what last hops spent on our copy meanwhile) and then deleted.
 			had, _ := h.shared.used(owner, s.Key, now)
-			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0)})
+			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0),
+				Reservations: appendRecords(h.resv, nil, s.Key, now, false)})
 			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)
@@ -257,6 +259,7 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 		return false
 	}
 	h.m.fetches[fetchFound].Inc()
+	importRecords(h.resv, &st, now)
 	h.cfg.Store.Merge(key, &st.Limit, now, st.Used)
 	// prev answered with st.Used: its later push is only what it spends
 	// after this.

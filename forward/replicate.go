@@ -51,6 +51,11 @@ type replicator struct {
 	clock clock.Clock
 	log   *slog.Logger
 	m     *metrics
+	// resv is the node's reservation table: each copy of a key carries its
+	// records (reserve.go); dirtyKeys are keys whose records changed while
+	// the key itself holds nothing to send.
+	resv      *bucket.Reservations
+	dirtyKeys dirtyKeys
 
 	mu      sync.Mutex // one round at a time
 	resync  chan struct{}
@@ -215,6 +220,7 @@ func (p *replicator) sendOwned(ctx context.Context) {
 	v := p.view()
 	now := p.clock.Now()
 	out := newOutbox()
+	out.all = true
 	p.store.Range(now, func(batch []bucket.Snapshot) bool {
 		p.add(v, out, batch)
 		return ctx.Err() == nil
@@ -240,6 +246,7 @@ func (p *replicator) flush(ctx context.Context) {
 	out := newOutbox()
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
+	p.addDirty(v, out)
 	round := p.store.Round()
 	now := p.clock.Now()
 	for _, s := range out.orphans { // after Changed: it would hand them out again
@@ -267,6 +274,7 @@ type outbox struct {
 	unacked map[string][]int64
 	orphans []bucket.Snapshot // spent keys of this node's with no live successor
 	alone   bool              // on a ring of one: no copies at all
+	all     bool              // every reservation record of each key, not the changed ones
 }
 
 func newOutbox() *outbox {
@@ -285,21 +293,26 @@ func (p *replicator) add(v *view, out *outbox, batch []bucket.Snapshot) {
 		return
 	}
 	var buf [4]string
+	now := p.clock.Now()
 	for i := range batch {
 		s := &batch[i]
 		if s.Used == 0 || ownerIn(v.ring, p.self, s.Key) != p.self {
 			continue // full (so is the replica), or not ours: a copy the handoff moves
 		}
+		// A round carries what changed; a resync (sendOwned) everything.
+		recs := appendRecords(p.resv, nil, s.Key, now, !out.all)
 		copies := 0
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
-				out.states[succ] = append(out.states[succ], peermsg.State{Key: s.Key, Limit: s.Limit, Used: s.Used})
+				out.states[succ] = append(out.states[succ], peermsg.State{Key: s.Key, Limit: s.Limit, Used: s.Used,
+					Reservations: recs})
 				out.unacked[succ] = append(out.unacked[succ], s.Unacked)
 				copies++
 			}
 		}
 		if copies == 0 {
 			out.orphans = append(out.orphans, bucket.Snapshot{Key: strings.Clone(s.Key), Unacked: s.Unacked})
+			p.resend(recs)
 		}
 	}
 }
@@ -337,8 +350,15 @@ func (p *replicator) sendTo(ctx context.Context, succ string, states []peermsg.S
 			return false
 		}
 		now := p.clock.Now()
+		var lost []string
 		for i := off; i < len(states); i++ {
 			p.store.Mark(states[i].Key, now, unacked[i])
+			for _, rec := range states[i].Reservations {
+				lost = append(lost, rec.ID)
+			}
+		}
+		if len(lost) > 0 {
+			p.resv.Resend(lost)
 		}
 		return false
 	}
@@ -360,4 +380,60 @@ func (p *replicator) pending() int64 {
 		return 0
 	}
 	return p.store.Pending()
+}
+
+// dirty marks key's records changed (a settle): the next round sends the
+// key's state and records even when the key is full.
+func (p *replicator) dirty(key string) {
+	if !p.cfg.Off {
+		p.dirtyKeys.add(key)
+	}
+}
+
+// addDirty appends to out the state and records of the keys marked dirty
+// that this node owns; a copy sent twice in one round does no harm.
+func (p *replicator) addDirty(v *view, out *outbox) {
+	keys := p.dirtyKeys.take()
+	if len(keys) == 0 || v.ring == nil || v.ring.Len() < 2 {
+		return
+	}
+	now := p.clock.Now()
+	var buf [4]string
+	for key := range keys {
+		if ownerIn(v.ring, p.self, key) != p.self {
+			continue
+		}
+		recs := appendRecords(p.resv, nil, key, now, true)
+		if len(recs) == 0 {
+			continue // a round of the key's spend carried them already
+		}
+		rec, _ := p.resv.Get(recs[0].ID, now)
+		st := peermsg.State{Key: key, Limit: rec.Limit, Reservations: recs}
+		if l, used, ok := p.store.Used(key, now); ok && l == rec.Limit {
+			st.Used = used
+		}
+		copies := 0
+		for _, succ := range v.ring.AppendSuccessors(buf[:0], key, p.cfg.Factor) {
+			if succ != p.self && !v.isDown(succ) {
+				out.states[succ] = append(out.states[succ], st)
+				out.unacked[succ] = append(out.unacked[succ], 0)
+				copies++
+			}
+		}
+		if copies == 0 {
+			p.resend(recs)
+		}
+	}
+}
+
+// resend puts records a round took but did not send back for the next.
+func (p *replicator) resend(recs []peermsg.Reservation) {
+	if len(recs) == 0 {
+		return
+	}
+	ids := make([]string, len(recs))
+	for i := range recs {
+		ids[i] = recs[i].ID
+	}
+	p.resv.Resend(ids)
 }

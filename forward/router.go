@@ -32,6 +32,7 @@ type Router struct {
 	known    *refusals // keys their owners refused moments ago
 	reach    reach     // members that failed to answer moments ago
 	standing sync.Map  // key → owner: keys decided here for an owner that did not answer
+	resv     *bucket.Reservations
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -85,12 +86,15 @@ func New(cfg Config) (*Router, error) {
 	r.view.Store(first)
 	changed := make(chan struct{})
 	r.viewChanged.Store(&changed)
+	r.resv = bucket.NewReservations(cfg.MaxReservations)
 	r.shared = newShared(cfg.Store.Capacity(), cmp.Or(cfg.Replication.MaxMemory, cfg.Store.MaxMemory()))
 	r.known = newRefusals(cfg.LocalKeys)
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,
 		Store: cfg.Store, Peers: cfg.Peers, Clock: cfg.Clock, Logger: cfg.Logger}, r.currentRing, r.shared, m)
 	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
+	r.repl.resv = r.resv
+	r.handoff.resv = r.resv
 	if err := m.watch(r); err != nil {
 		cancel()
 		return nil, err
@@ -166,7 +170,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			out[i] = r.unreachable(v, c, "", now)
 			continue
 		}
-		if c.Lease && !c.Refund && owner != r.cfg.Self {
+		if c.Lease && !c.Refund && c.Reserve == 0 && owner != r.cfg.Self {
 			if res, ok := r.leases.take(c, now); ok {
 				res.Owner = r.cfg.Self
 				out[i] = res
@@ -239,14 +243,14 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
 	}
-	d, unsent, err := r.cfg.Store.TakeUnsent(key, l, now, c.Cost)
+	d, unsent, id, err := r.takeReserved(c, now)
 	if errors.Is(err, bucket.ErrFull) {
 		return r.noRoom(v, c, now), false
 	}
 	if err != nil { // the caller validated; a bad peer request lands here
 		r.log.Error("local check failed", "key", key, "err", err)
 	}
-	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, r.repl.hold(v, unsent, c.Sync)
+	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr, Reservation: id}, r.repl.hold(v, unsent, c.Sync)
 }
 
 // recover gives this node a copy of a key it now owns and holds none of.

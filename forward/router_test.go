@@ -104,6 +104,9 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 		t.Fatalf("NewPool(%s): %v", name, err)
 	}
 	cfg.Peers = pool
+	if cfg.Settler == nil {
+		cfg.Settler = pool
+	}
 	r, err := New(cfg.Config)
 	if err != nil {
 		pool.Close(context.Background())
@@ -114,7 +117,7 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(sopts...)
-	psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Stats: r, Clock: clk, Metrics: pm})
+	psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Stats: r, Clock: clk, Metrics: pm, Settler: r})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,9 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		// sender from before the flag), and the sender decides it in its
 		// failure mode (see noRoom). Nothing here decides by Mode.
 		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, forwarded: true}
+		if q.ReserveTTL > 0 && q.Limit.Algorithm() == bucket.TokenBucket && q.ReserveTTL <= bucket.MaxReserveTTL {
+			c.Reserve = q.ReserveTTL
+		}
 		var res Result
 		if owner == r.cfg.Self {
 			var h bool
@@ -50,7 +53,8 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		} else {
 			res = r.decideFor(ctx, v, owner, c, now)
 		}
-		if q.Lease > 0 && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
+		a.Reservation = res.Reservation
+		if q.Lease > 0 && c.Reserve == 0 && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
 			if a.LeaseGranted = r.cfg.Store.Grant(q.Key, &q.Limit, now, min(q.Lease, q.Limit.Burst())); a.LeaseGranted > 0 {
 				a.LeaseTTL = r.cfg.Lease.TTL
 				res.Remaining = max(res.Remaining-a.LeaseGranted, 0)
@@ -91,6 +95,7 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 		if ownerIn(v.ring, r.cfg.Self, s.Key) != r.cfg.Self {
 			r.handoff.mayHoldForeign() // rings disagree: the next pass pushes it on
 		}
+		r.importState(from, s, now)
 		if r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil {
 			merged++
 		}
@@ -108,6 +113,9 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 		return 0, fmt.Errorf("forward: %s is not a member of %s's ring", from, r.cfg.Self)
 	}
 	now := r.cfg.Clock.Now()
+	for i := range states {
+		r.importState(from, &states[i], now)
+	}
 	if !r.handoff.holdsForeign() { // no local copy to charge: the replicas alone
 		r.shared.raiseAll(from, now, states)
 		return len(states), nil
@@ -140,7 +148,7 @@ func (r *Router) Lookup(from, key string) (peermsg.State, bool) {
 	if ok && from != "" {
 		r.shared.set(from, key, &l, now, used)
 	}
-	return peermsg.State{Key: key, Limit: l, Used: used}, ok
+	return peermsg.State{Key: key, Limit: l, Used: used, Reservations: r.appendRecords(nil, key, now)}, ok
 }
 
 // Keys implements peer.StatsSource (with RingVersion).

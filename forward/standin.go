@@ -192,8 +192,9 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 	var asked []string // keys this call asks a lease for
 	for j, i := range idx {
 		c := &checks[i]
-		reqs[j] = peermsg.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync}
-		if !final && c.Lease && !c.Refund && r.leases.ask(c.Key) {
+		reqs[j] = peermsg.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync,
+			ReserveTTL: reserveTTL(c)}
+		if !final && c.Lease && !c.Refund && c.Reserve == 0 && r.leases.ask(c.Key) {
 			reqs[j].Lease = r.leases.size(c, v.len())
 			asked = append(asked, c.Key)
 		}
@@ -232,7 +233,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 		if a.LeaseGranted > 0 {
 			r.leases.install(c, a.LeaseGranted, a.LeaseTTL, r.cfg.Clock.Now())
 		}
-		out[i] = Result{Decision: a.Decision(c.Limit.Count()), Owner: decider, OwnerAddr: addr}
+		out[i] = Result{Decision: a.Decision(c.Limit.Count()), Owner: decider, OwnerAddr: addr, Reservation: a.Reservation}
 		r.known.note(c.Key, &out[i].Decision, now)
 		r.pre.after(c, &out[i], now)
 	}
@@ -304,7 +305,7 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 	}
 	r.handoff.mayHoldForeign()
 	r.adopt(owner, c.Key, now)
-	d, err := r.cfg.Store.Take(c.Key, &c.Limit, now, c.Cost)
+	d, _, id, err := r.takeReserved(c, now)
 	if errors.Is(err, bucket.ErrFull) {
 		return r.noRoom(v, c, now)
 	}
@@ -316,7 +317,7 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 		r.standing.Store(strings.Clone(c.Key), owner) // c.Key may point into a reused buffer
 	}
 	r.handoff.trigger()
-	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}
+	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr, Reservation: id}
 }
 
 // adopt gives this node a copy of key from its replica of owner's state,

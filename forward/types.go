@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/peermsg"
@@ -103,6 +104,11 @@ type Check struct {
 	// when the pre-limiter sheds one of them, the others of the group are
 	// neither sent nor spent, and come back Skipped.
 	Together int32
+	// Reserve, when > 0, makes an admitted check record a reservation on
+	// the key's owner, settleable for this long (Router.Settle), and
+	// Result.Reservation name it. Token bucket only; never admitted from a
+	// lease. A degraded answer carries no reservation.
+	Reserve time.Duration
 	// forwarded marks a check another node sent this one to decide
 	// (Decide), whose failure mode the peer protocol does not carry: a new
 	// key the store has no room for is answered full (Result.full), and
@@ -129,6 +135,9 @@ type Result struct {
 	// Leased is true when the check was admitted from a token lease held
 	// by this node; Remaining is then what the lease has left.
 	Leased bool
+	// Reservation is the id of the reservation an admitted check with
+	// Reserve recorded; empty otherwise.
+	Reservation string
 	// full is true for a forwarded check whose new key the store had no
 	// room for: nothing was spent, and the Decision refuses for one second
 	// (what a sender that does not know peermsg.Answer.Full keeps).
@@ -178,6 +187,14 @@ func ValidateChecks(checks []Check) error {
 		}
 		if c.Lease {
 			if err := bucket.CheckLease(c.Limit.Algorithm()); err != nil {
+				return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)
+			}
+		}
+		if c.Reserve != 0 {
+			if err := bucket.CheckReserve(c.Limit.Algorithm()); err != nil {
+				return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)
+			}
+			if err := bucket.CheckReserveTTL("reserve_ttl", c.Reserve); err != nil {
 				return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)
 			}
 		}

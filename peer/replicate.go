@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
@@ -49,7 +50,8 @@ type replicateBatch struct {
 // The limit is always written, as proto.Marshal writes a set message field
 // even when it is empty.
 func stateSize(s *State, l *wireLimit) int {
-	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used))
+	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used)) +
+		reservationsSize(s.Reservations)
 }
 
 func (m *replicateBatch) size() int {
@@ -75,6 +77,9 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 		b = protowire.AppendVarint(b, uint64(l.size()))
 		b = l.appendTo(b)
 		b = appendVarint(b, fStateUsed, uint64(s.Used))
+		for j := range s.Reservations {
+			b = appendReservation(b, &s.Reservations[j])
+		}
 	}
 	return b
 }
@@ -82,9 +87,10 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 // wireState is one received state (message BucketState). A missing limit
 // reads as zeros, which validation refuses.
 type wireState struct {
-	key   string
-	limit wireLimit
-	used  int64
+	key          string
+	limit        wireLimit
+	used         int64
+	reservations []peermsg.Reservation // validStates keeps MaxStateReservations
 }
 
 func (s *wireState) parse(b []byte) error {
@@ -97,6 +103,12 @@ func (s *wireState) parse(b []byte) error {
 			return s.limit.parse(val)
 		case fStateUsed << 3:
 			s.used = int64(v)
+		case fStateReservations<<3 | 2:
+			r, err := parseReservation(val)
+			if err != nil {
+				return err
+			}
+			s.reservations = append(s.reservations, r)
 		}
 		return nil
 	})
@@ -181,7 +193,8 @@ func (m *replicateIn) validStates() []State {
 		if err != nil || bucket.CheckKey(w.key) != nil || w.used < 0 {
 			continue
 		}
-		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used})
+		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
+			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)]})
 	}
 	return m.valid
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
@@ -24,7 +26,8 @@ func replicateToProto(m *replicateBatch) *peerv1.ReplicateRequest {
 	req := &peerv1.ReplicateRequest{From: m.from, RingVersion: m.version, Buckets: make([]*peerv1.BucketState, len(m.states))}
 	for i := range m.states {
 		s := &m.states[i]
-		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used}
+		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
+			Reservations: reservationsToProto(s.Reservations)}
 	}
 	return req
 }
@@ -35,7 +38,8 @@ func replicateInToProto(m *replicateIn) *peerv1.ReplicateRequest {
 	req := &peerv1.ReplicateRequest{From: m.from, RingVersion: m.version}
 	for i := range m.states {
 		s := &m.states[i]
-		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used})
+		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used,
+			Reservations: reservationsToProto(s.reservations)})
 	}
 	return req
 }
@@ -105,6 +109,11 @@ func TestReplicateWireMatchesProto(t *testing.T) {
 			{Key: strings.Repeat("ü", 100), Limit: leaky, Used: 1 << 40},
 			{Key: strings.Repeat("x", 20000), Limit: lim, Used: 2},
 		}}},
+		{"reservations", replicateBatch{from: "A", states: []State{{Key: "k", Limit: lim, Used: 3, Reservations: []peermsg.Reservation{
+			{ID: "r1.aw.AAAAAAAAAAAAAAAA", Reserved: 3, TTL: time.Minute},
+			{ID: "r1.aw.BBBBBBBBBBBBBBBB", Reserved: 2, TTL: -1, Settled: true},
+			{},
+		}}}}},
 		{"many", replicateBatch{from: "node-1", version: 42, states: manyStates(1024, leaky)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkReplicateWire(t, &tc.m) })
@@ -124,8 +133,15 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 			if err != nil {
 				lim = bucket.Limit{} // the zero limit: every field left out
 			}
-			m.states = append(m.states, State{Key: rapid.StringN(0, 300, -1).Draw(t, l+".key"), Limit: lim,
-				Used: int64(maybeZero(t, l+".used"))})
+			st := State{Key: rapid.StringN(0, 300, -1).Draw(t, l+".key"), Limit: lim,
+				Used: int64(maybeZero(t, l+".used"))}
+			for j := range rapid.IntRange(0, 3).Draw(t, l+".reservations") {
+				rl := fmt.Sprint(l, ".r", j)
+				st.Reservations = append(st.Reservations, peermsg.Reservation{ID: rapid.StringN(0, 40, -1).Draw(t, rl+".id"),
+					Reserved: int64(maybeZero(t, rl+".reserved")), TTL: time.Duration(maybeZero(t, rl+".ttl")),
+					Settled: rapid.Bool().Draw(t, rl+".settled"), SettledCost: int64(maybeZero(t, rl+".cost"))})
+			}
+			m.states = append(m.states, st)
 		}
 		checkReplicateWire(t, &m)
 	})
@@ -206,7 +222,7 @@ func TestReplicateValidStates(t *testing.T) {
 		t.Fatalf("valid states %+v, generated path takes %+v", got, want)
 	}
 	for i := range got {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("state %d: %+v, generated path %+v", i, got[i], want[i])
 		}
 	}
@@ -302,6 +318,8 @@ func FuzzReplicateParse(f *testing.F) {
 	f.Add((&replicateBatch{from: "a", version: 1, states: []State{{Key: "k", Limit: hourly(10), Used: 1}}}).appendTo(nil))
 	f.Add((&replicateBatch{from: "a", states: []State{{}, {Key: "j"}}}).appendTo(nil))
 	f.Add((&replicateAck{accepted: 3}).appendTo(nil))
+	f.Add((&replicateBatch{from: "a", states: []State{{Key: "k", Limit: hourly(10), Used: 4, Reservations: []peermsg.Reservation{
+		{ID: "r1.aw.AAAAAAAAAAAAAAAA", Reserved: 4, TTL: time.Minute, Settled: true, SettledCost: 9}}}}}).appendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m replicateIn
 		if m.parse(bytes.Clone(b)) == nil {

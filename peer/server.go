@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -92,6 +93,7 @@ type Server struct {
 	tracer    trace.Tracer           // from ServerConfig.TracerProvider; nil: no spans
 	report    func(*Stats)           // ServerConfig.Report; nil: Stats carries the Stats source's part only
 	stats     StatsSource            // ServerConfig.Stats; nil: no keys, ring version 0
+	settler   Settler                // ServerConfig.Settler; nil: Settle is unimplemented
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
 
@@ -147,6 +149,9 @@ type ServerConfig struct {
 	// filled before it is called. It is called concurrently and must not
 	// block. Nil: Stats carries the Stats source's part only.
 	Report func(*Stats)
+	// Settler settles the reservations other nodes send (settle.go). Nil:
+	// Settle answers Unimplemented.
+	Settler Settler
 }
 
 // NewServer returns the peer service cfg describes.
@@ -166,7 +171,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		m = newMetrics()
 	}
 	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
-		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats}
+		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats, settler: cfg.Settler}
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
 	}
@@ -288,7 +293,8 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
 			return
 		}
-		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final, Sync: c.sync})
+		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final, Sync: c.sync,
+			ReserveTTL: time.Duration(max(c.reserveTTLNs, 0))})
 	}
 	if cap(pb.answers) < len(pb.reqs) {
 		pb.answers = make([]Answer, len(pb.reqs))
@@ -313,7 +319,7 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 		if err != nil || bucket.CheckKey(b.GetKey()) != nil || b.GetUsed() < 0 {
 			continue
 		}
-		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed()})
+		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations())})
 	}
 	return states
 }
@@ -377,5 +383,6 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 	if !ok {
 		return &peerv1.FetchResponse{}, nil
 	}
-	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used}}, nil
+	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
+		Reservations: reservationsToProto(st.Reservations)}}, nil
 }

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/peermsg"
@@ -23,11 +24,12 @@ func (d *wireDecision) toAnswer() Answer {
 		ResetAfter:   time.Duration(d.resetAfterMs) * time.Millisecond,
 		Delay:        time.Duration(d.delayMs) * time.Millisecond,
 		LeaseGranted: d.leaseGranted, LeaseTTL: time.Duration(d.leaseTTLMs) * time.Millisecond,
-		Redirect: d.redirect, Full: d.full}
+		Redirect: d.redirect, Full: d.full, Reservation: strings.Clone(d.reservation)}
 }
 
 func (d *wireDecision) fromAnswer(a *Answer) {
 	*d = wireDecision{allowed: a.Allowed, remaining: a.Remaining, retryAfterMs: a.RetryAfter.Milliseconds(),
 		resetAfterMs: a.ResetAfter.Milliseconds(), delayMs: a.Delay.Milliseconds(),
-		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds(), redirect: a.Redirect, full: a.Full}
+		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds(), redirect: a.Redirect, full: a.Full,
+		reservation: a.Reservation}
 }

@@ -118,6 +118,8 @@ type wireCheck struct {
 	// before the field existed).
 	trace  traceContext
 	traced bool
+	// reserveTTLNs asks for a reservation (field reserve_ttl_ns, 0: none).
+	reserveTTLNs int64
 }
 
 // checkBatch is one batch on the Check stream (message CheckRequest). A
@@ -142,6 +144,7 @@ type wireDecision struct {
 	leaseTTLMs   int64
 	redirect     string
 	full         bool
+	reservation  string
 }
 
 // checkAnswer answers one batch (message CheckResponse). A received answer's
@@ -159,10 +162,10 @@ type checkAnswer struct {
 const (
 	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst                     = 1, 2, 3, 4
 	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease, fCheckFinal = 1, 2, 3, 4, 5, 6
-	fCheckTrace, fCheckSync                                                    = 7, 8
+	fCheckTrace, fCheckSync, fCheckReserveTTL                                  = 7, 8, 10
 	fReqFrom, fReqChecks, fReqID, fReqRingVersion                              = 1, 2, 3, 4
 	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
-	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect, fDecFull                     = 6, 7, 8, 9
+	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect, fDecFull, fDecReservation    = 6, 7, 8, 9, 10
 	fRespOwner, fRespDecisions, fRespID, fRespError, fRespDrain                = 1, 2, 3, 4, 5
 )
 
@@ -223,7 +226,7 @@ func (c *wireCheck) size() int {
 	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
 		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
 		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final)) + c.traceSize() +
-		varintSize(fCheckSync, boolVal(c.sync))
+		varintSize(fCheckSync, boolVal(c.sync)) + varintSize(fCheckReserveTTL, uint64(c.reserveTTLNs))
 }
 
 func (c *wireCheck) traceSize() int {
@@ -246,7 +249,8 @@ func (c *wireCheck) appendTo(b []byte) []byte {
 		b = protowire.AppendTag(b, fCheckTrace, protowire.BytesType)
 		b = protowire.AppendBytes(b, c.trace[:])
 	}
-	return appendVarint(b, fCheckSync, boolVal(c.sync))
+	b = appendVarint(b, fCheckSync, boolVal(c.sync))
+	return appendVarint(b, fCheckReserveTTL, uint64(c.reserveTTLNs))
 }
 
 func (m *checkBatch) size() int {
@@ -274,7 +278,7 @@ func (d *wireDecision) size() int {
 		varintSize(fDecRetry, uint64(d.retryAfterMs)) + varintSize(fDecReset, uint64(d.resetAfterMs)) +
 		varintSize(fDecDelay, uint64(d.delayMs)) + varintSize(fDecLeaseGranted, uint64(d.leaseGranted)) +
 		varintSize(fDecLeaseTTL, uint64(d.leaseTTLMs)) + stringSize(fDecRedirect, d.redirect) +
-		varintSize(fDecFull, boolVal(d.full))
+		varintSize(fDecFull, boolVal(d.full)) + stringSize(fDecReservation, d.reservation)
 }
 
 func (d *wireDecision) appendTo(b []byte) []byte {
@@ -286,7 +290,8 @@ func (d *wireDecision) appendTo(b []byte) []byte {
 	b = appendVarint(b, fDecLeaseGranted, uint64(d.leaseGranted))
 	b = appendVarint(b, fDecLeaseTTL, uint64(d.leaseTTLMs))
 	b = appendString(b, fDecRedirect, d.redirect)
-	return appendVarint(b, fDecFull, boolVal(d.full))
+	b = appendVarint(b, fDecFull, boolVal(d.full))
+	return appendString(b, fDecReservation, d.reservation)
 }
 
 func (m *checkAnswer) size() int {

@@ -102,6 +102,8 @@ func (c *wireCheck) parse(b []byte) error {
 			c.final = v != 0
 		case fCheckSync << 3:
 			c.sync = v != 0
+		case fCheckReserveTTL << 3:
+			c.reserveTTLNs = int64(v)
 		case fCheckTrace<<3 | 2:
 			// Best effort: a trace context of another length (a later
 			// format) is ignored, not a reason to refuse the batch.
@@ -161,6 +163,8 @@ func (d *wireDecision) parse(b []byte) error {
 			d.redirect = str(val)
 		case fDecFull << 3:
 			d.full = v != 0
+		case fDecReservation<<3 | 2:
+			d.reservation = str(val)
 		}
 		return nil
 	})

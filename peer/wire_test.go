@@ -24,13 +24,14 @@ func genWireCheck(t *rapid.T, label string) wireCheck {
 			perNs: rapid.Int64().Draw(t, label+".per"),
 			burst: rapid.Int64().Draw(t, label+".burst"),
 		},
-		cost:   rapid.Int64().Draw(t, label+".cost"),
-		refund: rapid.Bool().Draw(t, label+".refund"),
-		lease:  rapid.Int64().Draw(t, label+".lease"),
-		final:  rapid.Bool().Draw(t, label+".final"),
-		sync:   rapid.Bool().Draw(t, label+".sync"),
-		traced: rapid.Bool().Draw(t, label+".traced"),
-		trace:  traceContext(rapid.SliceOfN(rapid.Byte(), traceContextLen, traceContextLen).Draw(t, label+".trace")),
+		cost:         rapid.Int64().Draw(t, label+".cost"),
+		refund:       rapid.Bool().Draw(t, label+".refund"),
+		lease:        rapid.Int64().Draw(t, label+".lease"),
+		final:        rapid.Bool().Draw(t, label+".final"),
+		sync:         rapid.Bool().Draw(t, label+".sync"),
+		traced:       rapid.Bool().Draw(t, label+".traced"),
+		trace:        traceContext(rapid.SliceOfN(rapid.Byte(), traceContextLen, traceContextLen).Draw(t, label+".trace")),
+		reserveTTLNs: rapid.OneOf(rapid.Just(int64(0)), rapid.Int64()).Draw(t, label+".reserve_ttl"),
 	}
 }
 
@@ -44,13 +45,14 @@ func batchToProto(m *checkBatch) *peerv1.CheckRequest {
 	req := &peerv1.CheckRequest{From: m.from, Id: m.id, RingVersion: m.ringVersion}
 	for _, c := range m.checks {
 		pc := &peerv1.Check{
-			Key:    c.key,
-			Limit:  &peerv1.Limit{Algorithm: c.limit.alg, Limit: c.limit.limit, PerNs: c.limit.perNs, Burst: c.limit.burst},
-			Cost:   c.cost,
-			Refund: c.refund,
-			Lease:  c.lease,
-			Final:  c.final,
-			Sync:   c.sync,
+			Key:          c.key,
+			Limit:        &peerv1.Limit{Algorithm: c.limit.alg, Limit: c.limit.limit, PerNs: c.limit.perNs, Burst: c.limit.burst},
+			Cost:         c.cost,
+			Refund:       c.refund,
+			Lease:        c.lease,
+			Final:        c.final,
+			Sync:         c.sync,
+			ReserveTtlNs: c.reserveTTLNs,
 		}
 		if c.traced {
 			pc.Trace = bytes.Clone(c.trace[:])
@@ -66,7 +68,7 @@ func answerToProto(m *checkAnswer) *peerv1.CheckResponse {
 		resp.Decisions = append(resp.Decisions, &peerv1.Decision{
 			Allowed: d.allowed, Remaining: d.remaining, RetryAfterMs: d.retryAfterMs, ResetAfterMs: d.resetAfterMs,
 			DelayMs: d.delayMs, LeaseGranted: d.leaseGranted, LeaseTtlMs: d.leaseTTLMs, Redirect: d.redirect,
-			Full: d.full,
+			Full: d.full, Reservation: d.reservation,
 		})
 	}
 	return resp
@@ -110,9 +112,10 @@ func TestWireMatchesProto(t *testing.T) {
 				allowed: rapid.Bool().Draw(t, l+".allowed"), remaining: rapid.Int64().Draw(t, l+".remaining"),
 				retryAfterMs: rapid.Int64().Draw(t, l+".retry"), resetAfterMs: rapid.Int64().Draw(t, l+".reset"),
 				delayMs: rapid.Int64().Draw(t, l+".delay"), leaseGranted: rapid.Int64().Draw(t, l+".lease"),
-				leaseTTLMs: rapid.Int64().Draw(t, l+".ttl"),
-				redirect:   rapid.OneOf(rapid.Just(""), rapid.StringN(1, 12, -1)).Draw(t, l+".redirect"),
-				full:       rapid.Bool().Draw(t, l+".full"),
+				leaseTTLMs:  rapid.Int64().Draw(t, l+".ttl"),
+				redirect:    rapid.OneOf(rapid.Just(""), rapid.StringN(1, 12, -1)).Draw(t, l+".redirect"),
+				full:        rapid.Bool().Draw(t, l+".full"),
+				reservation: rapid.OneOf(rapid.Just(""), rapid.StringN(1, 40, -1)).Draw(t, l+".reservation"),
 			})
 		}
 		want, err = proto.MarshalOptions{Deterministic: true}.Marshal(answerToProto(&a))
@@ -221,6 +224,8 @@ func FuzzWireParse(f *testing.F) {
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{allowed: true, remaining: -1}}}).appendTo(nil))
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{redirect: "c"}}}).appendTo(nil))
 	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{retryAfterMs: 1000, full: true}}}).appendTo(nil))
+	f.Add((&checkBatch{from: "a", id: 1, checks: []wireCheck{{key: "k", cost: 1, reserveTTLNs: int64(time.Minute)}}}).appendTo(nil))
+	f.Add((&checkAnswer{owner: "b", id: 1, decisions: []wireDecision{{allowed: true, reservation: "r1.aw.AAAAAAAAAAAAAAAA"}}}).appendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m checkBatch
 		if m.parse(bytes.Clone(b)) == nil {

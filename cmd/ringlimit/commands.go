@@ -20,6 +20,7 @@ import (
 )
 
 const checkSynopsis = "check KEY --limit N --per DUR [--cost N] [--algorithm A] [--burst B] [--failure-mode M] [--lease]\n" +
+	"         [--reserve [--reserve-ttl DUR]]\n" +
 	"   or: ringlimit check [--policy P] [--api-key K | --user U | --ip IP] [--route R] [--tier T] [--cost N]"
 
 // check runs POST /v1/check: exit 0 when allowed, 1 when refused.
@@ -44,6 +45,8 @@ func (e *env) check(args []string) error {
 	fs.StringVar(&req.IP, "ip", "", "policy request: the caller's IP")
 	fs.StringVar(&req.Route, "route", "", "policy request: the route (path)")
 	fs.StringVar(&req.Tier, "tier", "", "policy request: the tier (default: the policy's default or anonymous tier)")
+	fs.BoolVar(&req.Reserve, "reserve", false, "inline token_bucket limit: an admitted check prints a reservation to settle at the true cost (ringlimit settle)")
+	fs.StringVar(&req.ReserveTTL, "reserve-ttl", "", "with --reserve: how long the reservation can be settled, 1s to 24h (default: 5m)")
 	pos, err := e.parse(fs, args, 0, 1, checkSynopsis)
 	if err != nil {
 		return err
@@ -124,6 +127,9 @@ func (e *env) printCheck(r *api.CheckResponse) {
 	}
 	if r.PolicyVersion != "" {
 		row("policy", r.PolicyVersion)
+	}
+	if r.Reservation != "" {
+		row("reservation", r.Reservation)
 	}
 	tw.Flush()
 }

@@ -27,6 +27,7 @@ type command struct {
 // group (override, policy, rls) is the first word of several.
 var commands = []command{
 	{"check", checkSynopsis, "POST /v1/check: spend --cost tokens of a key, by an inline limit or by the node's policy; exit 0 when allowed, 1 when refused", false},
+	{"settle", "settle ID COST", "POST /v1/settle: make the spend of the reservation ID (from check --reserve) exactly COST tokens; exit 0 when settled, 4 when not found or already settled", false},
 	{"owner", "owner KEY", "GET /v1/owner: the node that owns KEY", false},
 	{"status", "status", "GET /v1/cluster and /v1/ring: members, ring shares, quorum and replication", false},
 	{"override add", overrideAddSynopsis, "POST /v1/overrides: give a caller a tier or a limit until it expires (admin token)", false},
@@ -184,7 +185,7 @@ func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
 var flagHints = map[string]string{
 	"limit": "N", "per": "DUR", "burst": "N", "cost": "N", "algorithm": "ALG", "failure-mode": "MODE",
 	"policy": "NAME", "api-key": "KEY", "user": "USER", "ip": "IP", "route": "PATH", "tier": "TIER",
-	"reason": "TEXT", "expires-in": "DUR",
+	"reason": "TEXT", "expires-in": "DUR", "reserve-ttl": "DUR",
 }
 
 // isGlobal reports whether name is one of globals' flags.

@@ -190,6 +190,8 @@ func (e *env) dispatch(cmd string, args []string) error {
 		return e.check(args)
 	case "owner":
 		return e.owner(args)
+	case "settle":
+		return e.settle(args)
 	case "status":
 		return e.status(args)
 	case "override", "overrides":

@@ -24,6 +24,9 @@ type Request struct {
 	// Sync asks the owner to answer an admitted check only once the key's
 	// successors acknowledged its spend (replication: sync).
 	Sync bool
+	// ReserveTTL, when > 0, asks the owner to record a reservation of an
+	// admitted check, settleable for this long (token bucket only).
+	ReserveTTL time.Duration
 }
 
 // Answer is the owner's decision on one Request.
@@ -45,6 +48,9 @@ type Answer struct {
 	// its failure mode. The decision fields then refuse, with a retry of
 	// one second, for a sender that does not know Full (fail_closed).
 	Full bool
+	// Reservation is the id of the reservation an admitted check with
+	// ReserveTTL recorded.
+	Reservation string
 }
 
 // Decision returns a as a bucket.Decision under a limit of count.
@@ -64,6 +70,42 @@ type State struct {
 	Key   string
 	Limit bucket.Limit
 	Used  int64
+	// Reservations are the key's reservation records, settled or not.
+	Reservations []Reservation
+}
+
+// Reservation is one reservation record as it moves with its key's state.
+type Reservation struct {
+	ID       string
+	Reserved int64
+	// TTL is how long it stays settleable, from when the state was read.
+	TTL         time.Duration
+	Settled     bool
+	SettledCost int64
+}
+
+// SettleStatus is how a key's owner answered a settle.
+type SettleStatus uint8
+
+const (
+	// SettleOK: settled now.
+	SettleOK SettleStatus = iota
+	// SettleNotFound: no such reservation (unknown, forged or expired).
+	SettleNotFound
+	// SettleAlreadySettled: settled before; nothing changed.
+	SettleAlreadySettled
+	// SettleRedirect: the receiver's ring names another owner
+	// (SettleAnswer.Redirect); nothing changed.
+	SettleRedirect
+)
+
+// SettleAnswer is the owner's answer to a settle.
+type SettleAnswer struct {
+	Status    SettleStatus
+	Redirect  string
+	Remaining int64
+	Limit     int64
+	Owner     string
 }
 
 // ErrBusy fails a check sent to a peer whose queue is full: MaxQueue calls

@@ -24,6 +24,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type PeerSettleResponse_Status int32
+
+const (
+	PeerSettleResponse_OK              PeerSettleResponse_Status = 0
+	PeerSettleResponse_NOT_FOUND       PeerSettleResponse_Status = 1
+	PeerSettleResponse_ALREADY_SETTLED PeerSettleResponse_Status = 2
+	// The receiver's ring names another owner (redirect); nothing changed.
+	PeerSettleResponse_REDIRECT PeerSettleResponse_Status = 3
+)
+
+// Enum value maps for PeerSettleResponse_Status.
+var (
+	PeerSettleResponse_Status_name = map[int32]string{
+		0: "OK",
+		1: "NOT_FOUND",
+		2: "ALREADY_SETTLED",
+		3: "REDIRECT",
+	}
+	PeerSettleResponse_Status_value = map[string]int32{
+		"OK":              0,
+		"NOT_FOUND":       1,
+		"ALREADY_SETTLED": 2,
+		"REDIRECT":        3,
+	}
+)
+
+func (x PeerSettleResponse_Status) Enum() *PeerSettleResponse_Status {
+	p := new(PeerSettleResponse_Status)
+	*p = x
+	return p
+}
+
+func (x PeerSettleResponse_Status) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PeerSettleResponse_Status) Descriptor() protoreflect.EnumDescriptor {
+	return file_peer_v1_peer_proto_enumTypes[0].Descriptor()
+}
+
+func (PeerSettleResponse_Status) Type() protoreflect.EnumType {
+	return &file_peer_v1_peer_proto_enumTypes[0]
+}
+
+func (x PeerSettleResponse_Status) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PeerSettleResponse_Status.Descriptor instead.
+func (PeerSettleResponse_Status) EnumDescriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16, 0}
+}
+
 type StatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -311,7 +364,10 @@ type Check struct {
 	// its spend (replication: sync), so that a crash of the owner right after
 	// the answer loses none of it. A receiver that does not know the field
 	// answers as it always did.
-	Sync          bool `protobuf:"varint,8,opt,name=sync,proto3" json:"sync,omitempty"`
+	Sync bool `protobuf:"varint,8,opt,name=sync,proto3" json:"sync,omitempty"`
+	// Reserve, when > 0: an admitted check records a reservation that can be
+	// settled for this many nanoseconds, and the decision names it.
+	ReserveTtlNs  int64 `protobuf:"varint,10,opt,name=reserve_ttl_ns,json=reserveTtlNs,proto3" json:"reserve_ttl_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -400,6 +456,13 @@ func (x *Check) GetSync() bool {
 		return x.Sync
 	}
 	return false
+}
+
+func (x *Check) GetReserveTtlNs() int64 {
+	if x != nil {
+		return x.ReserveTtlNs
+	}
+	return 0
 }
 
 type CheckRequest struct {
@@ -493,7 +556,9 @@ type Decision struct {
 	// does not carry its mode). A receiver from before the field refuses
 	// such a check without it, and a sender from before it reads the
 	// refusal: fail_closed, as before.
-	Full          bool `protobuf:"varint,9,opt,name=full,proto3" json:"full,omitempty"`
+	Full bool `protobuf:"varint,9,opt,name=full,proto3" json:"full,omitempty"`
+	// The reservation an admitted check with reserve_ttl_ns recorded.
+	Reservation   string `protobuf:"bytes,10,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +656,13 @@ func (x *Decision) GetFull() bool {
 	return false
 }
 
+func (x *Decision) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
 type CheckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -676,10 +748,12 @@ func (x *CheckResponse) GetDrain() bool {
 // BucketState is one key's state as the cost spent under its limit, which
 // any node can rebuild on its own clock.
 type BucketState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Limit         *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	Used          int64                  `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limit *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Used  int64                  `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	// The key's reservations, settled or not, with their TTL left.
+	Reservations  []*Reservation `protobuf:"bytes,5,rep,name=reservations,proto3" json:"reservations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -735,6 +809,93 @@ func (x *BucketState) GetUsed() int64 {
 	return 0
 }
 
+func (x *BucketState) GetReservations() []*Reservation {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+// Reservation is an owner's record of one reservation (see Check.reserve_ttl_ns).
+type Reservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The full id (it names the key).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The cost the check spent.
+	Reserved int64 `protobuf:"varint,2,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// Nanoseconds until it expires, on the sender's clock when it sent it.
+	TtlNs         int64 `protobuf:"varint,3,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	Settled       bool  `protobuf:"varint,4,opt,name=settled,proto3" json:"settled,omitempty"`
+	SettledCost   int64 `protobuf:"varint,5,opt,name=settled_cost,json=settledCost,proto3" json:"settled_cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reservation) Reset() {
+	*x = Reservation{}
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reservation) ProtoMessage() {}
+
+func (x *Reservation) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
+func (*Reservation) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Reservation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Reservation) GetReserved() int64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *Reservation) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+func (x *Reservation) GetSettled() bool {
+	if x != nil {
+		return x.Settled
+	}
+	return false
+}
+
+func (x *Reservation) GetSettledCost() int64 {
+	if x != nil {
+		return x.SettledCost
+	}
+	return 0
+}
+
 type HandoffRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -745,7 +906,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +918,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +931,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HandoffRequest) GetFrom() string {
@@ -796,7 +957,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +969,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +982,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HandoffResponse) GetMerged() int64 {
@@ -843,7 +1004,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +1016,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1029,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -902,7 +1063,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1075,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1088,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -948,7 +1109,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1121,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1134,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FetchRequest) GetFrom() string {
@@ -1007,7 +1168,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1180,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1193,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FetchResponse) GetFound() bool {
@@ -1047,6 +1208,151 @@ func (x *FetchResponse) GetState() *BucketState {
 		return x.State
 	}
 	return nil
+}
+
+type PeerSettleRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	From        string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Reservation string                 `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Cost        int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	// Settle on the receiver's store even where its ring names another owner.
+	Final         bool `protobuf:"varint,4,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerSettleRequest) Reset() {
+	*x = PeerSettleRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerSettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerSettleRequest) ProtoMessage() {}
+
+func (x *PeerSettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerSettleRequest.ProtoReflect.Descriptor instead.
+func (*PeerSettleRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PeerSettleRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PeerSettleRequest) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *PeerSettleRequest) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *PeerSettleRequest) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
+type PeerSettleResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Status        PeerSettleResponse_Status `protobuf:"varint,1,opt,name=status,proto3,enum=ringlimit.peer.v1.PeerSettleResponse_Status" json:"status,omitempty"`
+	Redirect      string                    `protobuf:"bytes,2,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Remaining     int64                     `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Limit         int64                     `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Owner         string                    `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerSettleResponse) Reset() {
+	*x = PeerSettleResponse{}
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerSettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerSettleResponse) ProtoMessage() {}
+
+func (x *PeerSettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerSettleResponse.ProtoReflect.Descriptor instead.
+func (*PeerSettleResponse) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PeerSettleResponse) GetStatus() PeerSettleResponse_Status {
+	if x != nil {
+		return x.Status
+	}
+	return PeerSettleResponse_OK
+}
+
+func (x *PeerSettleResponse) GetRedirect() string {
+	if x != nil {
+		return x.Redirect
+	}
+	return ""
+}
+
+func (x *PeerSettleResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *PeerSettleResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PeerSettleResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 var File_peer_v1_peer_proto protoreflect.FileDescriptor
@@ -1077,7 +1383,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xcb\x01\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xf1\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1086,12 +1392,14 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05lease\x18\x05 \x01(\x03R\x05lease\x12\x14\n" +
 	"\x05final\x18\x06 \x01(\bR\x05final\x12\x14\n" +
 	"\x05trace\x18\a \x01(\fR\x05trace\x12\x12\n" +
-	"\x04sync\x18\b \x01(\bR\x04sync\"\x87\x01\n" +
+	"\x04sync\x18\b \x01(\bR\x04sync\x12$\n" +
+	"\x0ereserve_ttl_ns\x18\n" +
+	" \x01(\x03R\freserveTtlNs\"\x87\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12!\n" +
-	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xa0\x02\n" +
+	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xc2\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -1102,17 +1410,26 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\flease_ttl_ms\x18\a \x01(\x03R\n" +
 	"leaseTtlMs\x12\x1a\n" +
 	"\bredirect\x18\b \x01(\tR\bredirect\x12\x12\n" +
-	"\x04full\x18\t \x01(\bR\x04full\"\x9c\x01\n" +
+	"\x04full\x18\t \x01(\bR\x04full\x12 \n" +
+	"\vreservation\x18\n" +
+	" \x01(\tR\vreservation\"\x9c\x01\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"c\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xa7\x01\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
-	"\x04used\x18\x03 \x01(\x03R\x04used\"^\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\x12B\n" +
+	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\"\x8d\x01\n" +
+	"\vReservation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\breserved\x18\x02 \x01(\x03R\breserved\x12\x15\n" +
+	"\x06ttl_ns\x18\x03 \x01(\x03R\x05ttlNs\x12\x18\n" +
+	"\asettled\x18\x04 \x01(\bR\asettled\x12!\n" +
+	"\fsettled_cost\x18\x05 \x01(\x03R\vsettledCost\"^\n" +
 	"\x0eHandoffRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x128\n" +
 	"\abuckets\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.BucketStateR\abuckets\")\n" +
@@ -1130,13 +1447,30 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\"[\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x124\n" +
-	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state2\x98\x03\n" +
+	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state\"s\n" +
+	"\x11PeerSettleRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12 \n" +
+	"\vreservation\x18\x02 \x01(\tR\vreservation\x12\x12\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x14\n" +
+	"\x05final\x18\x04 \x01(\bR\x05final\"\x84\x02\n" +
+	"\x12PeerSettleResponse\x12D\n" +
+	"\x06status\x18\x01 \x01(\x0e2,.ringlimit.peer.v1.PeerSettleResponse.StatusR\x06status\x12\x1a\n" +
+	"\bredirect\x18\x02 \x01(\tR\bredirect\x12\x1c\n" +
+	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"B\n" +
+	"\x06Status\x12\x06\n" +
+	"\x02OK\x10\x00\x12\r\n" +
+	"\tNOT_FOUND\x10\x01\x12\x13\n" +
+	"\x0fALREADY_SETTLED\x10\x02\x12\f\n" +
+	"\bREDIRECT\x10\x032\xef\x03\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
 	"\x05Fetch\x12\x1f.ringlimit.peer.v1.FetchRequest\x1a .ringlimit.peer.v1.FetchResponse\x12V\n" +
 	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12J\n" +
-	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
+	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponse\x12U\n" +
+	"\x06Settle\x12$.ringlimit.peer.v1.PeerSettleRequest\x1a%.ringlimit.peer.v1.PeerSettleResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
 
 var (
 	file_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -1150,47 +1484,56 @@ func file_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peer_v1_peer_proto_rawDescData
 }
 
-var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_peer_v1_peer_proto_goTypes = []any{
-	(*StatsRequest)(nil),      // 0: ringlimit.peer.v1.StatsRequest
-	(*StatsResponse)(nil),     // 1: ringlimit.peer.v1.StatsResponse
-	(*Limit)(nil),             // 2: ringlimit.peer.v1.Limit
-	(*Check)(nil),             // 3: ringlimit.peer.v1.Check
-	(*CheckRequest)(nil),      // 4: ringlimit.peer.v1.CheckRequest
-	(*Decision)(nil),          // 5: ringlimit.peer.v1.Decision
-	(*CheckResponse)(nil),     // 6: ringlimit.peer.v1.CheckResponse
-	(*BucketState)(nil),       // 7: ringlimit.peer.v1.BucketState
-	(*HandoffRequest)(nil),    // 8: ringlimit.peer.v1.HandoffRequest
-	(*HandoffResponse)(nil),   // 9: ringlimit.peer.v1.HandoffResponse
-	(*ReplicateRequest)(nil),  // 10: ringlimit.peer.v1.ReplicateRequest
-	(*ReplicateResponse)(nil), // 11: ringlimit.peer.v1.ReplicateResponse
-	(*FetchRequest)(nil),      // 12: ringlimit.peer.v1.FetchRequest
-	(*FetchResponse)(nil),     // 13: ringlimit.peer.v1.FetchResponse
+	(PeerSettleResponse_Status)(0), // 0: ringlimit.peer.v1.PeerSettleResponse.Status
+	(*StatsRequest)(nil),           // 1: ringlimit.peer.v1.StatsRequest
+	(*StatsResponse)(nil),          // 2: ringlimit.peer.v1.StatsResponse
+	(*Limit)(nil),                  // 3: ringlimit.peer.v1.Limit
+	(*Check)(nil),                  // 4: ringlimit.peer.v1.Check
+	(*CheckRequest)(nil),           // 5: ringlimit.peer.v1.CheckRequest
+	(*Decision)(nil),               // 6: ringlimit.peer.v1.Decision
+	(*CheckResponse)(nil),          // 7: ringlimit.peer.v1.CheckResponse
+	(*BucketState)(nil),            // 8: ringlimit.peer.v1.BucketState
+	(*Reservation)(nil),            // 9: ringlimit.peer.v1.Reservation
+	(*HandoffRequest)(nil),         // 10: ringlimit.peer.v1.HandoffRequest
+	(*HandoffResponse)(nil),        // 11: ringlimit.peer.v1.HandoffResponse
+	(*ReplicateRequest)(nil),       // 12: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),      // 13: ringlimit.peer.v1.ReplicateResponse
+	(*FetchRequest)(nil),           // 14: ringlimit.peer.v1.FetchRequest
+	(*FetchResponse)(nil),          // 15: ringlimit.peer.v1.FetchResponse
+	(*PeerSettleRequest)(nil),      // 16: ringlimit.peer.v1.PeerSettleRequest
+	(*PeerSettleResponse)(nil),     // 17: ringlimit.peer.v1.PeerSettleResponse
 }
 var file_peer_v1_peer_proto_depIdxs = []int32{
-	2,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
-	3,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
-	5,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
-	2,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
-	7,  // 4: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	7,  // 5: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	2,  // 6: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	7,  // 7: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
-	4,  // 8: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	8,  // 9: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	12, // 10: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	10, // 11: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	0,  // 12: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	6,  // 13: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	9,  // 14: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	13, // 15: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	11, // 16: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	1,  // 17: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
+	4,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
+	6,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
+	3,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
+	9,  // 4: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
+	8,  // 5: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	8,  // 6: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	3,  // 7: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	8,  // 8: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
+	0,  // 9: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
+	5,  // 10: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	10, // 11: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	14, // 12: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	12, // 13: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	1,  // 14: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	16, // 15: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
+	7,  // 16: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	11, // 17: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	15, // 18: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	13, // 19: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	2,  // 20: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	17, // 21: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }
@@ -1203,13 +1546,14 @@ func file_peer_v1_peer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_v1_peer_proto_rawDesc), len(file_peer_v1_peer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   14,
+			NumEnums:      1,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_peer_v1_peer_proto_goTypes,
 		DependencyIndexes: file_peer_v1_peer_proto_depIdxs,
+		EnumInfos:         file_peer_v1_peer_proto_enumTypes,
 		MessageInfos:      file_peer_v1_peer_proto_msgTypes,
 	}.Build()
 	File_peer_v1_peer_proto = out.File

@@ -27,6 +27,7 @@ const (
 	Peer_Fetch_FullMethodName     = "/ringlimit.peer.v1.Peer/Fetch"
 	Peer_Replicate_FullMethodName = "/ringlimit.peer.v1.Peer/Replicate"
 	Peer_Stats_FullMethodName     = "/ringlimit.peer.v1.Peer/Stats"
+	Peer_Settle_FullMethodName    = "/ringlimit.peer.v1.Peer/Settle"
 )
 
 // PeerClient is the client API for Peer service.
@@ -59,6 +60,10 @@ type PeerClient interface {
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// Settle settles a reservation on the owner of its key (the id names
+	// the key). A receiver whose ring names another owner answers redirect
+	// and changes nothing, unless final is set.
+	Settle(ctx context.Context, in *PeerSettleRequest, opts ...grpc.CallOption) (*PeerSettleResponse, error)
 }
 
 type peerClient struct {
@@ -122,6 +127,16 @@ func (c *peerClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *peerClient) Settle(ctx context.Context, in *PeerSettleRequest, opts ...grpc.CallOption) (*PeerSettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerSettleResponse)
+	err := c.cc.Invoke(ctx, Peer_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -152,6 +167,10 @@ type PeerServer interface {
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// Settle settles a reservation on the owner of its key (the id names
+	// the key). A receiver whose ring names another owner answers redirect
+	// and changes nothing, unless final is set.
+	Settle(context.Context, *PeerSettleRequest) (*PeerSettleResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -176,6 +195,9 @@ func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*R
 }
 func (UnimplementedPeerServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedPeerServer) Settle(context.Context, *PeerSettleRequest) (*PeerSettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -277,6 +299,24 @@ func _Peer_Stats_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerSettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Settle(ctx, req.(*PeerSettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -299,6 +339,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Peer_Stats_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _Peer_Settle_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -317,9 +317,15 @@ type Check struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Tokens this check spends; unset means 1 (or the route's cost).
-	Cost          *int64         `protobuf:"varint,2,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
-	Limit         *Limit         `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	Request       *PolicyRequest `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
+	Cost    *int64         `protobuf:"varint,2,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	Limit   *Limit         `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Request *PolicyRequest `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
+	// Reserve: an admitted check answers a reservation id, which a later
+	// Settle turns into the true cost. Inline token bucket limits only.
+	Reserve bool `protobuf:"varint,6,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// How long the reservation can be settled, in milliseconds: 1s to 24h;
+	// 0 means 5 minutes. An unsettled reservation expires keeping its spend.
+	ReserveTtlMs  int64 `protobuf:"varint,7,opt,name=reserve_ttl_ms,json=reserveTtlMs,proto3" json:"reserve_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +386,20 @@ func (x *Check) GetRequest() *PolicyRequest {
 		return x.Request
 	}
 	return nil
+}
+
+func (x *Check) GetReserve() bool {
+	if x != nil {
+		return x.Reserve
+	}
+	return false
+}
+
+func (x *Check) GetReserveTtlMs() int64 {
+	if x != nil {
+		return x.ReserveTtlMs
+	}
+	return 0
 }
 
 type CheckRequest struct {
@@ -448,7 +468,10 @@ type Decision struct {
 	PolicyVersion string `protobuf:"bytes,11,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	// The gRPC address of the node that decided an inline check: a client
 	// may send later checks on the same key straight there.
-	OwnerAddr     string `protobuf:"bytes,12,opt,name=owner_addr,json=ownerAddr,proto3" json:"owner_addr,omitempty"`
+	OwnerAddr string `protobuf:"bytes,12,opt,name=owner_addr,json=ownerAddr,proto3" json:"owner_addr,omitempty"`
+	// The reservation of an admitted check with reserve: give it to Settle.
+	// Empty for a refused or degraded check.
+	Reservation   string `protobuf:"bytes,13,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +590,13 @@ func (x *Decision) GetOwnerAddr() string {
 	return ""
 }
 
+func (x *Decision) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
 type CheckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decisions     []*Decision            `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
@@ -611,6 +641,138 @@ func (x *CheckResponse) GetDecisions() []*Decision {
 	return nil
 }
 
+type SettleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id a check with reserve answered.
+	Reservation string `protobuf:"bytes,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// The true cost, 0 or more: the spend becomes exactly this.
+	Cost          int64 `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SettleRequest) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+type SettleResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Settled bool                   `protobuf:"varint,1,opt,name=settled,proto3" json:"settled,omitempty"`
+	Cost    int64                  `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	// What the key has left after the settle (0 while in debt).
+	Remaining int64 `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Limit     int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The node that settled.
+	Owner         string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SettleResponse) GetSettled() bool {
+	if x != nil {
+		return x.Settled
+	}
+	return false
+}
+
+func (x *SettleResponse) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
@@ -629,15 +791,17 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x0e\n" +
 	"\x02ip\x18\x04 \x01(\tR\x02ip\x12\x14\n" +
 	"\x05route\x18\x05 \x01(\tR\x05route\x12\x12\n" +
-	"\x04tier\x18\x06 \x01(\tR\x04tier\"\x9d\x01\n" +
+	"\x04tier\x18\x06 \x01(\tR\x04tier\"\xdd\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12)\n" +
 	"\x05limit\x18\x03 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x125\n" +
-	"\arequest\x18\x04 \x01(\v2\x1b.ringlimit.v1.PolicyRequestR\arequestB\a\n" +
+	"\arequest\x18\x04 \x01(\v2\x1b.ringlimit.v1.PolicyRequestR\arequest\x12\x18\n" +
+	"\areserve\x18\x06 \x01(\bR\areserve\x12$\n" +
+	"\x0ereserve_ttl_ms\x18\a \x01(\x03R\freserveTtlMsB\a\n" +
 	"\x05_cost\";\n" +
 	"\fCheckRequest\x12+\n" +
-	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\xf0\x02\n" +
+	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\x92\x03\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -652,9 +816,19 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	" \x03(\tR\vwouldReject\x12%\n" +
 	"\x0epolicy_version\x18\v \x01(\tR\rpolicyVersion\x12\x1d\n" +
 	"\n" +
-	"owner_addr\x18\f \x01(\tR\townerAddr\"E\n" +
+	"owner_addr\x18\f \x01(\tR\townerAddr\x12 \n" +
+	"\vreservation\x18\r \x01(\tR\vreservation\"E\n" +
 	"\rCheckResponse\x124\n" +
-	"\tdecisions\x18\x01 \x03(\v2\x16.ringlimit.v1.DecisionR\tdecisions*u\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x16.ringlimit.v1.DecisionR\tdecisions\"E\n" +
+	"\rSettleRequest\x12 \n" +
+	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\x88\x01\n" +
+	"\x0eSettleResponse\x12\x18\n" +
+	"\asettled\x18\x01 \x01(\bR\asettled\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x1c\n" +
+	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner*u\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\x10\n" +
 	"\fLEAKY_BUCKET\x10\x01\x12\x10\n" +
@@ -664,9 +838,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vFailureMode\x12\t\n" +
 	"\x05LOCAL\x10\x00\x12\r\n" +
 	"\tFAIL_OPEN\x10\x01\x12\x0f\n" +
-	"\vFAIL_CLOSED\x10\x022O\n" +
+	"\vFAIL_CLOSED\x10\x022\x94\x01\n" +
 	"\vRateLimiter\x12@\n" +
-	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12C\n" +
+	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -681,16 +856,18 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
-	(Algorithm)(0),        // 0: ringlimit.v1.Algorithm
-	(FailureMode)(0),      // 1: ringlimit.v1.FailureMode
-	(*Limit)(nil),         // 2: ringlimit.v1.Limit
-	(*PolicyRequest)(nil), // 3: ringlimit.v1.PolicyRequest
-	(*Check)(nil),         // 4: ringlimit.v1.Check
-	(*CheckRequest)(nil),  // 5: ringlimit.v1.CheckRequest
-	(*Decision)(nil),      // 6: ringlimit.v1.Decision
-	(*CheckResponse)(nil), // 7: ringlimit.v1.CheckResponse
+	(Algorithm)(0),         // 0: ringlimit.v1.Algorithm
+	(FailureMode)(0),       // 1: ringlimit.v1.FailureMode
+	(*Limit)(nil),          // 2: ringlimit.v1.Limit
+	(*PolicyRequest)(nil),  // 3: ringlimit.v1.PolicyRequest
+	(*Check)(nil),          // 4: ringlimit.v1.Check
+	(*CheckRequest)(nil),   // 5: ringlimit.v1.CheckRequest
+	(*Decision)(nil),       // 6: ringlimit.v1.Decision
+	(*CheckResponse)(nil),  // 7: ringlimit.v1.CheckResponse
+	(*SettleRequest)(nil),  // 8: ringlimit.v1.SettleRequest
+	(*SettleResponse)(nil), // 9: ringlimit.v1.SettleResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0, // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -700,9 +877,11 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	4, // 4: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
 	6, // 5: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
 	5, // 6: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	7, // 7: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
+	8, // 7: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
+	7, // 8: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9, // 9: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
 	6, // [6:6] is the sub-list for extension type_name
 	6, // [6:6] is the sub-list for extension extendee
 	0, // [0:6] is the sub-list for field type_name
@@ -720,7 +899,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RateLimiter_Check_FullMethodName = "/ringlimit.v1.RateLimiter/Check"
+	RateLimiter_Check_FullMethodName  = "/ringlimit.v1.RateLimiter/Check"
+	RateLimiter_Settle_FullMethodName = "/ringlimit.v1.RateLimiter/Settle"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -35,6 +36,13 @@ type RateLimiterClient interface {
 	// check, in the same order. If any check is invalid the call fails with
 	// INVALID_ARGUMENT naming it, and no check of the batch is applied.
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Settle makes a reservation's spend exactly cost (see Check.reserve):
+	// the unused part goes back, an overrun is charged past zero as a debt.
+	// NOT_FOUND (RESERVATION_NOT_FOUND) for an unknown, forged or expired
+	// id; ALREADY_EXISTS (ALREADY_SETTLED) for a second settle of one id,
+	// which changes nothing; UNAVAILABLE when the key's owner cannot be
+	// reached (retry: a settle is idempotent by id).
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -55,6 +63,16 @@ func (c *rateLimiterClient) Check(ctx context.Context, in *CheckRequest, opts ..
 	return out, nil
 }
 
+func (c *rateLimiterClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -65,6 +83,13 @@ type RateLimiterServer interface {
 	// check, in the same order. If any check is invalid the call fails with
 	// INVALID_ARGUMENT naming it, and no check of the batch is applied.
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Settle makes a reservation's spend exactly cost (see Check.reserve):
+	// the unused part goes back, an overrun is charged past zero as a debt.
+	// NOT_FOUND (RESERVATION_NOT_FOUND) for an unknown, forged or expired
+	// id; ALREADY_EXISTS (ALREADY_SETTLED) for a second settle of one id,
+	// which changes nothing; UNAVAILABLE when the key's owner cannot be
+	// reached (retry: a settle is idempotent by id).
+	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -77,6 +102,9 @@ type UnimplementedRateLimiterServer struct{}
 
 func (UnimplementedRateLimiterServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedRateLimiterServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -117,6 +145,24 @@ func _RateLimiter_Check_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -127,6 +173,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Check",
 			Handler:    _RateLimiter_Check_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _RateLimiter_Settle_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

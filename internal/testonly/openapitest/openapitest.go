@@ -78,6 +78,11 @@ var Semantic400 = []string{
 	"expires_in: a Go duration between",        // an override lasting under 1s or over 7 days
 	"too many overrides",                       // the cap of overrides in force
 	"bytes to send to the other members",       // an override beyond one gossip packet
+	"reserve_ttl: must be between",             // a reservation TTL outside 1s to 24h
+	"reserve_ttl: needs",                       // reserve_ttl without reserve
+	"reserve needs a token_bucket limit",       // reserve with another algorithm
+	"reserve is for inline limits",             // reserve on a policy request
+	"malformed reservation id",                 // a settle of an id that is not one
 }
 
 // Spec is a loaded, validated OpenAPI description and the counts of what
