@@ -3,6 +3,7 @@ package bucket
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/ringlimit/ringlimit/clock"
 )
@@ -91,10 +92,11 @@ func (sh *shard) wouldFit(need, now int64, keep uint32) bool {
 	return true
 }
 
-// Reset puts key back to full: the store forgets it. It returns what a
-// check of cost 1 under l at now found remaining before (the limit's
-// capacity for a key the store did not hold), and whether the key was held.
-// It returns an error, changing nothing, for a bad key or limit.
+// Reset puts key back to full: the store forgets it (and records no
+// tombstone: see ResetAt). It returns what a check of cost 1 under l at now
+// found remaining before (the limit's capacity for a key the store did not
+// hold), and whether the key was held. It returns an error, changing
+// nothing, for a bad key or limit.
 func (s *Store) Reset(key string, l *Limit, now clock.Instant) (previous int64, held bool, err error) {
 	if err := s.CheckKey(key); err != nil {
 		return 0, false, err
@@ -106,16 +108,37 @@ func (s *Store) Reset(key string, l *Limit, now clock.Instant) (previous int64, 
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	d := sh.peek(h, key, l, int64(now), 1)
+	previous, held = sh.reset(h, key, l, int64(now))
+	return previous, held, nil
+}
+
+// reset drops key's state; see Reset.
+func (sh *shard) reset(h uint64, key string, l *Limit, now int64) (previous int64, held bool) {
+	d := sh.peek(h, key, l, now, 1)
 	previous = d.Remaining
 	if d.Allowed {
 		previous++
 	}
 	i := sh.lookup(h, key)
 	if i == none {
-		return previous, false, nil
+		return previous, false
 	}
 	sh.remove(i)
 	sh.free = append(sh.free, i)
-	return previous, true, nil
+	return previous, true
+}
+
+// RefillTime returns how long a key under l takes from empty (everything
+// spent) back to full: ⌈burst/rate⌉ for the buckets, the window for the
+// fixed window and the log, two windows for the sliding window counter
+// (whose previous window still weighs). After it, no state built before
+// holds any spend.
+func (l Limit) RefillTime() time.Duration {
+	switch l.alg {
+	case TokenBucket, LeakyBucket:
+		return time.Duration(l.fillNs)
+	case SlidingWindowCounter:
+		return 2 * l.per
+	}
+	return l.per
 }

@@ -37,6 +37,21 @@ type leases struct {
 
 	held    sync.Map // key → *lease
 	pending sync.Map // key → struct{}: one lease request in flight per key
+	// resets counts the keys reset here: a grant asked for before a reset
+	// and answered after it is not installed (its tokens predate it).
+	resets atomic.Uint64
+}
+
+// drop forgets key's lease without giving its tokens back (the key was
+// reset: they were spent before) and returns how many it held; a grant in
+// flight for any key is not installed (see resets).
+func (ls *leases) drop(key string) int64 {
+	ls.resets.Add(1)
+	v, ok := ls.held.LoadAndDelete(key)
+	if !ok {
+		return 0
+	}
+	return max(v.(*lease).tokens.Swap(0), 0)
 }
 
 func newLeases(cfg LeaseConfig, c clock.Clock, m *metrics, giveBack func(string, bucket.Limit, int64)) *leases {
@@ -92,7 +107,10 @@ func (ls *leases) size(c *Check, members int) int64 {
 // LeaseConfig: at most TTL long and Max tokens, so a peer cannot make this
 // node hold a lease longer or larger than it would grant itself. Tokens
 // granted beyond Max go straight back to the owner.
-func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.Instant) {
+func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.Instant, resets uint64) {
+	if ls.resets.Load() != resets { // asked before a reset, answered after: the grant predates it
+		return
+	}
 	if extra := granted - ls.cfg.Max; extra > 0 {
 		granted = ls.cfg.Max
 		ls.m.leasesReturned.Add(float64(extra))

@@ -188,7 +188,7 @@ func TestLeaseInstallCapped(t *testing.T) {
 	var back int64
 	ls := newLeases(cfg, clock, a.r.leases.m, func(_ string, _ bucket.Limit, n int64) { back += n })
 	c := &Check{Key: "k", Limit: bucket.MustLimit(bucket.TokenBucket, 1_000_000, time.Second, 1_000_000), Cost: 1}
-	ls.install(c, 1_000_000, 24*time.Hour, clock.Now())
+	ls.install(c, 1_000_000, 24*time.Hour, clock.Now(), ls.resets.Load())
 	v, _ := ls.held.Load("k")
 	l := v.(*lease)
 	if got := l.tokens.Load(); got != cfg.Max {

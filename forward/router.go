@@ -28,10 +28,11 @@ type Router struct {
 	leases   *leases
 	handoff  *handoff
 	repl     *replicator
-	shared   *shared   // what this node and each other member both account for
-	known    *refusals // keys their owners refused moments ago
-	reach    reach     // members that failed to answer moments ago
-	standing sync.Map  // key → owner: keys decided here for an owner that did not answer
+	shared   *shared     // what this node and each other member both account for
+	known    *refusals   // keys their owners refused moments ago
+	reach    reach       // members that failed to answer moments ago
+	standing sync.Map    // key → owner: keys decided here for an owner that did not answer
+	tombs    atomic.Bool // a key was reset here: incoming states are checked against tombstones (reset.go)
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -90,6 +91,7 @@ func New(cfg Config) (*Router, error) {
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,
 		Store: cfg.Store, Peers: cfg.Peers, Clock: cfg.Clock, Logger: cfg.Logger}, r.currentRing, r.shared, m)
+	r.handoff.admit = r.admit
 	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
 	if err := m.watch(r); err != nil {
 		cancel()
@@ -166,7 +168,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			out[i] = r.unreachable(v, c, "", now)
 			continue
 		}
-		if c.Lease && !c.Refund && owner != r.cfg.Self {
+		if c.Lease && !c.Refund && !c.Peek && owner != r.cfg.Self {
 			if res, ok := r.leases.take(c, now); ok {
 				res.Owner = r.cfg.Self
 				out[i] = res
@@ -238,6 +240,13 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	// node has no copy of have state elsewhere: no lookup otherwise.
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
+	}
+	if c.Peek {
+		d, err := r.cfg.Store.Peek(key, l, now, c.Cost)
+		if err != nil {
+			r.log.Error("local peek failed", "key", key, "err", err)
+		}
+		return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, false
 	}
 	d, unsent, err := r.cfg.Store.TakeUnsent(key, l, now, c.Cost)
 	if errors.Is(err, bucket.ErrFull) {

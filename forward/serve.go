@@ -41,7 +41,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		// key this node has no room for is answered Full (refused, for a
 		// sender from before the flag), and the sender decides it in its
 		// failure mode (see noRoom). Nothing here decides by Mode.
-		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, forwarded: true}
+		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, Peek: q.Peek, forwarded: true}
 		var res Result
 		if owner == r.cfg.Self {
 			var h bool
@@ -50,7 +50,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		} else {
 			res = r.decideFor(ctx, v, owner, c, now)
 		}
-		if q.Lease > 0 && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
+		if q.Lease > 0 && !q.Peek && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
 			if a.LeaseGranted = r.cfg.Store.Grant(q.Key, &q.Limit, now, min(q.Lease, q.Limit.Burst())); a.LeaseGranted > 0 {
 				a.LeaseTTL = r.cfg.Lease.TTL
 				res.Remaining = max(res.Remaining-a.LeaseGranted, 0)
@@ -88,6 +88,9 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 	merged := 0
 	for i := range states {
 		s := &states[i]
+		if !r.admit(s, now) { // it predates a reset of the key
+			continue
+		}
 		if ownerIn(v.ring, r.cfg.Self, s.Key) != r.cfg.Self {
 			r.handoff.mayHoldForeign() // rings disagree: the next pass pushes it on
 		}
@@ -108,6 +111,9 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 		return 0, fmt.Errorf("forward: %s is not a member of %s's ring", from, r.cfg.Self)
 	}
 	now := r.cfg.Clock.Now()
+	if r.tombs.Load() || hasResetAt(states) {
+		states = r.admitAll(states, now)
+	}
 	if !r.handoff.holdsForeign() { // no local copy to charge: the replicas alone
 		r.shared.raiseAll(from, now, states)
 		return len(states), nil
@@ -136,11 +142,11 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 // after.
 func (r *Router) Lookup(from, key string) (peermsg.State, bool) {
 	now := r.cfg.Clock.Now()
-	l, used, ok := r.cfg.Store.Used(key, now)
+	l, used, resetAt, ok := r.cfg.Store.UsedReset(key, now)
 	if ok && from != "" {
 		r.shared.set(from, key, &l, now, used)
 	}
-	return peermsg.State{Key: key, Limit: l, Used: used}, ok
+	return peermsg.State{Key: key, Limit: l, Used: used, ResetAt: resetAt}, ok
 }
 
 // Keys implements peer.StatsSource (with RingVersion).

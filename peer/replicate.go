@@ -33,6 +33,7 @@ import (
 // Field numbers, from peer.proto.
 const (
 	fStateKey, fStateLimit, fStateUsed        = 1, 2, 3
+	fStateResetAt                             = 4
 	fReplFrom, fReplRingVersion, fReplBuckets = 1, 2, 3
 	fReplAccepted                             = 1
 )
@@ -49,7 +50,8 @@ type replicateBatch struct {
 // The limit is always written, as proto.Marshal writes a set message field
 // even when it is empty.
 func stateSize(s *State, l *wireLimit) int {
-	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used))
+	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used)) +
+		varintSize(fStateResetAt, uint64(s.ResetAt))
 }
 
 func (m *replicateBatch) size() int {
@@ -75,6 +77,7 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 		b = protowire.AppendVarint(b, uint64(l.size()))
 		b = l.appendTo(b)
 		b = appendVarint(b, fStateUsed, uint64(s.Used))
+		b = appendVarint(b, fStateResetAt, uint64(s.ResetAt))
 	}
 	return b
 }
@@ -82,9 +85,10 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 // wireState is one received state (message BucketState). A missing limit
 // reads as zeros, which validation refuses.
 type wireState struct {
-	key   string
-	limit wireLimit
-	used  int64
+	key     string
+	limit   wireLimit
+	used    int64
+	resetAt int64
 }
 
 func (s *wireState) parse(b []byte) error {
@@ -97,6 +101,8 @@ func (s *wireState) parse(b []byte) error {
 			return s.limit.parse(val)
 		case fStateUsed << 3:
 			s.used = int64(v)
+		case fStateResetAt << 3:
+			s.resetAt = int64(v)
 		}
 		return nil
 	})
@@ -181,7 +187,7 @@ func (m *replicateIn) validStates() []State {
 		if err != nil || bucket.CheckKey(w.key) != nil || w.used < 0 {
 			continue
 		}
-		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used})
+		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used, ResetAt: w.resetAt})
 	}
 	return m.valid
 }

@@ -24,7 +24,7 @@ func replicateToProto(m *replicateBatch) *peerv1.ReplicateRequest {
 	req := &peerv1.ReplicateRequest{From: m.from, RingVersion: m.version, Buckets: make([]*peerv1.BucketState, len(m.states))}
 	for i := range m.states {
 		s := &m.states[i]
-		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used}
+		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used, ResetAt: s.ResetAt}
 	}
 	return req
 }
@@ -35,7 +35,7 @@ func replicateInToProto(m *replicateIn) *peerv1.ReplicateRequest {
 	req := &peerv1.ReplicateRequest{From: m.from, RingVersion: m.version}
 	for i := range m.states {
 		s := &m.states[i]
-		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used})
+		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used, ResetAt: s.resetAt})
 	}
 	return req
 }
@@ -95,7 +95,7 @@ func TestReplicateWireMatchesProto(t *testing.T) {
 		{"empty", replicateBatch{}},
 		{"from only", replicateBatch{from: "A"}},
 		{"version only", replicateBatch{version: 1<<64 - 1}},
-		{"one state", replicateBatch{from: "A", version: 7, states: []State{{Key: "k", Limit: lim, Used: 3}}}},
+		{"one state", replicateBatch{from: "A", version: 7, states: []State{{Key: "k", Limit: lim, Used: 3, ResetAt: 1_700_000_000_000_000_000}}}},
 		{"zero state", replicateBatch{from: "A", states: []State{{}}}},
 		{"zero used", replicateBatch{from: "A", states: []State{{Key: "k", Limit: lim}}}},
 		{"negative used", replicateBatch{from: "A", states: []State{{Key: "k", Limit: leaky, Used: -1}}}},
@@ -125,7 +125,7 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 				lim = bucket.Limit{} // the zero limit: every field left out
 			}
 			m.states = append(m.states, State{Key: rapid.StringN(0, 300, -1).Draw(t, l+".key"), Limit: lim,
-				Used: int64(maybeZero(t, l+".used"))})
+				Used: int64(maybeZero(t, l+".used")), ResetAt: int64(maybeZero(t, l+".reset_at"))})
 		}
 		checkReplicateWire(t, &m)
 	})

@@ -113,6 +113,7 @@ type wireCheck struct {
 	lease  int64
 	final  bool
 	sync   bool
+	peek   bool
 	// trace is the check's W3C trace context when traced is set (field
 	// trace, written only then: an untraced check has the bytes it had
 	// before the field existed).
@@ -159,7 +160,7 @@ type checkAnswer struct {
 const (
 	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst                     = 1, 2, 3, 4
 	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease, fCheckFinal = 1, 2, 3, 4, 5, 6
-	fCheckTrace, fCheckSync                                                    = 7, 8
+	fCheckTrace, fCheckSync, fCheckPeek                                        = 7, 8, 9
 	fReqFrom, fReqChecks, fReqID, fReqRingVersion                              = 1, 2, 3, 4
 	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
 	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect, fDecFull                     = 6, 7, 8, 9
@@ -223,7 +224,7 @@ func (c *wireCheck) size() int {
 	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
 		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
 		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final)) + c.traceSize() +
-		varintSize(fCheckSync, boolVal(c.sync))
+		varintSize(fCheckSync, boolVal(c.sync)) + varintSize(fCheckPeek, boolVal(c.peek))
 }
 
 func (c *wireCheck) traceSize() int {
@@ -246,7 +247,8 @@ func (c *wireCheck) appendTo(b []byte) []byte {
 		b = protowire.AppendTag(b, fCheckTrace, protowire.BytesType)
 		b = protowire.AppendBytes(b, c.trace[:])
 	}
-	return appendVarint(b, fCheckSync, boolVal(c.sync))
+	b = appendVarint(b, fCheckSync, boolVal(c.sync))
+	return appendVarint(b, fCheckPeek, boolVal(c.peek))
 }
 
 func (m *checkBatch) size() int {

@@ -102,6 +102,8 @@ func (c *wireCheck) parse(b []byte) error {
 			c.final = v != 0
 		case fCheckSync << 3:
 			c.sync = v != 0
+		case fCheckPeek << 3:
+			c.peek = v != 0
 		case fCheckTrace<<3 | 2:
 			// Best effort: a trace context of another length (a later
 			// format) is ignored, not a reason to refuse the batch.

@@ -24,6 +24,9 @@ type Request struct {
 	// Sync asks the owner to answer an admitted check only once the key's
 	// successors acknowledged its spend (replication: sync).
 	Sync bool
+	// Peek asks the owner what the check would answer now, spending
+	// nothing: no key is created, nothing replicated, no lease granted.
+	Peek bool
 }
 
 // Answer is the owner's decision on one Request.
@@ -64,6 +67,25 @@ type State struct {
 	Key   string
 	Limit bucket.Limit
 	Used  int64
+	// ResetAt is the sender's tombstone for the key: its clock when the
+	// key was last reset, 0 for none (see forward's tombstones).
+	ResetAt int64
+}
+
+// ResetAnswer is a member's answer to a reset (Peer.Reset).
+type ResetAnswer struct {
+	// LeaseDropped is the tokens of the key's hot-key lease the member
+	// held and dropped.
+	LeaseDropped int64
+	// For a reset sent to the key's owner (ResetAt 0): what a check of
+	// cost 1 found remaining before, the node that reset the key, and the
+	// members that did not acknowledge it before their peer deadline.
+	Previous    int64
+	Owner       string
+	Unconfirmed []string
+	// Redirect is set, alone, when the receiver's ring names another
+	// owner: nothing was reset.
+	Redirect string
 }
 
 // ErrBusy fails a check sent to a peer whose queue is full: MaxQueue calls

@@ -27,6 +27,7 @@ const (
 	Peer_Fetch_FullMethodName     = "/ringlimit.peer.v1.Peer/Fetch"
 	Peer_Replicate_FullMethodName = "/ringlimit.peer.v1.Peer/Replicate"
 	Peer_Stats_FullMethodName     = "/ringlimit.peer.v1.Peer/Stats"
+	Peer_Reset_FullMethodName     = "/ringlimit.peer.v1.Peer/Reset"
 )
 
 // PeerClient is the client API for Peer service.
@@ -59,6 +60,11 @@ type PeerClient interface {
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// Reset tells a member that the key's owner reset the key at reset_at
+	// (the owner's clock): the receiver drops its copies of the key (replica,
+	// stand-in copy, hot-key lease) and records the tombstone, so that a
+	// state sent before the reset does not bring the spend back.
+	Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error)
 }
 
 type peerClient struct {
@@ -122,6 +128,16 @@ func (c *peerClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *peerClient) Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerResetResponse)
+	err := c.cc.Invoke(ctx, Peer_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -152,6 +168,11 @@ type PeerServer interface {
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
 	// Stats reports what the receiver holds, for the cluster status page.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// Reset tells a member that the key's owner reset the key at reset_at
+	// (the owner's clock): the receiver drops its copies of the key (replica,
+	// stand-in copy, hot-key lease) and records the tombstone, so that a
+	// state sent before the reset does not bring the spend back.
+	Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -176,6 +197,9 @@ func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*R
 }
 func (UnimplementedPeerServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedPeerServer) Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -277,6 +301,24 @@ func _Peer_Stats_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Reset(ctx, req.(*PeerResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -299,6 +341,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Peer_Stats_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _Peer_Reset_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
