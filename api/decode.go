@@ -70,6 +70,7 @@ const (
 	seenIP
 	seenRoute
 	seenTier
+	seenPeek
 )
 
 const (
@@ -128,6 +129,9 @@ func decodeCheckFast(b []byte, cb *checkBody) bool {
 		case "tier":
 			bit = seenTier
 			cb.req.Tier, ok = p.str()
+		case "peek":
+			bit = seenPeek
+			cb.req.Peek, ok = p.bool()
 		}
 		if !ok || bit == 0 || seen&bit != 0 {
 			return false

@@ -48,6 +48,10 @@ type CheckRequest struct {
 	IP     string `json:"ip,omitempty"`
 	Route  string `json:"route,omitempty"`
 	Tier   string `json:"tier,omitempty"`
+
+	// Peek asks what the check would answer now, spending nothing (POST
+	// /v1/check only).
+	Peek bool `json:"peek,omitempty"`
 }
 
 func (req *CheckRequest) isPolicy() bool {
@@ -166,6 +170,9 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		mux.Handle("POST /v1/overrides", RequireAdmin(a.admin, http.HandlerFunc(a.handleAddOverride)))
 		mux.Handle("DELETE /v1/overrides/{id}", RequireAdmin(a.admin, http.HandlerFunc(a.handleRevokeOverride)))
 	}
+	if a.reset != nil {
+		mux.Handle("POST /v1/reset", a.countDenied(RequireAdmin(a.admin, http.HandlerFunc(a.handleReset))))
+	}
 	if a.gather != nil {
 		mux.Handle("GET /metrics", read(promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{})))
 	}
@@ -235,6 +242,9 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *decide.Plan
 		return err
 	}
 	req := &cb.req
+	if req.Peek {
+		p.Op = decide.OpPeek
+	}
 	if req.isPolicy() {
 		if req.Limit != nil || req.Key != "" {
 			return errors.New("limit: give either an inline key and limit, or policy fields (policy, api_key, user, ip, route, tier), not both")

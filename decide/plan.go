@@ -133,3 +133,15 @@ func (p *Plan) AddRLS(domain string, rule *rls.Rule, hits uint64) error {
 	p.units = append(p.units, u)
 	return nil
 }
+
+// PeekLast makes the last unit added a peek (see OpPeek), in a plan whose
+// other units may be checks (a gRPC batch mixes them).
+func (p *Plan) PeekLast() {
+	if len(p.units) == 0 {
+		return
+	}
+	u := &p.units[len(p.units)-1]
+	for i := u.from; i < u.to; i++ {
+		p.checks[i].Peek = true
+	}
+}
