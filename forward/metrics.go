@@ -109,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{degraded, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted,
 			m.leasesReturned, m.leasedChecks, m.replicationLag, m.replicationErrors, m.replicationWaits, m.unconfirmed, m.replicasRefused, m.standInChecks,
-			m.standInForwarded, m.promoted, m.redirects, m.redirectsFollowed, m.ringDisagreements} {
+			m.standInForwarded, m.promoted, m.redirects, m.redirectsFollowed, m.ringDisagreements, m.resetsReceived, m.statesBeforeReset} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
