@@ -145,7 +145,6 @@ func TestHTTPPeek(t *testing.T) {
 	}
 }
 
-
 // POST /v1/reset: no token 401, a wrong one 403, a bad body 400 naming
 // the field: nothing reset, nothing audited. With the token: 200, the
 // previous remaining, an audit line; the key is full again.
