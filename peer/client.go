@@ -269,7 +269,11 @@ func (c *conn) replicate(ctx context.Context, version uint64, states []State) (i
 
 // reset tells the peer that this node reset key at resetAt.
 func (c *conn) reset(ctx context.Context, key string, l *bucket.Limit, resetAt int64) (ResetAnswer, error) {
-	resp, err := c.rpc.Reset(ctx, &peerv1.PeerResetRequest{From: c.cfg.Self, Key: key, Limit: limitToProto(l), ResetAt: resetAt})
+	req := &peerv1.PeerResetRequest{From: c.cfg.Self, Key: key, Limit: limitToProto(l), ResetAt: resetAt}
+	if dl, ok := ctx.Deadline(); ok {
+		req.Deadline = dl.UnixNano()
+	}
+	resp, err := c.rpc.Reset(ctx, req)
 	if err != nil {
 		return ResetAnswer{}, err
 	}

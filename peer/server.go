@@ -401,6 +401,11 @@ func (s *Server) Reset(ctx context.Context, req *peerv1.PeerResetRequest) (*peer
 	if req.GetResetAt() < 0 {
 		return nil, status.Error(codes.InvalidArgument, "peer: reset: negative reset_at")
 	}
+	// The sender's deadline is a wall time, as a context's is: read on
+	// the node's clock (the system clock but in tests).
+	if d := req.GetDeadline(); req.GetResetAt() == 0 && d != 0 && s.clock.Now().UnixNano() > d {
+		return nil, status.Error(codes.DeadlineExceeded, "peer: reset: arrived after its sender's deadline; nothing reset")
+	}
 	a := s.h.ResetFrom(ctx, req.GetFrom(), req.GetKey(), l, req.GetResetAt())
 	return &peerv1.PeerResetResponse{LeaseDropped: a.LeaseDropped, PreviousRemaining: a.Previous, Owner: a.Owner,
 		Unconfirmed: a.Unconfirmed, Redirect: a.Redirect}, nil

@@ -1081,7 +1081,12 @@ type PeerResetRequest struct {
 	// The owner's clock at the reset (Unix ns). 0 asks the receiver, the
 	// key's owner on the sender's ring, to reset the key itself and tell the
 	// other members (an entry node that does not own the key).
-	ResetAt       int64 `protobuf:"varint,4,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	ResetAt int64 `protobuf:"varint,4,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	// For reset_at 0: when the sender stops waiting for the answer (its
+	// wall clock, Unix ns; 0 for never). A receiver past it resets nothing
+	// (DEADLINE_EXCEEDED): a call held on a broken link that arrives after
+	// its sender answered "nothing reset" must not reset the key then.
+	Deadline      int64 `protobuf:"varint,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,6 +1145,13 @@ func (x *PeerResetRequest) GetLimit() *Limit {
 func (x *PeerResetRequest) GetResetAt() int64 {
 	if x != nil {
 		return x.ResetAt
+	}
+	return 0
+}
+
+func (x *PeerResetRequest) GetDeadline() int64 {
+	if x != nil {
+		return x.Deadline
 	}
 	return 0
 }
@@ -1308,12 +1320,13 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\"[\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x124\n" +
-	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state\"\x83\x01\n" +
+	"\x05state\x18\x02 \x01(\v2\x1e.ringlimit.peer.v1.BucketStateR\x05state\"\x9f\x01\n" +
 	"\x10PeerResetRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x19\n" +
-	"\breset_at\x18\x04 \x01(\x03R\aresetAt\"\xbb\x01\n" +
+	"\breset_at\x18\x04 \x01(\x03R\aresetAt\x12\x1a\n" +
+	"\bdeadline\x18\x05 \x01(\x03R\bdeadline\"\xbb\x01\n" +
 	"\x11PeerResetResponse\x12#\n" +
 	"\rlease_dropped\x18\x01 \x01(\x03R\fleaseDropped\x12-\n" +
 	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +

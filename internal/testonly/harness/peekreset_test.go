@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -277,5 +278,31 @@ func TestResetDropsLease(t *testing.T) {
 	}
 	if n, _ := leased(70); n != 60 {
 		t.Fatalf("after the reset A admitted %d of 70, want the fresh bucket's 60", n)
+	}
+}
+
+// An owner that cannot be reached: the reset fails (ErrUnavailable) and
+// nothing is reset, on the owner nor on its successor's replica.
+func TestResetOwnerUnreachable(t *testing.T) {
+	c := start(t)
+	a := c.Node("A")
+	key := c.KeyWith("C", "B", "unreach")
+	want(t, "spend 4 through A", a.Check(key, ten, bucket.Local, 4, checkTimeout), harness.Tally{Allowed: 4})
+	synced(t, c, "C")
+	c.Net.Isolate("C")
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	if res, err := a.Router.Reset(ctx, key, ten); !errors.Is(err, forward.ErrUnavailable) {
+		t.Fatalf("reset with C cut off: %+v, %v; want ErrUnavailable", res, err)
+	}
+	c.Net.Restore("C")
+	if got := c.Used("C", key); got != 4 {
+		t.Fatalf("C's copy has spent %d after the refused reset, want 4", got)
+	}
+	if got := testkit.Metric(t, c.Node("B").Reg, "ringlimit_peer_resets_received_total"); got != 0 {
+		t.Fatalf("B heard of %v resets, want 0", got)
+	}
+	if r := check(t, a, key, ten); !r.Allowed || r.Remaining != 5 {
+		t.Fatalf("check after the refused reset: %+v; want remaining 5", r)
 	}
 }
