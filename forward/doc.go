@@ -42,6 +42,13 @@
 //     change an owner with no state for a key asks the key's previous owner
 //     before it decides.
 //   - One clock: every decision and every wait reads Config.Clock.
+//   - A peek (Check.Peek) is decided by the owner and spends nothing: never
+//     from a lease, never counted by the pre-limiter, never held for or
+//     marked for replication (peek.go).
+//   - A reset (Router.Reset) is the owner's: it forgets the key, records a
+//     tombstone and tells every live member, which drop their copies and
+//     leases; states carry their sender's tombstone so that none from
+//     before the reset is merged after it (reset.go).
 //
 // Shutdown, in order: Leave (after the cluster announced the leave) hands
 // every key to its new owner; Quiesce waits for peers to stop sending
