@@ -25,6 +25,7 @@ type lease struct {
 	tokens  atomic.Int64
 	expires clock.Instant
 	limit   bucket.Limit
+	resets  uint64 // leases.resets when installed
 }
 
 // leases holds this node's leases and the keys with a lease request in
@@ -120,7 +121,7 @@ func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.
 	if granted <= 0 || ttl <= 0 {
 		return
 	}
-	nl := &lease{expires: now.Add(ttl), limit: c.Limit}
+	nl := &lease{expires: now.Add(ttl), limit: c.Limit, resets: resets}
 	nl.tokens.Store(granted)
 	if old, loaded := ls.held.Swap(c.Key, nl); loaded {
 		ls.release(c.Key, old.(*lease))
@@ -130,6 +131,11 @@ func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.
 
 func (ls *leases) release(key string, l *lease) {
 	if n := l.tokens.Swap(0); n > 0 {
+		if ls.resets.Load() != l.resets {
+			// A key was reset since: this one's tokens may predate its
+			// reset, and giving them back would create capacity.
+			return
+		}
 		ls.m.leasesReturned.Add(float64(n))
 		ls.giveBack(key, l.limit, n)
 	}
