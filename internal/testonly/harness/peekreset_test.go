@@ -2,9 +2,15 @@ package harness_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +19,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/peermsg"
 	"github.com/ringlimit/ringlimit/internal/testonly/harness"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // ten is a capacity of 10 that refills nothing while a test runs.
@@ -304,5 +311,99 @@ func TestResetOwnerUnreachable(t *testing.T) {
 	}
 	if r := check(t, a, key, ten); !r.Allowed || r.Remaining != 5 {
 		t.Fatalf("check after the refused reset: %+v; want remaining 5", r)
+	}
+}
+
+// twoLayers is a policy of two layers that refill nothing during a test:
+// the tier (10 a day) and the route /login (3 a day, by user and route).
+const twoLayers = `
+version: peek
+policies:
+  api:
+    default_tier: free
+    tiers:
+      free: { limit: 10, per: 24h }
+    routes:
+      - match: /login
+        limit: { limit: 3, per: 24h, key: identity+route }
+`
+
+// httpTo returns a client that reaches the cluster's nodes over its network.
+func httpTo(c *harness.Cluster) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return c.Net.Dial(ctx, "client", addr)
+	}}}
+}
+
+// post sends body to path on node n and decodes the answer into out.
+func post(t *testing.T, hc *http.Client, n *harness.Node, path, body string, out any) int {
+	t.Helper()
+	resp, err := hc.Post("http://"+n.Node.HTTPAddr()+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s to %s: %v", path, n.Name, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("POST %s to %s: %v", path, n.Name, err)
+	}
+	return resp.StatusCode
+}
+
+// A policy request of two layers, peeked over HTTP through each of three
+// nodes, combines them as a check would and spends nothing: with 2 checks
+// spent, a peek answers allowed by route:/login with remaining 0 (the
+// route's 3rd of 3); after the 3rd check, refused by route:/login
+// (remaining 0) while the tier has 7 left; a check then is refused as the
+// peeks said, and a peek of the tier alone (another route) says 6 remain
+// after one more.
+func TestPeekPolicyThreeNodes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte(twoLayers), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := opts
+	o.Node = func(cfg *node.Config) { cfg.PolicyPath = path }
+	c := harness.Start(t, o, "A", "B", "C")
+	hc := httpTo(c)
+	defer hc.CloseIdleConnections()
+	const login = `{"user":"u1","route":"/login"}`
+	const peekLogin = `{"user":"u1","route":"/login","peek":true}`
+	var r struct {
+		Allowed   bool   `json:"allowed"`
+		Remaining int64  `json:"remaining"`
+		Scope     string `json:"scope"`
+	}
+	for i := range 2 {
+		if st := post(t, hc, c.Nodes[i], "/v1/check", login, &r); st != 200 || r.Remaining != int64(2-i) {
+			t.Fatalf("check %d: %d %+v", i, st, r)
+		}
+	}
+	for _, n := range c.Nodes {
+		for range 3 {
+			if st := post(t, hc, n, "/v1/check", peekLogin, &r); st != 200 || !r.Allowed || r.Remaining != 0 || r.Scope != "route:/login" {
+				t.Fatalf("peek through %s with 1 left: %d %+v; want 200, remaining 0, scope route:/login", n.Name, st, r)
+			}
+		}
+	}
+	if st := post(t, hc, c.Nodes[2], "/v1/check", login, &r); st != 200 || r.Remaining != 0 {
+		t.Fatalf("3rd check: %d %+v", st, r)
+	}
+	for _, n := range c.Nodes {
+		if st := post(t, hc, n, "/v1/check", peekLogin, &r); st != 429 || r.Allowed || r.Remaining != 0 || r.Scope != "route:/login" {
+			t.Fatalf("peek through %s, route exhausted: %d %+v; want 429 by route:/login", n.Name, st, r)
+		}
+	}
+	if st := post(t, hc, c.Nodes[0], "/v1/check", login, &r); st != 429 || r.Scope != "route:/login" {
+		t.Fatalf("4th check: %d %+v; want 429 by route:/login", st, r)
+	}
+	// The tier spent 3 (the refused 4th was refunded), peeks nothing.
+	if st := post(t, hc, c.Nodes[1], "/v1/check", `{"user":"u1","route":"/home"}`, &r); st != 200 || r.Remaining != 6 || r.Scope != "tier:free" {
+		t.Fatalf("tier check: %d %+v; want remaining 6 of 10", st, r)
+	}
+	for _, n := range c.Nodes {
+		if st := post(t, hc, n, "/v1/check", `{"user":"u1","route":"/home","peek":true}`, &r); st != 200 || r.Remaining != 5 {
+			t.Fatalf("tier peek through %s: %d %+v; want remaining 5 (6 left, 1 peeked)", n.Name, st, r)
+		}
 	}
 }
