@@ -105,7 +105,9 @@ func (t *tombs) drop(key string) {
 
 // ResetAt resets key at the instant at (on the resetting node's clock,
 // Unix ns: the key's owner's) under l: the store forgets the key's state
-// and records the tombstone at until l's RefillTime after now. It returns
+// and records the tombstone at until l's RefillTime after at (so that
+// every node that records it drops it at the same instant, clocks
+// agreeing). It returns
 // what a check of cost 1 found remaining before and whether the key was
 // held. A later tombstone already recorded is kept.
 func (s *Store) ResetAt(key string, l *Limit, now clock.Instant, at int64) (previous int64, held bool, err error) {
@@ -120,7 +122,7 @@ func (s *Store) ResetAt(key string, l *Limit, now clock.Instant, at int64) (prev
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	previous, held = sh.reset(h, key, l, int64(now))
-	sh.tombs.record(key, at, satAdd(int64(now), int64(l.RefillTime())), int64(now))
+	sh.tombs.record(key, at, satAdd(at, int64(l.RefillTime())), int64(now))
 	return previous, held, nil
 }
 
@@ -139,7 +141,8 @@ func (s *Store) Tombstone(key string, now clock.Instant) int64 {
 // the store's tombstone for key is later (the state predates a reset this
 // store knows of). A later resetAt than the store's first resets the key
 // here (the sender knows of a reset this store missed) and records it,
-// with l's RefillTime; the state is then merged onto a full key.
+// until l's RefillTime after resetAt; the state is then merged onto a full
+// key.
 func (s *Store) Admit(key string, l *Limit, now clock.Instant, resetAt int64) bool {
 	h := s.hash(key)
 	sh := s.shard(h)
@@ -154,7 +157,7 @@ func (s *Store) Admit(key string, l *Limit, now clock.Instant, resetAt int64) bo
 			sh.remove(i)
 			sh.free = append(sh.free, i)
 		}
-		sh.tombs.record(key, resetAt, satAdd(int64(now), int64(l.RefillTime())), int64(now))
+		sh.tombs.record(key, resetAt, satAdd(resetAt, int64(l.RefillTime())), int64(now))
 	}
 	return true
 }

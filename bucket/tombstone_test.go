@@ -45,7 +45,7 @@ func TestTombstones(t *testing.T) {
 		t.Fatal("the reset key is held again")
 	}
 	// After the refill time the tombstone no longer matters.
-	later := now.Add(10 * time.Second)
+	later := clock.Instant(at).Add(10 * time.Second) // the refill time after the reset
 	if !s.Admit("k", &l, later, 0) || s.Tombstone("k", later) != 0 {
 		t.Fatal("a tombstone outlived its limit's refill time")
 	}
