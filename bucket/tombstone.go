@@ -142,8 +142,8 @@ func (s *Store) Tombstone(key string, now clock.Instant) int64 {
 // store knows of). A later resetAt than the store's first resets the key
 // here (the sender knows of a reset this store missed) and records it,
 // until l's RefillTime after resetAt; the state is then merged onto a full
-// key.
-func (s *Store) Admit(key string, l *Limit, now clock.Instant, resetAt int64) bool {
+// key: reset is then true.
+func (s *Store) Admit(key string, l *Limit, now clock.Instant, resetAt int64) (ok, reset bool) {
 	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
@@ -151,15 +151,16 @@ func (s *Store) Admit(key string, l *Limit, now clock.Instant, resetAt int64) bo
 	t := sh.tombs.get(key, int64(now))
 	switch {
 	case resetAt < t:
-		return false
+		return false, false
 	case resetAt > t:
 		if i := sh.lookup(h, key); i != none {
 			sh.remove(i)
 			sh.free = append(sh.free, i)
 		}
 		sh.tombs.record(key, resetAt, satAdd(resetAt, int64(l.RefillTime())), int64(now))
+		return true, true
 	}
-	return true
+	return true, false
 }
 
 // Tombstones returns how many tombstones the store holds (expired ones

@@ -37,7 +37,7 @@ func TestTombstones(t *testing.T) {
 		resetAt int64
 		want    bool
 	}{{0, false}, {at - 1, false}, {at, true}} {
-		if got := s.Admit("k", &l, now, tc.resetAt); got != tc.want {
+		if got, _ := s.Admit("k", &l, now, tc.resetAt); got != tc.want {
 			t.Errorf("Admit(reset_at %d) = %v, want %v", tc.resetAt, got, tc.want)
 		}
 	}
@@ -46,14 +46,14 @@ func TestTombstones(t *testing.T) {
 	}
 	// After the refill time the tombstone no longer matters.
 	later := clock.Instant(at).Add(10 * time.Second) // the refill time after the reset
-	if !s.Admit("k", &l, later, 0) || s.Tombstone("k", later) != 0 {
+	if ok, _ := s.Admit("k", &l, later, 0); !ok || s.Tombstone("k", later) != 0 {
 		t.Fatal("a tombstone outlived its limit's refill time")
 	}
 	// A later reset_at than the store's resets the key here first.
 	if _, err := s.Take("j", &l, now, 4); err != nil {
 		t.Fatal(err)
 	}
-	if !s.Admit("j", &l, now, at) || s.Has("j") || s.Tombstone("j", now) != at {
+	if ok, reset := s.Admit("j", &l, now, at); !ok || !reset || s.Has("j") || s.Tombstone("j", now) != at {
 		t.Fatal("Admit of a later reset_at did not reset the key and adopt the tombstone")
 	}
 	s.Take("j", &l, now, 3)

@@ -155,12 +155,12 @@ func (r *Router) admit(s *peermsg.State, now clock.Instant) bool {
 	if s.ResetAt == 0 && !r.tombs.Load() {
 		return true
 	}
-	t := r.cfg.Store.Tombstone(s.Key, now)
-	if !r.cfg.Store.Admit(s.Key, &s.Limit, now, s.ResetAt) {
+	ok, reset := r.cfg.Store.Admit(s.Key, &s.Limit, now, s.ResetAt)
+	if !ok {
 		r.m.statesBeforeReset.Inc()
 		return false
 	}
-	if s.ResetAt > t {
+	if reset {
 		r.tombs.Store(true)
 		r.dropCopies(s.Key, &s.Limit, now)
 	}
