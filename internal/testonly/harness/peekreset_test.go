@@ -122,7 +122,7 @@ func TestPeekThreeNodes(t *testing.T) {
 func TestPeekOwnerUnreachable(t *testing.T) {
 	c := start(t)
 	a := c.Node("A")
-	key := c.KeyOwnedBy("C", "peekdown")
+	key := c.KeyWith("C", "B", "peekdown") // B owns it once C is down
 	harness.SetView([]*harness.Node{a}, []*harness.Node{a, c.Node("B")}, "C")
 	c.Net.Isolate("C")
 	defer c.Net.Restore("C")
@@ -138,6 +138,26 @@ func TestPeekOwnerUnreachable(t *testing.T) {
 	}
 	if got := a.Store.Len() + c.Node("B").Store.Len(); got != 0 {
 		t.Fatalf("A and B hold %d keys after peeks, want 0", got)
+	}
+	// A alone, in a minority (B and C down): its failure modes answer,
+	// degraded, and spend nothing, not even of the Local share (10 / 3
+	// members: 3, 2 after a peek of 1, peek after peek).
+	c.Net.Restore("C")
+	c.Net.Isolate("A")
+	defer c.Net.Restore("A")
+	harness.SetView([]*harness.Node{a}, []*harness.Node{a}, "B", "C")
+	for i := range 5 {
+		for _, m := range []struct {
+			mode      bucket.FailureMode
+			allowed   bool
+			remaining int64
+		}{{bucket.Local, true, 2}, {bucket.FailOpen, true, 0}, {bucket.FailClosed, false, 0}} {
+			out := make([]forward.Result, 1)
+			err := a.Router.Check(context.Background(), []forward.Check{{Key: key, Limit: ten, Cost: 1, Peek: true, Mode: m.mode}}, out)
+			if r := out[0]; err != nil || !r.Degraded || r.Allowed != m.allowed || r.Remaining != m.remaining {
+				t.Fatalf("peek %d (%v), A in a minority: %+v, %v; want degraded, allowed %v, remaining %d", i, m.mode, r, err, m.allowed, m.remaining)
+			}
+		}
 	}
 }
 
