@@ -152,6 +152,13 @@ type Config struct {
 	// INVALID_ARGUMENT. For nodes that serve only policy and RLS. False
 	// (the zero value) accepts them.
 	DisableInlineLimits bool
+	// Reset serves POST /v1/reset and the gRPC Reset, behind an admin
+	// token (*forward.Router.Reset). Nil: neither is served (404,
+	// UNIMPLEMENTED).
+	Reset ResetFunc
+	// Audit receives one line per reset, in the admin audit log. Nil:
+	// not audited.
+	Audit AuditFunc
 }
 
 // errInlineDisabled refuses an inline limit under
@@ -182,6 +189,8 @@ type API struct {
 
 	// origins are Config.CORSOrigins, lowercased.
 	origins []string
+	reset   ResetFunc
+	auditFn AuditFunc
 }
 
 // New validates cfg and returns an API.
@@ -229,7 +238,7 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	a := &API{d: d, origins: origins, trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, noInline: cfg.DisableInlineLimits}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, noInline: cfg.DisableInlineLimits, reset: cfg.Reset, auditFn: cfg.Audit}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {
@@ -275,4 +284,11 @@ func validateKey(field, key string) error {
 		return fmt.Errorf("%s: %w", field, err)
 	}
 	return nil
+}
+
+// audit appends a line to the admin audit log, when there is one.
+func (a *API) audit(actor, action, what string) {
+	if a.auditFn != nil {
+		a.auditFn(actor, action, what)
+	}
 }

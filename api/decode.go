@@ -72,6 +72,7 @@ const (
 	seenTier
 	seenReserve
 	seenReserveTTL
+	seenPeek
 )
 
 const (
@@ -136,6 +137,9 @@ func decodeCheckFast(b []byte, cb *checkBody) bool {
 		case "reserve_ttl":
 			bit = seenReserveTTL
 			cb.req.ReserveTTL, ok = p.str()
+		case "peek":
+			bit = seenPeek
+			cb.req.Peek, ok = p.bool()
 		}
 		if !ok || bit == 0 || seen&bit != 0 {
 			return false

@@ -70,6 +70,8 @@ var checkBodies = []struct {
 	{`{"policy":"api","api_key":"k1","user":"u","ip":"203.0.113.9","route":"/login","tier":"free","cost":2}`, true},
 	{`{}`, true},
 	{`{"key":""}`, true},
+	{`{"key":"k","limit":{"limit":10,"per":"1s"},"peek":true}`, true},
+	{`{"api_key":"k1","peek":false}`, true},
 
 	// Left to encoding/json: its answer, right or wrong, stands.
 	{``, false},
@@ -107,6 +109,9 @@ var checkBodies = []struct {
 	{`{"limit":{"failure_mode":"sometimes"}}`, false},
 	{`{"limit":{"failure_mode":1}}`, false},
 	{`{"limit":5}`, false},
+	{`{"peek":1}`, false},
+	{`{"peek":"true"}`, false},
+	{`{"peek":true,"peek":false}`, false},
 	{"\xef\xbb\xbf{}", false},
 	{`{"key":"k","cost":3,"reserve":true,"reserve_ttl":"90s","limit":{"limit":5,"per":"1s"}}`, true},
 	{`{"reserve":false,"reserve_ttl":""}`, true},

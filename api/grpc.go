@@ -99,6 +99,9 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {
 				User: pr.GetUser(), IP: pr.GetIp(), Route: pr.GetRoute(), Tier: pr.GetTier(), Cost: cost}); err != nil {
 				return fmt.Errorf("checks[%d].%w", i, err)
 			}
+			if c.GetPeek() {
+				p.PeekLast()
+			}
 			continue
 		}
 		if a.noInline {
@@ -108,6 +111,7 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {
 		if err != nil {
 			return fmt.Errorf("checks[%d].%w", i, err)
 		}
+		fc.Peek = c.GetPeek()
 		p.AddInline(fc)
 	}
 	return nil

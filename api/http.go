@@ -55,6 +55,9 @@ type CheckRequest struct {
 	// ReserveTTL is how long the reservation can be settled, a Go
 	// duration from 1s to 24h; default 5m.
 	ReserveTTL string `json:"reserve_ttl,omitempty"`
+	// Peek asks what the check would answer now, spending nothing (POST
+	// /v1/check only).
+	Peek bool `json:"peek,omitempty"`
 }
 
 func (req *CheckRequest) isPolicy() bool {
@@ -176,6 +179,9 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		mux.Handle("POST /v1/overrides", RequireAdmin(a.admin, http.HandlerFunc(a.handleAddOverride)))
 		mux.Handle("DELETE /v1/overrides/{id}", RequireAdmin(a.admin, http.HandlerFunc(a.handleRevokeOverride)))
 	}
+	if a.reset != nil {
+		mux.Handle("POST /v1/reset", a.countDenied(RequireAdmin(a.admin, http.HandlerFunc(a.handleReset))))
+	}
 	if a.gather != nil {
 		mux.Handle("GET /metrics", read(promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{})))
 	}
@@ -246,6 +252,9 @@ func (a *API) decodeCheck(w http.ResponseWriter, r *http.Request, p *decide.Plan
 		return err
 	}
 	req := &cb.req
+	if req.Peek {
+		p.Op = decide.OpPeek
+	}
 	if req.isPolicy() {
 		if req.Limit != nil || req.Key != "" {
 			return errors.New("limit: give either an inline key and limit, or policy fields (policy, api_key, user, ip, route, tier), not both")

@@ -20,6 +20,9 @@ type metrics struct {
 
 	// counters[alg][result] caches the label lookups of checks.
 	counters [5][3]prometheus.Counter
+	// peeks counts peeks by result: allowed, rejected, error.
+	peeks  [3]prometheus.Counter
+	resets *prometheus.CounterVec // by result
 	// decisions counts answers by scope and result (scopes.go).
 	decisions *scopeCounters
 	// latencyHTTP and latencyGRPC cache the label lookups of latency for
@@ -62,6 +65,17 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 		Name: "ringlimit_decisions_total",
 		Help: "Answers of this node's API, by scope (the policy layer that decided: inline, tier:free, route:/login, rls:DOMAIN, ...; the first 100 scopes seen, later ones as \"other\") and result (allowed, rejected, degraded: decided by a failure mode; dry_run: a dry-run layer or a shadow RLS rule would have rejected).",
 	}, []string{"scope", "result"}), maxScopes)
+	peeks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_peeks_total",
+		Help: "Peeks (checks that spend nothing) decided by this node's API, by result (allowed, rejected, error: the batch failed).",
+	}, []string{"result"})
+	for i, r := range [3]string{"allowed", "rejected", "error"} {
+		m.peeks[i] = peeks.WithLabelValues(r)
+	}
+	m.resets = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_resets_total",
+		Help: "Resets asked of this node's API (POST /v1/reset, gRPC Reset), by result (reset; invalid: bad request, nothing reset; unauthorized: no or wrong admin token; unavailable: the owner could not be reached, nothing reset).",
+	}, []string{"result"})
 	m.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_reservations_total",
 		Help: "Checks with reserve decided by this node's API, by result (ok: admitted with a reservation; refused; degraded: admitted by a failure mode, without one).",
@@ -70,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 		Name: "ringlimit_settles_total",
 		Help: "Settles answered by this node's API, by result (ok, already_settled, not_found, error: invalid or owner unavailable).",
 	}, []string{"result"})
-	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency, m.decisions.vec, m.reservations, m.settles}
+	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency, m.decisions.vec, peeks, m.resets, m.reservations, m.settles}
 	if stats != nil {
 		collectors = append(collectors,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -139,9 +153,22 @@ func (m *metrics) Checked(surface string, checks []forward.Check, out []forward.
 		if errors.Is(err, forward.ErrInvalid) {
 			m.invalid.WithLabelValues(surface).Inc()
 		}
+		for i := range checks {
+			if checks[i].Peek {
+				m.peeks[2].Inc()
+			}
+		}
 		return
 	}
 	for i := range checks {
+		if checks[i].Peek {
+			if out[i].Allowed {
+				m.peeks[0].Inc()
+			} else {
+				m.peeks[1].Inc()
+			}
+			continue
+		}
 		m.countDecision(checks[i].Limit.Algorithm(), &out[i])
 		if checks[i].Reserve > 0 {
 			m.countReservation(&out[i])
@@ -152,6 +179,9 @@ func (m *metrics) Checked(surface string, checks []forward.Check, out []forward.
 // Answered counts a combined answer in ringlimit_decisions_total under
 // its scope, and each scope a dry-run layer would have rejected it in.
 func (m *metrics) Answered(ans *decide.Answer) {
+	if ans.Peek { // counted in ringlimit_peeks_total
+		return
+	}
 	res := decisionRejected
 	switch {
 	case ans.Degraded:

@@ -251,7 +251,9 @@ func (s *rlsServer) answer(domain string, items []rlsItem, answers []decide.Answ
 				res = decisionDryRun
 			}
 		}
-		s.api.m.decisions.count(rlsScopePrefix+domain, res)
+		if !ans.Peek { // a descriptor's hits 0: counted in ringlimit_peeks_total
+			s.api.m.decisions.count(rlsScopePrefix+domain, res)
+		}
 		if over {
 			if shadow {
 				s.m.shadow.WithLabelValues(domain).Inc()

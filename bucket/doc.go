@@ -38,6 +38,12 @@
 //     another limit for an inline key gets a bucket of its own. The Store
 //     converts a key's spend when the same key comes with another limit
 //     (an operator's reload), never refilling it.
+//   - Peek answers exactly what Take would answer at the same instant and
+//     changes nothing: no key inserted, no LRU move, no change mark, no
+//     log or window change (peek_test.go checks it against Take).
+//   - A reset key leaves a tombstone (tombstone.go): a state from before
+//     the reset, received later, is refused by Admit, so that the spend
+//     does not come back; tombstones are bounded per shard.
 //
 // # Usage
 //

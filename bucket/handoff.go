@@ -73,6 +73,9 @@ type Snapshot struct {
 	// hand-out carries and no acknowledged round did: what Mark gives back
 	// if its copy is not acknowledged.
 	Unacked int64
+	// ResetAt is the key's tombstone when the state was read (read under
+	// the same lock): 0 for none. See tombstone.go.
+	ResetAt int64
 }
 
 // Range calls fn with the state of every key, one shard at a time: each
@@ -92,7 +95,7 @@ func (s *Store) Range(at clock.Instant, fn func(batch []Snapshot) bool) {
 			if !ok {
 				continue
 			}
-			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: l.used(&e.st, sh.logs[j], now)})
+			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: l.used(&e.st, sh.logs[j], now), ResetAt: sh.tombs.get(sh.key(j), now)})
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 && !fn(batch) {

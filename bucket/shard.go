@@ -113,6 +113,7 @@ type shard struct {
 	long [][]string
 
 	track tracked
+	tombs tombs // keys reset (see tombstone.go)
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }

@@ -164,7 +164,8 @@ func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapsh
 			if used == 0 && spentOnly {
 				continue
 			}
-			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: used, Unacked: unacked})
+			k := sh.key(j)
+			batch = append(batch, Snapshot{Key: k, Limit: l, Used: used, Unacked: unacked, ResetAt: sh.tombs.get(k, now)})
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 {

@@ -52,6 +52,10 @@ type Config struct {
 	// in between. Nil discards them, as in every ringlimit package: pass
 	// slog.Default() to log where the program logs.
 	Logger *slog.Logger
+	// AdminToken is the admin bearer token Reset sends (the node's
+	// --admin-token-file holds it). Empty: Reset is refused by the node
+	// (Unauthenticated).
+	AdminToken string
 }
 
 // ErrNoNode is returned when no node could answer.

@@ -145,6 +145,11 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	tokens := filepath.Join(dir, "admin-tokens")
+	if err := os.WriteFile(tokens, []byte("ops:"+testAdminToken+"\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	c := &testCluster{clock: testkit.NewClock(clusterStart), rpc: &rpcCounter{byNode: map[string]int64{}}, policyPath: path}
 	fail := func(err error) (*testCluster, error) {
 		c.Stop()
@@ -155,6 +160,7 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 		name := fmt.Sprintf("node-%d", i+1)
 		cfg := node.DefaultLocalConfig()
 		cfg.Name, cfg.PolicyPath, cfg.Clock = name, path, c.clock
+		cfg.AdminTokenFile = tokens
 		cfg.QuiesceTimeout = time.Millisecond // the fake clock stands still: no wait for idle peers
 		cfg.Registerer = prometheus.NewRegistry()
 		cfg.GRPCServerOptions = []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.rpc.interceptor(name))}

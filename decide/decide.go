@@ -109,17 +109,22 @@ func New(cfg Config) (*Decider, error) {
 	return d, nil
 }
 
-// Op is what a plan asks of its checks. Check is the only one today;
-// peek (check without spending), settle (adjust a spend after the fact)
-// and acquire (in-flight limits) join as further Ops: each plans its units
-// with the same Add methods and is executed by its own branch of Decide,
-// combined by the same rules.
+// Op is what a plan asks of its checks: check or peek; settle (adjust a
+// spend after the fact) and acquire (in-flight limits) join as further
+// Ops: each plans its units with the same Add methods and is executed by
+// its own branch of Decide, combined by the same rules.
 type Op uint8
 
 const (
 	// OpCheck spends each request's cost when all its layers admit it;
 	// layers that admitted a request another refused are refunded.
 	OpCheck Op = iota
+	// OpPeek answers what OpCheck would answer now and spends nothing:
+	// every check is a peek (forward.Check.Peek), a policy request's
+	// layers are combined as a check's (nothing to refund), and its
+	// dry-run layers are reported in WouldReject but not counted as
+	// dry-run rejections.
+	OpPeek
 )
 
 // ScopeInline is the scope of a limit given inline in the request.
@@ -149,7 +154,7 @@ type unit struct {
 	version  string         // policy: the version that resolved it
 	scope    string         // rls: RLSScopePrefix + domain
 	over     bool           // rls without a check: refused outright
-	remain   int64          // rls without a check, not over: what remains
+	peek     bool           // rls: a descriptor's hits 0, a peek of cost 1
 }
 
 // Answer is one unit's combined decision.
@@ -169,10 +174,12 @@ type Answer struct {
 	// Layers are a policy request's layers, in order (nil otherwise).
 	Layers []policy.Check
 	// Checked is false for an RLS descriptor decided without a check:
-	// hits 0 (allowed, nothing spent) or more than its limit can hold.
+	// more than its limit can hold.
 	Checked bool
 	// Reservation is the id an admitted inline check with Reserve got.
 	Reservation string
+	// Peek: nothing was spent (OpPeek, or an RLS descriptor's hits 0).
+	Peek bool
 }
 
 // Bound returns ctx under the Decider's own deadline for one request's
@@ -210,6 +217,11 @@ func (d *Decider) Decide(ctx context.Context, surface string, p *Plan) ([]Answer
 	switch p.Op {
 	case OpCheck:
 		return d.check(d.Bound(ctx), surface, p)
+	case OpPeek:
+		for i := range p.checks {
+			p.checks[i].Peek = true
+		}
+		return d.check(d.Bound(ctx), surface, p)
 	}
 	return nil, fmt.Errorf("decide: unknown op %d", p.Op)
 }
@@ -236,13 +248,19 @@ func (d *Decider) check(ctx context.Context, surface string, p *Plan) ([]Answer,
 		case kindInline:
 			r := &out[u.from]
 			answers[i] = Answer{Decision: r.Decision, Per: u.per, Scope: ScopeInline, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded, Checked: true,
-				Reservation: r.Reservation}
+				Reservation: r.Reservation, Peek: p.checks[u.from].Peek}
 		case kindRLS:
 			if u.to > u.from {
 				r := &out[u.from]
-				answers[i] = Answer{Decision: r.Decision, Per: u.per, Scope: u.scope, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded, Checked: true}
+				answers[i] = Answer{Decision: r.Decision, Per: u.per, Scope: u.scope, Owner: r.Owner, OwnerAddr: r.OwnerAddr, Degraded: r.Degraded, Checked: true,
+					Peek: p.checks[u.from].Peek}
+				if u.peek && r.Allowed {
+					// A descriptor's hits 0 peeks at one unit: what
+					// remains now is that unit and what it leaves.
+					answers[i].Remaining++
+				}
 			} else {
-				answers[i] = Answer{Decision: bucket.Decision{Allowed: !u.over, Remaining: u.remain}, Scope: u.scope}
+				answers[i] = Answer{Decision: bucket.Decision{Allowed: !u.over}, Scope: u.scope}
 			}
 			continue // counted by the adapter
 		case kindPolicy:
@@ -273,7 +291,9 @@ func (d *Decider) combine(u *unit, checks []forward.Check, out []forward.Result,
 		}
 	}
 	o := policy.Combine(u.layers, decisions)
+	peek := checks[u.from].Peek
 	ans := Answer{
+		Peek:        peek,
 		Decision:    bucket.Decision{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, RetryAfter: o.RetryAfter, ResetAfter: o.ResetAfter, Delay: o.Delay},
 		Per:         o.Per,
 		Scope:       o.Scope,
@@ -290,6 +310,9 @@ func (d *Decider) combine(u *unit, checks []forward.Check, out []forward.Result,
 		if !l.DryRun && r.Degraded {
 			ans.Degraded = true
 		}
+	}
+	if peek { // nothing was spent: nothing to refund, no dry-run rejection to count
+		return ans
 	}
 	for _, j := range o.Refund {
 		if out[u.from+j].Skipped {

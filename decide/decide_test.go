@@ -228,8 +228,9 @@ func TestNoPolicy(t *testing.T) {
 }
 
 // RLS descriptors are each their own answer: one refused does not refund
-// another; hits 0 spend nothing; hits the limit can never hold are refused
-// without a check.
+// another; hits 0 is a peek of one unit (checked, nothing spent, the
+// remaining now); hits the limit can never hold are refused without a
+// check.
 func TestRLS(t *testing.T) {
 	router := newRouter(t)
 	rec := &recorder{}
@@ -250,8 +251,9 @@ func TestRLS(t *testing.T) {
 	}{
 		{[]*rls.Rule{&wide, &narrow}, []uint64{1, 1}, []want{{true, true, 4}, {true, true, 0}}},
 		{[]*rls.Rule{&wide, &narrow}, []uint64{1, 1}, []want{{true, true, 3}, {false, true, 0}}},
-		{[]*rls.Rule{&wide, &narrow, &wide}, []uint64{0, 2, 6}, []want{{true, false, 5}, {false, false, 0}, {false, false, 0}}},
-		{[]*rls.Rule{&wide}, []uint64{1}, []want{{true, true, 2}}}, // not refunded by the refusal of step 1
+		{[]*rls.Rule{&wide, &narrow, &wide}, []uint64{0, 2, 6}, []want{{true, true, 3}, {false, false, 0}, {false, false, 0}}},
+		{[]*rls.Rule{&narrow}, []uint64{0}, []want{{false, true, 0}}}, // exhausted: a peek says so
+		{[]*rls.Rule{&wide}, []uint64{1}, []want{{true, true, 2}}},    // not refunded by the refusal of step 1, nor spent by the peeks
 	} {
 		p := GetPlan(OpCheck)
 		for j, r := range s.rules {
@@ -272,11 +274,11 @@ func TestRLS(t *testing.T) {
 		}
 		p.Release()
 	}
-	// Step 3 had no check: no batch. RLS answers are the adapter's to count.
-	if want := []string{"rls", "rls", "rls"}; !slices.Equal(rec.batches, want) || len(rec.answered) != 0 {
+	// Step 3 had one check (the peek). RLS answers are the adapter's to count.
+	if want := []string{"rls", "rls", "rls", "rls", "rls"}; !slices.Equal(rec.batches, want) || len(rec.answered) != 0 {
 		t.Errorf("batches %q answered %q, want %q and none", rec.batches, rec.answered, want)
 	}
-	if got, want := d.Activity(), (Activity{Checks: 5, Refused: 1}); got != want {
+	if got, want := d.Activity(), (Activity{Checks: 7, Refused: 2}); got != want {
 		t.Errorf("Activity %+v, want %+v", got, want)
 	}
 	bad := rls.Rule{Key: "", Limit: wide.Limit, RequestsPerUnit: 5}

@@ -23,8 +23,10 @@
 //	if err := d.AddPolicy(p, "", policy.Request{APIKey: "k1"}); err != nil { ... }
 //	answers, err := d.Decide(ctx, "http", p)
 //
-// Peek, settle and acquire join as further Ops (see Op): they plan with the
-// same Add methods and are executed by their own branch of Decide.
+// OpPeek plans with the same Add methods and answers what OpCheck would,
+// spending nothing (Plan.PeekLast makes one unit of a mixed batch a peek).
+// Settle and acquire join as further Ops (see Op): they plan with the same
+// Add methods and are executed by their own branch of Decide.
 //
 // The package knows no transport: it imports no HTTP, gRPC or protobuf.
 package decide

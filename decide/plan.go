@@ -100,10 +100,12 @@ func (d *Decider) AddPolicy(p *Plan, field string, req policy.Request) error {
 }
 
 // AddRLS adds an Envoy RLS descriptor of domain that rule matched, with
-// its hits. Hits 0 is checked without a check (allowed, nothing spent);
-// hits the rule's limit can never hold (or a rule of 0 requests per unit)
-// are refused without a check; the others are one check of the rule's
-// key, failing closed. Each descriptor is its own answer: none refunds
+// its hits. Hits 0 is a peek of cost 1 (as envoyproxy/ratelimit's
+// check-only descriptors): OK while at least one unit remains, OVER_LIMIT
+// once none does, nothing spent, and the answer's remaining is what
+// remains now; hits the rule's limit can never hold (or a rule of 0
+// requests per unit) are refused without a check; the others are one
+// check of the rule's key, failing closed. Each descriptor is its own answer: none refunds
 // another (as envoyproxy/ratelimit). The error, for a rule whose key is
 // not a valid key, names no field.
 func (p *Plan) AddRLS(domain string, rule *rls.Rule, hits uint64) error {
@@ -112,19 +114,34 @@ func (p *Plan) AddRLS(domain string, rule *rls.Rule, hits uint64) error {
 		p.rlsDomain, p.rlsScope = domain, RLSScopePrefix+domain
 	}
 	u := unit{kind: kindRLS, from: n, to: n, scope: p.rlsScope}
+	cost, peek := int64(min(hits, math.MaxInt64)), hits == 0
+	if peek {
+		cost = 1
+	}
 	switch {
-	case hits == 0:
-		u.remain = int64(rule.RequestsPerUnit)
-	case rule.RequestsPerUnit == 0 || rule.Limit.CheckCost(int64(min(hits, math.MaxInt64))) != nil:
+	case rule.RequestsPerUnit == 0 || rule.Limit.CheckCost(cost) != nil:
 		u.over = true
 	default:
 		if err := bucket.CheckKey(rule.Key); err != nil {
 			return err
 		}
-		p.checks = append(p.checks, forward.Check{Key: rule.Key, Limit: rule.Limit, Cost: int64(hits), Mode: bucket.FailClosed})
+		u.peek = peek
+		p.checks = append(p.checks, forward.Check{Key: rule.Key, Limit: rule.Limit, Cost: cost, Mode: bucket.FailClosed, Peek: peek})
 		u.to = n + 1
 		u.per = rule.Limit.Per()
 	}
 	p.units = append(p.units, u)
 	return nil
+}
+
+// PeekLast makes the last unit added a peek (see OpPeek), in a plan whose
+// other units may be checks (a gRPC batch mixes them).
+func (p *Plan) PeekLast() {
+	if len(p.units) == 0 {
+		return
+	}
+	u := &p.units[len(p.units)-1]
+	for i := u.from; i < u.to; i++ {
+		p.checks[i].Peek = true
+	}
 }

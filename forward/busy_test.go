@@ -32,6 +32,9 @@ func (p *failingPeers) Handoff(context.Context, string, []peer.State) error { re
 func (p *failingPeers) Replicate(context.Context, string, []peer.State) (int, error) {
 	return 0, nil
 }
+func (p *failingPeers) Reset(context.Context, string, string, *bucket.Limit, int64) (peer.ResetAnswer, error) {
+	return peer.ResetAnswer{}, p.err
+}
 func (p *failingPeers) Keys(context.Context) map[string]int64 { return nil }
 func (p *failingPeers) Addr(string) string                    { return "" }
 

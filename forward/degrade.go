@@ -39,7 +39,11 @@ func (r *Router) degrade(v *view, c *Check, now clock.Instant) Result {
 		res.RetryAfter = l.Per()
 		return res
 	}
-	d, err := r.local.Take(c.Key, &lim, now, c.Cost)
+	take := r.local.Take
+	if c.Peek {
+		take = r.local.Peek
+	}
+	d, err := take(c.Key, &lim, now, c.Cost)
 	if err != nil {
 		res.RetryAfter = l.Per()
 		return res
@@ -127,6 +131,20 @@ func (r *refusals) note(key string, d *bucket.Decision, now clock.Instant) {
 			key = string([]byte(key))
 		}
 		sh.until[key] = now.Add(d.RetryAfter)
+	}
+}
+
+// forget drops key (a reset key).
+func (r *refusals) forget(key string) {
+	if r.n.Load() == 0 {
+		return
+	}
+	sh := &r.shards[xxhash.Sum64String(key)&15]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.until[key]; ok {
+		delete(sh.until, key)
+		r.n.Add(-1)
 	}
 }
 

@@ -50,6 +50,13 @@
 //     and a settled record is kept until its TTL ends. A degraded answer
 //     (and a reserve the table has no room for) carries no reservation.
 //   - One clock: every decision and every wait reads Config.Clock.
+//   - A peek (Check.Peek) is decided by the owner and spends nothing: never
+//     from a lease, never counted by the pre-limiter, never held for or
+//     marked for replication (peek.go).
+//   - A reset (Router.Reset) is the owner's: it forgets the key, records a
+//     tombstone and tells every live member, which drop their copies and
+//     leases; states carry their sender's tombstone so that none from
+//     before the reset is merged after it (reset.go).
 //
 // Shutdown, in order: Leave (after the cluster announced the leave) hands
 // every key to its new owner; Quiesce waits for peers to stop sending

@@ -53,6 +53,9 @@ type handoff struct {
 	m      *metrics
 	wake   chan struct{}
 	resv   *bucket.Reservations // a pushed key carries its records (reserve.go)
+	// admit says whether a fetched state may be merged (Router.admit: not
+	// one from before a reset); set once by New.
+	admit func(*peermsg.State, clock.Instant) bool
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
@@ -183,7 +186,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			// (what last hops spent on our copy meanwhile) and then deleted.
 			had, _ := h.shared.used(owner, s.Key, now)
 			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0),
-				Reservations: appendRecords(h.resv, nil, s.Key, now, false)})
+				Reservations: appendRecords(h.resv, nil, s.Key, now, false), ResetAt: s.ResetAt})
 			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)
@@ -259,6 +262,9 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 		return false
 	}
 	h.m.fetches[fetchFound].Inc()
+	if h.admit != nil && !h.admit(&st, now) { // it predates a reset of the key
+		return true
+	}
 	importRecords(h.resv, &st, now)
 	h.cfg.Store.Merge(key, &st.Limit, now, st.Used)
 	// prev answered with st.Used: its later push is only what it spends

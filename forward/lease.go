@@ -25,6 +25,7 @@ type lease struct {
 	tokens  atomic.Int64
 	expires clock.Instant
 	limit   bucket.Limit
+	resets  uint64 // leases.resets when installed
 }
 
 // leases holds this node's leases and the keys with a lease request in
@@ -37,6 +38,21 @@ type leases struct {
 
 	held    sync.Map // key → *lease
 	pending sync.Map // key → struct{}: one lease request in flight per key
+	// resets counts the keys reset here: a grant asked for before a reset
+	// and answered after it is not installed (its tokens predate it).
+	resets atomic.Uint64
+}
+
+// drop forgets key's lease without giving its tokens back (the key was
+// reset: they were spent before) and returns how many it held; a grant in
+// flight for any key is not installed (see resets).
+func (ls *leases) drop(key string) int64 {
+	ls.resets.Add(1)
+	v, ok := ls.held.LoadAndDelete(key)
+	if !ok {
+		return 0
+	}
+	return max(v.(*lease).tokens.Swap(0), 0)
 }
 
 func newLeases(cfg LeaseConfig, c clock.Clock, m *metrics, giveBack func(string, bucket.Limit, int64)) *leases {
@@ -92,7 +108,10 @@ func (ls *leases) size(c *Check, members int) int64 {
 // LeaseConfig: at most TTL long and Max tokens, so a peer cannot make this
 // node hold a lease longer or larger than it would grant itself. Tokens
 // granted beyond Max go straight back to the owner.
-func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.Instant) {
+func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.Instant, resets uint64) {
+	if ls.resets.Load() != resets { // asked before a reset, answered after: the grant predates it
+		return
+	}
 	if extra := granted - ls.cfg.Max; extra > 0 {
 		granted = ls.cfg.Max
 		ls.m.leasesReturned.Add(float64(extra))
@@ -102,7 +121,7 @@ func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.
 	if granted <= 0 || ttl <= 0 {
 		return
 	}
-	nl := &lease{expires: now.Add(ttl), limit: c.Limit}
+	nl := &lease{expires: now.Add(ttl), limit: c.Limit, resets: resets}
 	nl.tokens.Store(granted)
 	if old, loaded := ls.held.Swap(c.Key, nl); loaded {
 		ls.release(c.Key, old.(*lease))
@@ -112,6 +131,11 @@ func (ls *leases) install(c *Check, granted int64, ttl time.Duration, now clock.
 
 func (ls *leases) release(key string, l *lease) {
 	if n := l.tokens.Swap(0); n > 0 {
+		if ls.resets.Load() != l.resets {
+			// A key was reset since: this one's tokens may predate its
+			// reset, and giving them back would create capacity.
+			return
+		}
 		ls.m.leasesReturned.Add(float64(n))
 		ls.giveBack(key, l.limit, n)
 	}

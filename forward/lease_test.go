@@ -188,7 +188,7 @@ func TestLeaseInstallCapped(t *testing.T) {
 	var back int64
 	ls := newLeases(cfg, clock, a.r.leases.m, func(_ string, _ bucket.Limit, n int64) { back += n })
 	c := &Check{Key: "k", Limit: bucket.MustLimit(bucket.TokenBucket, 1_000_000, time.Second, 1_000_000), Cost: 1}
-	ls.install(c, 1_000_000, 24*time.Hour, clock.Now())
+	ls.install(c, 1_000_000, 24*time.Hour, clock.Now(), ls.resets.Load())
 	v, _ := ls.held.Load("k")
 	l := v.(*lease)
 	if got := l.tokens.Load(); got != cfg.Max {
@@ -199,5 +199,32 @@ func TestLeaseInstallCapped(t *testing.T) {
 	}
 	if back != 1_000_000-cfg.Max {
 		t.Fatalf("gave back %d tokens, want %d", back, 1_000_000-cfg.Max)
+	}
+}
+
+// After a reset, no lease gives tokens back: not the reset key's (dropped,
+// 7 tokens), not another key's installed before it (its tokens may
+// predate a reset), and a grant asked for before the reset and answered
+// after it is not installed.
+func TestLeaseAfterReset(t *testing.T) {
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, nil)
+	var back int64
+	ls := newLeases(LeaseConfig{TTL: time.Second, Max: 50}, clock, a.r.leases.m, func(_ string, _ bucket.Limit, n int64) { back += n })
+	lim := bucket.MustLimit(bucket.TokenBucket, 1000, time.Second, 1000)
+	before := ls.resets.Load()
+	ls.install(&Check{Key: "k", Limit: lim, Cost: 1}, 7, time.Second, clock.Now(), before)
+	ls.install(&Check{Key: "other", Limit: lim, Cost: 1}, 5, time.Second, clock.Now(), before)
+	if n := ls.drop("k"); n != 7 {
+		t.Fatalf("drop = %d, want the lease's 7 tokens", n)
+	}
+	ls.install(&Check{Key: "late", Limit: lim, Cost: 1}, 9, time.Second, clock.Now(), before)
+	if _, ok := ls.held.Load("late"); ok {
+		t.Fatal("a grant asked for before the reset was installed after it")
+	}
+	v, _ := ls.held.Load("other")
+	ls.release("other", v.(*lease))
+	if back != 0 {
+		t.Fatalf("%d tokens given back after a reset, want 0", back)
 	}
 }

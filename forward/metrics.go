@@ -40,6 +40,10 @@ type metrics struct {
 	redirectsFollowed prometheus.Counter
 	ringDisagreements prometheus.Counter
 
+	// Resets (reset.go).
+	resetsReceived    prometheus.Counter
+	statesBeforeReset prometheus.Counter
+
 	reg prometheus.Registerer // for the gauges watch adds; nil registers none
 }
 
@@ -92,6 +96,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		redirects:         counter("ringlimit_redirects_total", "Checks this node did not decide because its ring names another owner (it named that owner instead)."),
 		redirectsFollowed: counter("ringlimit_redirects_followed_total", "Checks this node sent again, to the owner a redirect named."),
 		ringDisagreements: counter("ringlimit_ring_disagreements_total", "Peer batches whose sender's ring version differed from this node's."),
+		resetsReceived:    counter("ringlimit_peer_resets_received_total", "Resets a key's owner told this node of: its copies of the key dropped, the tombstone recorded."),
+		statesBeforeReset: counter("ringlimit_states_before_reset_total", "Key states from other members (replicas, handoffs, fetches) refused because they predate a reset of the key this node knows of."),
 		reg:               reg,
 	}
 	for _, mode := range bucket.FailureModes() {
@@ -103,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{degraded, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted,
 			m.leasesReturned, m.leasedChecks, m.replicationLag, m.replicationErrors, m.replicationWaits, m.unconfirmed, m.replicasRefused, m.standInChecks,
-			m.standInForwarded, m.promoted, m.redirects, m.redirectsFollowed, m.ringDisagreements} {
+			m.standInForwarded, m.promoted, m.redirects, m.redirectsFollowed, m.ringDisagreements, m.resetsReceived, m.statesBeforeReset} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

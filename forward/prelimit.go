@@ -79,6 +79,19 @@ func (c *rejectCache) add(key string, cost int64, until, now clock.Instant) {
 	c.m[key] = rejection{until: until, cost: cost}
 }
 
+// forget drops key's rejection.
+func (c *rejectCache) forget(key string) {
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
+}
+
+// forget drops what the pre-limiter remembers of key (a reset key).
+func (p *prelimiter) forget(key string) {
+	p.rejected.forget(key)
+	p.windows.Delete(key)
+}
+
 // prelimiter is the entry node's pre-limiter: its windows and its
 // rejection cache. Safe for concurrent use.
 type prelimiter struct {
@@ -139,7 +152,7 @@ func (p *prelimiter) giveBack(c *Check, now clock.Instant) {
 // check: a rejection gives its window slot back and is remembered until its
 // retry-after.
 func (p *prelimiter) after(c *Check, res *Result, now clock.Instant) {
-	if c.Prelimit == 0 || c.Refund || res.Allowed || res.Degraded {
+	if c.Prelimit == 0 || c.Refund || c.Peek || res.Allowed || res.Degraded {
 		return
 	}
 	p.rejected.add(c.Key, c.Cost, now.Add(res.RetryAfter), now)
@@ -157,7 +170,7 @@ func (p *prelimiter) all(self string, checks []Check, out []Result, remote func(
 	var passed []int // checks of a group that took a window slot
 	for i := range checks {
 		c := &checks[i]
-		if c.Prelimit == 0 || c.Refund || !remote(c) {
+		if c.Prelimit == 0 || c.Refund || c.Peek || !remote(c) {
 			continue
 		}
 		if c.Together != 0 && slices.Contains(shed, c.Together) {

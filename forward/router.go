@@ -28,10 +28,11 @@ type Router struct {
 	leases   *leases
 	handoff  *handoff
 	repl     *replicator
-	shared   *shared   // what this node and each other member both account for
-	known    *refusals // keys their owners refused moments ago
-	reach    reach     // members that failed to answer moments ago
-	standing sync.Map  // key → owner: keys decided here for an owner that did not answer
+	shared   *shared     // what this node and each other member both account for
+	known    *refusals   // keys their owners refused moments ago
+	reach    reach       // members that failed to answer moments ago
+	standing sync.Map    // key → owner: keys decided here for an owner that did not answer
+	tombs    atomic.Bool // a key was reset here: incoming states are checked against tombstones (reset.go)
 	resv     *bucket.Reservations
 
 	view atomic.Pointer[view]
@@ -92,6 +93,7 @@ func New(cfg Config) (*Router, error) {
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,
 		Store: cfg.Store, Peers: cfg.Peers, Clock: cfg.Clock, Logger: cfg.Logger}, r.currentRing, r.shared, m)
+	r.handoff.admit = r.admit
 	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
 	r.repl.resv = r.resv
 	r.handoff.resv = r.resv
@@ -170,7 +172,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			out[i] = r.unreachable(v, c, "", now)
 			continue
 		}
-		if c.Lease && !c.Refund && c.Reserve == 0 && owner != r.cfg.Self {
+		if c.Lease && !c.Refund && c.Reserve == 0 && !c.Peek && owner != r.cfg.Self {
 			if res, ok := r.leases.take(c, now); ok {
 				res.Owner = r.cfg.Self
 				out[i] = res
@@ -242,6 +244,13 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	// node has no copy of have state elsewhere: no lookup otherwise.
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
+	}
+	if c.Peek {
+		d, err := r.cfg.Store.Peek(key, l, now, c.Cost)
+		if err != nil {
+			r.log.Error("local peek failed", "key", key, "err", err)
+		}
+		return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr}, false
 	}
 	d, unsent, id, err := r.takeReserved(c, now)
 	if errors.Is(err, bucket.ErrFull) {

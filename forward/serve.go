@@ -41,7 +41,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		// key this node has no room for is answered Full (refused, for a
 		// sender from before the flag), and the sender decides it in its
 		// failure mode (see noRoom). Nothing here decides by Mode.
-		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, forwarded: true}
+		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, Peek: q.Peek, forwarded: true}
 		if q.ReserveTTL > 0 && q.Limit.Algorithm() == bucket.TokenBucket && q.ReserveTTL <= bucket.MaxReserveTTL {
 			c.Reserve = q.ReserveTTL
 		}
@@ -54,7 +54,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 			res = r.decideFor(ctx, v, owner, c, now)
 		}
 		a.Reservation = res.Reservation
-		if q.Lease > 0 && c.Reserve == 0 && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
+		if q.Lease > 0 && c.Reserve == 0 && !q.Peek && res.Allowed && q.Limit.Algorithm() == bucket.TokenBucket {
 			if a.LeaseGranted = r.cfg.Store.Grant(q.Key, &q.Limit, now, min(q.Lease, q.Limit.Burst())); a.LeaseGranted > 0 {
 				a.LeaseTTL = r.cfg.Lease.TTL
 				res.Remaining = max(res.Remaining-a.LeaseGranted, 0)
@@ -92,6 +92,9 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 	merged := 0
 	for i := range states {
 		s := &states[i]
+		if !r.admit(s, now) { // it predates a reset of the key
+			continue
+		}
 		if ownerIn(v.ring, r.cfg.Self, s.Key) != r.cfg.Self {
 			r.handoff.mayHoldForeign() // rings disagree: the next pass pushes it on
 		}
@@ -113,6 +116,9 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 		return 0, fmt.Errorf("forward: %s is not a member of %s's ring", from, r.cfg.Self)
 	}
 	now := r.cfg.Clock.Now()
+	if r.tombs.Load() || hasResetAt(states) {
+		states = r.admitAll(states, now)
+	}
 	for i := range states {
 		r.importState(from, &states[i], now)
 	}
@@ -144,11 +150,11 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 // after.
 func (r *Router) Lookup(from, key string) (peermsg.State, bool) {
 	now := r.cfg.Clock.Now()
-	l, used, ok := r.cfg.Store.Used(key, now)
+	l, used, resetAt, ok := r.cfg.Store.UsedReset(key, now)
 	if ok && from != "" {
 		r.shared.set(from, key, &l, now, used)
 	}
-	return peermsg.State{Key: key, Limit: l, Used: used, Reservations: r.appendRecords(nil, key, now)}, ok
+	return peermsg.State{Key: key, Limit: l, Used: used, Reservations: r.appendRecords(nil, key, now), ResetAt: resetAt}, ok
 }
 
 // Keys implements peer.StatsSource (with RingVersion).

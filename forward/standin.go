@@ -192,14 +192,15 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 	var asked []string // keys this call asks a lease for
 	for j, i := range idx {
 		c := &checks[i]
-		reqs[j] = peermsg.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync,
+		reqs[j] = peermsg.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync, Peek: c.Peek,
 			ReserveTTL: reserveTTL(c)}
-		if !final && c.Lease && !c.Refund && c.Reserve == 0 && r.leases.ask(c.Key) {
+		if !final && c.Lease && !c.Refund && c.Reserve == 0 && !c.Peek && r.leases.ask(c.Key) {
 			reqs[j].Lease = r.leases.size(c, v.len())
 			asked = append(asked, c.Key)
 		}
 	}
 	defer r.leases.done(asked)
+	resets := r.leases.resets.Load()
 	var span trace.Span
 	if r.tracer != nil {
 		ctx, span = r.startForward(ctx, name, len(idx), final)
@@ -231,7 +232,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 			continue
 		}
 		if a.LeaseGranted > 0 {
-			r.leases.install(c, a.LeaseGranted, a.LeaseTTL, r.cfg.Clock.Now())
+			r.leases.install(c, a.LeaseGranted, a.LeaseTTL, r.cfg.Clock.Now(), resets)
 		}
 		out[i] = Result{Decision: a.Decision(c.Limit.Count()), Owner: decider, OwnerAddr: addr, Reservation: a.Reservation}
 		r.known.note(c.Key, &out[i].Decision, now)
@@ -302,6 +303,9 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 			r.repl.await(ctx, r.ctx.Done())
 		}
 		return res
+	}
+	if c.Peek {
+		return r.peekFor(owner, c, now)
 	}
 	r.handoff.mayHoldForeign()
 	r.adopt(owner, c.Key, now)

@@ -40,6 +40,7 @@ type Peers interface {
 	StateMover
 	ReplicaSender
 	Membership
+	Resetter
 }
 
 // CheckSender sends checks to their owner (standin.go).
@@ -100,6 +101,13 @@ type Check struct {
 	// the answer is given as without Sync and counted
 	// (ringlimit_replication_unconfirmed_total).
 	Sync bool
+	// Peek asks what the check would answer now and spends nothing: the
+	// owner decides it with bucket.Store.Peek; it is never admitted from a
+	// lease, never counted by the pre-limiter, never held for replication
+	// and marks nothing for it. An unreachable owner's failure mode
+	// answers as for a check, spending nothing (Local peeks at this
+	// node's share).
+	Peek bool
 	// Together, when not 0, groups the checks of one request (its layers):
 	// when the pre-limiter sheds one of them, the others of the group are
 	// neither sent nor spent, and come back Skipped.
@@ -184,6 +192,9 @@ func ValidateChecks(checks []Check) error {
 		}
 		if !c.Mode.Valid() {
 			return fmt.Errorf("%w: checks[%d].failure_mode: %v", ErrInvalid, i, c.Mode)
+		}
+		if c.Peek && c.Refund {
+			return fmt.Errorf("%w: checks[%d].peek: a refund cannot peek", ErrInvalid, i)
 		}
 		if c.Lease {
 			if err := bucket.CheckLease(c.Limit.Algorithm()); err != nil {

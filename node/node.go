@@ -346,7 +346,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	acfg := api.Config{Checker: n.router, Settler: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
 		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads,
 		RLSHeaders: cfg.RLSHeaders, RLSShadowMode: cfg.RLSShadowMode, RLSStatKeys: cfg.RLSStatKeys, RLSNearLimitRatio: cfg.RLSNearLimitRatio, TrustedProxies: cfg.TrustedProxies, CORSOrigins: cfg.CORSOrigins, Ready: n.ready, TracerProvider: cfg.Tracer, Self: cfg.Name,
-		DisableInlineLimits: cfg.DisableInlineLimits}
+		DisableInlineLimits: cfg.DisableInlineLimits, Reset: n.router.Reset, Audit: func(actor, action, what string) {
+			log.Info("audit", "actor", actor, "action", action, "what", what)
+		}}
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
@@ -355,6 +357,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		acfg.CountDryRun = n.policy.CountDryRun
 		acfg.AddOverride = func(_ context.Context, o policy.Override) (policy.Override, error) { return osync.Add(o) }
 		acfg.RevokeOverride = func(_ context.Context, id, actor string) (policy.Override, error) { return osync.Revoke(id, actor) }
+		acfg.Audit = n.policy.Audit // the audit log (--audit-log) the override changes go to
 	}
 	a, err := api.New(acfg)
 	if err != nil {

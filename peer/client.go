@@ -103,7 +103,7 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 		in := make([]wireCheck, n)
 		for j := range in {
 			r := &reqs[off+j]
-			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final, sync: r.Sync,
+			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final, sync: r.Sync, peek: r.Peek,
 				trace: tc, traced: traced, reserveTTLNs: int64(r.ReserveTTL)}
 		}
 		call := batcher.NewCall(ctx, in, make([]wireDecision, n))
@@ -237,7 +237,7 @@ func (c *conn) fetch(ctx context.Context, key string, l *bucket.Limit) (State, b
 	if st.GetUsed() < 0 {
 		return State{}, false, fmt.Errorf("peer %s: fetch %q: negative used %d", c.name, key, st.GetUsed())
 	}
-	return State{Key: key, Limit: sl, Used: st.GetUsed(), Reservations: reservationsFromProto(st.GetReservations())}, true, nil
+	return State{Key: key, Limit: sl, Used: st.GetUsed(), Reservations: reservationsFromProto(st.GetReservations()), ResetAt: st.GetResetAt()}, true, nil
 }
 
 // handoff pushes states to the peer in one call.
@@ -246,7 +246,7 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 	for i := range states {
 		s := &states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations)}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt}
 	}
 	if _, err := c.rpc.Handoff(ctx, req); err != nil {
 		return err
@@ -266,4 +266,18 @@ func (c *conn) replicate(ctx context.Context, version uint64, states []State) (i
 		return 0, err
 	}
 	return int(resp.accepted), nil
+}
+
+// reset tells the peer that this node reset key at resetAt.
+func (c *conn) reset(ctx context.Context, key string, l *bucket.Limit, resetAt int64) (ResetAnswer, error) {
+	req := &peerv1.PeerResetRequest{From: c.cfg.Self, Key: key, Limit: limitToProto(l), ResetAt: resetAt}
+	if dl, ok := ctx.Deadline(); ok {
+		req.Deadline = dl.UnixNano()
+	}
+	resp, err := c.rpc.Reset(ctx, req)
+	if err != nil {
+		return ResetAnswer{}, err
+	}
+	return ResetAnswer{LeaseDropped: resp.GetLeaseDropped(), Previous: resp.GetPreviousRemaining(),
+		Owner: resp.GetOwner(), Unconfirmed: resp.GetUnconfirmed(), Redirect: resp.GetRedirect()}, nil
 }

@@ -124,6 +124,11 @@ func (h *storeHandler) Lookup(from, key string) (peer.State, bool) {
 	return peer.State{Key: key, Limit: l, Used: used}, ok
 }
 
+func (h *storeHandler) ResetFrom(_ context.Context, from, key string, l bucket.Limit, resetAt int64) peer.ResetAnswer {
+	h.store.Delete(key)
+	return peer.ResetAnswer{}
+}
+
 func (h *storeHandler) Keys() int64         { return int64(h.store.Len()) }
 func (h *storeHandler) RingVersion() uint64 { return testVersion }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
@@ -128,8 +129,11 @@ func (nopHandler) MayWait(string) bool                                         {
 func (nopHandler) Merge(string, []State) int                                   { return 0 }
 func (nopHandler) Replicate(string, []State) (int, error)                      { return 0, nil }
 func (nopHandler) Lookup(string, string) (State, bool)                         { return State{}, false }
-func (nopHandler) Keys() int64                                                 { return 0 }
-func (nopHandler) RingVersion() uint64                                         { return 0 }
+func (nopHandler) ResetFrom(context.Context, string, string, bucket.Limit, int64) ResetAnswer {
+	return ResetAnswer{}
+}
+func (nopHandler) Keys() int64         { return 0 }
+func (nopHandler) RingVersion() uint64 { return 0 }
 
 // fixedCerts is a Certs that holds nothing; for a config that is never
 // served over TLS.

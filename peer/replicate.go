@@ -34,6 +34,7 @@ import (
 // Field numbers, from peer.proto.
 const (
 	fStateKey, fStateLimit, fStateUsed        = 1, 2, 3
+	fStateResetAt                             = 4
 	fReplFrom, fReplRingVersion, fReplBuckets = 1, 2, 3
 	fReplAccepted                             = 1
 )
@@ -51,7 +52,7 @@ type replicateBatch struct {
 // even when it is empty.
 func stateSize(s *State, l *wireLimit) int {
 	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used)) +
-		reservationsSize(s.Reservations)
+		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations)
 }
 
 func (m *replicateBatch) size() int {
@@ -77,6 +78,7 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 		b = protowire.AppendVarint(b, uint64(l.size()))
 		b = l.appendTo(b)
 		b = appendVarint(b, fStateUsed, uint64(s.Used))
+		b = appendVarint(b, fStateResetAt, uint64(s.ResetAt))
 		for j := range s.Reservations {
 			b = appendReservation(b, &s.Reservations[j])
 		}
@@ -90,6 +92,7 @@ type wireState struct {
 	key          string
 	limit        wireLimit
 	used         int64
+	resetAt      int64
 	reservations []peermsg.Reservation // validStates keeps MaxStateReservations
 }
 
@@ -109,6 +112,8 @@ func (s *wireState) parse(b []byte) error {
 				return err
 			}
 			s.reservations = append(s.reservations, r)
+		case fStateResetAt << 3:
+			s.resetAt = int64(v)
 		}
 		return nil
 	})
@@ -194,7 +199,7 @@ func (m *replicateIn) validStates() []State {
 			continue
 		}
 		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
-			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)]})
+			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt})
 	}
 	return m.valid
 }

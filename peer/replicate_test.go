@@ -27,7 +27,7 @@ func replicateToProto(m *replicateBatch) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations)}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt}
 	}
 	return req
 }
@@ -39,7 +39,7 @@ func replicateInToProto(m *replicateIn) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used,
-			Reservations: reservationsToProto(s.reservations)})
+			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt})
 	}
 	return req
 }
@@ -99,7 +99,7 @@ func TestReplicateWireMatchesProto(t *testing.T) {
 		{"empty", replicateBatch{}},
 		{"from only", replicateBatch{from: "A"}},
 		{"version only", replicateBatch{version: 1<<64 - 1}},
-		{"one state", replicateBatch{from: "A", version: 7, states: []State{{Key: "k", Limit: lim, Used: 3}}}},
+		{"one state", replicateBatch{from: "A", version: 7, states: []State{{Key: "k", Limit: lim, Used: 3, ResetAt: 1_700_000_000_000_000_000}}}},
 		{"zero state", replicateBatch{from: "A", states: []State{{}}}},
 		{"zero used", replicateBatch{from: "A", states: []State{{Key: "k", Limit: lim}}}},
 		{"negative used", replicateBatch{from: "A", states: []State{{Key: "k", Limit: leaky, Used: -1}}}},
@@ -134,7 +134,7 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 				lim = bucket.Limit{} // the zero limit: every field left out
 			}
 			st := State{Key: rapid.StringN(0, 300, -1).Draw(t, l+".key"), Limit: lim,
-				Used: int64(maybeZero(t, l+".used"))}
+				Used: int64(maybeZero(t, l+".used")), ResetAt: int64(maybeZero(t, l+".reset_at"))}
 			for j := range rapid.IntRange(0, 3).Draw(t, l+".reservations") {
 				rl := fmt.Sprint(l, ".r", j)
 				st.Reservations = append(st.Reservations, peermsg.Reservation{ID: rapid.StringN(0, 40, -1).Draw(t, rl+".id"),

@@ -67,6 +67,12 @@ type StateStore interface {
 	// Lookup returns key's state, for the node from (a new owner) that
 	// asks.
 	Lookup(from, key string) (State, bool)
+	// ResetFrom drops this node's copies of key (replica, stand-in copy,
+	// hot-key lease) that from, the key's owner, reset at resetAt (its
+	// clock), and records the tombstone; resetAt 0 asks this node, the
+	// key's owner on from's ring, to reset the key itself and tell the
+	// other members. Key and limit were checked.
+	ResetFrom(ctx context.Context, from, key string, l bucket.Limit, resetAt int64) ResetAnswer
 }
 
 // StatsSource gives the key count and ring version of the Stats this node
@@ -293,7 +299,7 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
 			return
 		}
-		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final, Sync: c.sync,
+		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final, Sync: c.sync, Peek: c.peek,
 			ReserveTTL: time.Duration(max(c.reserveTTLNs, 0))})
 	}
 	if cap(pb.answers) < len(pb.reqs) {
@@ -319,7 +325,7 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 		if err != nil || bucket.CheckKey(b.GetKey()) != nil || b.GetUsed() < 0 {
 			continue
 		}
-		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations())})
+		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt()})
 	}
 	return states
 }
@@ -384,5 +390,30 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 		return &peerv1.FetchResponse{}, nil
 	}
 	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
-		Reservations: reservationsToProto(st.Reservations)}}, nil
+		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt}}, nil
+}
+
+// Reset takes a key's owner's word that it reset the key (PeerResetRequest).
+func (s *Server) Reset(ctx context.Context, req *peerv1.PeerResetRequest) (*peerv1.PeerResetResponse, error) {
+	if err := s.authorize(ctx, req.GetFrom()); err != nil {
+		return nil, err
+	}
+	l, err := limitFromProto(req.GetLimit())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "peer: reset: %v", err)
+	}
+	if err := bucket.CheckKey(req.GetKey()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "peer: reset: %v", err)
+	}
+	if req.GetResetAt() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "peer: reset: negative reset_at")
+	}
+	// The sender's deadline is a wall time, as a context's is: read on
+	// the node's clock (the system clock but in tests).
+	if d := req.GetDeadline(); req.GetResetAt() == 0 && d != 0 && s.clock.Now().UnixNano() > d {
+		return nil, status.Error(codes.DeadlineExceeded, "peer: reset: arrived after its sender's deadline; nothing reset")
+	}
+	a := s.h.ResetFrom(ctx, req.GetFrom(), req.GetKey(), l, req.GetResetAt())
+	return &peerv1.PeerResetResponse{LeaseDropped: a.LeaseDropped, PreviousRemaining: a.Previous, Owner: a.Owner,
+		Unconfirmed: a.Unconfirmed, Redirect: a.Redirect}, nil
 }

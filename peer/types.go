@@ -16,6 +16,8 @@ type (
 	Answer = peermsg.Answer
 	// State is one key's bucket state as it moves between nodes.
 	State = peermsg.State
+	// ResetAnswer is a member's answer to a reset.
+	ResetAnswer = peermsg.ResetAnswer
 )
 
 func (d *wireDecision) toAnswer() Answer {

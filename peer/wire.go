@@ -113,6 +113,7 @@ type wireCheck struct {
 	lease  int64
 	final  bool
 	sync   bool
+	peek   bool
 	// trace is the check's W3C trace context when traced is set (field
 	// trace, written only then: an untraced check has the bytes it had
 	// before the field existed).
@@ -162,7 +163,7 @@ type checkAnswer struct {
 const (
 	fLimitAlgorithm, fLimitLimit, fLimitPerNs, fLimitBurst                     = 1, 2, 3, 4
 	fCheckKey, fCheckLimit, fCheckCost, fCheckRefund, fCheckLease, fCheckFinal = 1, 2, 3, 4, 5, 6
-	fCheckTrace, fCheckSync, fCheckReserveTTL                                  = 7, 8, 10
+	fCheckTrace, fCheckSync, fCheckPeek, fCheckReserveTTL                      = 7, 8, 9, 10
 	fReqFrom, fReqChecks, fReqID, fReqRingVersion                              = 1, 2, 3, 4
 	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
 	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect, fDecFull, fDecReservation    = 6, 7, 8, 9, 10
@@ -226,7 +227,7 @@ func (c *wireCheck) size() int {
 	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
 		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
 		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final)) + c.traceSize() +
-		varintSize(fCheckSync, boolVal(c.sync)) + varintSize(fCheckReserveTTL, uint64(c.reserveTTLNs))
+		varintSize(fCheckSync, boolVal(c.sync)) + varintSize(fCheckPeek, boolVal(c.peek)) + varintSize(fCheckReserveTTL, uint64(c.reserveTTLNs))
 }
 
 func (c *wireCheck) traceSize() int {
@@ -250,6 +251,7 @@ func (c *wireCheck) appendTo(b []byte) []byte {
 		b = protowire.AppendBytes(b, c.trace[:])
 	}
 	b = appendVarint(b, fCheckSync, boolVal(c.sync))
+	b = appendVarint(b, fCheckPeek, boolVal(c.peek))
 	return appendVarint(b, fCheckReserveTTL, uint64(c.reserveTTLNs))
 }
 

@@ -102,6 +102,8 @@ func (c *wireCheck) parse(b []byte) error {
 			c.final = v != 0
 		case fCheckSync << 3:
 			c.sync = v != 0
+		case fCheckPeek << 3:
+			c.peek = v != 0
 		case fCheckReserveTTL << 3:
 			c.reserveTTLNs = int64(v)
 		case fCheckTrace<<3 | 2:

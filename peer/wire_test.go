@@ -29,6 +29,7 @@ func genWireCheck(t *rapid.T, label string) wireCheck {
 		lease:        rapid.Int64().Draw(t, label+".lease"),
 		final:        rapid.Bool().Draw(t, label+".final"),
 		sync:         rapid.Bool().Draw(t, label+".sync"),
+		peek:         rapid.Bool().Draw(t, label+".peek"),
 		traced:       rapid.Bool().Draw(t, label+".traced"),
 		trace:        traceContext(rapid.SliceOfN(rapid.Byte(), traceContextLen, traceContextLen).Draw(t, label+".trace")),
 		reserveTTLNs: rapid.OneOf(rapid.Just(int64(0)), rapid.Int64()).Draw(t, label+".reserve_ttl"),
@@ -52,6 +53,7 @@ func batchToProto(m *checkBatch) *peerv1.CheckRequest {
 			Lease:        c.lease,
 			Final:        c.final,
 			Sync:         c.sync,
+			Peek:         c.peek,
 			ReserveTtlNs: c.reserveTTLNs,
 		}
 		if c.traced {

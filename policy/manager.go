@@ -228,6 +228,12 @@ type auditEntry struct {
 	Expires *time.Time `json:"expires,omitempty"`
 }
 
+// Audit appends a line to the audit log: actor did action on what (a
+// reset of a key, by the API). Safe for concurrent use.
+func (m *Manager) Audit(actor, action, what string) {
+	m.audit(auditEntry{Actor: actor, Action: action, What: what})
+}
+
 func (m *Manager) audit(e auditEntry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

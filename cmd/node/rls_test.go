@@ -164,6 +164,38 @@ func TestRLSCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("hits_addend 0 peeks", func(t *testing.T) {
+		// erin: 5 an hour. A descriptor's own hits_addend 0 answers OK
+		// while one remains and OVER_LIMIT once none does, through every
+		// node, and spends nothing.
+		peekReq := func() *rlsv3.RateLimitRequest {
+			d := desc("user_id", "erin")
+			d.HitsAddend = wrapperspb.UInt64(0)
+			return one(d)
+		}
+		peekAll := func(step string, code rlsv3.RateLimitResponse_Code, remaining uint32) {
+			t.Helper()
+			for i, c := range cs {
+				r, err := c.ShouldRateLimit(context.Background(), peekReq())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st := r.GetStatuses()[0]; r.GetOverallCode() != code || st.GetLimitRemaining() != remaining {
+					t.Fatalf("%s, peek through node %d: %v, want %v with %d remaining", step, i+1, r, code, remaining)
+				}
+			}
+		}
+		peekAll("fresh", rlsv3.RateLimitResponse_OK, 5)
+		if ok, over, _ := rlsTally(t, cs, 2, one(desc("user_id", "erin"))); ok != 2 || over != 0 {
+			t.Fatalf("erin: %d OK, %d OVER_LIMIT of 2", ok, over)
+		}
+		peekAll("after 2 hits", rlsv3.RateLimitResponse_OK, 3)
+		if ok, over, _ := rlsTally(t, cs, 4, one(desc("user_id", "erin"))); ok != 3 || over != 1 {
+			t.Fatalf("erin after the peeks: %d OK, %d OVER_LIMIT of 4, want 3 and 1 (the peeks spent nothing)", ok, over)
+		}
+		peekAll("exhausted", rlsv3.RateLimitResponse_OVER_LIMIT, 0)
+	})
+
 	t.Run("nested descriptors", func(t *testing.T) {
 		if ok, over, _ := rlsTally(t, cs, 12, one(desc("api_key", "k1", "path", "/upload"))); ok != 10 || over != 2 {
 			t.Fatalf("k1 uploads: %d OK, %d OVER_LIMIT of 12, want 10 and 2", ok, over)

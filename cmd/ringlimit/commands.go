@@ -24,65 +24,22 @@ const checkSynopsis = "check KEY --limit N --per DUR [--cost N] [--algorithm A] 
 	"   or: ringlimit check [--policy P] [--api-key K | --user U | --ip IP] [--route R] [--tier T] [--cost N]"
 
 // check runs POST /v1/check: exit 0 when allowed, 1 when refused.
-func (e *env) check(args []string) error {
-	fs := newFlagSet("check", e.stderr)
-	var (
-		limit, burst, cost int64
-		per, alg, mode     string
-		lease              bool
-		req                api.CheckRequest
-	)
-	fs.Int64Var(&limit, "limit", 0, "inline limit: the count per --per")
-	fs.StringVar(&per, "per", "", "inline limit: the period, a Go duration (1s, 1m)")
-	fs.Int64Var(&burst, "burst", 0, "inline limit: bucket capacity / queue size (default --limit)")
-	fs.StringVar(&alg, "algorithm", "", "inline limit: token_bucket (default), leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter")
-	fs.StringVar(&mode, "failure-mode", "", "inline limit: local (default), fail_open or fail_closed")
-	fs.BoolVar(&lease, "lease", false, "inline limit: let non-owners admit from leases (token_bucket)")
-	fs.Int64Var(&cost, "cost", 0, "tokens this check spends (default 1, or the route's cost)")
-	fs.StringVar(&req.Policy, "policy", "", "policy request: the policy (default: the file's default)")
-	fs.StringVar(&req.APIKey, "api-key", "", "policy request: the caller's API key")
-	fs.StringVar(&req.User, "user", "", "policy request: the caller's user")
-	fs.StringVar(&req.IP, "ip", "", "policy request: the caller's IP")
-	fs.StringVar(&req.Route, "route", "", "policy request: the route (path)")
-	fs.StringVar(&req.Tier, "tier", "", "policy request: the tier (default: the policy's default or anonymous tier)")
-	fs.BoolVar(&req.Reserve, "reserve", false, "inline token_bucket limit: an admitted check prints a reservation to settle at the true cost (ringlimit settle)")
-	fs.StringVar(&req.ReserveTTL, "reserve-ttl", "", "with --reserve: how long the reservation can be settled, 1s to 24h (default: 5m)")
-	pos, err := e.parse(fs, args, 0, 1, checkSynopsis)
+func (e *env) check(args []string) error { return e.checkAs("check", checkSynopsis, args) }
+
+// checkAs runs POST /v1/check as the command name (check, or peek: the
+// same request with "peek": true).
+func (e *env) checkAs(name, synopsis string, args []string) error {
+	req, err := e.checkRequest(name, synopsis, args)
 	if err != nil {
 		return err
 	}
-	if flagSet(fs, "cost") {
-		req.Cost = &cost
-	}
-	inline := flagSet(fs, "limit") || flagSet(fs, "per") || flagSet(fs, "burst") || flagSet(fs, "algorithm") ||
-		flagSet(fs, "failure-mode") || flagSet(fs, "lease")
-	policyForm := req.Policy != "" || req.APIKey != "" || req.User != "" || req.IP != "" || req.Route != "" || req.Tier != ""
-	switch {
-	case policyForm && (inline || len(pos) > 0):
-		return usagef("check: give KEY with --limit and --per, or policy flags (--policy, --api-key, --user, --ip, --route, --tier), not both")
-	case !policyForm && len(pos) == 0:
-		return usagef("usage: ringlimit %s", checkSynopsis)
-	case !policyForm && (!flagSet(fs, "limit") || per == ""):
-		return usagef("check %s: an inline check needs --limit and --per", pos[0])
-	case !policyForm:
-		req.Key = pos[0]
-		req.Limit = &api.LimitJSON{Algorithm: alg, Limit: limit, Per: per, Burst: burst, Lease: lease}
-		if mode != "" {
-			// Sent as the JSON string the node parses.
-			if err := req.Limit.FailureMode.UnmarshalText([]byte(mode)); err != nil {
-				if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) {
-					return usagef("--failure-mode: %s", fe.Msg) // the spec's words, under the flag's name
-				}
-				return usagef("--failure-mode: %v", err)
-			}
-		}
-	}
+	req.Peek = name == "peek"
 	c, err := e.newClient()
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	status, data, err := c.do(context.Background(), http.MethodPost, "/v1/check", nil, &req, http.StatusOK, http.StatusTooManyRequests)
+	status, data, err := c.do(context.Background(), http.MethodPost, "/v1/check", nil, req, http.StatusOK, http.StatusTooManyRequests)
 	if err != nil {
 		return err
 	}
@@ -99,6 +56,69 @@ func (e *env) check(args []string) error {
 		return &exitError{code: exitRefused}
 	}
 	return nil
+}
+
+// checkRequest parses the flags and arguments of a command that names a
+// key as a check does (check, peek, reset; reset takes no --cost) into
+// the request's key fields.
+func (e *env) checkRequest(name, synopsis string, args []string) (*api.CheckRequest, error) {
+	fs := newFlagSet(name, e.stderr)
+	var (
+		limit, burst, cost int64
+		per, alg, mode     string
+		lease              bool
+		req                api.CheckRequest
+	)
+	fs.Int64Var(&limit, "limit", 0, "inline limit: the count per --per")
+	fs.StringVar(&per, "per", "", "inline limit: the period, a Go duration (1s, 1m)")
+	fs.Int64Var(&burst, "burst", 0, "inline limit: bucket capacity / queue size (default --limit)")
+	fs.StringVar(&alg, "algorithm", "", "inline limit: token_bucket (default), leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter")
+	fs.StringVar(&mode, "failure-mode", "", "inline limit: local (default), fail_open or fail_closed")
+	fs.BoolVar(&lease, "lease", false, "inline limit: let non-owners admit from leases (token_bucket)")
+	if name != "reset" {
+		fs.Int64Var(&cost, "cost", 0, "tokens this check spends (default 1, or the route's cost)")
+	}
+	fs.StringVar(&req.Policy, "policy", "", "policy request: the policy (default: the file's default)")
+	fs.StringVar(&req.APIKey, "api-key", "", "policy request: the caller's API key")
+	fs.StringVar(&req.User, "user", "", "policy request: the caller's user")
+	fs.StringVar(&req.IP, "ip", "", "policy request: the caller's IP")
+	fs.StringVar(&req.Route, "route", "", "policy request: the route (path)")
+	fs.StringVar(&req.Tier, "tier", "", "policy request: the tier (default: the policy's default or anonymous tier)")
+	if name == "check" {
+		fs.BoolVar(&req.Reserve, "reserve", false, "inline token_bucket limit: an admitted check prints a reservation to settle at the true cost (ringlimit settle)")
+		fs.StringVar(&req.ReserveTTL, "reserve-ttl", "", "with --reserve: how long the reservation can be settled, 1s to 24h (default: 5m)")
+	}
+	pos, err := e.parse(fs, args, 0, 1, synopsis)
+	if err != nil {
+		return nil, err
+	}
+	if flagSet(fs, "cost") {
+		req.Cost = &cost
+	}
+	inline := flagSet(fs, "limit") || flagSet(fs, "per") || flagSet(fs, "burst") || flagSet(fs, "algorithm") ||
+		flagSet(fs, "failure-mode") || flagSet(fs, "lease")
+	policyForm := req.Policy != "" || req.APIKey != "" || req.User != "" || req.IP != "" || req.Route != "" || req.Tier != ""
+	switch {
+	case policyForm && (inline || len(pos) > 0):
+		return nil, usagef("%s: give KEY with --limit and --per, or policy flags (--policy, --api-key, --user, --ip, --route, --tier), not both", name)
+	case !policyForm && len(pos) == 0:
+		return nil, usagef("usage: ringlimit %s", synopsis)
+	case !policyForm && (!flagSet(fs, "limit") || per == ""):
+		return nil, usagef("%s %s: an inline check needs --limit and --per", name, pos[0])
+	case !policyForm:
+		req.Key = pos[0]
+		req.Limit = &api.LimitJSON{Algorithm: alg, Limit: limit, Per: per, Burst: burst, Lease: lease}
+		if mode != "" {
+			// Sent as the JSON string the node parses.
+			if err := req.Limit.FailureMode.UnmarshalText([]byte(mode)); err != nil {
+				if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) {
+					return nil, usagef("--failure-mode: %s", fe.Msg) // the spec's words, under the flag's name
+				}
+				return nil, usagef("--failure-mode: %v", err)
+			}
+		}
+	}
+	return &req, nil
 }
 
 // ms formats a number of milliseconds as a duration.

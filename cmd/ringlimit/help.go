@@ -27,6 +27,8 @@ type command struct {
 // group (override, policy, rls) is the first word of several.
 var commands = []command{
 	{"check", checkSynopsis, "POST /v1/check: spend --cost tokens of a key, by an inline limit or by the node's policy; exit 0 when allowed, 1 when refused", false},
+	{"peek", peekSynopsis, "POST /v1/check with peek: what check would answer now, spending nothing; exit 0 when it would be allowed, 1 when refused", false},
+	{"reset", resetSynopsis, "POST /v1/reset: put a key (or every layer of a policy request) back to full on every node (admin token: --token, --token-file or $RINGLIMIT_TOKEN); audited", false},
 	{"settle", "settle ID COST", "POST /v1/settle: make the spend of the reservation ID (from check --reserve) exactly COST tokens; exit 0 when settled, 4 when not found or already settled", false},
 	{"owner", "owner KEY", "GET /v1/owner: the node that owns KEY", false},
 	{"status", "status", "GET /v1/cluster and /v1/ring: members, ring shares, quorum and replication", false},

@@ -4,6 +4,8 @@
 //
 //	ringlimit [global flags] check KEY --limit N --per DUR [--cost N] [--algorithm A] [--burst B]
 //	ringlimit [global flags] check [--policy P] [--api-key K | --user U | --ip IP] [--route R] [--tier T] [--cost N]
+//	ringlimit [global flags] peek KEY --limit N --per DUR [--cost N] (or the policy flags, as check)
+//	ringlimit [global flags] reset KEY --limit N --per DUR (or the policy flags, as check)
 //	ringlimit [global flags] owner KEY
 //	ringlimit [global flags] status
 //	ringlimit [global flags] override add --reason TEXT (--user U | --api-key K) (--tier T | --limit N --per DUR) --expires-in DUR
@@ -188,6 +190,10 @@ func (e *env) dispatch(cmd string, args []string) error {
 	switch cmd {
 	case "check":
 		return e.check(args)
+	case "peek":
+		return e.peek(args)
+	case "reset":
+		return e.reset(args)
 	case "owner":
 		return e.owner(args)
 	case "settle":

@@ -27,6 +27,9 @@ type Request struct {
 	// ReserveTTL, when > 0, asks the owner to record a reservation of an
 	// admitted check, settleable for this long (token bucket only).
 	ReserveTTL time.Duration
+	// Peek asks the owner what the check would answer now, spending
+	// nothing: no key is created, nothing replicated, no lease granted.
+	Peek bool
 }
 
 // Answer is the owner's decision on one Request.
@@ -70,6 +73,9 @@ type State struct {
 	Key   string
 	Limit bucket.Limit
 	Used  int64
+	// ResetAt is the sender's tombstone for the key: its clock when the
+	// key was last reset, 0 for none (see forward's tombstones).
+	ResetAt int64
 	// Reservations are the key's reservation records, settled or not.
 	Reservations []Reservation
 }
@@ -106,6 +112,22 @@ type SettleAnswer struct {
 	Remaining int64
 	Limit     int64
 	Owner     string
+}
+
+// ResetAnswer is a member's answer to a reset (Peer.Reset).
+type ResetAnswer struct {
+	// LeaseDropped is the tokens of the key's hot-key lease the member
+	// held and dropped.
+	LeaseDropped int64
+	// For a reset sent to the key's owner (ResetAt 0): what a check of
+	// cost 1 found remaining before, the node that reset the key, and the
+	// members that did not acknowledge it before their peer deadline.
+	Previous    int64
+	Owner       string
+	Unconfirmed []string
+	// Redirect is set, alone, when the receiver's ring names another
+	// owner: nothing was reset.
+	Redirect string
 }
 
 // ErrBusy fails a check sent to a peer whose queue is full: MaxQueue calls

@@ -365,6 +365,11 @@ type Check struct {
 	// the answer loses none of it. A receiver that does not know the field
 	// answers as it always did.
 	Sync bool `protobuf:"varint,8,opt,name=sync,proto3" json:"sync,omitempty"`
+	// Answer what the check would answer now and spend nothing (peek): the
+	// key is not created, nothing is replicated, no lease is granted. A
+	// receiver that does not know the field would spend: senders peek only
+	// at members that know it.
+	Peek bool `protobuf:"varint,9,opt,name=peek,proto3" json:"peek,omitempty"`
 	// Reserve, when > 0: an admitted check records a reservation that can be
 	// settled for this many nanoseconds, and the decision names it.
 	ReserveTtlNs  int64 `protobuf:"varint,10,opt,name=reserve_ttl_ns,json=reserveTtlNs,proto3" json:"reserve_ttl_ns,omitempty"`
@@ -454,6 +459,13 @@ func (x *Check) GetTrace() []byte {
 func (x *Check) GetSync() bool {
 	if x != nil {
 		return x.Sync
+	}
+	return false
+}
+
+func (x *Check) GetPeek() bool {
+	if x != nil {
+		return x.Peek
 	}
 	return false
 }
@@ -752,6 +764,11 @@ type BucketState struct {
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Limit *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	Used  int64                  `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	// The sender's tombstone for the key: when (its clock, Unix ns) the key
+	// was last reset; 0 for none. A receiver whose own tombstone is later
+	// drops the state (it predates the reset); one whose tombstone is
+	// earlier resets its copy and adopts this one first.
+	ResetAt int64 `protobuf:"varint,4,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
 	// The key's reservations, settled or not, with their TTL left.
 	Reservations  []*Reservation `protobuf:"bytes,5,rep,name=reservations,proto3" json:"reservations,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -805,6 +822,13 @@ func (x *BucketState) GetLimit() *Limit {
 func (x *BucketState) GetUsed() int64 {
 	if x != nil {
 		return x.Used
+	}
+	return 0
+}
+
+func (x *BucketState) GetResetAt() int64 {
+	if x != nil {
+		return x.ResetAt
 	}
 	return 0
 }
@@ -1355,6 +1379,170 @@ func (x *PeerSettleResponse) GetOwner() string {
 	return ""
 }
 
+type PeerResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The owner's clock at the reset (Unix ns). 0 asks the receiver, the
+	// key's owner on the sender's ring, to reset the key itself and tell the
+	// other members (an entry node that does not own the key).
+	ResetAt int64 `protobuf:"varint,4,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	// For reset_at 0: when the sender stops waiting for the answer (its
+	// wall clock, Unix ns; 0 for never). A receiver past it resets nothing
+	// (DEADLINE_EXCEEDED): a call held on a broken link that arrives after
+	// its sender answered "nothing reset" must not reset the key then.
+	Deadline      int64 `protobuf:"varint,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerResetRequest) Reset() {
+	*x = PeerResetRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerResetRequest) ProtoMessage() {}
+
+func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerResetRequest.ProtoReflect.Descriptor instead.
+func (*PeerResetRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PeerResetRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PeerResetRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PeerResetRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *PeerResetRequest) GetResetAt() int64 {
+	if x != nil {
+		return x.ResetAt
+	}
+	return 0
+}
+
+func (x *PeerResetRequest) GetDeadline() int64 {
+	if x != nil {
+		return x.Deadline
+	}
+	return 0
+}
+
+type PeerResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens of the key's hot-key lease the receiver held and dropped.
+	LeaseDropped int64 `protobuf:"varint,1,opt,name=lease_dropped,json=leaseDropped,proto3" json:"lease_dropped,omitempty"`
+	// For reset_at 0: what a check of cost 1 found remaining before, the
+	// node that reset the key, and the members that did not acknowledge.
+	PreviousRemaining int64    `protobuf:"varint,2,opt,name=previous_remaining,json=previousRemaining,proto3" json:"previous_remaining,omitempty"`
+	Owner             string   `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Unconfirmed       []string `protobuf:"bytes,4,rep,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
+	// For reset_at 0: set, alone, when the receiver's ring names another
+	// owner; nothing was reset.
+	Redirect      string `protobuf:"bytes,5,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerResetResponse) Reset() {
+	*x = PeerResetResponse{}
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerResetResponse) ProtoMessage() {}
+
+func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerResetResponse.ProtoReflect.Descriptor instead.
+func (*PeerResetResponse) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PeerResetResponse) GetLeaseDropped() int64 {
+	if x != nil {
+		return x.LeaseDropped
+	}
+	return 0
+}
+
+func (x *PeerResetResponse) GetPreviousRemaining() int64 {
+	if x != nil {
+		return x.PreviousRemaining
+	}
+	return 0
+}
+
+func (x *PeerResetResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *PeerResetResponse) GetUnconfirmed() []string {
+	if x != nil {
+		return x.Unconfirmed
+	}
+	return nil
+}
+
+func (x *PeerResetResponse) GetRedirect() string {
+	if x != nil {
+		return x.Redirect
+	}
+	return ""
+}
+
 var File_peer_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peer_v1_peer_proto_rawDesc = "" +
@@ -1383,7 +1571,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xf1\x01\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\x85\x02\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1392,7 +1580,8 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05lease\x18\x05 \x01(\x03R\x05lease\x12\x14\n" +
 	"\x05final\x18\x06 \x01(\bR\x05final\x12\x14\n" +
 	"\x05trace\x18\a \x01(\fR\x05trace\x12\x12\n" +
-	"\x04sync\x18\b \x01(\bR\x04sync\x12$\n" +
+	"\x04sync\x18\b \x01(\bR\x04sync\x12\x12\n" +
+	"\x04peek\x18\t \x01(\bR\x04peek\x12$\n" +
 	"\x0ereserve_ttl_ns\x18\n" +
 	" \x01(\x03R\freserveTtlNs\"\x87\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
@@ -1418,11 +1607,12 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xa7\x01\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xc2\x01\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
-	"\x04used\x18\x03 \x01(\x03R\x04used\x12B\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\x12\x19\n" +
+	"\breset_at\x18\x04 \x01(\x03R\aresetAt\x12B\n" +
 	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\"\x8d\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
@@ -1463,14 +1653,27 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_FOUND\x10\x01\x12\x13\n" +
 	"\x0fALREADY_SETTLED\x10\x02\x12\f\n" +
-	"\bREDIRECT\x10\x032\xef\x03\n" +
+	"\bREDIRECT\x10\x03\"\x9f\x01\n" +
+	"\x10PeerResetRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
+	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x19\n" +
+	"\breset_at\x18\x04 \x01(\x03R\aresetAt\x12\x1a\n" +
+	"\bdeadline\x18\x05 \x01(\x03R\bdeadline\"\xbb\x01\n" +
+	"\x11PeerResetResponse\x12#\n" +
+	"\rlease_dropped\x18\x01 \x01(\x03R\fleaseDropped\x12-\n" +
+	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12 \n" +
+	"\vunconfirmed\x18\x04 \x03(\tR\vunconfirmed\x12\x1a\n" +
+	"\bredirect\x18\x05 \x01(\tR\bredirect2\xc3\x04\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
 	"\x05Fetch\x12\x1f.ringlimit.peer.v1.FetchRequest\x1a .ringlimit.peer.v1.FetchResponse\x12V\n" +
 	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12J\n" +
 	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponse\x12U\n" +
-	"\x06Settle\x12$.ringlimit.peer.v1.PeerSettleRequest\x1a%.ringlimit.peer.v1.PeerSettleResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
+	"\x06Settle\x12$.ringlimit.peer.v1.PeerSettleRequest\x1a%.ringlimit.peer.v1.PeerSettleResponse\x12R\n" +
+	"\x05Reset\x12#.ringlimit.peer.v1.PeerResetRequest\x1a$.ringlimit.peer.v1.PeerResetResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
 
 var (
 	file_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -1485,7 +1688,7 @@ func file_peer_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_peer_v1_peer_proto_goTypes = []any{
 	(PeerSettleResponse_Status)(0), // 0: ringlimit.peer.v1.PeerSettleResponse.Status
 	(*StatsRequest)(nil),           // 1: ringlimit.peer.v1.StatsRequest
@@ -1505,6 +1708,8 @@ var file_peer_v1_peer_proto_goTypes = []any{
 	(*FetchResponse)(nil),          // 15: ringlimit.peer.v1.FetchResponse
 	(*PeerSettleRequest)(nil),      // 16: ringlimit.peer.v1.PeerSettleRequest
 	(*PeerSettleResponse)(nil),     // 17: ringlimit.peer.v1.PeerSettleResponse
+	(*PeerResetRequest)(nil),       // 18: ringlimit.peer.v1.PeerResetRequest
+	(*PeerResetResponse)(nil),      // 19: ringlimit.peer.v1.PeerResetResponse
 }
 var file_peer_v1_peer_proto_depIdxs = []int32{
 	3,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
@@ -1517,23 +1722,26 @@ var file_peer_v1_peer_proto_depIdxs = []int32{
 	3,  // 7: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
 	8,  // 8: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
 	0,  // 9: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
-	5,  // 10: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	10, // 11: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	14, // 12: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	12, // 13: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	1,  // 14: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	16, // 15: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
-	7,  // 16: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	11, // 17: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	15, // 18: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	13, // 19: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	2,  // 20: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	17, // 21: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 10: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	5,  // 11: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	10, // 12: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	14, // 13: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	12, // 14: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	1,  // 15: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	16, // 16: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
+	18, // 17: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
+	7,  // 18: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	11, // 19: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	15, // 20: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	13, // 21: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	2,  // 22: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	17, // 23: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
+	19, // 24: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }
@@ -1547,7 +1755,7 @@ func file_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_v1_peer_proto_rawDesc), len(file_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

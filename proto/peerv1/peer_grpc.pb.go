@@ -28,6 +28,7 @@ const (
 	Peer_Replicate_FullMethodName = "/ringlimit.peer.v1.Peer/Replicate"
 	Peer_Stats_FullMethodName     = "/ringlimit.peer.v1.Peer/Stats"
 	Peer_Settle_FullMethodName    = "/ringlimit.peer.v1.Peer/Settle"
+	Peer_Reset_FullMethodName     = "/ringlimit.peer.v1.Peer/Reset"
 )
 
 // PeerClient is the client API for Peer service.
@@ -64,6 +65,11 @@ type PeerClient interface {
 	// the key). A receiver whose ring names another owner answers redirect
 	// and changes nothing, unless final is set.
 	Settle(ctx context.Context, in *PeerSettleRequest, opts ...grpc.CallOption) (*PeerSettleResponse, error)
+	// Reset tells a member that the key's owner reset the key at reset_at
+	// (the owner's clock): the receiver drops its copies of the key (replica,
+	// stand-in copy, hot-key lease) and records the tombstone, so that a
+	// state sent before the reset does not bring the spend back.
+	Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error)
 }
 
 type peerClient struct {
@@ -137,6 +143,16 @@ func (c *peerClient) Settle(ctx context.Context, in *PeerSettleRequest, opts ...
 	return out, nil
 }
 
+func (c *peerClient) Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerResetResponse)
+	err := c.cc.Invoke(ctx, Peer_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -171,6 +187,11 @@ type PeerServer interface {
 	// the key). A receiver whose ring names another owner answers redirect
 	// and changes nothing, unless final is set.
 	Settle(context.Context, *PeerSettleRequest) (*PeerSettleResponse, error)
+	// Reset tells a member that the key's owner reset the key at reset_at
+	// (the owner's clock): the receiver drops its copies of the key (replica,
+	// stand-in copy, hot-key lease) and records the tombstone, so that a
+	// state sent before the reset does not bring the spend back.
+	Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -198,6 +219,9 @@ func (UnimplementedPeerServer) Stats(context.Context, *StatsRequest) (*StatsResp
 }
 func (UnimplementedPeerServer) Settle(context.Context, *PeerSettleRequest) (*PeerSettleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedPeerServer) Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -317,6 +341,24 @@ func _Peer_Settle_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Reset(ctx, req.(*PeerResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -343,6 +385,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Settle",
 			Handler:    _Peer_Settle_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _Peer_Reset_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -320,6 +320,9 @@ type Check struct {
 	Cost    *int64         `protobuf:"varint,2,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
 	Limit   *Limit         `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	Request *PolicyRequest `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
+	// Answer what a check of cost would answer now, and spend nothing: no
+	// key is created, nothing is replicated.
+	Peek bool `protobuf:"varint,5,opt,name=peek,proto3" json:"peek,omitempty"`
 	// Reserve: an admitted check answers a reservation id, which a later
 	// Settle turns into the true cost. Inline token bucket limits only.
 	Reserve bool `protobuf:"varint,6,opt,name=reserve,proto3" json:"reserve,omitempty"`
@@ -386,6 +389,13 @@ func (x *Check) GetRequest() *PolicyRequest {
 		return x.Request
 	}
 	return nil
+}
+
+func (x *Check) GetPeek() bool {
+	if x != nil {
+		return x.Peek
+	}
+	return false
 }
 
 func (x *Check) GetReserve() bool {
@@ -773,6 +783,195 @@ func (x *SettleResponse) GetOwner() string {
 	return ""
 }
 
+// ResetRequest names one key as a Check does: an inline key and limit, or a
+// policy request (every layer's key is reset). Cost and peek are ignored.
+type ResetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         *Check                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResetRequest) GetCheck() *Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+// ResetLayer is one policy layer's reset.
+type ResetLayer struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Scope             string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	PreviousRemaining int64                  `protobuf:"varint,2,opt,name=previous_remaining,json=previousRemaining,proto3" json:"previous_remaining,omitempty"`
+	Owner             string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ResetLayer) Reset() {
+	*x = ResetLayer{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetLayer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetLayer) ProtoMessage() {}
+
+func (x *ResetLayer) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetLayer.ProtoReflect.Descriptor instead.
+func (*ResetLayer) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ResetLayer) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ResetLayer) GetPreviousRemaining() int64 {
+	if x != nil {
+		return x.PreviousRemaining
+	}
+	return 0
+}
+
+func (x *ResetLayer) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type ResetResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reset_ bool                   `protobuf:"varint,1,opt,name=reset,proto3" json:"reset,omitempty"`
+	// What a check of cost 1 found remaining before the reset (a policy
+	// request: the smallest over its layers).
+	PreviousRemaining int64 `protobuf:"varint,2,opt,name=previous_remaining,json=previousRemaining,proto3" json:"previous_remaining,omitempty"`
+	// The node that owns the key (a policy request: the first layer's).
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Members that did not acknowledge dropping their copies before their
+	// peer deadline.
+	Unconfirmed []string `protobuf:"bytes,4,rep,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
+	// A policy request's layers, in order.
+	Layers        []*ResetLayer `protobuf:"bytes,5,rep,name=layers,proto3" json:"layers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResetResponse) GetReset_() bool {
+	if x != nil {
+		return x.Reset_
+	}
+	return false
+}
+
+func (x *ResetResponse) GetPreviousRemaining() int64 {
+	if x != nil {
+		return x.PreviousRemaining
+	}
+	return 0
+}
+
+func (x *ResetResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ResetResponse) GetUnconfirmed() []string {
+	if x != nil {
+		return x.Unconfirmed
+	}
+	return nil
+}
+
+func (x *ResetResponse) GetLayers() []*ResetLayer {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
@@ -791,12 +990,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x0e\n" +
 	"\x02ip\x18\x04 \x01(\tR\x02ip\x12\x14\n" +
 	"\x05route\x18\x05 \x01(\tR\x05route\x12\x12\n" +
-	"\x04tier\x18\x06 \x01(\tR\x04tier\"\xdd\x01\n" +
+	"\x04tier\x18\x06 \x01(\tR\x04tier\"\xf1\x01\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12)\n" +
 	"\x05limit\x18\x03 \x01(\v2\x13.ringlimit.v1.LimitR\x05limit\x125\n" +
-	"\arequest\x18\x04 \x01(\v2\x1b.ringlimit.v1.PolicyRequestR\arequest\x12\x18\n" +
+	"\arequest\x18\x04 \x01(\v2\x1b.ringlimit.v1.PolicyRequestR\arequest\x12\x12\n" +
+	"\x04peek\x18\x05 \x01(\bR\x04peek\x12\x18\n" +
 	"\areserve\x18\x06 \x01(\bR\areserve\x12$\n" +
 	"\x0ereserve_ttl_ms\x18\a \x01(\x03R\freserveTtlMsB\a\n" +
 	"\x05_cost\";\n" +
@@ -828,7 +1028,20 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x1c\n" +
 	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x14\n" +
-	"\x05owner\x18\x05 \x01(\tR\x05owner*u\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"9\n" +
+	"\fResetRequest\x12)\n" +
+	"\x05check\x18\x01 \x01(\v2\x13.ringlimit.v1.CheckR\x05check\"g\n" +
+	"\n" +
+	"ResetLayer\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12-\n" +
+	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"\xbe\x01\n" +
+	"\rResetResponse\x12\x14\n" +
+	"\x05reset\x18\x01 \x01(\bR\x05reset\x12-\n" +
+	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12 \n" +
+	"\vunconfirmed\x18\x04 \x03(\tR\vunconfirmed\x120\n" +
+	"\x06layers\x18\x05 \x03(\v2\x18.ringlimit.v1.ResetLayerR\x06layers*u\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\x10\n" +
 	"\fLEAKY_BUCKET\x10\x01\x12\x10\n" +
@@ -838,10 +1051,11 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vFailureMode\x12\t\n" +
 	"\x05LOCAL\x10\x00\x12\r\n" +
 	"\tFAIL_OPEN\x10\x01\x12\x0f\n" +
-	"\vFAIL_CLOSED\x10\x022\x94\x01\n" +
+	"\vFAIL_CLOSED\x10\x022\xd6\x01\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12C\n" +
-	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponse\x12@\n" +
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -856,7 +1070,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),         // 0: ringlimit.v1.Algorithm
 	(FailureMode)(0),       // 1: ringlimit.v1.FailureMode
@@ -868,23 +1082,30 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*CheckResponse)(nil),  // 7: ringlimit.v1.CheckResponse
 	(*SettleRequest)(nil),  // 8: ringlimit.v1.SettleRequest
 	(*SettleResponse)(nil), // 9: ringlimit.v1.SettleResponse
+	(*ResetRequest)(nil),   // 10: ringlimit.v1.ResetRequest
+	(*ResetLayer)(nil),     // 11: ringlimit.v1.ResetLayer
+	(*ResetResponse)(nil),  // 12: ringlimit.v1.ResetResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
-	0, // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
-	1, // 1: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
-	2, // 2: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
-	3, // 3: ringlimit.v1.Check.request:type_name -> ringlimit.v1.PolicyRequest
-	4, // 4: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
-	6, // 5: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
-	5, // 6: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	8, // 7: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
-	7, // 8: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9, // 9: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
+	1,  // 1: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
+	2,  // 2: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
+	3,  // 3: ringlimit.v1.Check.request:type_name -> ringlimit.v1.PolicyRequest
+	4,  // 4: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
+	6,  // 5: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
+	4,  // 6: ringlimit.v1.ResetRequest.check:type_name -> ringlimit.v1.Check
+	11, // 7: ringlimit.v1.ResetResponse.layers:type_name -> ringlimit.v1.ResetLayer
+	5,  // 8: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	8,  // 9: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
+	10, // 10: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	7,  // 11: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9,  // 12: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
+	12, // 13: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -899,7 +1120,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

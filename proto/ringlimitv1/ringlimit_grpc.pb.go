@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RateLimiter_Check_FullMethodName  = "/ringlimit.v1.RateLimiter/Check"
 	RateLimiter_Settle_FullMethodName = "/ringlimit.v1.RateLimiter/Settle"
+	RateLimiter_Reset_FullMethodName  = "/ringlimit.v1.RateLimiter/Reset"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -43,6 +44,13 @@ type RateLimiterClient interface {
 	// which changes nothing; UNAVAILABLE when the key's owner cannot be
 	// reached (retry: a settle is idempotent by id).
 	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
+	// Reset puts a key back to full on its owner and every member that holds
+	// a copy of it (replica, stand-in copy, hot-key lease), and answers what
+	// it had left. It needs the admin token in the `authorization: Bearer`
+	// metadata (UNAUTHENTICATED without one, PERMISSION_DENIED for a wrong
+	// one); UNAVAILABLE, with nothing reset, when the owner cannot be
+	// reached.
+	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -73,6 +81,16 @@ func (c *rateLimiterClient) Settle(ctx context.Context, in *SettleRequest, opts 
 	return out, nil
 }
 
+func (c *rateLimiterClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -90,6 +108,13 @@ type RateLimiterServer interface {
 	// which changes nothing; UNAVAILABLE when the key's owner cannot be
 	// reached (retry: a settle is idempotent by id).
 	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
+	// Reset puts a key back to full on its owner and every member that holds
+	// a copy of it (replica, stand-in copy, hot-key lease), and answers what
+	// it had left. It needs the admin token in the `authorization: Bearer`
+	// metadata (UNAUTHENTICATED without one, PERMISSION_DENIED for a wrong
+	// one); UNAVAILABLE, with nothing reset, when the owner cannot be
+	// reached.
+	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -105,6 +130,9 @@ func (UnimplementedRateLimiterServer) Check(context.Context, *CheckRequest) (*Ch
 }
 func (UnimplementedRateLimiterServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedRateLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -163,6 +191,24 @@ func _RateLimiter_Settle_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -177,6 +223,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Settle",
 			Handler:    _RateLimiter_Settle_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _RateLimiter_Reset_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -34,7 +34,7 @@ func reserve(t *testing.T, n *harness.Node, key string, cost int64, ttl time.Dur
 	return out[0]
 }
 
-func check(t *testing.T, n *harness.Node, key string, cost int64) forward.Result {
+func checkBudget(t *testing.T, n *harness.Node, key string, cost int64) forward.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
@@ -78,7 +78,7 @@ func TestReserveSettleThreeNodes(t *testing.T) {
 	if got := c.Used("C", key); got != 30 {
 		t.Fatalf("C's key has spent %d, want 30", got)
 	}
-	if res := check(t, own, key, 870); !res.Allowed || res.Remaining != 100 {
+	if res := checkBudget(t, own, key, 870); !res.Allowed || res.Remaining != 100 {
 		t.Fatalf("spend 870 through C: %+v", res)
 	}
 	r = reserve(t, b, key, 100, 5*time.Minute)
@@ -89,7 +89,7 @@ func TestReserveSettleThreeNodes(t *testing.T) {
 		t.Fatalf("settle 250 through C: %+v, %v", s, err)
 	}
 	for _, n := range []*harness.Node{a, b, own} {
-		if res := check(t, n, key, 1); res.Allowed || res.Remaining != 0 || res.RetryAfter != 151*time.Second {
+		if res := checkBudget(t, n, key, 1); res.Allowed || res.Remaining != 0 || res.RetryAfter != 151*time.Second {
 			t.Fatalf("check of 1 in a debt of 150 through %s: %+v, want refused for 151s", n.Name, res)
 		}
 	}
@@ -170,7 +170,7 @@ func TestReserveHandoffOnLeave(t *testing.T) {
 		t.Fatalf("A's copy of the key in debt has spent %d, want 1150", got)
 	}
 	for _, n := range []*harness.Node{a, b} {
-		if res := check(t, n, debt, 1); res.Allowed || res.RetryAfter != 151*time.Second {
+		if res := checkBudget(t, n, debt, 1); res.Allowed || res.RetryAfter != 151*time.Second {
 			t.Fatalf("check of 1 through %s after the handoff: %+v, want refused for 151s", n.Name, res)
 		}
 	}

@@ -66,6 +66,7 @@ var Semantic400 = []string{
 	"has no default tier",                      // a policy that needs a tier named
 	"several policies and no \"default\"",      // a file that needs a policy named
 	"runs no policy file",                      // a policy request to a node without --policy
+	"is keyed by client IP",                    // a policy request without ip for a layer keyed by it
 	"given 2 times",                            // a header or query parameter given twice
 	"both given and they differ",               // nginx's and Traefik's header disagree
 	"X-Forwarded-Uri: required",                // neither route header
