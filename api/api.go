@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -170,6 +171,7 @@ var errInlineDisabled = errors.New(CodeInlineLimitsDisabled + ": this node accep
 type API struct {
 	// d is the decide path every check surface goes through.
 	d           *decide.Decider
+	resetsDone  atomic.Uint64 // resets made (Activity.Resets)
 	cluster     Cluster
 	policy      PolicySource
 	addOverride OverrideFunc
@@ -266,8 +268,20 @@ func (a *API) check(ctx context.Context, surface string, checks []forward.Check,
 // Activity counts the checks decided on every surface (decide.Activity).
 type Activity = decide.Activity
 
-// Activity returns the checks decided since the API started.
-func (a *API) Activity() Activity { return a.d.Activity() }
+// Activity returns the checks decided since the API started, and the
+// resets it made.
+func (a *API) Activity() Activity {
+	act := a.d.Activity()
+	act.Resets = a.resetsDone.Load()
+	return act
+}
+
+// countReset counts a reset made (ringlimit_resets_total{result="reset"},
+// Activity.Resets).
+func (a *API) countReset() {
+	a.m.resets.WithLabelValues("reset").Inc()
+	a.resetsDone.Add(1)
+}
 
 // validateCost names the field when cost is out of range for l.
 func validateCost(field string, l *bucket.Limit, cost int64) error {

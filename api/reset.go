@@ -165,7 +165,7 @@ func (a *API) handleReset(w http.ResponseWriter, r *http.Request) {
 		a.writeCheckError(w, err, false)
 		return
 	}
-	a.m.resets.WithLabelValues("reset").Inc()
+	a.countReset()
 	writeJSON(w, http.StatusOK, &resp)
 }
 
@@ -222,7 +222,7 @@ func (g *grpcServer) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.Reset
 		a.m.resets.WithLabelValues(resetResult(err)).Inc()
 		return nil, grpcError(err, false)
 	}
-	a.m.resets.WithLabelValues("reset").Inc()
+	a.countReset()
 	out := &pb.ResetResponse{Reset_: true, PreviousRemaining: resp.PreviousRemaining, Owner: resp.Owner, Unconfirmed: resp.Unconfirmed}
 	for _, l := range resp.Layers {
 		out.Layers = append(out.Layers, &pb.ResetLayer{Scope: l.Scope, PreviousRemaining: l.PreviousRemaining, Owner: l.Owner})

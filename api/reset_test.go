@@ -214,6 +214,9 @@ func TestHTTPReset(t *testing.T) {
 			t.Errorf("ringlimit_resets_total{result=%q} = %v, want %v", c.result, got, c.want)
 		}
 	}
+	if got := e.api.Activity().Resets; got != 2 {
+		t.Errorf("Activity().Resets = %d, want 2 (the status page's count)", got)
+	}
 }
 
 // The gRPC Reset: the admin token in the authorization metadata.

@@ -207,7 +207,7 @@ func (d *Decider) Batch(ctx context.Context, surface string, checks []forward.Ch
 	if err != nil {
 		return err
 	}
-	d.act.note(d.self, out[:len(checks)])
+	d.act.note(d.self, checks, out[:len(checks)])
 	return nil
 }
 

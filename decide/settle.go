@@ -29,5 +29,9 @@ func (d *Decider) Settle(ctx context.Context, id string, cost int64) (forward.Se
 	if d.settler == nil {
 		return forward.SettleResult{}, fmt.Errorf("%w: this node settles nothing", forward.ErrUnavailable)
 	}
-	return d.settler.Settle(d.Bound(ctx), id, cost)
+	res, err := d.settler.Settle(d.Bound(ctx), id, cost)
+	if err == nil {
+		d.act.settles.Add(1)
+	}
+	return res, err
 }

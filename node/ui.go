@@ -19,6 +19,7 @@ func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Mana
 	return func(st *status.Stats) {
 		act := a.Activity()
 		st.Checks, st.Refused, st.Forwarded, st.Degraded = act.Checks, act.Refused, act.Forwarded, act.Degraded
+		st.Peeks, st.Reservations, st.Settles, st.Resets = act.Peeks, act.Reservations, act.Settles, act.Resets
 		fs := cs.router.Status()
 		st.ReplicationLag, st.ReplicationPending = fs.ReplicationLag, fs.ReplicationPending
 		if pm != nil {

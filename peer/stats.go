@@ -39,14 +39,16 @@ func statsToProto(st *Stats) *peerv1.StatsResponse {
 	return &peerv1.StatsResponse{Name: st.Name, Keys: st.Keys, RingVersion: st.RingVersion,
 		Checks: st.Checks, Refused: st.Refused, Forwarded: st.Forwarded, Degraded: st.Degraded, PeerChecks: st.PeerChecks,
 		ReplicationLagUs: st.ReplicationLag.Microseconds(), ReplicationPending: st.ReplicationPending,
-		PolicyVersion: st.PolicyVersion, RlsVersion: st.RLSVersion, UptimeMs: st.Uptime.Milliseconds(), Version: st.Version}
+		PolicyVersion: st.PolicyVersion, RlsVersion: st.RLSVersion, UptimeMs: st.Uptime.Milliseconds(), Version: st.Version,
+		Peeks: st.Peeks, Reservations: st.Reservations, Settles: st.Settles, Resets: st.Resets}
 }
 
 func statsFromProto(r *peerv1.StatsResponse) Stats {
 	return Stats{Name: r.GetName(), Keys: r.GetKeys(), RingVersion: r.GetRingVersion(),
 		Checks: r.GetChecks(), Refused: r.GetRefused(), Forwarded: r.GetForwarded(), Degraded: r.GetDegraded(), PeerChecks: r.GetPeerChecks(),
 		ReplicationLag: time.Duration(r.GetReplicationLagUs()) * time.Microsecond, ReplicationPending: r.GetReplicationPending(),
-		PolicyVersion: r.GetPolicyVersion(), RLSVersion: r.GetRlsVersion(), Uptime: time.Duration(r.GetUptimeMs()) * time.Millisecond, Version: r.GetVersion()}
+		PolicyVersion: r.GetPolicyVersion(), RLSVersion: r.GetRlsVersion(), Uptime: time.Duration(r.GetUptimeMs()) * time.Millisecond, Version: r.GetVersion(),
+		Peeks: r.GetPeeks(), Reservations: r.GetReservations(), Settles: r.GetSettles(), Resets: r.GetResets()}
 }
 
 // stats asks the peer for its Stats.

@@ -18,7 +18,7 @@ import (
 func TestStatsWire(t *testing.T) {
 	st := Stats{Name: "node-2", Keys: 2, RingVersion: 7, Checks: 100, Refused: 7, Forwarded: 40, Degraded: 2, PeerChecks: 3,
 		ReplicationLag: 1500 * time.Microsecond, ReplicationPending: 3, PolicyVersion: "sha256:0123", RLSVersion: "rls:4567",
-		Uptime: 90 * time.Second, Version: "v1.2.3"}
+		Uptime: 90 * time.Second, Version: "v1.2.3", Peeks: 11, Reservations: 12, Settles: 13, Resets: 14}
 	got, err := proto.MarshalOptions{Deterministic: true}.Marshal(statsToProto(&st))
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +46,10 @@ func TestStatsWire(t *testing.T) {
 	str(12, "rls:4567")
 	num(13, 90000)
 	str(14, "v1.2.3")
+	num(15, 11)
+	num(16, 12)
+	num(17, 13)
+	num(18, 14)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("StatsResponse bytes\n%x\nwant\n%x", got, want)
 	}

@@ -21,6 +21,10 @@ type Stats struct {
 	Checks, Refused, Forwarded, Degraded uint64
 	// PeerChecks are the checks other nodes sent it and it decided.
 	PeerChecks uint64
+	// Peeks (not counted in Checks), Reservations (checks admitted with a
+	// reservation), Settles (reservations settled) and Resets (keys put
+	// back to full) are the other operations its API made.
+	Peeks, Reservations, Settles, Resets uint64
 	// ReplicationLag is how long the last replication round's oldest
 	// change waited until acknowledged; ReplicationPending how many
 	// changes wait for the next round.
@@ -41,7 +45,8 @@ func (st *Stats) NodeStats() NodeStats {
 	return NodeStats{Name: st.Name, Version: st.Version, UptimeS: float64(st.Uptime.Milliseconds()) / 1e3,
 		Keys: st.Keys, RingVersion: st.RingVersion, Checks: st.Checks, Refused: st.Refused, Forwarded: st.Forwarded,
 		Degraded: st.Degraded, PeerChecks: st.PeerChecks, ReplicationLagMs: float64(st.ReplicationLag.Microseconds()) / 1e3,
-		ReplicationPending: st.ReplicationPending, PolicyVersion: st.PolicyVersion, RLSVersion: st.RLSVersion}
+		ReplicationPending: st.ReplicationPending, PolicyVersion: st.PolicyVersion, RLSVersion: st.RLSVersion,
+		Peeks: st.Peeks, Reservations: st.Reservations, Settles: st.Settles, Resets: st.Resets}
 }
 
 // NodeStats is what one node reports of itself, in JSON (the stats of a
@@ -65,6 +70,12 @@ type NodeStats struct {
 	ReplicationPending int64   `json:"replication_pending"`
 	PolicyVersion      string  `json:"policy_version,omitempty"`
 	RLSVersion         string  `json:"rls_version,omitempty"`
+	// Peeks, Reservations, Settles and Resets: see Stats (left out while
+	// 0).
+	Peeks        uint64 `json:"peeks,omitempty"`
+	Reservations uint64 `json:"reservations,omitempty"`
+	Settles      uint64 `json:"settles,omitempty"`
+	Resets       uint64 `json:"resets,omitempty"`
 }
 
 // Router is what a node's router reports about surviving crashes and

@@ -2,20 +2,24 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
@@ -46,19 +50,21 @@ type pageView struct {
 	Slice0    string            `json:"slice0"`  // partition 0's path
 	Rates     map[string]string `json:"rates"`   // name → checks/s cell
 	Refused   map[string]string `json:"refused"` // name → refused cell
+	Ops       map[string]string `json:"ops"`     // name → other operations cell
 	Freshness string            `json:"freshness"`
 	// CSP lists what the Content-Security-Policy blocked.
 	CSP []string `json:"csp"`
 }
 
 const readPage = `(() => {
-  const v = {location: location.href, members: {}, rates: {}, refused: {}, legend: [], owners: [], slices: 0, fills: 0, slice0: '',
+  const v = {location: location.href, members: {}, rates: {}, refused: {}, ops: {}, legend: [], owners: [], slices: 0, fills: 0, slice0: '',
     freshness: (document.getElementById('freshness') || {}).dataset?.state || '',
     csp: window.ringlimitCSPViolations || ['app.js did not run']};
   for (const tr of document.querySelectorAll('#members tbody tr')) {
     v.members[tr.dataset.name] = tr.querySelector('.state').textContent;
     v.rates[tr.dataset.name] = tr.children[5].textContent;
     v.refused[tr.dataset.name] = tr.children[6].textContent;
+    v.ops[tr.dataset.name] = tr.querySelector('.ops').textContent;
   }
   const slices = document.querySelectorAll('svg#ring path.slice');
   v.slices = slices.length;
@@ -73,7 +79,8 @@ const readPage = `(() => {
 // node processes under a little traffic: the page lands on /ui/, lists the
 // three members alive, draws the 1,021 partitions in three owners'
 // colours, and shows rates and refusals; the Content-Security-Policy
-// blocks nothing. After node-3 is killed (SIGKILL) the page shows
+// blocks nothing; node-1's other operations are the 3 peeks, 2 reserves
+// and 1 settle sent to it. After node-3 is killed (SIGKILL) the page shows
 // it dead within 5 s.
 func TestStatusPageInBrowser(t *testing.T) {
 	needChromium(t)
@@ -103,6 +110,25 @@ func TestStatusPageInBrowser(t *testing.T) {
 			}
 		})
 	}
+
+	// Other operations through node-1: 3 peeks, 2 reserves, 1 settle.
+	ops := inlineLimit{count: 100, per: "1h"}
+	var reservation string
+	for i, body := range []string{`"peek":true`, `"peek":true`, `"peek":true`, `"reserve":true`, `"reserve":true`} {
+		status, b, err := postJSON(h.client, "http://"+p1.http+"/v1/check", strings.Replace(checkBody("ops", ops), `"cost":1`, `"cost":1,`+body, 1))
+		var a api.CheckResponse
+		if err == nil {
+			err = json.Unmarshal(b, &a)
+		}
+		if err != nil || status != http.StatusOK || a.Allowed != true || (i >= 3) != (a.Reservation != "") {
+			t.Fatalf("operation %d (%s): %d %s %v", i, body, status, b, err)
+		}
+		reservation = a.Reservation
+	}
+	if status, b, err := postJSON(h.client, "http://"+p1.http+"/v1/settle", fmt.Sprintf(`{"reservation":%q,"cost":0}`, reservation)); err != nil || status != http.StatusOK {
+		t.Fatalf("settle: %d %s %v", status, b, err)
+	}
+	const wantOps = "peek 3 · reserve 2 · settle 1 · reset 0"
 
 	dir := t.ArtifactDir()
 	bctx := newBrowser(t)
@@ -153,6 +179,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 			return fmt.Errorf("checks/s %v", v.Rates)
 		case v.Refused["node-1"] == "—" || v.Refused["node-1"] == "0.0%":
 			return fmt.Errorf("refused %v", v.Refused)
+		case v.Ops["node-1"] != wantOps || v.Ops["node-2"] != "peek 0 · reserve 0 · settle 0 · reset 0":
+			return fmt.Errorf("other operations %v, want node-1's %q", v.Ops, wantOps)
 		}
 		return nil
 	})
@@ -262,7 +290,7 @@ func TestStatusPagePrivateReadsInBrowser(t *testing.T) {
 	const read = `(() => ({auth: !document.getElementById('auth').hidden, freshness: document.getElementById('freshness').dataset.state,
   members: [...document.querySelectorAll('#members tbody tr')].map(tr => tr.dataset.name + '=' + tr.dataset.state),
   overrides: [...document.querySelectorAll('#overrides tbody tr')].map(tr => tr.children[1].textContent + ' ' + tr.children[4].textContent),
-  policy: document.querySelector('#members tbody tr td:nth-child(12)')?.title || ''}))()`
+  policy: document.querySelector('#members tbody tr td:nth-child(13)')?.title || ''}))()`
 	type view struct {
 		Auth      bool     `json:"auth"`
 		Freshness string   `json:"freshness"`

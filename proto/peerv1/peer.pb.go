@@ -136,8 +136,14 @@ type StatsResponse struct {
 	PolicyVersion string `protobuf:"bytes,11,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	RlsVersion    string `protobuf:"bytes,12,opt,name=rls_version,json=rlsVersion,proto3" json:"rls_version,omitempty"`
 	// How long the node has run, and the build it runs.
-	UptimeMs      int64  `protobuf:"varint,13,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
-	Version       string `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
+	UptimeMs int64  `protobuf:"varint,13,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
+	Version  string `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
+	// The other operations its API made: peeks (not counted in checks),
+	// checks admitted with a reservation, reservations settled, and resets.
+	Peeks         uint64 `protobuf:"varint,15,opt,name=peeks,proto3" json:"peeks,omitempty"`
+	Reservations  uint64 `protobuf:"varint,16,opt,name=reservations,proto3" json:"reservations,omitempty"`
+	Settles       uint64 `protobuf:"varint,17,opt,name=settles,proto3" json:"settles,omitempty"`
+	Resets        uint64 `protobuf:"varint,18,opt,name=resets,proto3" json:"resets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +274,34 @@ func (x *StatsResponse) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *StatsResponse) GetPeeks() uint64 {
+	if x != nil {
+		return x.Peeks
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetReservations() uint64 {
+	if x != nil {
+		return x.Reservations
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetSettles() uint64 {
+	if x != nil {
+		return x.Settles
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetResets() uint64 {
+	if x != nil {
+		return x.Resets
+	}
+	return 0
 }
 
 // Limit mirrors bucket.Limit; per is in nanoseconds.
@@ -1548,7 +1582,7 @@ var File_peer_v1_peer_proto protoreflect.FileDescriptor
 const file_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"\x12peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"\x0e\n" +
-	"\fStatsRequest\"\xc5\x03\n" +
+	"\fStatsRequest\"\xb1\x04\n" +
 	"\rStatsResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04keys\x18\x02 \x01(\x03R\x04keys\x12!\n" +
@@ -1566,7 +1600,11 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\vrls_version\x18\f \x01(\tR\n" +
 	"rlsVersion\x12\x1b\n" +
 	"\tuptime_ms\x18\r \x01(\x03R\buptimeMs\x12\x18\n" +
-	"\aversion\x18\x0e \x01(\tR\aversion\"h\n" +
+	"\aversion\x18\x0e \x01(\tR\aversion\x12\x14\n" +
+	"\x05peeks\x18\x0f \x01(\x04R\x05peeks\x12\"\n" +
+	"\freservations\x18\x10 \x01(\x04R\freservations\x12\x18\n" +
+	"\asettles\x18\x11 \x01(\x04R\asettles\x12\x16\n" +
+	"\x06resets\x18\x12 \x01(\x04R\x06resets\"h\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
