@@ -26,7 +26,7 @@ func TestActivityCounts(t *testing.T) {
 		{{Decision: no, Owner: "node-2"}, {Decision: ok, Owner: "node-3"}},
 		{{Decision: no, Owner: "node-1", Degraded: true}, {Owner: "node-1", Skipped: true}},
 		{{Decision: ok, Owner: "node-2", Degraded: true}},
-		{{Decision: no, Owner: "node-2"}, {Decision: ok, Owner: "node-1"}}, // two peeks
+		{{Decision: no, Owner: "node-2"}, {Decision: ok, Owner: "node-1"}},                        // two peeks
 		{{Decision: ok, Owner: "node-2", Reservation: "r1.x.y"}, {Decision: no, Owner: "node-1"}}, // two reserves
 	}}
 	a, err := New(Config{Checker: c, Self: "node-1"})
