@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -212,9 +211,7 @@ func (c *conn) finish(b *batch, ans *checkAnswer, err error) {
 		if err == nil {
 			copy(cl.Out, ans.decisions[off:off+len(cl.In)])
 			for j := range cl.Out {
-				if r := cl.Out[j].redirect; r != "" { // points into ans.buf
-					cl.Out[j].redirect = strings.Clone(r)
-				}
+				cl.Out[j].detach()
 			}
 			cl.From = owner
 		}

@@ -26,7 +26,20 @@ func (d *wireDecision) toAnswer() Answer {
 		ResetAfter:   time.Duration(d.resetAfterMs) * time.Millisecond,
 		Delay:        time.Duration(d.delayMs) * time.Millisecond,
 		LeaseGranted: d.leaseGranted, LeaseTTL: time.Duration(d.leaseTTLMs) * time.Millisecond,
-		Redirect: d.redirect, Full: d.full, Reservation: strings.Clone(d.reservation)}
+		Redirect: d.redirect, Full: d.full, Reservation: d.reservation}
+}
+
+// detach gives d's strings memory of their own. The reader of the Check
+// stream parses a decision's strings in place, pointing into the answer's
+// buffer, which the next answer on the stream overwrites: a decision
+// handed to its caller must not keep them.
+func (d *wireDecision) detach() {
+	if d.redirect != "" {
+		d.redirect = strings.Clone(d.redirect)
+	}
+	if d.reservation != "" {
+		d.reservation = strings.Clone(d.reservation)
+	}
 }
 
 func (d *wireDecision) fromAnswer(a *Answer) {
