@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -349,5 +350,45 @@ func TestRunHTTPOps(t *testing.T) {
 	defer mu.Unlock()
 	if res.Calls != 2*res.Requests || res.Allowed != res.Requests || reserves < int(res.Requests) || settles < int(res.Requests) || len(open) > 4 {
 		t.Errorf("reserve-settle: requests %d calls %d; server saw %d reserves, %d settles, %d left open", res.Requests, res.Calls, reserves, settles, len(open))
+	}
+}
+
+// TestRunOpServerCounts: with --op peek or reserve-settle, the nodes'
+// counts of the operations in the window (each scrape grows them by 40
+// peeks, 20 reservations and 30 settles); with --op check, none.
+func TestRunOpServerCounts(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := n.Add(1)
+		fmt.Fprintf(w, "%s{result=\"allowed\"} %d\n%s{result=\"error\"} %d\n%s{result=\"admitted\"} %d\n%s{result=\"ok\"} %d\n",
+			metricPeeks, 30*i, metricPeeks, 10*i, metricReservations, 20*i, metricSettles, 30*i)
+	}))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		op   string
+		want bool
+	}{{"peek", true}, {"reserve-settle", true}, {"check", false}} {
+		f := &opLimiter{peek: c.op == "peek", reserve: c.op == "reserve-settle"}
+		addrs := startOpLimiter(t, f, 1)
+		res, err := run(context.Background(), shortConfig(t, "--op", c.op, "--targets", addrs[0], "--metrics-urls", srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCommon(t, res)
+		if !c.want {
+			if res.ServerPeeks != nil || res.ServerReservations != nil || res.ServerSettles != nil {
+				t.Errorf("--op check: server ops %v %v %v, want none", res.ServerPeeks, res.ServerReservations, res.ServerSettles)
+			}
+			continue
+		}
+		if res.ServerPeeks == nil || *res.ServerPeeks != 40 || res.ServerReservations == nil || *res.ServerReservations != 20 ||
+			res.ServerSettles == nil || *res.ServerSettles != 30 {
+			t.Errorf("--op %s: server peeks %v reservations %v settles %v, want 40, 20, 30", c.op, res.ServerPeeks, res.ServerReservations, res.ServerSettles)
+		}
+		var sb strings.Builder
+		res.writeSummary(&sb)
+		if !strings.Contains(sb.String(), "server ops   40 peeks, 20 reservations, 30 settles counted by the nodes in the window") {
+			t.Errorf("--op %s: summary\n%s", c.op, sb.String())
+		}
 	}
 }

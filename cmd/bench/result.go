@@ -80,6 +80,11 @@ type result struct {
 	BatchingFactor    *float64 `json:"batching_factor"`    // forwarded checks per batch sent to an owner
 	ForwardedFraction *float64 `json:"forwarded_fraction"` // forward checks / checks
 	ServerGCs         *float64 `json:"server_gcs"`         // go_gc_duration_seconds_count
+	// --op peek and reserve-settle only, when the nodes export them: what
+	// the nodes' APIs counted of the operation, every result summed.
+	ServerPeeks        *float64 `json:"server_peeks,omitempty"`        // ringlimit_peeks_total
+	ServerReservations *float64 `json:"server_reservations,omitempty"` // ringlimit_reservations_total
+	ServerSettles      *float64 `json:"server_settles,omitempty"`      // ringlimit_settles_total
 
 	Cores     int    `json:"cores"`
 	LoadAvg   string `json:"loadavg_at_start"`
@@ -169,6 +174,16 @@ func (r *result) writeSummary(w io.Writer) error {
 			commas(int64(*r.ForwardChecks)), commas(int64(*r.ForwardRPCs)), bf, ff, commas(int64(*r.ServerChecks)))
 		if r.ServerGCs != nil {
 			fmt.Fprintf(&b, "  server GC    %s collections in the window, all nodes\n", commas(int64(*r.ServerGCs)))
+		}
+		if r.ServerPeeks != nil || r.ServerReservations != nil || r.ServerSettles != nil {
+			n := func(v *float64) string {
+				if v == nil {
+					return "n/a"
+				}
+				return commas(int64(*v))
+			}
+			fmt.Fprintf(&b, "  server ops   %s peeks, %s reservations, %s settles counted by the nodes in the window\n",
+				n(r.ServerPeeks), n(r.ServerReservations), n(r.ServerSettles))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -206,6 +206,16 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		if _, ok := m1[metricGCs]; ok {
 			res.ServerGCs = ptr(delta(metricGCs))
 		}
+		if cfg.op != opCheck {
+			for _, m := range []struct {
+				name string
+				dst  **float64
+			}{{metricPeeks, &res.ServerPeeks}, {metricReservations, &res.ServerReservations}, {metricSettles, &res.ServerSettles}} {
+				if _, ok := m1[m.name]; ok {
+					*m.dst = ptr(delta(m.name))
+				}
+			}
+		}
 		if fr > 0 {
 			res.BatchingFactor = ptr(fc / fr)
 		}
