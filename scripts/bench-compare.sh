@@ -49,6 +49,25 @@
 # line for the flags). With BENCH_BASE_REV=HEAD it compares one build with
 # two sets of flags; each workload's line then also carries base_node_flags.
 #
+# Issue 32's other operations, in core (current build only: the base build
+# does not run them, since an older node may not know them), each against
+# the plain check of the same round:
+#   peek    ringlimit-peek: bench --op peek --proto client, the uniform
+#           workload's 10,000 keys, 64 callers, the same duration, with
+#           every check a peek (the owner answers, nothing is spent).
+#   settle  ringlimit-settle: bench --op reserve-settle --proto client, the
+#           same keys, callers and duration: each operation a reserve of 10
+#           (Client.Check with reserve) then Client.Settle of its reservation
+#           at a true cost drawn from 0 to 10; calls counts both.
+# They run right after the uniform pair (ringlimit-uniform, redis-uniform:
+# kept back to back), before hot, with its limit (10^9 a second: nothing is
+# refused, every call does the full work). Their lines, peek-vs-check and
+# settle-vs-check, carry the medians of calls/s, p99 (a peek's; a settle
+# workload's is the pair's) and server CPU microseconds per call, against
+# ringlimit-uniform's checks, with ratio_calls (calls/s over checks/s),
+# ratio_server_cpu_per_call and ratio_calls_by_round; settle-vs-check also
+# the pairs/s and CPU microseconds per pair.
+#
 # The gateway workloads, measured in the same run (BENCH_WORKLOADS picks
 # among core, rls, http and authz, comma-separated; default all four; core
 # is every workload above):
@@ -409,6 +428,14 @@ ringlimit() {
 	fi
 }
 
+# current W FLAGS...: workload W as ringlimit-W on the current build's
+# cluster only.
+current() {
+	local w=$1
+	shift
+	run "ringlimit-$w" --targets "$targets" --http-targets "$http_targets" --pids "$node_pids" --metrics-urls "$metrics" "$@"
+}
+
 # probe WHAT HINT BENCH-FLAGS...: one caller for 300 ms; a side that fails
 # more than 1% of its calls stops the script here, with bench's reason.
 probe() {
@@ -469,6 +496,12 @@ for round in $(seq 1 "$rounds"); do
 		fi
 		ringlimit "$w" --proto client "${dist[@]}" "${lease[@]}"
 		run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"
+		if [ "$w" = uniform ]; then
+			# Peek and reserve-settle against the plain check just measured:
+			# the same keys, callers and duration (current build only).
+			current peek --proto client --op peek "${dist[@]}"
+			current settle --proto client --op reserve-settle --reserve-cost 10 "${dist[@]}"
+		fi
 	done
 	ringlimit hot-nolease --proto client --dist hot
 	# Uniform keys that keep what they spend (10,000 an hour: about 10
@@ -559,6 +592,33 @@ rows += [pair(w, a, b, other, *targets) for w, a, b, other, targets in [
              ("http-vs-bare-http", "ringlimit-http", "nethttp-check", "bare_http", (0.85,)),
              ("authz-vs-bare-http", "ringlimit-authz", "nethttp-authz", "bare_http", (0.85,))]
          if measured(a) or measured(b)]
+def per_call_us(name, field):
+    # Server CPU microseconds per call (field: the calls per CPU-second).
+    v = [1e6 / x for x in vals(name, field) if x]
+    return round(statistics.median(v), 3) if v else None
+def op_row(workload, a, op, check="ringlimit-uniform"):
+    # An operation (a: calls counted by bench) against the plain check of
+    # the same rounds (check: one call per check): calls/s, p99, server CPU
+    # per call, their ratios, and calls/s round by round.
+    r = {"workload": workload,
+         "check_checks_per_s": med(check, "checks_per_s"), f"{op}_calls_per_s": med(a, "calls_per_s"),
+         "ratio_calls": ratio(med(a, "calls_per_s"), med(check, "checks_per_s")),
+         "ratio_calls_by_round": [ratio(x, y) for x, y in zip(vals(a, "calls_per_s"), vals(check, "checks_per_s"))],
+         "check_p99_ms": med(check, "p99_ms"), f"{op}_p99_ms": med(a, "p99_ms"),
+         "check_server_cpu_us_per_call": per_call_us(check, "checks_per_cpu_s"),
+         f"{op}_server_cpu_us_per_call": per_call_us(a, "calls_per_cpu_s")}
+    r["ratio_server_cpu_per_call"] = ratio(r[f"{op}_server_cpu_us_per_call"], r["check_server_cpu_us_per_call"])
+    if op == "settle":
+        # A pair is a reserve and its settle (two calls; p99 above is the pair's).
+        r["settle_pairs_per_s"] = med(a, "requests_per_s")
+        r["ratio_pairs"] = ratio(med(a, "requests_per_s"), med(check, "checks_per_s"))
+        r["settle_server_cpu_us_per_pair"] = per_call_us(a, "checks_per_cpu_s")
+    r["errors"] = sum(vals(a, "errors"))
+    return r
+rows += [op_row(w, a, op) for w, a, op in [
+             ("peek-vs-check", "ringlimit-peek", "peek"),
+             ("settle-vs-check", "ringlimit-settle", "settle")]
+         if measured(a, "ringlimit-uniform")]
 for r in rows:
     print(json.dumps(r))
 PY

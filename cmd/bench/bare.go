@@ -35,6 +35,12 @@ type bareCheckRequest struct {
 	IP     string `json:"ip,omitempty"`
 	Route  string `json:"route,omitempty"`
 	Tier   string `json:"tier,omitempty"`
+
+	// Decoded and ignored, as the node's: the bare server answers the
+	// same fixed decision to a reserve or a peek.
+	Reserve    bool   `json:"reserve,omitempty"`
+	ReserveTTL string `json:"reserve_ttl,omitempty"`
+	Peek       bool   `json:"peek,omitempty"`
 }
 
 // bareLimit is api.LimitJSON's shape.

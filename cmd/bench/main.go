@@ -35,6 +35,15 @@
 // descriptor {--rls-key: key} in --rls-domain per request) to --targets:
 // ringlimit's nodes started with --rls-config, or envoyproxy/ratelimit.
 //
+// --op peek and --op reserve-settle (--proto grpc, client and http) send
+// issue 32's other operations instead of plain checks: peek sends the
+// workload's checks with peek set (nothing is spent); reserve-settle sends a
+// reserve of --reserve-cost and then settles its reservation at a true cost
+// drawn uniformly from 0 to --reserve-cost, the pair being one request (its
+// latency is the pair's; "calls" counts the reserves and the settles). The
+// JSON line carries the op, and for these two the calls, calls/s and calls
+// per server CPU-second.
+//
 // The exit status is 1 when more than 1% of the requests in the window
 // failed, 2 on bad flags.
 package main
@@ -80,6 +89,9 @@ type config struct {
 	seed        uint64
 	rlsDomain   string // --proto rls: the request's domain
 	rlsKey      string // --proto rls: the descriptor entry's key
+	op          string // check, peek or reserve-settle (op.go)
+	reserveCost int64  // --op reserve-settle: the cost each reserve spends
+	reserveTTL  time.Duration
 
 	// dev
 	targetHealth bool
@@ -114,6 +126,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	httpTargets := fs.String("http-targets", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "comma-separated HTTP addresses of the entry nodes (--proto http and authz), used round robin")
 	fs.StringVar(&c.rlsDomain, "rls-domain", "bench", "--proto rls: the domain of every request")
 	fs.StringVar(&c.rlsKey, "rls-key", "user_id", "--proto rls: the key of the one descriptor entry; its value is the workload's key")
+	fs.StringVar(&c.op, "op", opCheck, "what each request does (--proto grpc, client and http): check, peek (the same checks with peek: nothing spent) "+
+		"or reserve-settle (a reserve of --reserve-cost, then a settle of its reservation at a random true cost from 0 to --reserve-cost: one operation is the pair)")
+	fs.Int64Var(&c.reserveCost, "reserve-cost", 10, "--op reserve-settle: the cost each reserve spends (at most the burst)")
+	fs.DurationVar(&c.reserveTTL, "reserve-ttl", 0, "--op reserve-settle: how long a reservation can be settled (0: the cluster's default; else 1s to 24h)")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "goroutines, each making one request at a time")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window, discarded from every figure")
@@ -210,7 +226,7 @@ func (c *config) validate() error {
 	if _, err := algorithmFromName(c.algorithm); err != nil {
 		return err
 	}
-	return nil
+	return c.validateOp()
 }
 
 // overHTTP says whether the load goes to --http-targets.

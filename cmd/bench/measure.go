@@ -198,9 +198,15 @@ const (
 	metricChecks        = "ringlimit_checks_total"
 	metricPeerChecks    = "ringlimit_peer_checks_total"
 	metricGCs           = "go_gc_duration_seconds_count" // garbage collections (summed over the nodes)
+	// Issue 32's operations, counted by the entry node's API (--op peek and
+	// reserve-settle; every result summed).
+	metricPeeks        = "ringlimit_peeks_total"
+	metricReservations = "ringlimit_reservations_total"
+	metricSettles      = "ringlimit_settles_total"
 )
 
-var scrapedMetrics = []string{metricForwardChecks, metricForwardRPCs, metricChecks, metricPeerChecks, metricGCs}
+var scrapedMetrics = []string{metricForwardChecks, metricForwardRPCs, metricChecks, metricPeerChecks, metricGCs,
+	metricPeeks, metricReservations, metricSettles}
 
 // scrapeAll reads scrapedMetrics from every URL, in parallel, and sums them.
 func scrapeAll(ctx context.Context, client *http.Client, urls []string) (map[string]float64, error) {

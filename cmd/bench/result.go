@@ -29,6 +29,8 @@ type result struct {
 	RejectMode  bool    `json:"reject_mode"`
 	WarmupS     float64 `json:"warmup_s"`
 	WindowS     float64 `json:"window_s"`
+	// Op is what each request did (--op): check, peek or reserve-settle.
+	Op string `json:"op"`
 
 	Requests  int64   `json:"requests"`
 	Checks    int64   `json:"checks"`
@@ -42,6 +44,14 @@ type result struct {
 
 	ChecksPerS   float64 `json:"checks_per_s"`
 	RequestsPerS float64 `json:"requests_per_s"`
+	// Calls the limiter answered in the window, --op peek and reserve-settle
+	// only (for a check they are its checks): a peek's calls are its peeks;
+	// a reserve-settle's are its reserves (checks) and settles, two per
+	// operation (one when the reserve was refused), while requests counts
+	// the operations (the pairs) and the latencies are the pairs'.
+	Calls        int64    `json:"calls,omitempty"`
+	CallsPerS    float64  `json:"calls_per_s,omitempty"`
+	CallsPerCPUS *float64 `json:"calls_per_cpu_s,omitempty"` // calls per server CPU-second
 	// Latency of one request at the client, successful requests only.
 	MeanMs float64 `json:"mean_ms"`
 	P50Ms  float64 `json:"p50_ms"`
@@ -70,6 +80,11 @@ type result struct {
 	BatchingFactor    *float64 `json:"batching_factor"`    // forwarded checks per batch sent to an owner
 	ForwardedFraction *float64 `json:"forwarded_fraction"` // forward checks / checks
 	ServerGCs         *float64 `json:"server_gcs"`         // go_gc_duration_seconds_count
+	// --op peek and reserve-settle only, when the nodes export them: what
+	// the nodes' APIs counted of the operation, every result summed.
+	ServerPeeks        *float64 `json:"server_peeks,omitempty"`        // ringlimit_peeks_total
+	ServerReservations *float64 `json:"server_reservations,omitempty"` // ringlimit_reservations_total
+	ServerSettles      *float64 `json:"server_settles,omitempty"`      // ringlimit_settles_total
 
 	Cores     int    `json:"cores"`
 	LoadAvg   string `json:"loadavg_at_start"`
@@ -109,6 +124,13 @@ func (r *result) writeSummary(w io.Writer) error {
 			map[bool]string{true: " (reject mode)", false: ""}[r.RejectMode])
 	}
 	fmt.Fprintf(&b, "  throughput   %s checks/s, %s requests/s\n", commas(int64(r.ChecksPerS+0.5)), commas(int64(r.RequestsPerS+0.5)))
+	switch r.Op {
+	case opPeek:
+		fmt.Fprintf(&b, "  op           peek: every check a peek (nothing spent), %s calls/s\n", commas(int64(r.CallsPerS+0.5)))
+	case opReserveSettle:
+		fmt.Fprintf(&b, "  op           reserve-settle: %s pairs/s (the requests: latencies are per pair), %s calls/s (reserves and settles)\n",
+			commas(int64(r.RequestsPerS+0.5)), commas(int64(r.CallsPerS+0.5)))
+	}
 	fmt.Fprintf(&b, "  latency      mean %.3f ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f ms\n",
 		r.MeanMs, r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs)
 	fmt.Fprintf(&b, "  decisions    allowed %s  rejected %s  degraded %s  errors %s (%.3f%%)\n",
@@ -131,6 +153,9 @@ func (r *result) writeSummary(w io.Writer) error {
 			per = commas(int64(*r.ChecksPerCPUS + 0.5))
 		}
 		fmt.Fprintf(&b, "  server CPU   %.2f s (%s) → %s checks per server CPU-second\n", *r.ServerCPUS, strings.Join(parts, ", "), per)
+		if r.CallsPerCPUS != nil {
+			fmt.Fprintf(&b, "               %s calls per server CPU-second\n", commas(int64(*r.CallsPerCPUS+0.5)))
+		}
 	}
 	fmt.Fprintf(&b, "  client CPU   %.2f s (this process)\n", r.ClientCPUS)
 	if r.MachineCPUS != nil {
@@ -149,6 +174,16 @@ func (r *result) writeSummary(w io.Writer) error {
 			commas(int64(*r.ForwardChecks)), commas(int64(*r.ForwardRPCs)), bf, ff, commas(int64(*r.ServerChecks)))
 		if r.ServerGCs != nil {
 			fmt.Fprintf(&b, "  server GC    %s collections in the window, all nodes\n", commas(int64(*r.ServerGCs)))
+		}
+		if r.ServerPeeks != nil || r.ServerReservations != nil || r.ServerSettles != nil {
+			n := func(v *float64) string {
+				if v == nil {
+					return "n/a"
+				}
+				return commas(int64(*v))
+			}
+			fmt.Fprintf(&b, "  server ops   %s peeks, %s reservations, %s settles counted by the nodes in the window\n",
+				n(r.ServerPeeks), n(r.ServerReservations), n(r.ServerSettles))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -13,9 +13,9 @@ import (
 
 // workerStats is one goroutine's tally; only that goroutine writes it.
 type workerStats struct {
-	lat                                                   []time.Duration
-	requests, checks, allowed, rejected, degraded, errors int64
-	firstErr                                              error
+	lat                                                          []time.Duration
+	requests, checks, allowed, rejected, degraded, errors, calls int64
+	firstErr                                                     error
 }
 
 // run drives the target for cfg.warmup + cfg.duration and measures the
@@ -40,13 +40,20 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		return nil, err
 	}
 	defer tgt.Close()
+	var pairs multiCallTarget // --op reserve-settle: each request is a reserve and its settle
+	if cfg.op == opReserveSettle {
+		var ok bool
+		if pairs, ok = tgt.(multiCallTarget); !ok {
+			return nil, fmt.Errorf("--op %s: not with %s", cfg.op, tgt.Describe())
+		}
+	}
 	keys := makeKeys(cfg.keyPrefix, cfg.keys)
 
 	res := &result{
 		Name: cfg.name, Target: tgt.Describe(), Proto: cfg.proto, Dist: cfg.dist, Keys: cfg.keys,
 		Batch: cfg.batch, Concurrency: cfg.concurrency, Algorithm: cfg.algorithm, Limit: cfg.limit,
 		PerMs: cfg.per.Milliseconds(), Burst: cfg.burst, RejectMode: cfg.rejectMode,
-		WarmupS: cfg.warmup.Seconds(), WindowS: cfg.duration.Seconds(),
+		WarmupS: cfg.warmup.Seconds(), WindowS: cfg.duration.Seconds(), Op: cfg.op,
 		Cores: runtime.NumCPU(), LoadAvg: loadAverage(), GoVersion: runtime.Version(),
 	}
 	if cfg.targetHealth {
@@ -77,7 +84,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		w.lat = make([]time.Duration, 0, capHint)
 		picker := newKeyPicker(kind, cfg.keys, cfg.zipfS, cfg.seed+uint64(i))
 		wg.Go(func() {
-			w.loop(runCtx, tgt, picker, keys, cfg.batch, cfg.timeout, measureStart, end)
+			w.loop(runCtx, tgt, pairs, picker, keys, cfg.batch, cfg.timeout, measureStart, end)
 		})
 	}
 	stopWorkers := func() { cancel(); wg.Wait() }
@@ -138,6 +145,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		res.Rejected += w.rejected
 		res.Degraded += w.degraded
 		res.Errors += w.errors
+		res.Calls += w.calls
 		if w.firstErr != nil && res.FirstError == "" {
 			res.FirstError = w.firstErr.Error()
 		}
@@ -151,6 +159,11 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	res.RequestsPerS = float64(res.Requests) / window
 	if total := res.Requests + res.Errors; total > 0 {
 		res.ErrorRate = float64(res.Errors) / float64(total)
+	}
+	if cfg.op != opCheck {
+		res.CallsPerS = float64(res.Calls) / window
+	} else {
+		res.Calls = 0 // a check's calls are its checks: the figures above
 	}
 	if len(lat) > 0 {
 		res.MeanMs = ms(sum / time.Duration(len(lat)))
@@ -172,6 +185,9 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		res.ServerCPUS = ptr(round3(total))
 		if total > 0 {
 			res.ChecksPerCPUS = ptr(float64(res.Checks) / total)
+			if res.Calls > 0 {
+				res.CallsPerCPUS = ptr(float64(res.Calls) / total)
+			}
 		}
 	}
 	if machErr == nil && machErr1 == nil {
@@ -190,6 +206,16 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		if _, ok := m1[metricGCs]; ok {
 			res.ServerGCs = ptr(delta(metricGCs))
 		}
+		if cfg.op != opCheck {
+			for _, m := range []struct {
+				name string
+				dst  **float64
+			}{{metricPeeks, &res.ServerPeeks}, {metricReservations, &res.ServerReservations}, {metricSettles, &res.ServerSettles}} {
+				if _, ok := m1[m.name]; ok {
+					*m.dst = ptr(delta(m.name))
+				}
+			}
+		}
 		if fr > 0 {
 			res.BatchingFactor = ptr(fc / fr)
 		}
@@ -204,7 +230,10 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	return res, nil
 }
 
-func (w *workerStats) loop(ctx context.Context, tgt target, picker *keyPicker, keys []string, batch int,
+// loop makes requests until ctx ends; with pairs set (--op
+// reserve-settle) each request is pairs.CheckCalls, else tgt.Check (one
+// call per check).
+func (w *workerStats) loop(ctx context.Context, tgt target, pairs multiCallTarget, picker *keyPicker, keys []string, batch int,
 	timeout time.Duration, measureStart, end time.Time) {
 	buf := make([]string, batch)
 	for ctx.Err() == nil {
@@ -212,8 +241,15 @@ func (w *workerStats) loop(ctx context.Context, tgt target, picker *keyPicker, k
 			buf[i] = keys[picker.next()]
 		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
+		var a, r, d, calls int
+		var err error
 		t0 := time.Now()
-		a, r, d, err := tgt.Check(rctx, buf)
+		if pairs != nil {
+			a, r, d, calls, err = pairs.CheckCalls(rctx, buf)
+		} else {
+			a, r, d, err = tgt.Check(rctx, buf)
+			calls = a + r
+		}
 		t1 := time.Now()
 		cancel()
 		if t1.Before(measureStart) || t1.After(end) {
@@ -234,6 +270,7 @@ func (w *workerStats) loop(ctx context.Context, tgt target, picker *keyPicker, k
 		w.allowed += int64(a)
 		w.rejected += int64(r)
 		w.degraded += int64(d)
+		w.calls += int64(calls)
 		w.lat = append(w.lat, t1.Sub(t0))
 	}
 }

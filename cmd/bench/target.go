@@ -97,6 +97,12 @@ type grpcTarget struct {
 	rr      roundRobin
 	limit   *pb.Limit // shared read-only by every request (concurrent Marshal is safe)
 	reqs    sync.Pool // *grpcReq
+	peek    bool      // --op peek: every check peeks
+	// --op reserve-settle (op.go): the reserve's cost (shared read-only) and
+	// TTL, and the draw of each settle's true cost.
+	reserveCost int64
+	reserveTTL  time.Duration
+	trueCost    func(reserved int64) int64
 }
 
 type grpcReq struct {
@@ -124,6 +130,10 @@ func newGRPCTarget(cfg *config) (*grpcTarget, error) {
 			Burst:     cfg.burst,
 			Lease:     cfg.lease,
 		},
+		peek:        cfg.op == opPeek,
+		reserveCost: cfg.reserveCost,
+		reserveTTL:  cfg.reserveTTL,
+		trueCost:    trueCost,
 	}
 	for _, cc := range conns {
 		t.clients = append(t.clients, pb.NewRateLimiterClient(cc))
@@ -148,6 +158,7 @@ func (t *grpcTarget) Check(ctx context.Context, keys []string) (allowed, rejecte
 	for i, k := range keys {
 		r.checks[i].Key = k
 		r.checks[i].Limit = t.limit
+		r.checks[i].Peek = t.peek
 	}
 	resp, err := t.clients[t.rr.pick()].Check(ctx, &r.req)
 	if err != nil {
@@ -207,8 +218,14 @@ type httpTarget struct {
 	client    *http.Client
 	transport *http.Transport
 	rr        roundRobin
-	limitJSON []byte // `,"limit":{…}}`
+	limitJSON []byte // `,"limit":{…}}`, after `,"peek":true` with --op peek
 	bufs      sync.Pool
+	// --op reserve-settle (op.go): POST /v1/settle of each node, the
+	// reserve's cost and TTL, and the draw of each settle's true cost.
+	settleURLs  []string
+	reserveCost int64
+	reserveTTL  time.Duration
+	trueCost    func(reserved int64) int64
 }
 
 func newHTTPTarget(cfg *config) (*httpTarget, error) {
@@ -234,6 +251,13 @@ func newHTTPTarget(cfg *config) (*httpTarget, error) {
 		rr:        roundRobin{n: uint64(len(cfg.httpTargets))},
 		limitJSON: append(append([]byte(`,"limit":`), lim...), '}'),
 		authz:     cfg.proto == "authz",
+
+		reserveCost: cfg.reserveCost,
+		reserveTTL:  cfg.reserveTTL,
+		trueCost:    trueCost,
+	}
+	if cfg.op == opPeek {
+		t.limitJSON = append([]byte(`,"peek":true`), t.limitJSON...)
 	}
 	path := "/v1/check"
 	if t.authz {
@@ -241,6 +265,7 @@ func newHTTPTarget(cfg *config) (*httpTarget, error) {
 	}
 	for _, a := range cfg.httpTargets {
 		t.urls = append(t.urls, "http://"+a+path)
+		t.settleURLs = append(t.settleURLs, "http://"+a+"/v1/settle")
 	}
 	return t, nil
 }

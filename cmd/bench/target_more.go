@@ -21,6 +21,12 @@ type clientTarget struct {
 	c         *client.Client
 	limit     *pb.Limit
 	unbatched bool
+	peek      bool // --op peek: every check peeks
+	// --op reserve-settle (op.go): the reserve's cost and TTL, and the draw
+	// of each settle's true cost.
+	reserveCost int64
+	reserveTTL  time.Duration
+	trueCost    func(reserved int64) int64
 }
 
 func newClientTarget(cfg *config) (*clientTarget, error) {
@@ -33,13 +39,14 @@ func newClientTarget(cfg *config) (*clientTarget, error) {
 		return nil, err
 	}
 	return &clientTarget{addrs: cfg.targets, c: c, unbatched: cfg.unbatched,
-		limit: &pb.Limit{Algorithm: alg, Limit: cfg.limit, PerMs: cfg.per.Milliseconds(), Burst: cfg.burst, Lease: cfg.lease}}, nil
+		limit: &pb.Limit{Algorithm: alg, Limit: cfg.limit, PerMs: cfg.per.Milliseconds(), Burst: cfg.burst, Lease: cfg.lease},
+		peek:  cfg.op == opPeek, reserveCost: cfg.reserveCost, reserveTTL: cfg.reserveTTL, trueCost: trueCost}, nil
 }
 
 func (t *clientTarget) Check(ctx context.Context, keys []string) (allowed, rejected, degraded int, err error) {
 	checks := make([]*pb.Check, len(keys))
 	for i, k := range keys {
-		checks[i] = &pb.Check{Key: k, Limit: t.limit}
+		checks[i] = &pb.Check{Key: k, Limit: t.limit, Peek: t.peek}
 	}
 	ds, err := t.c.Check(ctx, checks...)
 	if err != nil {
