@@ -186,28 +186,31 @@ func TestProcessResetThenKillOwner(t *testing.T) {
 	}
 }
 
-// TestProcessResetDuringRollingRestart: three nodes, 9 keys (3 owned by
+// TestProcessResetDuringRollingRestart: three nodes, 12 keys (4 owned by
 // each) spent to 0 with the limit 20 a day. Each node in turn is stopped
-// with SIGTERM (handing its keys off) and started again under its name and
-// addresses. One key of the node is reset through another node as soon as
-// the signal is sent (while it leaves and hands off), a second once the
-// node has started again and before the cluster agrees (while it
-// rejoins); the third is never reset. At the end each of the 6 reset keys
-// admits exactly 20 through the three nodes and then refuses; each of the
-// 3 others admits nothing.
+// with SIGTERM (it leaves the ring, then hands its keys off) and started
+// again under its name and addresses. Of the 4 keys of the node, one is
+// reset through another node as soon as the signal is sent (while it
+// drains and leaves), one as soon as the other nodes' rings have dropped
+// it (by its successor, while its handoff is on its way or just done),
+// one once the node has started again and before the cluster agrees
+// (while it rejoins); the fourth is never reset. At the end each of the 9
+// reset keys admits exactly 20 through the three nodes and then refuses;
+// each of the 3 others admits nothing.
 func TestProcessResetDuringRollingRestart(t *testing.T) {
 	bin := buildNode(t)
 	h := newHarness(t)
 	tokens := adminTokens(t)
 	procs := startThreeWith(t, h, bin, tokens)
 	l := inlineLimit{count: 20, per: "24h"} // a token back every 72 min: none during the test
-	leaving := map[string]string{}          // node -> its key reset while it leaves
+	leaving := map[string]string{}          // node -> its key reset once it was signalled
+	left := map[string]string{}             // node -> its key reset once it is off the ring
 	rejoining := map[string]string{}        // node -> its key reset while it rejoins
 	kept := map[string]string{}             // node -> its key never reset
 	var keys []string
 	for _, n := range names3 {
-		ks := ownedBy(h, procs[0], n, "roll-reset-"+n, 3)
-		leaving[n], rejoining[n], kept[n] = ks[0], ks[1], ks[2]
+		ks := ownedBy(h, procs[0], n, "roll-reset-"+n, 4)
+		leaving[n], left[n], rejoining[n], kept[n] = ks[0], ks[1], ks[2], ks[3]
 		keys = append(keys, ks...)
 	}
 	spendOut(h, procs, keys, l)
@@ -242,6 +245,31 @@ func TestProcessResetDuringRollingRestart(t *testing.T) {
 		if res.PreviousRemaining != 0 {
 			t.Errorf("reset of %s while %s leaves: previous_remaining %d, want 0 (it was spent)", leaving[old.name], old.name, res.PreviousRemaining)
 		}
+		// As soon as the entry node's ring has dropped the leaving node,
+		// the key's successor owns it and resets it, telling the members
+		// on its ring (no longer the leaving node, whose copy still holds
+		// the 20 spent until its handoff).
+		testkit.WaitFor(t, 15*time.Second, "the ring of "+others[1].name+" to drop "+old.name, func() error {
+			on, _, err := h.onRing(others[1])
+			if err != nil {
+				return err
+			}
+			if on[old.name] != "" {
+				return fmt.Errorf("%s still on the ring: %v", old.name, on)
+			}
+			return nil
+		})
+		exited := "running"
+		select {
+		case <-old.exited:
+			exited = "exited"
+		default:
+		}
+		res = reset(others[1], left[old.name], "once "+old.name+" is off the ring")
+		log = append(log, fmt.Sprintf("%s off the ring (%s): %s reset by %s (previous %d, unconfirmed %v)", old.name, exited, left[old.name], res.Owner, res.PreviousRemaining, res.Unconfirmed))
+		if res.PreviousRemaining != 0 || res.Owner == old.name {
+			t.Errorf("reset of %s once %s is off the ring: previous_remaining %d by %s, want 0 (it was spent) by another node", left[old.name], old.name, res.PreviousRemaining, res.Owner)
+		}
 		select {
 		case <-old.exited:
 		case <-time.After(15 * time.Second):
@@ -269,7 +297,7 @@ func TestProcessResetDuringRollingRestart(t *testing.T) {
 		strings.Join(log, "; "), refused)
 
 	for _, n := range names3 {
-		for _, k := range []string{leaving[n], rejoining[n]} {
+		for _, k := range []string{leaving[n], left[n], rejoining[n]} {
 			if got, owner := admits(h, procs, k, l, 25); got != 20 {
 				t.Errorf("%s (owned by %s at first, by %s now), reset during the restarts: %d of 25 admitted, want exactly 20", k, n, owner, got)
 			}
