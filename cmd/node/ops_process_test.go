@@ -259,17 +259,19 @@ func TestProcessResetDuringRollingRestart(t *testing.T) {
 		if res.PreviousRemaining != 0 {
 			t.Errorf("reset of %s while %s leaves: previous_remaining %d, want 0 (it was spent)", leaving[old.name], old.name, res.PreviousRemaining)
 		}
-		// As soon as the entry node's ring has dropped the leaving node,
+		// As soon as the other nodes' rings have dropped the leaving node,
 		// the key's successor owns it and resets it, telling the members
 		// on its ring (no longer the leaving node, whose copy still holds
 		// the 20 spent until its handoff).
-		testkit.WaitFor(t, 15*time.Second, "the ring of "+others[1].name+" to drop "+old.name, func() error {
-			on, _, err := h.onRing(others[1])
-			if err != nil {
-				return err
-			}
-			if on[old.name] != "" {
-				return fmt.Errorf("%s still on the ring: %v", old.name, on)
+		testkit.WaitFor(t, 15*time.Second, "the rings of the others to drop "+old.name, func() error {
+			for _, p := range others {
+				on, _, err := h.onRing(p)
+				if err != nil {
+					return err
+				}
+				if on[old.name] != "" {
+					return fmt.Errorf("%s still on %s's ring: %v", old.name, p.name, on)
+				}
 			}
 			return nil
 		})
