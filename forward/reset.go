@@ -82,6 +82,12 @@ func (r *Router) Reset(ctx context.Context, key string, l bucket.Limit) (ResetRe
 // resetOwned resets a key this node owns and tells the other live members.
 func (r *Router) resetOwned(ctx context.Context, v *view, key string, l bucket.Limit) ResetResult {
 	now := r.cfg.Clock.Now()
+	// As for a check (decideLocal): a key this node has just come to own
+	// may have its state on the previous owner; without it the reset
+	// would answer a full bucket as the previous remaining.
+	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
+		r.recover(ctx, v, key, &l, now)
+	}
 	at := max(int64(now), r.cfg.Store.Tombstone(key, now)+1) // later than any tombstone held
 	prev, _, _ := r.cfg.Store.ResetAt(key, &l, now, at)
 	r.tombs.Store(true)
