@@ -504,7 +504,7 @@ func TestClusterJoinAndLeave(t *testing.T) {
 		for i, k := range keys {
 			jobs[i] = job{key: k, node: i % len(nodes)}
 		}
-		for _, r := range runJobs(h.client, addrs, jobs, inlineLimit{count: limit, per: per}, 16, time.Now().Add(20*time.Second)) {
+		for _, r := range runJobs(h.client, addrs, jobs, inlineLimit{count: limit, per: per}, 16, time.Now().Add(time.Minute)) {
 			if r.err != nil {
 				t.Fatalf("%s: %s via %s: %v", label, r.key, nodes[r.node].Router().Self(), r.err)
 			}
@@ -764,7 +764,8 @@ func TestClusterRollingRestart(t *testing.T) {
 	for i := range limit * nkeys {
 		spend = append(spend, job{key: keys[i%nkeys], node: i % 3})
 	}
-	for _, r := range runJobs(h.client, addrs, spend, ll, 8, time.Now().Add(30*time.Second)) {
+	// 3,000 checks: about 3 s idle; the deadline allows for a starved CPU.
+	for _, r := range runJobs(h.client, addrs, spend, ll, 8, time.Now().Add(2*time.Minute)) {
 		if r.err != nil || r.status != http.StatusOK || r.body.Degraded {
 			t.Fatalf("spending %s via %s: %d %+v %v", r.key, names[r.node], r.status, r.body, r.err)
 		}
