@@ -116,14 +116,18 @@ func (d *testDNS) serve(w dns.ResponseWriter, req *dns.Msg) {
 // answers, consecutive repeats collapsed: "503", "200", or "down" when
 // nothing answers.
 type readyWatch struct {
-	mu   sync.Mutex
-	seq  []string
-	stop chan struct{}
-	done chan struct{}
+	mu       sync.Mutex
+	seq      []string
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
-func watchReady(client *http.Client, url string, limit time.Duration) *readyWatch {
+// watchReady polls url until finish, limit, or the end of the test (a
+// test that fails first leaves no poller behind).
+func watchReady(t *testing.T, client *http.Client, url string, limit time.Duration) *readyWatch {
 	w := &readyWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	t.Cleanup(func() { w.finish() })
 	go func() {
 		defer close(w.done)
 		deadline := time.After(limit)
@@ -165,7 +169,7 @@ func (w *readyWatch) last() string {
 }
 
 func (w *readyWatch) finish() []string {
-	close(w.stop)
+	w.stopOnce.Do(func() { close(w.stop) })
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -251,7 +255,7 @@ func TestDeployBindAllAdvertiseDNS(t *testing.T) {
 		return nil
 	}
 
-	watch3 := watchReady(h.client, "http://"+nodes[2].addr(nodes[2].http)+"/readyz", 60*time.Second)
+	watch3 := watchReady(t, h.client, "http://"+nodes[2].addr(nodes[2].http)+"/readyz", 60*time.Second)
 	procs := []*proc{start(nodes[0]), start(nodes[1]), start(nodes[2])}
 	testkit.WaitFor(t, 15*time.Second, "three nodes on 0.0.0.0 find each other by DNS", func() error { return converged(nodes, nodes) })
 	for _, n := range nodes {
@@ -291,7 +295,7 @@ func TestDeployBindAllAdvertiseDNS(t *testing.T) {
 	moved := nodes[2]
 	moved.ip = "127.0.0.4"
 	d.set(moved.name, moved.ip, moved.gossip)
-	watch4 := watchReady(h.client, "http://"+moved.addr(moved.http)+"/readyz", 60*time.Second)
+	watch4 := watchReady(t, h.client, "http://"+moved.addr(moved.http)+"/readyz", 60*time.Second)
 	restarted := time.Now() // the process's own start included
 	p3 := start(moved)
 	now := []deployNode{nodes[0], nodes[1], moved}

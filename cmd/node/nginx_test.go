@@ -13,6 +13,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -117,16 +119,43 @@ func startNginx(t *testing.T, bin, dir, conf, addr string) {
 	})
 }
 
-// freePort is a port on 127.0.0.1 nobody listened on a moment ago.
+// freePort is a port, free a moment ago on every address for TCP and UDP,
+// for a process the test starts to bind. It is drawn from 20000-31999,
+// below the kernel's ephemeral range: a port 0 listener's port comes from
+// that range, and any outgoing connection of a test running beside this
+// one can take it between the pick and the process's bind (a deploy test
+// failed with "bind: address already in use" on one).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedMu.Lock()
+	defer handedMu.Unlock()
+	for range 200 {
+		p := 20000 + rand.IntN(12000)
+		if handed[p] {
+			continue
+		}
+		tl, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ul, err := net.ListenPacket("udp", ":"+strconv.Itoa(p))
+		tl.Close()
+		if err != nil {
+			continue
+		}
+		ul.Close()
+		handed[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port in 20000-31999 after 200 tries")
+	return 0
 }
+
+// handed are the ports freePort gave out in this process: none twice.
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
 
 // Through nginx with examples/nginx.conf: per API key, per client address
 // and per route, exactly the policy's numbers reach the application (200),
