@@ -17,7 +17,7 @@ import (
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
-// Reserve and settle (issue 32): a check with "reserve": true that is
+// Reserve and settle: a check with "reserve": true that is
 // admitted answers "reservation"; POST /v1/settle makes its spend exactly
 // the true cost.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
-// Reservations (issue 32): a check with Reserve is decided by the key's
+// Reservations: a check with Reserve is decided by the key's
 // owner, which records the reservation in its table before it spends (so
 // that a replication round that carries the spend carries the record too)
 // and drops it when the check is refused. Never from a lease: such a check

@@ -13,7 +13,7 @@ import (
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
 
-// Reservations (issue 32) ride the peer API in two places: a key's state
+// Reservations ride the peer API in two places: a key's state
 // (BucketState.reservations, in handoffs, replicas and fetches) carries
 // the key's records, and Settle asks a key's owner to settle one.
 

@@ -36,7 +36,7 @@
 // ringlimit's nodes started with --rls-config, or envoyproxy/ratelimit.
 //
 // --op peek and --op reserve-settle (--proto grpc, client and http) send
-// issue 32's other operations instead of plain checks: peek sends the
+// the other operations (peek, reserve and settle) instead of plain checks: peek sends the
 // workload's checks with peek set (nothing is spent); reserve-settle sends a
 // reserve of --reserve-cost and then settles its reservation at a true cost
 // drawn uniformly from 0 to --reserve-cost, the pair being one request (its

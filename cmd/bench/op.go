@@ -14,7 +14,7 @@ import (
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
-// The operations of --op (issue 32): what each request of the loop does.
+// The operations of --op: what each request of the loop does.
 //
 //   - check: a plain check of the workload's keys (the default).
 //   - peek: the same checks with peek set: the owner answers what the

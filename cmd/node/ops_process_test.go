@@ -1,6 +1,6 @@
 package main
 
-// Reset, reserve and settle (issue 32) with the real binary: the owner of
+// Reset, reserve and settle with the real binary: the owner of
 // a key is killed with SIGKILL, or every node is restarted in turn with
 // SIGTERM, and what a reset or a settle did must survive it: a reset key
 // stays reset on the node that takes it over, and a reservation settles
