@@ -197,24 +197,6 @@ func (p *Pool) Replicate(ctx context.Context, name string, states []State) (int,
 	return n, nil
 }
 
-// Reset tells the member name that this node, key's owner, reset key at
-// resetAt (its clock), within Timeout; or, with resetAt 0, asks name, the
-// key's owner, to reset it, within three times Timeout (the owner waits up
-// to Timeout for the other members before it answers).
-func (p *Pool) Reset(ctx context.Context, name, key string, l *bucket.Limit, resetAt int64) (ResetAnswer, error) {
-	c, err := p.conn(name, false)
-	if err != nil {
-		return ResetAnswer{}, err
-	}
-	timeout := p.cfg.Timeout
-	if resetAt == 0 {
-		timeout *= 3
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return c.reset(ctx, key, l, resetAt)
-}
-
 // Keys asks every member how many keys it holds, in parallel, each within
 // Timeout. Members that do not answer are missing from the map.
 func (p *Pool) Keys(ctx context.Context) map[string]int64 {

@@ -392,28 +392,3 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
 		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt}}, nil
 }
-
-// Reset takes a key's owner's word that it reset the key (PeerResetRequest).
-func (s *Server) Reset(ctx context.Context, req *peerv1.PeerResetRequest) (*peerv1.PeerResetResponse, error) {
-	if err := s.authorize(ctx, req.GetFrom()); err != nil {
-		return nil, err
-	}
-	l, err := limitFromProto(req.GetLimit())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "peer: reset: %v", err)
-	}
-	if err := bucket.CheckKey(req.GetKey()); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "peer: reset: %v", err)
-	}
-	if req.GetResetAt() < 0 {
-		return nil, status.Error(codes.InvalidArgument, "peer: reset: negative reset_at")
-	}
-	// The sender's deadline is a wall time, as a context's is: read on
-	// the node's clock (the system clock but in tests).
-	if d := req.GetDeadline(); req.GetResetAt() == 0 && d != 0 && s.clock.Now().UnixNano() > d {
-		return nil, status.Error(codes.DeadlineExceeded, "peer: reset: arrived after its sender's deadline; nothing reset")
-	}
-	a := s.h.ResetFrom(ctx, req.GetFrom(), req.GetKey(), l, req.GetResetAt())
-	return &peerv1.PeerResetResponse{LeaseDropped: a.LeaseDropped, PreviousRemaining: a.Previous, Owner: a.Owner,
-		Unconfirmed: a.Unconfirmed, Redirect: a.Redirect}, nil
-}
