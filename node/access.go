@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/ringlimit/ringlimit/api"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -97,4 +98,28 @@ func ServePprof(addr string, log *slog.Logger, admin *api.Tokens) (stop func(), 
 func (n *Node) StopBackground() {
 	n.stopBg()
 	n.bg.Wait()
+}
+
+// registries returns where the node registers its metrics and what
+// /metrics serves: Config.Registerer and Config.Gatherer; without a
+// Registerer a registry of its own with the Go and process collectors;
+// without a Gatherer the Registerer when it gathers, else nothing.
+func registries(cfg Config) (prometheus.Registerer, prometheus.Gatherer) {
+	reg, gather := cfg.Registerer, cfg.Gatherer
+	if reg == nil {
+		own := prometheus.NewRegistry()
+		own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = own
+		if gather == nil {
+			gather = own
+		}
+	}
+	if gather == nil {
+		if g, ok := reg.(prometheus.Gatherer); ok {
+			gather = g
+		} else {
+			gather = prometheus.Gatherers{}
+		}
+	}
+	return reg, gather
 }

@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
@@ -134,22 +132,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := step("metrics"); err != nil {
 		return nil, err
 	}
-	reg, gather := cfg.Registerer, cfg.Gatherer
-	if reg == nil {
-		own := prometheus.NewRegistry()
-		own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg = own
-		if gather == nil {
-			gather = own
-		}
-	}
-	if gather == nil {
-		if g, ok := reg.(prometheus.Gatherer); ok {
-			gather = g
-		} else {
-			gather = prometheus.Gatherers{}
-		}
-	}
+	reg, gather := registries(cfg)
 	n.version = buildVersion(cfg)
 	if err := registerBuildInfo(reg, cfg); err != nil {
 		return nil, err
