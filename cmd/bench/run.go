@@ -230,17 +230,26 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	return res, nil
 }
 
-// loop makes requests until ctx ends; with pairs set (--op
+// loop makes requests until ctx ends or end passes; with pairs set (--op
 // reserve-settle) each request is pairs.CheckCalls, else tgt.Check (one
 // call per check).
 func (w *workerStats) loop(ctx context.Context, tgt target, pairs multiCallTarget, picker *keyPicker, keys []string, batch int,
 	timeout time.Duration, measureStart, end time.Time) {
 	buf := make([]string, batch)
-	for ctx.Err() == nil {
+	// A run's context ends when its timer fires, which a loaded machine
+	// may run late: the clock says when to stop starting requests.
+	for ctx.Err() == nil && time.Now().Before(end) {
 		for i := range buf {
 			buf[i] = keys[picker.next()]
 		}
-		rctx, cancel := context.WithTimeout(ctx, timeout)
+		parent := ctx
+		if pairs != nil {
+			// A pair begun is finished, within its timeout: a reserve cut
+			// by the end of the run would hold its spend on the cluster
+			// until its TTL, unsettled.
+			parent = context.WithoutCancel(ctx)
+		}
+		rctx, cancel := context.WithTimeout(parent, timeout)
 		var a, r, d, calls int
 		var err error
 		t0 := time.Now()
