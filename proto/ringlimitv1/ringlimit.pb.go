@@ -32,6 +32,8 @@ const (
 	Algorithm_FIXED_WINDOW           Algorithm = 2
 	Algorithm_SLIDING_WINDOW_LOG     Algorithm = 3
 	Algorithm_SLIDING_WINDOW_COUNTER Algorithm = 4
+	// At most `limit` leases at once (Acquire); per_ms and burst unused.
+	Algorithm_CONCURRENCY Algorithm = 5
 )
 
 // Enum value maps for Algorithm.
@@ -42,6 +44,7 @@ var (
 		2: "FIXED_WINDOW",
 		3: "SLIDING_WINDOW_LOG",
 		4: "SLIDING_WINDOW_COUNTER",
+		5: "CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"TOKEN_BUCKET":           0,
@@ -49,6 +52,7 @@ var (
 		"FIXED_WINDOW":           2,
 		"SLIDING_WINDOW_LOG":     3,
 		"SLIDING_WINDOW_COUNTER": 4,
+		"CONCURRENCY":            5,
 	}
 )
 
@@ -77,6 +81,59 @@ func (x Algorithm) Number() protoreflect.EnumNumber {
 // Deprecated: Use Algorithm.Descriptor instead.
 func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{0}
+}
+
+// Outcome is how the work a lease (or a reported request) covered ended.
+type Outcome int32
+
+const (
+	Outcome_OUTCOME_OK Outcome = 0
+	// The backend failed or was too slow.
+	Outcome_OUTCOME_ERROR Outcome = 1
+	// The work was abandoned before it reached the backend: it says nothing
+	// of the backend's health.
+	Outcome_OUTCOME_DROPPED Outcome = 2
+)
+
+// Enum value maps for Outcome.
+var (
+	Outcome_name = map[int32]string{
+		0: "OUTCOME_OK",
+		1: "OUTCOME_ERROR",
+		2: "OUTCOME_DROPPED",
+	}
+	Outcome_value = map[string]int32{
+		"OUTCOME_OK":      0,
+		"OUTCOME_ERROR":   1,
+		"OUTCOME_DROPPED": 2,
+	}
+)
+
+func (x Outcome) Enum() *Outcome {
+	p := new(Outcome)
+	*p = x
+	return p
+}
+
+func (x Outcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Outcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_ringlimit_v1_ringlimit_proto_enumTypes[1].Descriptor()
+}
+
+func (Outcome) Type() protoreflect.EnumType {
+	return &file_ringlimit_v1_ringlimit_proto_enumTypes[1]
+}
+
+func (x Outcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Outcome.Descriptor instead.
+func (Outcome) EnumDescriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
 }
 
 // FailureMode says what a node answers when a check's owner cannot be
@@ -118,11 +175,11 @@ func (x FailureMode) String() string {
 }
 
 func (FailureMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_ringlimit_v1_ringlimit_proto_enumTypes[1].Descriptor()
+	return file_ringlimit_v1_ringlimit_proto_enumTypes[2].Descriptor()
 }
 
 func (FailureMode) Type() protoreflect.EnumType {
-	return &file_ringlimit_v1_ringlimit_proto_enumTypes[1]
+	return &file_ringlimit_v1_ringlimit_proto_enumTypes[2]
 }
 
 func (x FailureMode) Number() protoreflect.EnumNumber {
@@ -131,7 +188,7 @@ func (x FailureMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FailureMode.Descriptor instead.
 func (FailureMode) EnumDescriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{2}
 }
 
 // Limit is `limit` per `per_ms` milliseconds: the sustained rate of the
@@ -481,7 +538,15 @@ type Decision struct {
 	OwnerAddr string `protobuf:"bytes,12,opt,name=owner_addr,json=ownerAddr,proto3" json:"owner_addr,omitempty"`
 	// The reservation of an admitted check with reserve: give it to Settle.
 	// Empty for a refused or degraded check.
-	Reservation   string `protobuf:"bytes,13,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Reservation string `protobuf:"bytes,13,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// The lease an admitted acquire holds (a policy request with several
+	// concurrency layers: their ids joined by commas); give it to Renew and
+	// Release. Empty for a refused or degraded acquire.
+	Lease string `protobuf:"bytes,14,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Concurrency limits: the leases in flight on the key after this answer.
+	InFlight int64 `protobuf:"varint,15,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// How long the lease lives unless renewed.
+	ExpiresInMs   int64 `protobuf:"varint,16,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -605,6 +670,27 @@ func (x *Decision) GetReservation() string {
 		return x.Reservation
 	}
 	return ""
+}
+
+func (x *Decision) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *Decision) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *Decision) GetExpiresInMs() int64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
 }
 
 type CheckResponse struct {
@@ -972,6 +1058,496 @@ func (x *ResetResponse) GetLayers() []*ResetLayer {
 	return nil
 }
 
+// AcquireRequest names the key as a Check does (an inline key with a
+// CONCURRENCY limit, or a policy request); its cost and peek are ignored.
+type AcquireRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Check *Check                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	// How long the lease lives unless renewed, in milliseconds; 0 means the
+	// default (30s inline, the layer's lease_ttl for policy). Capped by the
+	// layer's max_lease_ttl.
+	TtlMs int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Makes the acquire idempotent: repeated with the same id while its
+	// lease lives, it answers that lease and takes no second slot.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireRequest) Reset() {
+	*x = AcquireRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireRequest) ProtoMessage() {}
+
+func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
+func (*AcquireRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AcquireRequest) GetCheck() *Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type AcquireResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decision      *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireResponse) Reset() {
+	*x = AcquireResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireResponse) ProtoMessage() {}
+
+func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
+func (*AcquireResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AcquireResponse) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+type RenewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         string                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RenewRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type RenewResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Renewed       bool                   `protobuf:"varint,1,opt,name=renewed,proto3" json:"renewed,omitempty"`
+	ExpiresInMs   int64                  `protobuf:"varint,2,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	InFlight      int64                  `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Owner         string                 `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RenewResponse) GetRenewed() bool {
+	if x != nil {
+		return x.Renewed
+	}
+	return false
+}
+
+func (x *RenewResponse) GetExpiresInMs() int64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
+}
+
+func (x *RenewResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *RenewResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RenewResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type ReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         string                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	Outcome       Outcome                `protobuf:"varint,2,opt,name=outcome,proto3,enum=ringlimit.v1.Outcome" json:"outcome,omitempty"`
+	LatencyMs     int64                  `protobuf:"varint,3,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReleaseRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_OK
+}
+
+func (x *ReleaseRequest) GetLatencyMs() int64 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
+}
+
+type ReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Released      bool                   `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	InFlight      int64                  `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Limit         int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseResponse) Reset() {
+	*x = ReleaseResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseResponse) ProtoMessage() {}
+
+func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReleaseResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+func (x *ReleaseResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ReleaseResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReleaseResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// ReportRequest names the request as a Check does (a policy request).
+type ReportRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         *Check                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Outcome       Outcome                `protobuf:"varint,2,opt,name=outcome,proto3,enum=ringlimit.v1.Outcome" json:"outcome,omitempty"`
+	LatencyMs     int64                  `protobuf:"varint,3,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReportRequest) GetCheck() *Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_OK
+}
+
+func (x *ReportRequest) GetLatencyMs() int64 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
+}
+
+type ReportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many adaptive layers took the sample.
+	Reported int64 `protobuf:"varint,1,opt,name=reported,proto3" json:"reported,omitempty"`
+	// The current limit of the first adaptive layer.
+	Limit         int64  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Owner         string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReportResponse) GetReported() int64 {
+	if x != nil {
+		return x.Reported
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
@@ -1001,7 +1577,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0ereserve_ttl_ms\x18\a \x01(\x03R\freserveTtlMsB\a\n" +
 	"\x05_cost\";\n" +
 	"\fCheckRequest\x12+\n" +
-	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\x92\x03\n" +
+	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"\xe9\x03\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1017,7 +1593,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\v \x01(\tR\rpolicyVersion\x12\x1d\n" +
 	"\n" +
 	"owner_addr\x18\f \x01(\tR\townerAddr\x12 \n" +
-	"\vreservation\x18\r \x01(\tR\vreservation\"E\n" +
+	"\vreservation\x18\r \x01(\tR\vreservation\x12\x14\n" +
+	"\x05lease\x18\x0e \x01(\tR\x05lease\x12\x1b\n" +
+	"\tin_flight\x18\x0f \x01(\x03R\binFlight\x12\"\n" +
+	"\rexpires_in_ms\x18\x10 \x01(\x03R\vexpiresInMs\"E\n" +
 	"\rCheckResponse\x124\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x16.ringlimit.v1.DecisionR\tdecisions\"E\n" +
 	"\rSettleRequest\x12 \n" +
@@ -1041,21 +1620,66 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12 \n" +
 	"\vunconfirmed\x18\x04 \x03(\tR\vunconfirmed\x120\n" +
-	"\x06layers\x18\x05 \x03(\v2\x18.ringlimit.v1.ResetLayerR\x06layers*u\n" +
+	"\x06layers\x18\x05 \x03(\v2\x18.ringlimit.v1.ResetLayerR\x06layers\"q\n" +
+	"\x0eAcquireRequest\x12)\n" +
+	"\x05check\x18\x01 \x01(\v2\x13.ringlimit.v1.CheckR\x05check\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"E\n" +
+	"\x0fAcquireResponse\x122\n" +
+	"\bdecision\x18\x01 \x01(\v2\x16.ringlimit.v1.DecisionR\bdecision\";\n" +
+	"\fRenewRequest\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\tR\x05lease\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\x96\x01\n" +
+	"\rRenewResponse\x12\x18\n" +
+	"\arenewed\x18\x01 \x01(\bR\arenewed\x12\"\n" +
+	"\rexpires_in_ms\x18\x02 \x01(\x03R\vexpiresInMs\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"v\n" +
+	"\x0eReleaseRequest\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\tR\x05lease\x12/\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x15.ringlimit.v1.OutcomeR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x03 \x01(\x03R\tlatencyMs\"v\n" +
+	"\x0fReleaseResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\x12\x1b\n" +
+	"\tin_flight\x18\x02 \x01(\x03R\binFlight\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"\x8a\x01\n" +
+	"\rReportRequest\x12)\n" +
+	"\x05check\x18\x01 \x01(\v2\x13.ringlimit.v1.CheckR\x05check\x12/\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x15.ringlimit.v1.OutcomeR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x03 \x01(\x03R\tlatencyMs\"X\n" +
+	"\x0eReportResponse\x12\x1a\n" +
+	"\breported\x18\x01 \x01(\x03R\breported\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner*\x86\x01\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\x10\n" +
 	"\fLEAKY_BUCKET\x10\x01\x12\x10\n" +
 	"\fFIXED_WINDOW\x10\x02\x12\x16\n" +
 	"\x12SLIDING_WINDOW_LOG\x10\x03\x12\x1a\n" +
-	"\x16SLIDING_WINDOW_COUNTER\x10\x04*8\n" +
+	"\x16SLIDING_WINDOW_COUNTER\x10\x04\x12\x0f\n" +
+	"\vCONCURRENCY\x10\x05*A\n" +
+	"\aOutcome\x12\x0e\n" +
+	"\n" +
+	"OUTCOME_OK\x10\x00\x12\x11\n" +
+	"\rOUTCOME_ERROR\x10\x01\x12\x13\n" +
+	"\x0fOUTCOME_DROPPED\x10\x02*8\n" +
 	"\vFailureMode\x12\t\n" +
 	"\x05LOCAL\x10\x00\x12\r\n" +
 	"\tFAIL_OPEN\x10\x01\x12\x0f\n" +
-	"\vFAIL_CLOSED\x10\x022\xd6\x01\n" +
+	"\vFAIL_CLOSED\x10\x022\xed\x03\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12C\n" +
 	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponse\x12@\n" +
-	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x05Reset\x12\x1a.ringlimit.v1.ResetRequest\x1a\x1b.ringlimit.v1.ResetResponse\x12F\n" +
+	"\aAcquire\x12\x1c.ringlimit.v1.AcquireRequest\x1a\x1d.ringlimit.v1.AcquireResponse\x12@\n" +
+	"\x05Renew\x12\x1a.ringlimit.v1.RenewRequest\x1a\x1b.ringlimit.v1.RenewResponse\x12F\n" +
+	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12C\n" +
+	"\x06Report\x12\x1b.ringlimit.v1.ReportRequest\x1a\x1c.ringlimit.v1.ReportResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -1069,43 +1693,65 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 	return file_ringlimit_v1_ringlimit_proto_rawDescData
 }
 
-var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
-	(Algorithm)(0),         // 0: ringlimit.v1.Algorithm
-	(FailureMode)(0),       // 1: ringlimit.v1.FailureMode
-	(*Limit)(nil),          // 2: ringlimit.v1.Limit
-	(*PolicyRequest)(nil),  // 3: ringlimit.v1.PolicyRequest
-	(*Check)(nil),          // 4: ringlimit.v1.Check
-	(*CheckRequest)(nil),   // 5: ringlimit.v1.CheckRequest
-	(*Decision)(nil),       // 6: ringlimit.v1.Decision
-	(*CheckResponse)(nil),  // 7: ringlimit.v1.CheckResponse
-	(*SettleRequest)(nil),  // 8: ringlimit.v1.SettleRequest
-	(*SettleResponse)(nil), // 9: ringlimit.v1.SettleResponse
-	(*ResetRequest)(nil),   // 10: ringlimit.v1.ResetRequest
-	(*ResetLayer)(nil),     // 11: ringlimit.v1.ResetLayer
-	(*ResetResponse)(nil),  // 12: ringlimit.v1.ResetResponse
+	(Algorithm)(0),          // 0: ringlimit.v1.Algorithm
+	(Outcome)(0),            // 1: ringlimit.v1.Outcome
+	(FailureMode)(0),        // 2: ringlimit.v1.FailureMode
+	(*Limit)(nil),           // 3: ringlimit.v1.Limit
+	(*PolicyRequest)(nil),   // 4: ringlimit.v1.PolicyRequest
+	(*Check)(nil),           // 5: ringlimit.v1.Check
+	(*CheckRequest)(nil),    // 6: ringlimit.v1.CheckRequest
+	(*Decision)(nil),        // 7: ringlimit.v1.Decision
+	(*CheckResponse)(nil),   // 8: ringlimit.v1.CheckResponse
+	(*SettleRequest)(nil),   // 9: ringlimit.v1.SettleRequest
+	(*SettleResponse)(nil),  // 10: ringlimit.v1.SettleResponse
+	(*ResetRequest)(nil),    // 11: ringlimit.v1.ResetRequest
+	(*ResetLayer)(nil),      // 12: ringlimit.v1.ResetLayer
+	(*ResetResponse)(nil),   // 13: ringlimit.v1.ResetResponse
+	(*AcquireRequest)(nil),  // 14: ringlimit.v1.AcquireRequest
+	(*AcquireResponse)(nil), // 15: ringlimit.v1.AcquireResponse
+	(*RenewRequest)(nil),    // 16: ringlimit.v1.RenewRequest
+	(*RenewResponse)(nil),   // 17: ringlimit.v1.RenewResponse
+	(*ReleaseRequest)(nil),  // 18: ringlimit.v1.ReleaseRequest
+	(*ReleaseResponse)(nil), // 19: ringlimit.v1.ReleaseResponse
+	(*ReportRequest)(nil),   // 20: ringlimit.v1.ReportRequest
+	(*ReportResponse)(nil),  // 21: ringlimit.v1.ReportResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
-	1,  // 1: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
-	2,  // 2: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
-	3,  // 3: ringlimit.v1.Check.request:type_name -> ringlimit.v1.PolicyRequest
-	4,  // 4: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
-	6,  // 5: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
-	4,  // 6: ringlimit.v1.ResetRequest.check:type_name -> ringlimit.v1.Check
-	11, // 7: ringlimit.v1.ResetResponse.layers:type_name -> ringlimit.v1.ResetLayer
-	5,  // 8: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	8,  // 9: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
-	10, // 10: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	7,  // 11: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 12: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
-	12, // 13: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	2,  // 1: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
+	3,  // 2: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
+	4,  // 3: ringlimit.v1.Check.request:type_name -> ringlimit.v1.PolicyRequest
+	5,  // 4: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
+	7,  // 5: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
+	5,  // 6: ringlimit.v1.ResetRequest.check:type_name -> ringlimit.v1.Check
+	12, // 7: ringlimit.v1.ResetResponse.layers:type_name -> ringlimit.v1.ResetLayer
+	5,  // 8: ringlimit.v1.AcquireRequest.check:type_name -> ringlimit.v1.Check
+	7,  // 9: ringlimit.v1.AcquireResponse.decision:type_name -> ringlimit.v1.Decision
+	1,  // 10: ringlimit.v1.ReleaseRequest.outcome:type_name -> ringlimit.v1.Outcome
+	5,  // 11: ringlimit.v1.ReportRequest.check:type_name -> ringlimit.v1.Check
+	1,  // 12: ringlimit.v1.ReportRequest.outcome:type_name -> ringlimit.v1.Outcome
+	6,  // 13: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	9,  // 14: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
+	11, // 15: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	14, // 16: ringlimit.v1.RateLimiter.Acquire:input_type -> ringlimit.v1.AcquireRequest
+	16, // 17: ringlimit.v1.RateLimiter.Renew:input_type -> ringlimit.v1.RenewRequest
+	18, // 18: ringlimit.v1.RateLimiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	20, // 19: ringlimit.v1.RateLimiter.Report:input_type -> ringlimit.v1.ReportRequest
+	8,  // 20: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	10, // 21: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
+	13, // 22: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	15, // 23: ringlimit.v1.RateLimiter.Acquire:output_type -> ringlimit.v1.AcquireResponse
+	17, // 24: ringlimit.v1.RateLimiter.Renew:output_type -> ringlimit.v1.RenewResponse
+	19, // 25: ringlimit.v1.RateLimiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	21, // 26: ringlimit.v1.RateLimiter.Report:output_type -> ringlimit.v1.ReportResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -1119,8 +1765,8 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   11,
+			NumEnums:      3,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

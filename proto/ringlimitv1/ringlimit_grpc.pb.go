@@ -22,9 +22,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RateLimiter_Check_FullMethodName  = "/ringlimit.v1.RateLimiter/Check"
-	RateLimiter_Settle_FullMethodName = "/ringlimit.v1.RateLimiter/Settle"
-	RateLimiter_Reset_FullMethodName  = "/ringlimit.v1.RateLimiter/Reset"
+	RateLimiter_Check_FullMethodName   = "/ringlimit.v1.RateLimiter/Check"
+	RateLimiter_Settle_FullMethodName  = "/ringlimit.v1.RateLimiter/Settle"
+	RateLimiter_Reset_FullMethodName   = "/ringlimit.v1.RateLimiter/Reset"
+	RateLimiter_Acquire_FullMethodName = "/ringlimit.v1.RateLimiter/Acquire"
+	RateLimiter_Renew_FullMethodName   = "/ringlimit.v1.RateLimiter/Renew"
+	RateLimiter_Release_FullMethodName = "/ringlimit.v1.RateLimiter/Release"
+	RateLimiter_Report_FullMethodName  = "/ringlimit.v1.RateLimiter/Report"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -51,6 +55,22 @@ type RateLimiterClient interface {
 	// one); UNAVAILABLE, with nothing reset, when the owner cannot be
 	// reached.
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
+	// Acquire takes one slot of a concurrency limit (algorithm CONCURRENCY)
+	// for ttl_ms: an admitted answer names the lease (Decision.lease), which
+	// Renew extends and Release gives back. A policy request spends its rate
+	// layers and acquires its concurrency layers. Repeating an acquire with
+	// the same request_id while its lease lives answers that lease again.
+	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
+	// Renew extends a lease by ttl_ms from now. NOT_FOUND (LEASE_NOT_FOUND)
+	// once it expired or was released.
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
+	// Release gives a lease's slot back, with the outcome and latency of the
+	// work it covered (an adaptive limit learns from them). Idempotent: a
+	// second release answers released false and changes nothing.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Report tells the owners of a policy request's adaptive layers the
+	// outcome and latency of one request.
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -91,6 +111,46 @@ func (c *rateLimiterClient) Reset(ctx context.Context, in *ResetRequest, opts ..
 	return out, nil
 }
 
+func (c *rateLimiterClient) Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Acquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimiterClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimiterClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimiterClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -115,6 +175,22 @@ type RateLimiterServer interface {
 	// one); UNAVAILABLE, with nothing reset, when the owner cannot be
 	// reached.
 	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
+	// Acquire takes one slot of a concurrency limit (algorithm CONCURRENCY)
+	// for ttl_ms: an admitted answer names the lease (Decision.lease), which
+	// Renew extends and Release gives back. A policy request spends its rate
+	// layers and acquires its concurrency layers. Repeating an acquire with
+	// the same request_id while its lease lives answers that lease again.
+	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
+	// Renew extends a lease by ttl_ms from now. NOT_FOUND (LEASE_NOT_FOUND)
+	// once it expired or was released.
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
+	// Release gives a lease's slot back, with the outcome and latency of the
+	// work it covered (an adaptive limit learns from them). Idempotent: a
+	// second release answers released false and changes nothing.
+	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Report tells the owners of a policy request's adaptive layers the
+	// outcome and latency of one request.
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -133,6 +209,18 @@ func (UnimplementedRateLimiterServer) Settle(context.Context, *SettleRequest) (*
 }
 func (UnimplementedRateLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedRateLimiterServer) Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Acquire not implemented")
+}
+func (UnimplementedRateLimiterServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
+}
+func (UnimplementedRateLimiterServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedRateLimiterServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -209,6 +297,78 @@ func _RateLimiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Acquire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Acquire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Acquire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Acquire(ctx, req.(*AcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimiter_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimiter_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimiter_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -227,6 +387,22 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _RateLimiter_Reset_Handler,
+		},
+		{
+			MethodName: "Acquire",
+			Handler:    _RateLimiter_Acquire_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _RateLimiter_Renew_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _RateLimiter_Release_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _RateLimiter_Report_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
