@@ -44,6 +44,16 @@
 // JSON line carries the op, and for these two the calls, calls/s and calls
 // per server CPU-second.
 //
+// --op acquire-release measures a concurrency limit: each operation is an
+// Acquire of an inline CONCURRENCY limit of --concurrency-limit (default
+// 64) on the key for --lease-ttl (default 30s), then, when granted, the
+// Release of its lease (outcome OK, the latency it covered). --proto grpc
+// sends them to the nodes in turn (the Go client has no acquire yet); with
+// --target redis://… the same pairs go to the usual Redis semaphore: one
+// Lua script (ZREMRANGEBYSCORE of the expired members, ZCARD, ZADD of a
+// random member when below the limit) and ZREM on release. Calls, calls/s
+// and the pairs' latencies are reported as for reserve-settle.
+//
 // The exit status is 1 when more than 1% of the requests in the window
 // failed, 2 on bad flags.
 package main
@@ -92,6 +102,10 @@ type config struct {
 	op          string // check, peek or reserve-settle (op.go)
 	reserveCost int64  // --op reserve-settle: the cost each reserve spends
 	reserveTTL  time.Duration
+	// --op acquire-release (op_acquire.go): the concurrency limit of every
+	// key and the lease TTL each acquire asks for.
+	concurrencyLimit int64
+	leaseTTL         time.Duration
 
 	// dev
 	targetHealth bool
@@ -127,9 +141,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.rlsDomain, "rls-domain", "bench", "--proto rls: the domain of every request")
 	fs.StringVar(&c.rlsKey, "rls-key", "user_id", "--proto rls: the key of the one descriptor entry; its value is the workload's key")
 	fs.StringVar(&c.op, "op", opCheck, "what each request does (--proto grpc, client and http): check, peek (the same checks with peek: nothing spent) "+
-		"or reserve-settle (a reserve of --reserve-cost, then a settle of its reservation at a random true cost from 0 to --reserve-cost: one operation is the pair)")
+		"reserve-settle (a reserve of --reserve-cost, then a settle of its reservation at a random true cost from 0 to --reserve-cost: one operation is the pair) "+
+		"or acquire-release (--proto grpc or --target redis://…: an acquire of a --concurrency-limit slot, then the release of its lease: one operation is the pair)")
 	fs.Int64Var(&c.reserveCost, "reserve-cost", 10, "--op reserve-settle: the cost each reserve spends (at most the burst)")
 	fs.DurationVar(&c.reserveTTL, "reserve-ttl", 0, "--op reserve-settle: how long a reservation can be settled (0: the cluster's default; else 1s to 24h)")
+	c.acquireFlags(fs)
 	fs.IntVar(&c.concurrency, "concurrency", 64, "goroutines, each making one request at a time")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window, discarded from every figure")

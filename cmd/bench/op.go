@@ -43,9 +43,11 @@ func (c *config) validateOp() error {
 	switch c.op {
 	case opCheck:
 		return nil
+	case opAcquireRelease:
+		return c.validateAcquire()
 	case opPeek, opReserveSettle:
 	default:
-		return fmt.Errorf("--op: check, peek or reserve-settle, got %q", c.op)
+		return fmt.Errorf("--op: check, peek, reserve-settle or acquire-release, got %q", c.op)
 	}
 	switch {
 	case c.targetHealth || c.redis != "":

@@ -29,8 +29,12 @@ type result struct {
 	RejectMode  bool    `json:"reject_mode"`
 	WarmupS     float64 `json:"warmup_s"`
 	WindowS     float64 `json:"window_s"`
-	// Op is what each request did (--op): check, peek or reserve-settle.
-	Op string `json:"op"`
+	// Op is what each request did (--op): check, peek, reserve-settle or
+	// acquire-release. With acquire-release the algorithm is
+	// "concurrency", limit the leases in flight allowed per key, per_ms and
+	// burst 0, and lease_ttl_ms the TTL each acquire asked for.
+	Op         string `json:"op"`
+	LeaseTTLMs int64  `json:"lease_ttl_ms,omitempty"`
 
 	Requests  int64   `json:"requests"`
 	Checks    int64   `json:"checks"`
@@ -44,11 +48,13 @@ type result struct {
 
 	ChecksPerS   float64 `json:"checks_per_s"`
 	RequestsPerS float64 `json:"requests_per_s"`
-	// Calls the limiter answered in the window, --op peek and reserve-settle
-	// only (for a check they are its checks): a peek's calls are its peeks;
-	// a reserve-settle's are its reserves (checks) and settles, two per
-	// operation (one when the reserve was refused), while requests counts
-	// the operations (the pairs) and the latencies are the pairs'.
+	// Calls the limiter answered in the window, --op peek, reserve-settle
+	// and acquire-release only (for a check they are its checks): a peek's
+	// calls are its peeks; a reserve-settle's are its reserves (checks) and
+	// settles, an acquire-release's its acquires (checks) and releases, two
+	// per operation (one when the reserve or acquire was refused), while
+	// requests counts the operations (the pairs) and the latencies are the
+	// pairs'.
 	Calls        int64    `json:"calls,omitempty"`
 	CallsPerS    float64  `json:"calls_per_s,omitempty"`
 	CallsPerCPUS *float64 `json:"calls_per_cpu_s,omitempty"` // calls per server CPU-second
@@ -119,7 +125,9 @@ func (r *result) writeSummary(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "%s: %s, %d goroutines, batch %d, %s, %gs measured after %gs warm-up (cores %d, load %s)\n",
 		name, r.Target, r.Concurrency, r.Batch, what, r.WindowS, r.WarmupS, r.Cores, r.LoadAvg)
-	if r.Proto != "grpc-health" {
+	if r.Op == opAcquireRelease {
+		fmt.Fprintf(&b, "  limit        concurrency %d in flight per key, lease ttl %dms\n", r.Limit, r.LeaseTTLMs)
+	} else if r.Proto != "grpc-health" {
 		fmt.Fprintf(&b, "  limit        %s %d per %dms burst %d%s\n", r.Algorithm, r.Limit, r.PerMs, r.Burst,
 			map[bool]string{true: " (reject mode)", false: ""}[r.RejectMode])
 	}
@@ -129,6 +137,9 @@ func (r *result) writeSummary(w io.Writer) error {
 		fmt.Fprintf(&b, "  op           peek: every check a peek (nothing spent), %s calls/s\n", commas(int64(r.CallsPerS+0.5)))
 	case opReserveSettle:
 		fmt.Fprintf(&b, "  op           reserve-settle: %s pairs/s (the requests: latencies are per pair), %s calls/s (reserves and settles)\n",
+			commas(int64(r.RequestsPerS+0.5)), commas(int64(r.CallsPerS+0.5)))
+	case opAcquireRelease:
+		fmt.Fprintf(&b, "  op           acquire-release: %s pairs/s (the requests: latencies are per pair), %s calls/s (acquires and releases)\n",
 			commas(int64(r.RequestsPerS+0.5)), commas(int64(r.CallsPerS+0.5)))
 	}
 	fmt.Fprintf(&b, "  latency      mean %.3f ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f ms\n",

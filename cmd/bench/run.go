@@ -35,12 +35,18 @@ func run(ctx context.Context, cfg config) (*result, error) {
 			return nil, fmt.Errorf("--metrics-urls: %w", err)
 		}
 	}
-	tgt, err := newTarget(&cfg)
+	var tgt target
+	var pairs multiCallTarget // --op reserve-settle, acquire-release: each request is a pair of calls
+	if cfg.op == opAcquireRelease {
+		pairs, err = newPairTarget(&cfg)
+		tgt = pairs
+	} else {
+		tgt, err = newTarget(&cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer tgt.Close()
-	var pairs multiCallTarget // --op reserve-settle: each request is a reserve and its settle
 	if cfg.op == opReserveSettle {
 		var ok bool
 		if pairs, ok = tgt.(multiCallTarget); !ok {
@@ -62,6 +68,9 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	}
 	if cfg.redis != "" {
 		res.Proto = "redis"
+	}
+	if cfg.op == opAcquireRelease {
+		acquireFigures(res, &cfg)
 	}
 	if kind == distZipf {
 		res.ZipfS = cfg.zipfS
@@ -231,7 +240,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 }
 
 // loop makes requests until ctx ends or end passes; with pairs set (--op
-// reserve-settle) each request is pairs.CheckCalls, else tgt.Check (one
+// reserve-settle, acquire-release) each request is pairs.CheckCalls, else tgt.Check (one
 // call per check).
 func (w *workerStats) loop(ctx context.Context, tgt target, pairs multiCallTarget, picker *keyPicker, keys []string, batch int,
 	timeout time.Duration, measureStart, end time.Time) {
@@ -246,7 +255,7 @@ func (w *workerStats) loop(ctx context.Context, tgt target, pairs multiCallTarge
 		if pairs != nil {
 			// A pair begun is finished, within its timeout: a reserve cut
 			// by the end of the run would hold its spend on the cluster
-			// until its TTL, unsettled.
+			// until its TTL, unsettled, and an acquire its slot.
 			parent = context.WithoutCancel(ctx)
 		}
 		rctx, cancel := context.WithTimeout(parent, timeout)
