@@ -69,8 +69,8 @@
 # the pairs/s and CPU microseconds per pair.
 #
 # The gateway workloads, measured in the same run (BENCH_WORKLOADS picks
-# among core, rls, http and authz, comma-separated; default all four; core
-# is every workload above):
+# among core, rls, http, authz and acquire, comma-separated; default all
+# five; core is every workload above; acquire is below):
 #   rls    Envoy's rate limit service, RateLimitService/ShouldRateLimit on
 #          each node's --grpc port (bench --proto rls: domain bench, one
 #          descriptor {user_id: <key>}, 10,000 keys uniform, 64 callers,
@@ -116,6 +116,34 @@
 # figures and ratio_checks (target: at least 0.85); each with the ratios
 # round by round, the targets and whether the medians meet them (reported,
 # never enforced).
+#
+# The in-flight workload, acquire (in the default set; run in each round
+# after the core ones): a concurrency limit against the usual Redis
+# semaphore, A B A B as the core pairs are (ringlimit first in odd rounds):
+#   ringlimit-acquire  bench --proto grpc --op acquire-release on the current
+#          build's nodes (the base build does not run it: an older node may
+#          not know Acquire; --proto grpc because the Go client has no
+#          acquire yet): each operation an Acquire of an inline CONCURRENCY
+#          limit of 64 (--concurrency-limit 64, --lease-ttl 30s) on one of
+#          10,000 keys drawn uniformly, then, once granted, the Release of its
+#          lease (outcome OK, its latency), each call to the next node in
+#          turn; 64 callers.
+#   redis-semaphore    bench --target redis://<the script's redis> --op
+#          acquire-release with the same flags and callers: an acquire is one
+#          Lua script (EVALSHA: ZREMRANGEBYSCORE key -inf now-ttl, ZCARD key,
+#          and ZADD key now <random member> when below the limit), a release
+#          ZREM key member; go-redis, a pool of 64 connections.
+# The limit equals the callers (64), so no acquire can be refused on either
+# side: every operation is a granted acquire and its release, the full work
+# (a refused acquire would be one call, and cheaper). Before the rounds a
+# probe asks the nodes for an acquire and a release; a node that does not
+# serve them stops the script there (leave acquire out of BENCH_WORKLOADS to
+# run the others). Its line, acquire, gives the medians of pairs/s
+# (ringlimit_pairs_per_s, redis_pairs_per_s; a pair is one operation),
+# calls/s and p99 (a pair's) of both, ratio_pairs (ringlimit/Redis) and
+# ratio_p99 with their values round by round, the refused shares and
+# errors, and the targets: ratio_pairs at least 2, ratio_p99 at most 0.5
+# (reported, never enforced).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -131,10 +159,10 @@ envoy_http=${BENCH_ENVOY_RATELIMIT_HTTP_BASE:-25080}
 envoy_debug=${BENCH_ENVOY_RATELIMIT_DEBUG_BASE:-25070}
 bare_base=${BENCH_BARE_HTTP_BASE:-24080}
 rls_yaml=$(pwd)/scripts/bench-rls.yaml
-workloads=${BENCH_WORKLOADS:-core,rls,http,authz}
+workloads=${BENCH_WORKLOADS:-core,rls,http,authz,acquire}
 for w in ${workloads//,/ }; do
-	case "$w" in core | rls | http | authz) ;; *)
-		echo "BENCH_WORKLOADS: core, rls, http or authz, comma-separated; got $w" >&2
+	case "$w" in core | rls | http | authz | acquire) ;; *)
+		echo "BENCH_WORKLOADS: core, rls, http, authz or acquire, comma-separated; got $w" >&2
 		exit 2
 		;;
 	esac
@@ -461,6 +489,12 @@ if has authz; then
 		"$(leave_out authz); the nodes' logs are in $RINGLIMIT_CLUSTER_DIR" \
 		--proto authz --http-targets "$http_targets"
 fi
+if has acquire; then
+	probe "ringlimit's RateLimiter/Acquire and Release" \
+		"$(leave_out acquire); the nodes' logs are in $RINGLIMIT_CLUSTER_DIR" \
+		--proto grpc --op acquire-release --targets "$targets"
+	probe "the Redis semaphore" "its log: $out/redis.log" --target "redis://127.0.0.1:$redis_port" --op acquire-release
+fi
 
 # ab A B runs the commands A and B (each a function), A first in odd
 # rounds and B first in even ones.
@@ -480,13 +514,21 @@ http_ringlimit() { ringlimit http --proto http "${uniform[@]}"; }
 http_bare() { run nethttp-check --proto http --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
 authz_ringlimit() { ringlimit authz --proto authz "${uniform[@]}"; }
 authz_bare() { run nethttp-authz --proto authz --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
+# The acquire pair: 64 callers, a limit of 64 (nothing refused), uniform keys.
+acquire=(--op acquire-release --concurrency-limit 64 --lease-ttl 30s "${uniform[@]}")
+acquire_ringlimit() { current acquire --proto grpc "${acquire[@]}"; }
+acquire_redis() { run redis-semaphore --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${acquire[@]}"; }
+acquire_round() { if has acquire; then ab acquire_ringlimit acquire_redis; fi; }
 
 for round in $(seq 1 "$rounds"); do
 	echo "round $round of $rounds" >&2
 	if has rls; then ab rls_ringlimit rls_envoy; fi
 	if has http; then ab http_ringlimit http_bare; fi
 	if has authz; then ab authz_ringlimit authz_bare; fi
-	has core || continue
+	if ! has core; then
+		acquire_round
+		continue
+	fi
 	for w in uniform hot; do
 		dist=(--dist uniform --keys 10000)
 		lease=()
@@ -512,6 +554,7 @@ for round in $(seq 1 "$rounds"); do
 	ringlimit unary-uniform --proto grpc --dist uniform --keys 10000
 	run "grpc-floor" --target-health --targets "$health_addr" --pids "$health_pid"
 	ringlimit unary-routed --proto client --unbatched --dist uniform --keys 10000
+	acquire_round
 done
 
 "$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
@@ -619,6 +662,26 @@ rows += [op_row(w, a, op) for w, a, op in [
              ("peek-vs-check", "ringlimit-peek", "peek"),
              ("settle-vs-check", "ringlimit-settle", "settle")]
          if measured(a, "ringlimit-uniform")]
+def acquire_row(a="ringlimit-acquire", b="redis-semaphore"):
+    # Acquire+release pairs (a run's requests) through ringlimit against the
+    # Redis semaphore, the two runs of a round back to back.
+    r = {"workload": "acquire",
+         "ringlimit_pairs_per_s": med(a, "requests_per_s"), "redis_pairs_per_s": med(b, "requests_per_s"),
+         "ratio_pairs": ratio(med(a, "requests_per_s"), med(b, "requests_per_s")),
+         "ratio_pairs_by_round": [ratio(x, y) for x, y in zip(vals(a, "requests_per_s"), vals(b, "requests_per_s"))],
+         "ringlimit_calls_per_s": med(a, "calls_per_s"), "redis_calls_per_s": med(b, "calls_per_s"),
+         "ringlimit_p99_ms": med(a, "p99_ms"), "redis_p99_ms": med(b, "p99_ms"),
+         "ratio_p99": ratio(med(a, "p99_ms"), med(b, "p99_ms")),
+         "ratio_p99_by_round": [ratio(x, y) for x, y in zip(vals(a, "p99_ms"), vals(b, "p99_ms"))],
+         "ringlimit_rejected_share": ratio(sum(vals(a, "rejected")), sum(vals(a, "checks"))),
+         "redis_rejected_share": ratio(sum(vals(b, "rejected")), sum(vals(b, "checks"))),
+         "ringlimit_errors": sum(vals(a, "errors")), "redis_errors": sum(vals(b, "errors")),
+         "target_ratio_pairs_min": 2, "target_ratio_p99_max": 0.5}
+    r["meets_targets"] = (r["ratio_pairs"] is not None and r["ratio_pairs"] >= 2 and
+                          r["ratio_p99"] is not None and r["ratio_p99"] <= 0.5)
+    return r
+if measured("ringlimit-acquire") or measured("redis-semaphore"):
+    rows.append(acquire_row())
 for r in rows:
     print(json.dumps(r))
 PY
