@@ -1,0 +1,68 @@
+// Package adaptive moves a limit from what its callers report: the
+// outcomes and latencies of the requests it let through. A key's owner
+// runs one Controller per adaptive key, feeds it every release and report
+// (Observe), ticks it (Tick), and applies Limit to the key's concurrency or
+// rate limit. The package is pure: no clock, goroutine, log or network;
+// time is passed in as a clock.Instant.
+//
+// # Windows
+//
+// Samples are judged a window at a time (Spec.Window, default 1s). When
+// Tick finds the open window due it closes it, and the limit moves at most
+// once. A window with no samples, or fewer than Spec.MinSamples, holds:
+// silence is not evidence, so it neither raises nor lowers the limit and
+// teaches the controller nothing. Dropped outcomes (refused or cancelled
+// requests) are ignored. A window is app-limited when its largest
+// in-flight count, doubled, is below the limit (traffic never came near
+// the limit); an app-limited window never raises the limit, so a quiet
+// night does not leave a limit of Max waiting for the morning's surge.
+//
+// # AIMD
+//
+// As Netflix concurrency-limits' AIMDLimit, judged per window: a window
+// whose error fraction is above Spec.ErrorThreshold, or whose average
+// latency is above Spec.LatencyThreshold, multiplies the limit by
+// Spec.Backoff (rounded down); a healthy window that was not app-limited
+// adds one. It is simple and predictable, needs a threshold that says
+// what "slow" is, and moves by at most one per window on the way up.
+//
+// # Gradient2
+//
+// As Gradient2Limit, once per window: the short RTT is the window's
+// average latency, the long RTT an exponential average of short RTTs over
+// Spec.LongWindow windows (a plain mean of the first ten). The gradient
+// max(0.5, min(1, Tolerance × long / short)) scales the limit, a queue
+// allowance max(4, ⌊√limit⌋) is added, and the result is blended in with
+// Spec.Smoothing. It needs no latency threshold: it learns the backend's
+// own latency. Two guards come from its known failures. The long RTT only
+// learns from windows that met MinSamples, so a quiet spell can neither
+// drag it to nothing nor make an empty window's RTT look huge (the
+// "empty histogram gives a huge minRTT" outage of Envoy's adaptive
+// concurrency); and when it is over twice the short RTT it is pulled down
+// by 5% a window, so a baseline poisoned by a long overload recovers. The
+// queue allowance is added only while the gradient is 1: added under
+// queueing it makes the limit creep up without end under a modest,
+// steady overload (concurrency-limits #134). Under a steady overload the
+// long RTT still follows the short one, slowly (a 600-window average), so
+// over many minutes the limit drifts up by the same slow factor.
+//
+// # Failure semantics
+//
+// Limit is always within [Spec.Min, Spec.Max]. If no sample arrives for
+// Spec.FallbackAfter (default ten windows) and Spec.Fallback is set, the
+// limit becomes the Fallback until samples come back, and moves from
+// there; with no Fallback it holds. A successor continues an owner's
+// controller from its State (Resume): the same limit and, fed the same
+// samples, the same decisions. What the owner observed after the State
+// it last replicated is lost with it, and costs at most that window.
+// A State from a peer is clamped into range, never trusted.
+//
+// # Usage
+//
+//	c := adaptive.New(spec, now)
+//	c.Observe(adaptive.Sample{Outcome: adaptive.OK, Latency: 40 * time.Millisecond, InFlight: 12}, now)
+//	if changed, dir := c.Tick(now); changed {
+//		metrics.Changes(dir) // the limit moved up (+1) or down (-1)
+//	}
+//	limit := c.Limit()
+package adaptive
