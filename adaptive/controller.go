@@ -206,19 +206,20 @@ func (c *Controller) aimd(w window) {
 
 // gradient2 is Netflix's Gradient2Limit, once per window: the short RTT
 // is the window's average latency, the long RTT an exponential average of
-// short RTTs over LongWindow windows (pulled down by 5% whenever it is
-// over twice the short one, their fix for drift). An app-limited window
-// leaves the limit alone. Otherwise
+// short RTTs over LongWindow windows (a plain mean of the first ten),
+// pulled down by 5% whenever it is over twice the short one (their fix
+// for drift). An app-limited window leaves the limit alone. Otherwise
 //
 //	gradient = max(0.5, min(1, Tolerance × long / short))
 //	new      = limit × gradient + queue
 //	limit    = limit × (1 − Smoothing) + new × Smoothing
 //
-// with queue = max(4, ⌊√⌊limit⌋⌋) (their square-root queue function) when
-// gradient is 1, and 0 when it is below: the queue allowance is headroom
-// to probe with while latency is healthy, and adding it while latency says
-// queueing is what makes the published limit creep up under a modest,
-// steady overload (concurrency-limits #134).
+// with queue = max(4, ⌊√⌊limit⌋⌋) (their square-root queue function).
+// Two changes from the published form, both against the creep under a
+// modest steady overload (concurrency-limits #134): past its warm-up the
+// long RTT learns only from a window that is not queueing (short ≤
+// Tolerance × long) or that finds the limit at Min, so it does not follow
+// the queued RTT up; and queue is added only while gradient is 1.
 func (c *Controller) gradient2(w window) {
 	short := w.latencySum / float64(w.n)
 	long := c.long.value

@@ -34,17 +34,21 @@
 // max(0.5, min(1, Tolerance × long / short)) scales the limit, a queue
 // allowance max(4, ⌊√limit⌋) is added, and the result is blended in with
 // Spec.Smoothing. It needs no latency threshold: it learns the backend's
-// own latency. Two guards come from its known failures. The long RTT only
-// learns from windows that met MinSamples, so a quiet spell can neither
-// drag it to nothing nor make an empty window's RTT look huge (the
-// "empty histogram gives a huge minRTT" outage of Envoy's adaptive
-// concurrency); and when it is over twice the short RTT it is pulled down
-// by 5% a window, so a baseline poisoned by a long overload recovers. The
-// queue allowance is added only while the gradient is 1: added under
-// queueing it makes the limit creep up without end under a modest,
-// steady overload (concurrency-limits #134). Under a steady overload the
-// long RTT still follows the short one, slowly (a 600-window average), so
-// over many minutes the limit drifts up by the same slow factor.
+// own latency. Three guards come from its known failures. The long RTT
+// only learns from windows that met MinSamples, so a quiet spell can
+// neither drag it to nothing nor make an empty window's RTT look huge
+// (the "empty histogram gives a huge minRTT" outage of Envoy's adaptive
+// concurrency); when it is over twice the short RTT it is pulled down by
+// 5% a window, so a baseline poisoned by a long overload recovers. Past
+// its first ten windows the long RTT learns only from windows that are
+// not queueing (short ≤ Tolerance × long) or that find the limit at Min:
+// otherwise, under a steady modest overload, it follows the queued RTT up
+// and the limit creeps up with it without end (concurrency-limits #134).
+// A backend that becomes slower for good still teaches it its new
+// latency, from Min, at the pace of the long window. And the queue
+// allowance is added only while the gradient is 1: it is headroom to
+// probe with while latency is healthy, and added under queueing it holds
+// the limit above where the gradient would bring it and blunts a cut.
 //
 // # Failure semantics
 //
