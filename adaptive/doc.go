@@ -34,7 +34,7 @@
 // max(0.5, min(1, Tolerance × long / short)) scales the limit, a queue
 // allowance max(4, ⌊√limit⌋) is added, and the result is blended in with
 // Spec.Smoothing. It needs no latency threshold: it learns the backend's
-// own latency. Three guards come from its known failures. The long RTT
+// own latency. Its guards come from its known failures. The long RTT
 // only learns from windows that met MinSamples, so a quiet spell can
 // neither drag it to nothing nor make an empty window's RTT look huge
 // (the "empty histogram gives a huge minRTT" outage of Envoy's adaptive
@@ -49,6 +49,12 @@
 // allowance is added only while the gradient is 1: it is headroom to
 // probe with while latency is healthy, and added under queueing it holds
 // the limit above where the gradient would bring it and blunts a cut.
+//
+// How fast each falls: a window cuts AIMD's limit by 1 − Backoff (10% by
+// default) and Gradient2's by at most Smoothing/2 (10% by default, the
+// gradient's floor of 0.5 blended in), so three windows cut at most 27%.
+// A backend that needs a deeper cut sooner wants a smaller Backoff or a
+// larger Smoothing (the package's simulated backend uses 0.8 and 0.4).
 //
 // # Failure semantics
 //

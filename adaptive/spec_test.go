@@ -55,8 +55,8 @@ func TestParseSpecErrors(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
 		{"algorithm: vegas\nmin: 1\nmax: 2", `adaptive.algorithm: want aimd or gradient2, got "vegas"`},
 		{"algorithm: aimd\nmin: 0\nmax: 2", "adaptive.min: must be at least 1, got 0"},
-		{"algorithm: aimd\nmin: 2.5\nmax: 2", "want a whole number, got 2.5"},
-		{"algorithm: aimd\nmin: \"3\"\nmax: 2", "want a whole number, got 3"},
+		{"algorithm: aimd\nmin: 2.5\nmax: 2", "adaptive: min, max, initial, min_samples, long_window and fallback are whole numbers, got 2.5"},
+		{"algorithm: aimd\nmin: \"3\"\nmax: 2", "are whole numbers, got 3"},
 		{"algorithm: aimd\nmin: 3\nmax: 2", "adaptive.max: must be from min (3) to 1000000000, got 2"},
 		{"algorithm: aimd\nmin: 1\nmax: 2000000000", "adaptive.max: must be from min (1) to 1000000000, got 2000000000"},
 		{"algorithm: aimd\nmin: 2\nmax: 5\ninitial: 6", "adaptive.initial: must be from min (2) to max (5), got 6"},

@@ -39,6 +39,10 @@ type YAML struct {
 // yaml.v3 still honours, so that this package needs no YAML import.
 type Whole int64
 
+// wholeFields says which fields a Whole error is about: yaml.v3 gives an
+// unmarshaler neither the field's name nor its line.
+const wholeFields = "min, max, initial, min_samples, long_window and fallback are whole numbers"
+
 // UnmarshalYAML accepts a YAML integer only.
 func (w *Whole) UnmarshalYAML(unmarshal func(any) error) error {
 	var v any
@@ -52,11 +56,11 @@ func (w *Whole) UnmarshalYAML(unmarshal func(any) error) error {
 		*w = Whole(n)
 	case uint64:
 		if n > math.MaxInt64 {
-			return fmt.Errorf("want a whole number up to %d, got %d", int64(math.MaxInt64), n)
+			return fmt.Errorf("adaptive: %s up to %d, got %d", wholeFields, int64(math.MaxInt64), n)
 		}
 		*w = Whole(n)
 	default:
-		return fmt.Errorf("want a whole number, got %v", v)
+		return fmt.Errorf("adaptive: %s, got %v", wholeFields, v)
 	}
 	return nil
 }
