@@ -15,10 +15,11 @@ const module = "github.com/ringlimit/ringlimit/"
 // allowed lists, for each package (by its top-level directory, or its
 // first two for internal/...), the project packages its non-test code may
 // import. Imports go one way: the leaves (clock, ring, proto, the internal
-// helpers) import no project package; bucket only the clock.
+// helpers) import no project package; bucket and adaptive only the clock.
 var allowed = map[string][]string{
 	"clock":                {},
 	"bucket":               {"clock"},
+	"adaptive":             {"clock"},
 	"ring":                 {},
 	"status":               {},
 	"cluster":              {"clock", "internal/discard"},
@@ -62,7 +63,7 @@ var allowed = map[string][]string{
 
 // nodeImports are what the node as a library may import: every library
 // package. Only cmd (and tests) import node.
-var nodeImports = []string{"clock", "bucket", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
+var nodeImports = []string{"clock", "bucket", "adaptive", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
 
 // testOnlyDir holds the test infrastructure: no non-test file outside it
 // may import a package under it.
