@@ -102,6 +102,13 @@ type CheckResponse struct {
 	PolicyVersion string `json:"policy_version,omitempty"`
 	// Reservation is the id of an admitted check with reserve.
 	Reservation string `json:"reservation,omitempty"`
+	// Lease is the lease an admitted acquire (or a check through a policy
+	// with a concurrency layer) holds; several layers' ids are joined by
+	// commas. InFlight and ExpiresInMs are the concurrency layer's leases
+	// in flight after the answer and the lease's time to live.
+	Lease       string `json:"lease,omitempty"`
+	InFlight    int64  `json:"in_flight,omitempty"`
+	ExpiresInMs int64  `json:"expires_in_ms,omitempty"`
 }
 
 // OwnerResponse is the body of GET /v1/owner?key=K.
