@@ -21,8 +21,8 @@ const (
 // (an inline key with a limit {"algorithm": "concurrency", "limit": N}, or
 // a policy request), the lease's TTL and an idempotency id.
 type AcquireRequest struct {
-	Key   string     `json:"key,omitempty"`
-	Limit *LimitJSON `json:"limit,omitempty"`
+	Key   string                `json:"key,omitempty"`
+	Limit *ConcurrencyLimitJSON `json:"limit,omitempty"`
 
 	Policy string `json:"policy,omitempty"`
 	APIKey string `json:"api_key,omitempty"`
@@ -39,6 +39,18 @@ type AcquireRequest struct {
 	// lives, it answers that lease and takes no second slot. At most 128
 	// bytes.
 	RequestID string `json:"request_id,omitempty"`
+}
+
+// ConcurrencyLimitJSON is an inline in-flight limit: at most Limit leases
+// of the key at once.
+type ConcurrencyLimitJSON struct {
+	// Algorithm must be "concurrency".
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	// FailureMode is what to answer while the key's owner cannot be
+	// reached: "fail_closed" (default for concurrency), "fail_open" or
+	// "local".
+	FailureMode string `json:"failure_mode,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/renew.
@@ -76,12 +88,10 @@ type ReleaseResponse struct {
 	Owner    string `json:"owner"`
 }
 
-// ReportRequest is the body of POST /v1/report: a policy request's key
-// fields, the request's outcome and its latency.
+// ReportRequest is the body of POST /v1/report: a policy request's
+// fields (adaptive limits live in policy), the request's outcome and its
+// latency.
 type ReportRequest struct {
-	Key   string     `json:"key,omitempty"`
-	Limit *LimitJSON `json:"limit,omitempty"`
-
 	Policy string `json:"policy,omitempty"`
 	APIKey string `json:"api_key,omitempty"`
 	User   string `json:"user,omitempty"`

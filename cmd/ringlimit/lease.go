@@ -83,7 +83,7 @@ func (e *env) acquire(args []string) error {
 	case !pf.given() && !flagSet(fs, "limit"):
 		return usagef("acquire %s: an inline acquire needs --limit", pos[0])
 	case !pf.given():
-		req.Key, req.Limit = pos[0], &api.LimitJSON{Algorithm: "concurrency", Limit: limit}
+		req.Key, req.Limit = pos[0], &api.ConcurrencyLimitJSON{Algorithm: "concurrency", Limit: limit}
 	}
 	req.Policy, req.APIKey, req.User, req.IP, req.Route, req.Tier = pf.policy, pf.apiKey, pf.user, pf.ip, pf.route, pf.tier
 	c, err := e.newClient()

@@ -61,7 +61,7 @@ func TestLeaseCommands(t *testing.T) {
 
 	cli(t, env, "acquire", "jobs", "--limit", "5", "--ttl", "10s", "--request-id", "job-7").want(t, 0,
 		"allowed     true\nlease       c1.abc\nin flight   3\nlimit       5\nexpires in  30s\nscope       inline\nowner       node-2\n", "")
-	if got, want := f.body("/v1/acquire"), `{"key":"jobs","limit":{"algorithm":"concurrency","limit":5,"per":""},"ttl":"10s","request_id":"job-7"}`; got != want {
+	if got, want := f.body("/v1/acquire"), `{"key":"jobs","limit":{"algorithm":"concurrency","limit":5},"ttl":"10s","request_id":"job-7"}`; got != want {
 		t.Errorf("acquire sent %s, want %s", got, want)
 	}
 	cli(t, env, "acquire", "--policy", "api", "--user", "u1", "--route", "/export").want(t, 0,
