@@ -145,6 +145,10 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /v1/settle", a.handleSettle)
+	mux.HandleFunc("POST /v1/acquire", a.handleAcquire) // in-flight limits: lease_http.go
+	mux.HandleFunc("POST /v1/renew", a.handleRenew)
+	mux.HandleFunc("POST /v1/release", a.handleRelease)
+	mux.HandleFunc("POST /v1/report", a.handleReport)
 	mux.HandleFunc("/v1/authz", a.handleAuthz) // any method: gateways send their client's
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -241,6 +245,9 @@ func writeAnswer(w http.ResponseWriter, ans *decide.Answer, deny int, priv bool)
 		WouldReject:   ans.WouldReject,
 		PolicyVersion: ans.Version,
 		Reservation:   ans.Reservation,
+		Lease:         ans.Lease,
+		InFlight:      ans.InFlight,
+		ExpiresInMs:   clock.Millis(ans.ExpiresIn),
 	}
 	writeHeaders(w.Header(), ans, priv)
 	status := http.StatusOK
@@ -350,6 +357,9 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 		FailureMode: req.Limit.FailureMode.String(), Lease: req.Limit.Lease, Replication: req.Limit.Replication}
 	set, err := spec.Parse("limit")
 	if err != nil {
+		return forward.Check{}, err
+	}
+	if err := notConcurrency("limit.algorithm", &set.Limit, "POST /v1/acquire"); err != nil {
 		return forward.Check{}, err
 	}
 	cost := int64(1)
