@@ -29,12 +29,12 @@ import (
 // LeaseSender sends concurrency operations to a key's owner (peer.Pool).
 type LeaseSender interface {
 	// Acquire asks name for a lease; with q.Final, whatever its ring says.
-	Acquire(ctx context.Context, name string, q peermsg.AcquireRequest) (peermsg.LeaseAnswer, error)
+	AcquireLease(ctx context.Context, name string, q peermsg.AcquireRequest) (peermsg.LeaseAnswer, error)
 	// Renew asks name to renew the lease id for ttl.
-	Renew(ctx context.Context, name, id string, ttl time.Duration, final bool) (peermsg.LeaseAnswer, error)
+	RenewLease(ctx context.Context, name, id string, ttl time.Duration, final bool) (peermsg.LeaseAnswer, error)
 	// Release asks name to release the lease id, with its holder's
 	// outcome and latency.
-	Release(ctx context.Context, name, id string, outcome uint8, latency time.Duration, final bool) (peermsg.LeaseAnswer, error)
+	ReleaseLease(ctx context.Context, name, id string, outcome uint8, latency time.Duration, final bool) (peermsg.LeaseAnswer, error)
 }
 
 // Outcome is how the work a lease covered ended, as its holder reports it.
@@ -118,7 +118,7 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (LeaseResult, error) {
 			return r.acquireLocal(ctx, v, &q), nil
 		}
 		q.Final = final
-		return r.cfg.Leaser.Acquire(ctx, owner, q)
+		return r.cfg.Leaser.AcquireLease(ctx, owner, q)
 	})
 	if err != nil || ans.Status == peermsg.LeaseUnavailable {
 		if ctx.Err() != nil {
@@ -156,7 +156,7 @@ func (r *Router) Renew(ctx context.Context, id string, ttl time.Duration) (Lease
 		if owner == r.cfg.Self {
 			return r.renewLocal(ctx, v, id, ttl), nil
 		}
-		return r.cfg.Leaser.Renew(ctx, owner, id, ttl, final)
+		return r.cfg.Leaser.RenewLease(ctx, owner, id, ttl, final)
 	})
 	switch {
 	case err != nil:
@@ -192,7 +192,7 @@ func (r *Router) Release(ctx context.Context, id string, o Outcome, latency time
 		if owner == r.cfg.Self {
 			return r.releaseLocal(ctx, v, key, id, o, latency), nil
 		}
-		return r.cfg.Leaser.Release(ctx, owner, id, uint8(o), latency, final)
+		return r.cfg.Leaser.ReleaseLease(ctx, owner, id, uint8(o), latency, final)
 	})
 	if err != nil || ans.Status == peermsg.LeaseUnavailable {
 		r.m.leaseOp("release", "unavailable")
