@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeNode answers the lease routes with canned bodies and records the
@@ -101,5 +104,31 @@ func TestLeaseCommands(t *testing.T) {
 		if r := cli(t, env, args...); r.code != 2 {
 			t.Errorf("%q: exit %d, want 2; stderr %q", args, r.code, r.stderr)
 		}
+	}
+}
+
+// TestLeaseCluster: acquire KEY --limit 1 through node 1 prints a lease
+// (exit 0); a second acquire through node 2 exits 1; release of the lease
+// through node 3 prints released true, and again false; renew of it then
+// exits 4 with LEASE_NOT_FOUND.
+func TestLeaseCluster(t *testing.T) {
+	needCluster(t)
+	key := fmt.Sprintf("cli:lease:%d", time.Now().UnixNano())
+	r := at(t, 0, "acquire", key, "--limit", "1", "--ttl", "1m")
+	m := regexp.MustCompile(`(?m)^lease\s+(l1\.\S+)$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil || !regexp.MustCompile(`(?m)^in flight\s+1$`).MatchString(r.stdout) {
+		t.Fatalf("acquire: exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if r = at(t, 1, "acquire", key, "--limit", "1"); r.code != 1 || !regexp.MustCompile(`(?m)^allowed\s+false$`).MatchString(r.stdout) {
+		t.Fatalf("second acquire: exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"true", "false"} {
+		r = at(t, 2, "release", m[1], "--outcome", "ok", "--latency", "20ms")
+		if r.code != 0 || !regexp.MustCompile(`(?m)^released\s+`+want+`$`).MatchString(r.stdout) {
+			t.Fatalf("release (want %s): exit %d, stdout:\n%s\nstderr: %s", want, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r = at(t, 0, "renew", m[1]); r.code != 4 || !strings.Contains(r.stderr, "LEASE_NOT_FOUND") {
+		t.Fatalf("renew of a released lease: exit %d, stderr: %s", r.code, r.stderr)
 	}
 }
