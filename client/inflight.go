@@ -1,9 +1,11 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -18,8 +20,9 @@ import (
 	"github.com/ringlimit/ringlimit/ratelimitheader"
 )
 
-// DefaultLeaseTTL is the TTL ConcurrencyMiddleware asks for when its
-// config gives none: the cluster's default for an inline acquire.
+// DefaultLeaseTTL is the cluster's TTL of an inline lease whose acquire
+// names none; ConcurrencyMiddleware renews by it when an answer names no
+// TTL.
 const DefaultLeaseTTL = 30 * time.Second
 
 // ConcurrencyConfig configures ConcurrencyMiddleware. The functions it
@@ -39,10 +42,11 @@ type ConcurrencyConfig struct {
 	// Default 0.
 	InFlight int64
 	// TTL is how long a lease lives unless renewed: the middleware renews
-	// it every TTL/3 while the handler runs, so only a holder that died
-	// keeps a slot, and for at most TTL. Default DefaultLeaseTTL; at
-	// least 3ms; the cluster caps it (an hour inline, a layer's
-	// max_lease_ttl).
+	// it every third of the TTL the cluster granted while the handler
+	// runs, so only a holder that died keeps a slot, and for at most its
+	// TTL. 0: the cluster's default (DefaultLeaseTTL inline, a policy
+	// layer's lease_ttl); else 1s to 1h, and a policy layer caps it at its
+	// max_lease_ttl.
 	TTL time.Duration
 	// OnRelease, if set, is told every release: the outcome and latency
 	// the middleware reported, whether the slot was released, and the
@@ -58,8 +62,8 @@ func (cfg *ConcurrencyConfig) validate() (clientip.Trusted, error) {
 	if cfg.InFlight < 0 {
 		return nil, errors.New("client: ConcurrencyConfig.InFlight: must be 0 (policy) or more")
 	}
-	if cfg.TTL != 0 && cfg.TTL < 3*time.Millisecond {
-		return nil, errors.New("client: ConcurrencyConfig.TTL: must be at least 3ms (renewed every TTL/3)")
+	if cfg.TTL != 0 && (cfg.TTL < time.Second || cfg.TTL > time.Hour) {
+		return nil, fmt.Errorf("client: ConcurrencyConfig.TTL: must be 0 (the default) or 1s to 1h, got %v", cfg.TTL)
 	}
 	base := cfg.MiddlewareConfig
 	base.Key = nil // Key goes with InFlight here, not with Limit
@@ -80,8 +84,8 @@ func (cfg *ConcurrencyConfig) validate() (clientip.Trusted, error) {
 // holds one slot of an in-flight limit for each request while its handler
 // runs: it acquires a lease before the handler (a refusal answers 429 with
 // Retry-After, in whole seconds rounded up, the rate-limit headers and a
-// RejectBody, and the handler does not run), renews it every TTL/3 on the
-// Client's Clock while the handler runs, and releases it when the handler
+// RejectBody, and the handler does not run), renews it every third of its
+// TTL on the Client's Clock while the handler runs, and releases it when the handler
 // returns, with the handler's latency and its outcome: OutcomeError for a
 // 5xx answer or a panic (which goes on up), OutcomeDropped when the
 // client went away before the handler wrote anything (a panic of
@@ -106,9 +110,6 @@ func ConcurrencyMiddleware(cfg ConcurrencyConfig) (func(http.Handler) http.Handl
 		return nil, err
 	}
 	cfg.setDefaults(trusted, cfg.InFlight > 0)
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultLeaseTTL
-	}
 	c := cfg.Client
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -134,7 +135,11 @@ func ConcurrencyMiddleware(cfg ConcurrencyConfig) (func(http.Handler) http.Handl
 				return
 			}
 			ctx := context.WithoutCancel(r.Context())
-			stop := c.keepRenewed(ctx, lease.ID, cfg.TTL, func(err error) {
+			ttl := lease.ExpiresIn // what the cluster granted
+			if ttl < time.Second {
+				ttl = cmp.Or(cfg.TTL, DefaultLeaseTTL)
+			}
+			stop := c.keepRenewed(ctx, lease.ID, ttl, func(err error) {
 				if cfg.OnError != nil {
 					cfg.OnError(r, err)
 				}

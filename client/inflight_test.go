@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ type leaseServer struct {
 	pb.UnimplementedRateLimiterServer
 	limit        int64
 	retryAfterMs int64
+	grantMs      int64 // the TTL granted to an acquire that names none
 
 	mu       sync.Mutex
 	n        int
@@ -50,7 +52,7 @@ func (s *leaseServer) Acquire(_ context.Context, req *pb.AcquireRequest) (*pb.Ac
 	s.n++
 	id := fmt.Sprintf("lease-%d", s.n)
 	s.held[id] = true
-	d.Allowed, d.Lease, d.InFlight, d.ExpiresInMs = true, id, int64(len(s.held)), req.GetTtlMs()
+	d.Allowed, d.Lease, d.InFlight, d.ExpiresInMs = true, id, int64(len(s.held)), cmp.Or(req.GetTtlMs(), s.grantMs)
 	d.Remaining = s.limit - d.InFlight
 	return &pb.AcquireResponse{Decision: d}, nil
 }
@@ -171,7 +173,7 @@ func TestConcurrencyMiddlewareReleasesOncePerAcquire(t *testing.T) {
 	for i, rel := range s.releases {
 		a := s.acquires[i]
 		if a.GetCheck().GetKey() != "ip:192.0.2.1" || a.GetCheck().GetLimit().GetAlgorithm() != pb.Algorithm_CONCURRENCY ||
-			a.GetCheck().GetLimit().GetLimit() != 5 || a.GetTtlMs() != 30000 {
+			a.GetCheck().GetLimit().GetLimit() != 5 || a.GetTtlMs() != 0 {
 			t.Errorf("acquire %d: %v", i, a)
 		}
 		if rel.GetLease() != fmt.Sprintf("lease-%d", i+1) || rel.GetOutcome() != want[i].outcome || rel.GetLatencyMs() != want[i].latency {
@@ -221,6 +223,44 @@ func TestConcurrencyMiddlewareRenewsEveryThirdOfTTL(t *testing.T) {
 	}
 	if clk.Timers() != 0 {
 		t.Errorf("%d timers left on the clock, want 0", clk.Timers())
+	}
+}
+
+// TestConcurrencyMiddlewareRenewsByGrantedTTL: a policy middleware that
+// names no TTL acquires with ttl_ms 0 and renews every third of what the
+// cluster granted (6s: every 2s), for 6000 ms, with the request's policy
+// fields.
+func TestConcurrencyMiddlewareRenewsByGrantedTTL(t *testing.T) {
+	clk := testkit.NewClock(0)
+	s := &leaseServer{limit: 1, grantMs: 6000}
+	c := startLeaseServer(t, s, clk)
+	mw, err := client.ConcurrencyMiddleware(client.ConcurrencyConfig{MiddlewareConfig: client.MiddlewareConfig{Client: c, Policy: "api"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unblock := make(chan struct{})
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-unblock }))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		r := httptest.NewRequest(http.MethodGet, "/export", nil)
+		r.RemoteAddr = "192.0.2.9:1"
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	testkit.Eventually(t, 5*time.Second, "the renewal ticker", func() bool { return clk.Timers() == 1 })
+	clk.Advance(time.Second)
+	clk.Advance(time.Second)
+	testkit.Eventually(t, 5*time.Second, "a renewal", func() bool { _, n, _, _ := s.counts(); return n == 1 })
+	close(unblock)
+	<-served
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.acquires[0]
+	if q := a.GetCheck().GetRequest(); a.GetTtlMs() != 0 || q.GetPolicy() != "api" || q.GetRoute() != "/export" || q.GetIp() != "192.0.2.9" {
+		t.Errorf("acquire: %v", a)
+	}
+	if len(s.renews) != 1 || s.renews[0].GetTtlMs() != 6000 || len(s.releases) != 1 {
+		t.Errorf("renews %v, releases %d; want one renew for 6000 ms, one release", s.renews, len(s.releases))
 	}
 }
 
