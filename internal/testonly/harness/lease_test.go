@@ -46,8 +46,9 @@ func postH(t *testing.T, hc *http.Client, n *harness.Node, path, body string, ou
 
 // TestAcquireHTTPThreeNodes: a limit of 5 in flight, 15 acquires at once,
 // 5 through each of three nodes: exactly 5 granted (each with a lease,
-// in_flight 1 to 5: grants replicated in one round answer together), 10 refused 429 RATE_LIMITED with Retry-After. A
-// release through another node frees exactly one slot (of two acquires
+// in_flight 1 to 5: grants replicated in one round answer together), 10
+// refused 429 RATE_LIMITED with Retry-After 30 (the earliest lease's
+// expiry). A release through another node frees exactly one slot (of two acquires
 // then, one is granted), and a second release answers released false.
 // A renew 10 s after an acquire of 30 s expires 30 s after the renew.
 // An acquire repeated with its request_id, through another node, answers
@@ -73,7 +74,7 @@ func TestAcquireHTTPThreeNodes(t *testing.T) {
 			switch {
 			case st == 200 && r.Allowed && r.Lease != "" && r.Limit == 5 && r.ExpiresInMs == 30000:
 				granted = append(granted, r)
-			case st == 429 && !r.Allowed && r.Code == "RATE_LIMITED" && r.Lease == "" && h.Get("Retry-After") != "":
+			case st == 429 && !r.Allowed && r.Code == "RATE_LIMITED" && r.Lease == "" && h.Get("Retry-After") == "30":
 				refused++
 			default:
 				t.Errorf("acquire through %s: %d %+v, Retry-After %q", n.Name, st, r, h.Get("Retry-After"))
