@@ -222,3 +222,16 @@ func TestGRPCAcquireRenewRelease(t *testing.T) {
 		t.Fatalf("report without a request: %v", err)
 	}
 }
+
+// TestReportMetric: two reports refused as invalid (no policy file; a bad
+// outcome) count 2 in ringlimit_reports_total{result="invalid"}.
+func TestReportMetric(t *testing.T) {
+	e := newTestEnv(t, nil)
+	s := e.startHTTP(t)
+	s.post(t, "/v1/report", `{"user":"u"}`, nil)
+	s.post(t, "/v1/report", `{"user":"u","outcome":"late"}`, nil)
+	m := s.do(t, http.MethodGet, "/metrics", "", nil)
+	if line := `ringlimit_reports_total{result="invalid"} 2`; !hasLine(string(m.body), line) {
+		t.Fatalf("/metrics lacks %q:\n%s", line, grepLines(string(m.body), "ringlimit_reports"))
+	}
+}
