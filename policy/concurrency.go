@@ -75,6 +75,16 @@ func parseConcurrency(y limitYAML, l *Layer) error {
 	return nil
 }
 
+// concurrencyOverride gives an override's concurrency layer l (parsed as
+// set) what a file's would have by default: its failure mode (fail_closed
+// unless given), lease_ttl 30s and max_lease_ttl 5m. Other layers are left
+// as they are.
+func concurrencyOverride(l *Layer, set bucket.Settings) {
+	if l.Limit.Algorithm() == bucket.Concurrency {
+		l.FailureMode, l.LeaseTTL, l.MaxLeaseTTL = set.FailureMode, bucket.DefaultLeaseTTL, DefaultMaxLeaseTTL
+	}
+}
+
 // leaseTTL parses the lease TTL s of field.
 func leaseTTL(field, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)

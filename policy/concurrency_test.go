@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
 )
 
 // TestConcurrencyLayers: a concurrency layer's lease_ttl and
@@ -74,5 +76,29 @@ func TestConcurrencyLayerErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.tier, err, c.want)
 		}
+	}
+}
+
+// TestConcurrencyOverride: an override's inline concurrency limit is a
+// concurrency layer with the file's defaults: fail_closed, lease_ttl 30s,
+// max_lease_ttl 5m.
+func TestConcurrencyOverride(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.m.AddOverride(Override{Actor: "alice", Reason: "r", APIKey: "k",
+		Limit: &LimitArg{Algorithm: "concurrency", Limit: 2}, Expires: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.m.Resolve(Request{APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var over *Check
+	for i := range got {
+		if got[i].Scope == "override" {
+			over = &got[i]
+		}
+	}
+	if over == nil || !over.IsConcurrency() || over.FailureMode != bucket.FailClosed || over.LeaseTTL != 30*time.Second || over.MaxLeaseTTL != 5*time.Minute {
+		t.Fatalf("override layer: %+v in %+v", over, got)
 	}
 }
