@@ -113,7 +113,7 @@ func ConcurrencyMiddleware(cfg ConcurrencyConfig) (func(http.Handler) http.Handl
 	c := cfg.Client
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			check := &pb.Check{Request: nil}
+			check := &pb.Check{}
 			if cfg.InFlight > 0 {
 				check.Key, check.Limit = cfg.Key(r), &pb.Limit{Algorithm: pb.Algorithm_CONCURRENCY, Limit: cfg.InFlight}
 			} else {
