@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -288,7 +287,7 @@ func (d *Decider) Report(_ context.Context, req policy.Request, _ forward.Outcom
 	if d.policy == nil {
 		return ReportResult{}, ErrNoPolicy
 	}
-	if latency < 0 || latency > math.MaxInt64/2 {
+	if latency < 0 {
 		return ReportResult{}, fmt.Errorf("latency_ms: must be 0 or more, got %v", latency)
 	}
 	if _, err := d.policy.Resolve(req); err != nil {
