@@ -205,3 +205,51 @@ func TestAcquireInline(t *testing.T) {
 		t.Fatalf("second acquire: %+v", b)
 	}
 }
+
+// brokenLeaser is the router, except that acquires of key fail.
+type brokenLeaser struct {
+	*forward.Router
+	key string
+}
+
+func (b brokenLeaser) Acquire(ctx context.Context, a forward.Acquire) (forward.LeaseResult, error) {
+	if a.Key == b.key {
+		return forward.LeaseResult{}, forward.ErrUnavailable
+	}
+	return b.Router.Acquire(ctx, a)
+}
+
+// TestAcquireRollback: a batch of two policy requests whose second
+// acquire fails changes nothing: the error is returned, the first
+// request's lease is released (its layer takes 2 more acquires) and its
+// tier spend refunded (the tier still has 2 left after a peek of 1).
+func TestAcquireRollback(t *testing.T) {
+	f := newLeaseFixture(t)
+	conc := limit(t, bucket.LimitSpec{Algorithm: "concurrency", Limit: 1})
+	broken := policy.Check{Key: "p|broken", Limit: conc, Cost: 1, Scope: "route:/broken", FailureMode: bucket.FailClosed,
+		LeaseTTL: time.Minute, MaxLeaseTTL: time.Minute}
+	pol := f.d.policy.(*fakePolicy)
+	pol.layers["broken"] = []policy.Check{broken}
+	d, err := New(Config{Checker: f.router, Policy: pol, Leaser: brokenLeaser{f.router, "p|broken"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := GetPlan(OpCheck)
+	defer p.Release()
+	for _, name := range []string{"mixed", "broken"} {
+		if err := d.AddPolicy(p, "", policy.Request{Policy: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Decide(context.Background(), "test", p); !errors.Is(err, forward.ErrUnavailable) {
+		t.Fatalf("Decide: %v, want ErrUnavailable", err)
+	}
+	if left := f.tierLeft(t); left != 2 {
+		t.Fatalf("the tier after the rollback: %d left after a peek of 1, want 2", left)
+	}
+	for i := range 2 {
+		if a := f.decide(t, OpAcquire, "mixed", 0); !a.Allowed {
+			t.Fatalf("acquire %d after the rollback: %+v (the first request's lease was not released)", i+1, a)
+		}
+	}
+}
