@@ -62,6 +62,11 @@ type Config struct {
 	// Settler settles reservations (POST /v1/settle, gRPC Settle);
 	// *forward.Router implements it. Nil: every settle answers 503.
 	Settler decide.Settler
+	// Leaser takes, renews and releases the leases of in-flight limits
+	// (POST /v1/acquire, /v1/renew, /v1/release, their gRPC twins, and a
+	// policy's concurrency layers); *forward.Router implements it. Nil:
+	// each answers 503.
+	Leaser decide.Leaser
 	// Stats feeds the keys and evictions metrics. Optional.
 	Stats Stats
 	// Cluster serves /v1/cluster, /v1/ring and /v1/owner. Optional:
@@ -231,7 +236,7 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	dcfg := decide.Config{Checker: cfg.Checker, CountDryRun: cfg.CountDryRun, Observer: m, Logger: cfg.Logger,
-		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self, Settler: cfg.Settler}
+		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self, Settler: cfg.Settler, Leaser: cfg.Leaser}
 	if cfg.Policy != nil {
 		dcfg.Policy = cfg.Policy
 	}

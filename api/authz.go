@@ -40,6 +40,12 @@ import (
 // Retry-After and the rate-limit headers when refused (both with the body
 // of POST /v1/check); 400 INVALID_ARGUMENT for bad input, which spends
 // nothing; 501 UNIMPLEMENTED when the node runs no policy file.
+//
+// A policy layer with algorithm concurrency is acquired as for POST
+// /v1/check, and the answer's body names the lease. A gateway has no hook
+// after the proxied request to release it: the slot is held for the
+// layer's whole lease_ttl, so such a layer caps the requests started per
+// lease_ttl rather than those in flight.
 
 // CodeUnimplemented is the error code of /v1/authz on a node without a
 // policy file.

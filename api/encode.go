@@ -72,6 +72,18 @@ func appendCheckResponse(b []byte, r *CheckResponse) []byte {
 		b = append(b, `,"reservation":`...)
 		b = appendJSONString(b, r.Reservation)
 	}
+	if r.Lease != "" {
+		b = append(b, `,"lease":`...)
+		b = appendJSONString(b, r.Lease)
+	}
+	if r.InFlight != 0 {
+		b = append(b, `,"in_flight":`...)
+		b = strconv.AppendInt(b, r.InFlight, 10)
+	}
+	if r.ExpiresInMs != 0 {
+		b = append(b, `,"expires_in_ms":`...)
+		b = strconv.AppendInt(b, r.ExpiresInMs, 10)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -14,6 +14,8 @@ func TestCheckResponseEncoding(t *testing.T) {
 		{Limit: -1, Remaining: 1 << 62, RetryAfterMs: 7, ResetAfterMs: 8, DelayMs: 9, Scope: "route:/a&b<c>", Owner: "nöde \"2\"\\\n",
 			Degraded: true, Code: CodeRateLimited, WouldReject: []string{"route:/export/*", "x\ty"}, PolicyVersion: "v1-abc"},
 		{Allowed: true, WouldReject: []string{}},
+		{Allowed: true, Limit: 5, Remaining: 2, Scope: "inline", Owner: "node-2", Lease: "c1.a\"b", InFlight: 3, ExpiresInMs: 30000},
+		{Limit: 5, RetryAfterMs: 1500, Code: CodeRateLimited, InFlight: 5},
 	} {
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(&r); err != nil {

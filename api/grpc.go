@@ -65,6 +65,7 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 		d.PolicyVersion = a.Version
 		d.OwnerAddr = a.OwnerAddr
 		d.Reservation = a.Reservation
+		d.Lease, d.InFlight, d.ExpiresInMs = a.Lease, a.InFlight, clock.Millis(a.ExpiresIn)
 		resp.Decisions[i] = d
 	}
 	return resp, nil
@@ -130,6 +131,9 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 	alg := pl.GetAlgorithm()
 	if _, ok := pb.Algorithm_name[int32(alg)]; !ok {
 		return forward.Check{}, fmt.Errorf("limit.algorithm: unknown value %d", alg)
+	}
+	if alg == pb.Algorithm_CONCURRENCY {
+		return forward.Check{}, errors.New("limit.algorithm: a CONCURRENCY limit is acquired (RateLimiter/Acquire), not checked")
 	}
 	if _, ok := pb.FailureMode_name[int32(pl.GetFailureMode())]; !ok {
 		return forward.Check{}, fmt.Errorf("limit.failure_mode: unknown value %d", pl.GetFailureMode())

@@ -102,6 +102,13 @@ type CheckResponse struct {
 	PolicyVersion string `json:"policy_version,omitempty"`
 	// Reservation is the id of an admitted check with reserve.
 	Reservation string `json:"reservation,omitempty"`
+	// Lease is the lease an admitted acquire (or a check through a policy
+	// with a concurrency layer) holds; several layers' ids are joined by
+	// commas. InFlight and ExpiresInMs are the concurrency layer's leases
+	// in flight after the answer and the lease's time to live.
+	Lease       string `json:"lease,omitempty"`
+	InFlight    int64  `json:"in_flight,omitempty"`
+	ExpiresInMs int64  `json:"expires_in_ms,omitempty"`
 }
 
 // OwnerResponse is the body of GET /v1/owner?key=K.
@@ -138,6 +145,10 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /v1/settle", a.handleSettle)
+	mux.HandleFunc("POST /v1/acquire", a.handleAcquire) // in-flight limits: lease_http.go
+	mux.HandleFunc("POST /v1/renew", a.handleRenew)
+	mux.HandleFunc("POST /v1/release", a.handleRelease)
+	mux.HandleFunc("POST /v1/report", a.handleReport)
 	mux.HandleFunc("/v1/authz", a.handleAuthz) // any method: gateways send their client's
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -234,6 +245,9 @@ func writeAnswer(w http.ResponseWriter, ans *decide.Answer, deny int, priv bool)
 		WouldReject:   ans.WouldReject,
 		PolicyVersion: ans.Version,
 		Reservation:   ans.Reservation,
+		Lease:         ans.Lease,
+		InFlight:      ans.InFlight,
+		ExpiresInMs:   clock.Millis(ans.ExpiresIn),
 	}
 	writeHeaders(w.Header(), ans, priv)
 	status := http.StatusOK
@@ -343,6 +357,9 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 		FailureMode: req.Limit.FailureMode.String(), Lease: req.Limit.Lease, Replication: req.Limit.Replication}
 	set, err := spec.Parse("limit")
 	if err != nil {
+		return forward.Check{}, err
+	}
+	if err := notConcurrency("limit.algorithm", &set.Limit, "POST /v1/acquire"); err != nil {
 		return forward.Check{}, err
 	}
 	cost := int64(1)

@@ -81,6 +81,7 @@ func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 	a, err := New(Config{
 		Checker:    checker,
 		Settler:    router,
+		Leaser:     router,
 		Stats:      store,
 		Registerer: reg,
 		Gatherer:   reg,

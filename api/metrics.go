@@ -35,6 +35,8 @@ type metrics struct {
 	// reservation was recorded; refused; degraded: admitted by a failure
 	// mode, no reservation); settles counts settles by result (settle.go).
 	reservations, settles *prometheus.CounterVec
+	// reports counts reports by result (lease_grpc.go).
+	reports *prometheus.CounterVec
 }
 
 const (
@@ -84,7 +86,8 @@ func newMetrics(reg prometheus.Registerer, stats Stats) (*metrics, error) {
 		Name: "ringlimit_settles_total",
 		Help: "Settles answered by this node's API, by result (ok, already_settled, not_found, error: invalid or owner unavailable).",
 	}, []string{"result"})
-	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency, m.decisions.vec, peeks, m.resets, m.reservations, m.settles}
+	m.reports = newReportMetrics()
+	collectors := []prometheus.Collector{m.checks, m.invalid, m.latency, m.decisions.vec, peeks, m.resets, m.reservations, m.settles, m.reports}
 	if stats != nil {
 		collectors = append(collectors,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

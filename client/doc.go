@@ -29,6 +29,14 @@
 // by default it serves the request (fail open), marked with
 // "X-RateLimit-Status: unavailable".
 //
+// In-flight limits hold a slot instead of spending tokens: Client.Acquire
+// (or AcquirePolicy) answers a Lease, which Renew extends and Release
+// gives back with an Outcome and a latency; any node routes a lease id.
+// ConcurrencyMiddleware holds one slot per request while its handler runs,
+// renews it every third of its TTL and releases it after, with the
+// handler's outcome; MiddlewareConfig.Report makes Middleware report every
+// request's outcome and latency for the policy's adaptive layers.
+//
 // The middleware believes no header by default. The caller is who
 // MiddlewareConfig.Identity says (the application's authenticated user or
 // key), else its IP: the connection's remote address, or, only when that is

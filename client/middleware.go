@@ -9,9 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/clientip"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
@@ -96,12 +93,21 @@ type MiddlewareConfig struct {
 	// logs outages (Client.Errors, Config.Logger) and FailureMode decides
 	// the answer. Default: nil.
 	OnError func(r *http.Request, err error)
+	// Report, when true, tells the cluster how every request the handler
+	// served ended and how long it took (Client.Report of its policy
+	// request, after the handler, on the request's context detached from
+	// its cancellation), for the policy's adaptive layers to learn from:
+	// OutcomeError for a 5xx answer or a panic, OutcomeDropped when the
+	// client went away before the handler wrote, else OutcomeOK. Its
+	// errors go to OnError. Policy requests only: an inline Limit has no
+	// adaptive layer. Default false.
+	Report bool
 }
 
 // Validate reports the first thing wrong with cfg: no Client, an unknown
 // FailureMode, a TrustedProxies entry that is not a prefix or an address,
 // TrustedProxies together with IP, a Limit that is not valid, Limit
-// together with Policy, Route or Tier, or Key without Limit.
+// together with Policy, Route, Tier or Report, or Key without Limit.
 func (cfg *MiddlewareConfig) Validate() error {
 	_, err := cfg.trustedProxies()
 	return err
@@ -125,6 +131,9 @@ func (cfg *MiddlewareConfig) trustedProxies() (clientip.Trusted, error) {
 	} else {
 		if err := cfg.Limit.Validate(); err != nil {
 			return nil, err
+		}
+		if cfg.Report {
+			return nil, errors.New("client: MiddlewareConfig: Report needs a policy; an inline Limit has no adaptive layer")
 		}
 		if cfg.Policy != "" || cfg.Route != nil || cfg.Tier != nil {
 			return nil, errors.New("client: MiddlewareConfig: Policy, Route and Tier name policy; they have no effect with an inline Limit")
@@ -192,43 +201,19 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Identity == nil {
-		cfg.Identity = func(*http.Request) (string, string) { return "", "" }
-	}
-	if cfg.IP == nil {
-		cfg.IP = func(r *http.Request) string { return clientIP(r, trusted) }
-	}
-	if cfg.Route == nil {
-		cfg.Route = func(r *http.Request) string { return r.URL.Path }
-	}
 	var inline *pb.Limit
 	var window time.Duration // known for an inline limit only
 	if !cfg.Limit.IsZero() {
 		inline, window = cfg.Limit.proto(), cfg.Limit.per
-		if cfg.Key == nil {
-			cfg.Key = func(r *http.Request) string {
-				switch apiKey, user := cfg.Identity(r); {
-				case user != "":
-					return "user:" + user
-				case apiKey != "":
-					return "key:" + apiKey
-				}
-				return "ip:" + cfg.IP(r)
-			}
-		}
 	}
+	cfg.setDefaults(trusted, inline != nil)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var check *pb.Check
 			if inline != nil {
 				check = &pb.Check{Key: cfg.Key(r), Limit: inline}
 			} else {
-				apiKey, user := cfg.Identity(r)
-				req := &pb.PolicyRequest{Policy: cfg.Policy, ApiKey: apiKey, User: user, Ip: cfg.IP(r), Route: cfg.Route(r)}
-				if cfg.Tier != nil {
-					req.Tier = cfg.Tier(r)
-				}
-				check = &pb.Check{Request: req}
+				check = &pb.Check{Request: cfg.policyRequest(r)}
 			}
 			if cfg.Cost != nil {
 				if c := cfg.Cost(r); c > 0 {
@@ -240,25 +225,9 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 				err = fmt.Errorf("client: %d decisions for one check", len(ds))
 			}
 			if err != nil {
-				if cfg.OnError != nil {
-					cfg.OnError(r, err)
-				}
-				if status.Code(err) == codes.InvalidArgument {
-					// Bad input is not an outage: the failure mode must not
-					// turn it into an unlimited pass.
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusBadRequest)
-					json.NewEncoder(w).Encode(map[string]string{"code": "INVALID_ARGUMENT", "message": status.Convert(err).Message()})
-					return
-				}
-				w.Header().Set(StatusHeader, StatusUnavailable)
-				if cfg.FailureMode == bucket.FailClosed {
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusServiceUnavailable)
-					json.NewEncoder(w).Encode(map[string]string{"code": "UNAVAILABLE", "message": "rate limiter unavailable"})
-					return
-				}
-				next.ServeHTTP(w, r)
+				// Bad input is not an outage: the failure mode does not
+				// turn it into an unlimited pass.
+				cfg.unanswered(w, r, next, err)
 				return
 			}
 			d := ds[0]
@@ -273,9 +242,49 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 					RetryAfterMs: d.GetRetryAfterMs(), Limit: d.GetLimit(), Remaining: d.GetRemaining()})
 				return
 			}
+			if cfg.Report {
+				cfg.serveReported(next, w, r, check.GetRequest())
+				return
+			}
 			next.ServeHTTP(w, r)
 		})
 	}, nil
+}
+
+// setDefaults fills in the functions cfg leaves nil: no identity, the IP
+// as trusted says, the URL's path as the route and, for an inline limit,
+// the caller as the key.
+func (cfg *MiddlewareConfig) setDefaults(trusted clientip.Trusted, inline bool) {
+	if cfg.Identity == nil {
+		cfg.Identity = func(*http.Request) (string, string) { return "", "" }
+	}
+	if cfg.IP == nil {
+		cfg.IP = func(r *http.Request) string { return clientIP(r, trusted) }
+	}
+	if cfg.Route == nil {
+		cfg.Route = func(r *http.Request) string { return r.URL.Path }
+	}
+	if inline && cfg.Key == nil {
+		cfg.Key = func(r *http.Request) string {
+			switch apiKey, user := cfg.Identity(r); {
+			case user != "":
+				return "user:" + user
+			case apiKey != "":
+				return "key:" + apiKey
+			}
+			return "ip:" + cfg.IP(r)
+		}
+	}
+}
+
+// policyRequest is the policy request r makes under cfg (defaults set).
+func (cfg *MiddlewareConfig) policyRequest(r *http.Request) *pb.PolicyRequest {
+	apiKey, user := cfg.Identity(r)
+	req := &pb.PolicyRequest{Policy: cfg.Policy, ApiKey: apiKey, User: user, Ip: cfg.IP(r), Route: cfg.Route(r)}
+	if cfg.Tier != nil {
+		req.Tier = cfg.Tier(r)
+	}
+	return req
 }
 
 // fromMillis turns a decision's milliseconds into a Duration: negative is

@@ -76,6 +76,10 @@ type Config struct {
 	// Settler settles reservations (Decider.Settle). Nil: a settle fails
 	// as unavailable.
 	Settler Settler
+	// Leaser takes, renews and releases the leases of in-flight limits
+	// (OpAcquire, a policy's concurrency layers, Renew, Release). Nil:
+	// each fails as unavailable.
+	Leaser Leaser
 }
 
 // Decider turns public requests into layer checks, has the Checker decide
@@ -91,6 +95,7 @@ type Decider struct {
 	self      string
 	act       activity
 	settler   Settler
+	leaser    Leaser
 }
 
 // New validates cfg and returns a Decider.
@@ -102,7 +107,7 @@ func New(cfg Config) (*Decider, error) {
 		return nil, fmt.Errorf("decide: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
 	d := &Decider{checker: cfg.Checker, policy: cfg.Policy, dryRun: cfg.CountDryRun, obs: cfg.Observer,
-		log: discard.Logger(cfg.Logger), self: cfg.Self, settler: cfg.Settler}
+		log: discard.Logger(cfg.Logger), self: cfg.Self, settler: cfg.Settler, leaser: cfg.Leaser}
 	if cfg.CheckTimeout > 0 {
 		d.deadlines = deadline.New(cfg.CheckTimeout)
 	}
@@ -141,6 +146,7 @@ const (
 	kindInline kind = iota
 	kindPolicy
 	kindRLS
+	kindAcquire // an inline acquire (acquire.go): no check
 )
 
 // unit is one public request: an inline limit (one check), a policy
@@ -154,7 +160,12 @@ type unit struct {
 	version  string         // policy: the version that resolved it
 	scope    string         // rls: RLSScopePrefix + domain
 	over     bool           // rls without a check: refused outright
-	peek     bool           // rls: a descriptor's hits 0, a peek of cost 1
+	peek     bool           // rls: a descriptor's hits 0, a peek of cost 1; policy: a peek (PeekLast)
+	// conc are a policy request's concurrency layers, acquired after its
+	// rate layers (layers) admitted it; all are its layers in order. Nil
+	// when it has none.
+	conc, all []policy.Check
+	acquire   *forward.Acquire // kindAcquire: the acquire, its key namespaced
 }
 
 // Answer is one unit's combined decision.
@@ -180,6 +191,13 @@ type Answer struct {
 	Reservation string
 	// Peek: nothing was spent (OpPeek, or an RLS descriptor's hits 0).
 	Peek bool
+	// Lease is the lease an admitted acquire holds (several concurrency
+	// layers': their ids joined by LeaseSep); InFlight the leases of the
+	// deciding concurrency layer's key after the answer, ExpiresIn the
+	// lease's time to live. Zero without a concurrency layer.
+	Lease     string
+	InFlight  int64
+	ExpiresIn time.Duration
 }
 
 // Bound returns ctx under the Decider's own deadline for one request's
@@ -221,6 +239,13 @@ func (d *Decider) Decide(ctx context.Context, surface string, p *Plan) ([]Answer
 		for i := range p.checks {
 			p.checks[i].Peek = true
 		}
+		for i := range p.units {
+			if p.units[i].kind == kindPolicy {
+				p.units[i].peek = true
+			}
+		}
+		return d.check(d.Bound(ctx), surface, p)
+	case OpAcquire:
 		return d.check(d.Bound(ctx), surface, p)
 	}
 	return nil, fmt.Errorf("decide: unknown op %d", p.Op)
@@ -265,6 +290,17 @@ func (d *Decider) check(ctx context.Context, surface string, p *Plan) ([]Answer,
 			continue // counted by the adapter
 		case kindPolicy:
 			answers[i] = d.combine(u, p.checks, out, &refunds)
+			if u.conc != nil {
+				if err := d.acquireLayers(ctx, p, u, &answers[i], p.checks, out, &refunds); err != nil {
+					return nil, d.rollback(ctx, p, i, refunds, err)
+				}
+			}
+		case kindAcquire:
+			ans, err := d.acquireInline(ctx, p, u)
+			if err != nil {
+				return nil, d.rollback(ctx, p, i, refunds, err)
+			}
+			answers[i] = ans
 		}
 		if d.obs != nil {
 			d.obs.Answered(&answers[i])
@@ -291,7 +327,7 @@ func (d *Decider) combine(u *unit, checks []forward.Check, out []forward.Result,
 		}
 	}
 	o := policy.Combine(u.layers, decisions)
-	peek := checks[u.from].Peek
+	peek := u.peek || u.to > u.from && checks[u.from].Peek // u.peek: a policy unit without rate layers
 	ans := Answer{
 		Peek:        peek,
 		Decision:    bucket.Decision{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, RetryAfter: o.RetryAfter, ResetAfter: o.ResetAfter, Delay: o.Delay},

@@ -25,8 +25,11 @@
 //
 // OpPeek plans with the same Add methods and answers what OpCheck would,
 // spending nothing (Plan.PeekLast makes one unit of a mixed batch a peek).
-// Settle and acquire join as further Ops (see Op): they plan with the same
-// Add methods and are executed by their own branch of Decide.
+// OpAcquire plans an inline acquire with AddAcquire and a policy request
+// with AddPolicy: a policy request's concurrency layers (of any Op but a
+// peek) are acquired once its rate layers admitted it, and any refusal
+// refuses all: the rate layers are refunded and the leases taken released
+// (acquire.go). A plan that fails part-way changes no state.
 //
 // The package knows no transport: it imports no HTTP, gRPC or protobuf.
 package decide

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
@@ -19,7 +20,14 @@ import (
 // goroutine at a time.
 type Plan struct {
 	// Op is what Decide does with the plan's checks (OpCheck).
-	Op      Op
+	Op Op
+	// LeaseTTL and RequestID are what an acquire asks (OpAcquire, or a
+	// policy request with a concurrency layer): the leases' TTL (0: the
+	// default, or each layer's lease_ttl) and the id that makes it
+	// idempotent ("" none).
+	LeaseTTL  time.Duration
+	RequestID string
+
 	units   []unit
 	checks  []forward.Check
 	out     []forward.Result
@@ -47,6 +55,7 @@ func (p *Plan) Release() {
 	clear(p.answers)
 	p.units, p.checks, p.out, p.answers = p.units[:0], p.checks[:0], p.out[:0], p.answers[:0]
 	p.Op, p.rlsDomain, p.rlsScope = OpCheck, "", ""
+	p.LeaseTTL, p.RequestID = 0, ""
 	planPool.Put(p)
 }
 
@@ -91,11 +100,27 @@ func (d *Decider) AddPolicy(p *Plan, field string, req policy.Request) error {
 	}
 	n := len(p.checks)
 	together := int32(len(p.units) + 1) // the request's layers stand or fall together at the pre-limiter
-	for _, l := range layers {
+	u := unit{kind: kindPolicy, from: n, layers: layers, version: version}
+	if conc := concurrencyLayers(layers); conc > 0 {
+		// Concurrency layers are acquired after the rate layers admitted
+		// the request (acquire.go), not checked.
+		u.all, u.layers = layers, make([]policy.Check, 0, len(layers)-conc)
+		for _, l := range layers {
+			if l.IsConcurrency() {
+				u.conc = append(u.conc, l)
+			} else {
+				u.layers = append(u.layers, l)
+			}
+		}
+	} else if p.Op == OpAcquire {
+		return fmt.Errorf("%s%w", field, ErrNoConcurrencyLayer)
+	}
+	for _, l := range u.layers {
 		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: l.FailureMode,
 			Prelimit: l.Prelimit, Together: together, Lease: l.Lease, Sync: l.Sync})
 	}
-	p.units = append(p.units, unit{kind: kindPolicy, from: n, to: len(p.checks), layers: layers, version: version})
+	u.to = len(p.checks)
+	p.units = append(p.units, u)
 	return nil
 }
 
@@ -141,6 +166,9 @@ func (p *Plan) PeekLast() {
 		return
 	}
 	u := &p.units[len(p.units)-1]
+	if u.kind == kindPolicy {
+		u.peek = true // no lease is taken for it either
+	}
 	for i := u.from; i < u.to; i++ {
 		p.checks[i].Peek = true
 	}

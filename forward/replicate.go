@@ -55,6 +55,10 @@ type replicator struct {
 	// the key itself holds nothing to send.
 	resv      *bucket.Reservations
 	dirtyKeys dirtyKeys
+	// slots is the node's concurrency lease table: the sets of the keys
+	// marked in leaseKeys travel in the next round (concurrency_repl.go).
+	slots     *bucket.Leases
+	leaseKeys leaseMarks
 
 	mu      sync.Mutex // one round at a time
 	resync  chan struct{}
@@ -203,7 +207,7 @@ func (p *replicator) loop(ctx context.Context) {
 			last = p.clock.Now()
 		case <-tick.C():
 			now := p.clock.Now()
-			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || (n > 0 && now.Sub(last) >= p.cfg.Interval) {
+			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || (n > 0 && now.Sub(last) >= p.cfg.Interval) || p.leaseKeys.any() {
 				p.flush(ctx)
 				last = now
 			}
@@ -224,6 +228,7 @@ func (p *replicator) sendOwned(ctx context.Context) {
 		p.add(v, out, batch)
 		return ctx.Err() == nil
 	})
+	p.addLeases(v, out, true)
 	// Range leaves the keys marked: the next flush sends them again, and
 	// ends the rounds their held answers wait for.
 	ok := p.send(ctx, out) && out.whole() && ctx.Err() == nil
@@ -246,6 +251,7 @@ func (p *replicator) flush(ctx context.Context) {
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
 	p.addDirty(v, out)
+	p.addLeases(v, out, false)
 	round := p.store.Round()
 	now := p.clock.Now()
 	for _, s := range out.orphans { // after Changed: it would hand them out again

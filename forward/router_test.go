@@ -107,6 +107,9 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 	if cfg.Settler == nil {
 		cfg.Settler = pool
 	}
+	if cfg.Leaser == nil {
+		cfg.Leaser = pool
+	}
 	r, err := New(cfg.Config)
 	if err != nil {
 		pool.Close(context.Background())
@@ -117,7 +120,7 @@ func startNode(t testing.TB, name string, clk clock.Clock, tweak func(*nodeConfi
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(sopts...)
-	psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Stats: r, Clock: clk, Metrics: pm, Settler: r})
+	psrv, err := peer.NewServer(peer.ServerConfig{Self: name, Handler: r, Stats: r, Clock: clk, Metrics: pm, Settler: r, Leaser: r})
 	if err != nil {
 		t.Fatal(err)
 	}

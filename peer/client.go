@@ -243,7 +243,7 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 	for i := range states {
 		s := &states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases)}
 	}
 	if _, err := c.rpc.Handoff(ctx, req); err != nil {
 		return err

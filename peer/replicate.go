@@ -52,7 +52,7 @@ type replicateBatch struct {
 // even when it is empty.
 func stateSize(s *State, l *wireLimit) int {
 	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used)) +
-		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations)
+		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations) + leasesSize(s)
 }
 
 func (m *replicateBatch) size() int {
@@ -82,6 +82,7 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 		for j := range s.Reservations {
 			b = appendReservation(b, &s.Reservations[j])
 		}
+		b = appendLeases(b, s)
 	}
 	return b
 }
@@ -94,6 +95,8 @@ type wireState struct {
 	used         int64
 	resetAt      int64
 	reservations []peermsg.Reservation // validStates keeps MaxStateReservations
+	leaseSet     bool
+	leases       []peermsg.Lease // validStates keeps MaxStateLeases
 }
 
 func (s *wireState) parse(b []byte) error {
@@ -114,6 +117,14 @@ func (s *wireState) parse(b []byte) error {
 			s.reservations = append(s.reservations, r)
 		case fStateResetAt << 3:
 			s.resetAt = int64(v)
+		case fStateLeaseSet << 3:
+			s.leaseSet = v != 0
+		case fStateLeases<<3 | 2:
+			l, err := parseLeaseRecord(val)
+			if err != nil {
+				return err
+			}
+			s.leases = append(s.leases, l)
 		}
 		return nil
 	})
@@ -199,7 +210,8 @@ func (m *replicateIn) validStates() []State {
 			continue
 		}
 		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
-			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt})
+			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt,
+			LeaseSet: w.leaseSet, Leases: w.leases[:min(len(w.leases), MaxStateLeases)]})
 	}
 	return m.valid
 }

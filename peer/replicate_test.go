@@ -27,7 +27,7 @@ func replicateToProto(m *replicateBatch) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases)}
 	}
 	return req
 }
@@ -39,7 +39,7 @@ func replicateInToProto(m *replicateIn) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used,
-			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt})
+			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt, LeaseSet: s.leaseSet, Leases: leasesToProto(s.leases)})
 	}
 	return req
 }
@@ -114,6 +114,14 @@ func TestReplicateWireMatchesProto(t *testing.T) {
 			{ID: "r1.aw.BBBBBBBBBBBBBBBB", Reserved: 2, TTL: -1, Settled: true},
 			{},
 		}}}}},
+		{"leases", replicateBatch{from: "A", states: []State{
+			{Key: "c|k", Limit: bucket.MustLimit(bucket.Concurrency, 5, 0, 0), LeaseSet: true, Leases: []peermsg.Lease{
+				{ID: "l1.Y3xr.AAAAAAAAAAAAAAAA", TTL: 30 * time.Second, RequestID: "req-1"},
+				{ID: "l1.Y3xr.BBBBBBBBBBBBBBBB", TTL: time.Second},
+				{},
+			}},
+			{Key: "c|j", Limit: bucket.MustLimit(bucket.Concurrency, 1, 0, 0), LeaseSet: true},
+		}}},
 		{"many", replicateBatch{from: "node-1", version: 42, states: manyStates(1024, leaky)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkReplicateWire(t, &tc.m) })
@@ -126,7 +134,7 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 		m := replicateBatch{from: rapid.StringN(0, 12, -1).Draw(t, "from"), version: maybeZero(t, "version")}
 		for i := range rapid.IntRange(0, 8).Draw(t, "states") {
 			l := fmt.Sprint("s", i)
-			lim, err := bucket.NewLimit(bucket.Algorithm(rapid.IntRange(0, 4).Draw(t, l+".alg")),
+			lim, err := bucket.NewLimit(bucket.Algorithm(rapid.IntRange(0, 5).Draw(t, l+".alg")),
 				rapid.Int64Range(1, bucket.MaxCount).Draw(t, l+".limit"),
 				time.Duration(rapid.Int64Range(int64(bucket.MinPer), int64(bucket.MaxPer)).Draw(t, l+".per")),
 				rapid.Int64Range(0, bucket.MaxCount).Draw(t, l+".burst"))
@@ -140,6 +148,12 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 				st.Reservations = append(st.Reservations, peermsg.Reservation{ID: rapid.StringN(0, 40, -1).Draw(t, rl+".id"),
 					Reserved: int64(maybeZero(t, rl+".reserved")), TTL: time.Duration(maybeZero(t, rl+".ttl")),
 					Settled: rapid.Bool().Draw(t, rl+".settled"), SettledCost: int64(maybeZero(t, rl+".cost"))})
+			}
+			st.LeaseSet = rapid.Bool().Draw(t, l+".lease_set")
+			for j := range rapid.IntRange(0, 3).Draw(t, l+".leases") {
+				ll := fmt.Sprint(l, ".l", j)
+				st.Leases = append(st.Leases, peermsg.Lease{ID: rapid.StringN(0, 40, -1).Draw(t, ll+".id"),
+					TTL: time.Duration(maybeZero(t, ll+".ttl")), RequestID: rapid.StringN(0, 20, -1).Draw(t, ll+".request_id")})
 			}
 			m.states = append(m.states, st)
 		}

@@ -100,6 +100,7 @@ type Server struct {
 	report    func(*Stats)           // ServerConfig.Report; nil: Stats carries the Stats source's part only
 	stats     StatsSource            // ServerConfig.Stats; nil: no keys, ring version 0
 	settler   Settler                // ServerConfig.Settler; nil: Settle is unimplemented
+	leaser    Leaser                 // ServerConfig.Leaser; nil: Acquire, Renew, Release are unimplemented
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
 
@@ -158,6 +159,9 @@ type ServerConfig struct {
 	// Settler settles the reservations other nodes send (settle.go). Nil:
 	// Settle answers Unimplemented.
 	Settler Settler
+	// Leaser decides the concurrency operations other nodes send
+	// (concurrency.go). Nil: they answer Unimplemented.
+	Leaser Leaser
 }
 
 // NewServer returns the peer service cfg describes.
@@ -177,7 +181,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		m = newMetrics()
 	}
 	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
-		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats, settler: cfg.Settler}
+		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats, settler: cfg.Settler,
+		leaser: cfg.Leaser}
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
 	}
@@ -325,7 +330,8 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 		if err != nil || bucket.CheckKey(b.GetKey()) != nil || b.GetUsed() < 0 {
 			continue
 		}
-		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt()})
+		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt(),
+			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases())})
 	}
 	return states
 }

@@ -44,6 +44,12 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 		}
 		l.Prelimit = *y.Prelimit
 	}
+	if err := parseConcurrency(y, l); err != nil {
+		return nil, err
+	}
+	if err := parseAdaptive(y, l); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 

@@ -119,6 +119,7 @@ func (m *Manager) AddOverride(o Override) (Override, error) {
 			return o, fmt.Errorf("%w: %w", ErrRequest, err)
 		}
 		o.layer = &Layer{Scope: "override", Limit: set.Limit, KeyBy: ByIdentity}
+		concurrencyOverride(o.layer, set)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -60,6 +61,11 @@ type Layer struct {
 	// is acknowledged by the key's successor before the answer, so that a
 	// crash of the owner over-admits none of it (forward.Check.Sync).
 	Sync bool
+	// LeaseTTL and MaxLeaseTTL, for a concurrency layer: how long a lease
+	// lives when the request names no TTL (lease_ttl, default 30s), and
+	// the most a request may name (max_lease_ttl, default 5m). Zero for
+	// the other algorithms.
+	LeaseTTL, MaxLeaseTTL time.Duration
 
 	route string // a route layer's pattern, used in +route keys
 }
@@ -149,6 +155,9 @@ type limitYAML struct {
 	Prelimit    *float64 `yaml:"prelimit"`
 	Lease       bool     `yaml:"lease"`
 	Replication string   `yaml:"replication"`
+	// LeaseTTL and MaxLeaseTTL: concurrency layers only (concurrency.go).
+	LeaseTTL    string `yaml:"lease_ttl"`
+	MaxLeaseTTL string `yaml:"max_lease_ttl"`
 }
 
 type routeYAML struct {

@@ -39,6 +39,8 @@ type Check struct {
 	Prelimit    float64
 	Lease       bool
 	Sync        bool
+	// LeaseTTL and MaxLeaseTTL are a concurrency layer's (Layer's).
+	LeaseTTL, MaxLeaseTTL time.Duration
 }
 
 // ErrRequest wraps every error caused by a bad request; callers map it to
@@ -130,7 +132,8 @@ func (p *Policy) Resolve(req Request, override *Layer) ([]Check, error) {
 			return nil, fmt.Errorf("%w: cost: %d exceeds the capacity %d of %s", ErrRequest, cost, l.Limit.Capacity(), l.Scope)
 		}
 		checks = append(checks, Check{Key: key, Limit: l.Limit, Cost: cost, Scope: l.Scope,
-			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease, Sync: l.Sync})
+			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease, Sync: l.Sync,
+			LeaseTTL: l.LeaseTTL, MaxLeaseTTL: l.MaxLeaseTTL})
 	}
 	return checks, nil
 }

@@ -30,6 +30,10 @@ var commands = []command{
 	{"peek", peekSynopsis, "POST /v1/check with peek: what check would answer now, spending nothing; exit 0 when it would be allowed, 1 when refused", false},
 	{"reset", resetSynopsis, "POST /v1/reset: put a key (or every layer of a policy request) back to full on every node (admin token: --token, --token-file or $RINGLIMIT_TOKEN); audited", false},
 	{"settle", "settle ID COST", "POST /v1/settle: make the spend of the reservation ID (from check --reserve) exactly COST tokens; exit 0 when settled, 4 when not found or already settled", false},
+	{"acquire", acquireSynopsis, "POST /v1/acquire: take one slot of an in-flight (concurrency) limit, by an inline limit or by the node's policy, and print its lease; exit 0 when held, 1 when full", false},
+	{"renew", renewSynopsis, "POST /v1/renew: extend a lease (from acquire) by --ttl from now; exit 0 when renewed, 4 when LEASE_NOT_FOUND (expired or released)", false},
+	{"release", releaseSynopsis, "POST /v1/release: give a lease's slot back with the outcome and latency of its work; idempotent (released false the second time)", false},
+	{"report", reportSynopsis, "POST /v1/report: tell a policy request's adaptive layers how one request ended and how long it took", false},
 	{"owner", "owner KEY", "GET /v1/owner: the node that owns KEY", false},
 	{"status", "status", "GET /v1/cluster and /v1/ring: members, ring shares, quorum and replication", false},
 	{"override add", overrideAddSynopsis, "POST /v1/overrides: give a caller a tier or a limit until it expires (admin token)", false},
@@ -188,6 +192,7 @@ var flagHints = map[string]string{
 	"limit": "N", "per": "DUR", "burst": "N", "cost": "N", "algorithm": "ALG", "failure-mode": "MODE",
 	"policy": "NAME", "api-key": "KEY", "user": "USER", "ip": "IP", "route": "PATH", "tier": "TIER",
 	"reason": "TEXT", "expires-in": "DUR", "reserve-ttl": "DUR",
+	"ttl": "DUR", "request-id": "ID", "outcome": "OUTCOME", "latency": "DUR",
 }
 
 // isGlobal reports whether name is one of globals' flags.

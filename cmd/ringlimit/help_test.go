@@ -46,6 +46,8 @@ var helpGoldens = []struct {
 	{[]string{"help", "check"}, "help-check.golden"},
 	{[]string{"help", "peek"}, "help-peek.golden"},
 	{[]string{"reset", "--help"}, "help-reset.golden"},
+	{[]string{"help", "acquire"}, "help-acquire.golden"},
+	{[]string{"release", "--help"}, "help-release.golden"},
 	{[]string{"override", "--help"}, "help-override.golden"},
 	{[]string{"policy", "validate", "--help"}, "help-policy-validate.golden"},
 }
@@ -122,7 +124,7 @@ func TestUsageErrors(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"chek"}, "ringlimit: unknown command \"chek\" (did you mean check?)\nrun 'ringlimit help' for usage\n"},
-		{[]string{"help", "nosuch"}, "ringlimit: help: unknown command \"nosuch\" (commands: check, peek, reset, settle, owner, status, override, policy, rls, version, help)\nrun 'ringlimit help' for usage\n"},
+		{[]string{"help", "nosuch"}, "ringlimit: help: unknown command \"nosuch\" (commands: check, peek, reset, settle, acquire, renew, release, report, owner, status, override, policy, rls, version, help)\nrun 'ringlimit help' for usage\n"},
 		{[]string{"help", "stauts"}, "ringlimit: help: unknown command \"stauts\" (did you mean status?)\nrun 'ringlimit help' for usage\n"},
 		{[]string{"help", "override", "ad"}, "ringlimit: help: unknown command \"override ad\" (did you mean override add?)\nrun 'ringlimit help' for usage\n"},
 		{[]string{"override", "revok", "ovr-1"}, "ringlimit: override: unknown command \"revok\" (did you mean override revoke?)\nrun 'ringlimit help' for usage\n"},

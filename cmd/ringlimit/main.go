@@ -6,6 +6,10 @@
 //	ringlimit [global flags] check [--policy P] [--api-key K | --user U | --ip IP] [--route R] [--tier T] [--cost N]
 //	ringlimit [global flags] peek KEY --limit N --per DUR [--cost N] (or the policy flags, as check)
 //	ringlimit [global flags] reset KEY --limit N --per DUR (or the policy flags, as check)
+//	ringlimit [global flags] acquire KEY --limit N [--ttl DUR] [--request-id ID] (or the policy flags, as check)
+//	ringlimit [global flags] renew LEASE [--ttl DUR]
+//	ringlimit [global flags] release LEASE [--outcome ok|error|dropped] [--latency DUR]
+//	ringlimit [global flags] report (the policy flags, as check) [--outcome ok|error|dropped] [--latency DUR]
 //	ringlimit [global flags] owner KEY
 //	ringlimit [global flags] status
 //	ringlimit [global flags] override add --reason TEXT (--user U | --api-key K) (--tier T | --limit N --per DUR) --expires-in DUR
@@ -198,6 +202,14 @@ func (e *env) dispatch(cmd string, args []string) error {
 		return e.owner(args)
 	case "settle":
 		return e.settle(args)
+	case "acquire":
+		return e.acquire(args)
+	case "renew":
+		return e.renew(args)
+	case "release":
+		return e.release(args)
+	case "report":
+		return e.reportOutcome(args)
 	case "status":
 		return e.status(args)
 	case "override", "overrides":

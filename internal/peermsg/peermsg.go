@@ -78,6 +78,10 @@ type State struct {
 	ResetAt int64
 	// Reservations are the key's reservation records, settled or not.
 	Reservations []Reservation
+	// LeaseSet is true for a concurrency key's state: Leases is then the
+	// key's whole set of live leases (possibly none), under Limit.
+	LeaseSet bool
+	Leases   []Lease
 }
 
 // Reservation is one reservation record as it moves with its key's state.

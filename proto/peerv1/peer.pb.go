@@ -74,7 +74,68 @@ func (x PeerSettleResponse_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PeerSettleResponse_Status.Descriptor instead.
 func (PeerSettleResponse_Status) EnumDescriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16, 0}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17, 0}
+}
+
+type PeerLeaseResponse_Status int32
+
+const (
+	// Granted, renewed or released now.
+	PeerLeaseResponse_OK PeerLeaseResponse_Status = 0
+	// An acquire found every slot held.
+	PeerLeaseResponse_REFUSED PeerLeaseResponse_Status = 1
+	// No such live lease (renew, release).
+	PeerLeaseResponse_NOT_FOUND PeerLeaseResponse_Status = 2
+	// The receiver's ring names another owner (redirect); nothing changed.
+	PeerLeaseResponse_REDIRECT PeerLeaseResponse_Status = 3
+	// The owner's successor did not acknowledge the change, or it has no
+	// room: an acquire or renew was undone.
+	PeerLeaseResponse_UNAVAILABLE PeerLeaseResponse_Status = 4
+)
+
+// Enum value maps for PeerLeaseResponse_Status.
+var (
+	PeerLeaseResponse_Status_name = map[int32]string{
+		0: "OK",
+		1: "REFUSED",
+		2: "NOT_FOUND",
+		3: "REDIRECT",
+		4: "UNAVAILABLE",
+	}
+	PeerLeaseResponse_Status_value = map[string]int32{
+		"OK":          0,
+		"REFUSED":     1,
+		"NOT_FOUND":   2,
+		"REDIRECT":    3,
+		"UNAVAILABLE": 4,
+	}
+)
+
+func (x PeerLeaseResponse_Status) Enum() *PeerLeaseResponse_Status {
+	p := new(PeerLeaseResponse_Status)
+	*p = x
+	return p
+}
+
+func (x PeerLeaseResponse_Status) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PeerLeaseResponse_Status) Descriptor() protoreflect.EnumDescriptor {
+	return file_peer_v1_peer_proto_enumTypes[1].Descriptor()
+}
+
+func (PeerLeaseResponse_Status) Type() protoreflect.EnumType {
+	return &file_peer_v1_peer_proto_enumTypes[1]
+}
+
+func (x PeerLeaseResponse_Status) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PeerLeaseResponse_Status.Descriptor instead.
+func (PeerLeaseResponse_Status) EnumDescriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{23, 0}
 }
 
 type StatsRequest struct {
@@ -804,7 +865,12 @@ type BucketState struct {
 	// earlier resets its copy and adopts this one first.
 	ResetAt int64 `protobuf:"varint,4,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
 	// The key's reservations, settled or not, with their TTL left.
-	Reservations  []*Reservation `protobuf:"bytes,5,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	Reservations []*Reservation `protobuf:"bytes,5,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	// Set for a concurrency key (limit.algorithm 5): leases is then the
+	// key's whole set of live leases, possibly none. A replica replaces its
+	// set with it; a handoff merges it by id.
+	LeaseSet      bool           `protobuf:"varint,6,opt,name=lease_set,json=leaseSet,proto3" json:"lease_set,omitempty"`
+	Leases        []*LeaseRecord `protobuf:"bytes,7,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -874,6 +940,83 @@ func (x *BucketState) GetReservations() []*Reservation {
 	return nil
 }
 
+func (x *BucketState) GetLeaseSet() bool {
+	if x != nil {
+		return x.LeaseSet
+	}
+	return false
+}
+
+func (x *BucketState) GetLeases() []*LeaseRecord {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+// LeaseRecord is one concurrency lease as it moves with its key's state.
+type LeaseRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The full id (it names the key).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Nanoseconds until it expires, on the sender's clock when it sent it.
+	TtlNs         int64  `protobuf:"varint,2,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRecord) Reset() {
+	*x = LeaseRecord{}
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecord) ProtoMessage() {}
+
+func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
+func (*LeaseRecord) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LeaseRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // Reservation is an owner's record of one reservation (see Check.reserve_ttl_ns).
 type Reservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -891,7 +1034,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1046,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1059,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Reservation) GetId() string {
@@ -964,7 +1107,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1119,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1132,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HandoffRequest) GetFrom() string {
@@ -1015,7 +1158,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1170,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1183,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HandoffResponse) GetMerged() int64 {
@@ -1062,7 +1205,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1217,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1230,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -1121,7 +1264,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1276,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1289,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -1167,7 +1310,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1322,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1335,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FetchRequest) GetFrom() string {
@@ -1226,7 +1369,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1381,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1394,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FetchResponse) GetFound() bool {
@@ -1281,7 +1424,7 @@ type PeerSettleRequest struct {
 
 func (x *PeerSettleRequest) Reset() {
 	*x = PeerSettleRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1436,7 @@ func (x *PeerSettleRequest) String() string {
 func (*PeerSettleRequest) ProtoMessage() {}
 
 func (x *PeerSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1449,7 @@ func (x *PeerSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSettleRequest.ProtoReflect.Descriptor instead.
 func (*PeerSettleRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PeerSettleRequest) GetFrom() string {
@@ -1350,7 +1493,7 @@ type PeerSettleResponse struct {
 
 func (x *PeerSettleResponse) Reset() {
 	*x = PeerSettleResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1505,7 @@ func (x *PeerSettleResponse) String() string {
 func (*PeerSettleResponse) ProtoMessage() {}
 
 func (x *PeerSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1518,7 @@ func (x *PeerSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSettleResponse.ProtoReflect.Descriptor instead.
 func (*PeerSettleResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PeerSettleResponse) GetStatus() PeerSettleResponse_Status {
@@ -1433,7 +1576,7 @@ type PeerResetRequest struct {
 
 func (x *PeerResetRequest) Reset() {
 	*x = PeerResetRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1588,7 @@ func (x *PeerResetRequest) String() string {
 func (*PeerResetRequest) ProtoMessage() {}
 
 func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1601,7 @@ func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetRequest.ProtoReflect.Descriptor instead.
 func (*PeerResetRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PeerResetRequest) GetFrom() string {
@@ -1514,7 +1657,7 @@ type PeerResetResponse struct {
 
 func (x *PeerResetResponse) Reset() {
 	*x = PeerResetResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_peer_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1669,7 @@ func (x *PeerResetResponse) String() string {
 func (*PeerResetResponse) ProtoMessage() {}
 
 func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_peer_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1682,7 @@ func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetResponse.ProtoReflect.Descriptor instead.
 func (*PeerResetResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PeerResetResponse) GetLeaseDropped() int64 {
@@ -1571,6 +1714,336 @@ func (x *PeerResetResponse) GetUnconfirmed() []string {
 }
 
 func (x *PeerResetResponse) GetRedirect() string {
+	if x != nil {
+		return x.Redirect
+	}
+	return ""
+}
+
+type PeerAcquireRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	From      string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Key       string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit     *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	TtlNs     int64                  `protobuf:"varint,4,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	RequestId string                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Decide on the receiver even where its ring names another owner.
+	Final         bool `protobuf:"varint,6,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerAcquireRequest) Reset() {
+	*x = PeerAcquireRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerAcquireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerAcquireRequest) ProtoMessage() {}
+
+func (x *PeerAcquireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerAcquireRequest.ProtoReflect.Descriptor instead.
+func (*PeerAcquireRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PeerAcquireRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PeerAcquireRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PeerAcquireRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *PeerAcquireRequest) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+func (x *PeerAcquireRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PeerAcquireRequest) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
+type PeerRenewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Lease         string                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	TtlNs         int64                  `protobuf:"varint,3,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	Final         bool                   `protobuf:"varint,4,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerRenewRequest) Reset() {
+	*x = PeerRenewRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerRenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerRenewRequest) ProtoMessage() {}
+
+func (x *PeerRenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerRenewRequest.ProtoReflect.Descriptor instead.
+func (*PeerRenewRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PeerRenewRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PeerRenewRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *PeerRenewRequest) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+func (x *PeerRenewRequest) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
+type PeerReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Lease string                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// 0 ok, 1 error, 2 dropped.
+	Outcome       uint32 `protobuf:"varint,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	LatencyNs     int64  `protobuf:"varint,4,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"`
+	Final         bool   `protobuf:"varint,5,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerReleaseRequest) Reset() {
+	*x = PeerReleaseRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerReleaseRequest) ProtoMessage() {}
+
+func (x *PeerReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerReleaseRequest.ProtoReflect.Descriptor instead.
+func (*PeerReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PeerReleaseRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PeerReleaseRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *PeerReleaseRequest) GetOutcome() uint32 {
+	if x != nil {
+		return x.Outcome
+	}
+	return 0
+}
+
+func (x *PeerReleaseRequest) GetLatencyNs() int64 {
+	if x != nil {
+		return x.LatencyNs
+	}
+	return 0
+}
+
+func (x *PeerReleaseRequest) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
+type PeerLeaseResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Status        PeerLeaseResponse_Status `protobuf:"varint,1,opt,name=status,proto3,enum=ringlimit.peer.v1.PeerLeaseResponse_Status" json:"status,omitempty"`
+	Lease         string                   `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	InFlight      int64                    `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Limit         int64                    `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	ExpiresInNs   int64                    `protobuf:"varint,5,opt,name=expires_in_ns,json=expiresInNs,proto3" json:"expires_in_ns,omitempty"`
+	RetryAfterNs  int64                    `protobuf:"varint,6,opt,name=retry_after_ns,json=retryAfterNs,proto3" json:"retry_after_ns,omitempty"`
+	Owner         string                   `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	Redirect      string                   `protobuf:"bytes,8,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerLeaseResponse) Reset() {
+	*x = PeerLeaseResponse{}
+	mi := &file_peer_v1_peer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerLeaseResponse) ProtoMessage() {}
+
+func (x *PeerLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerLeaseResponse.ProtoReflect.Descriptor instead.
+func (*PeerLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PeerLeaseResponse) GetStatus() PeerLeaseResponse_Status {
+	if x != nil {
+		return x.Status
+	}
+	return PeerLeaseResponse_OK
+}
+
+func (x *PeerLeaseResponse) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *PeerLeaseResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *PeerLeaseResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PeerLeaseResponse) GetExpiresInNs() int64 {
+	if x != nil {
+		return x.ExpiresInNs
+	}
+	return 0
+}
+
+func (x *PeerLeaseResponse) GetRetryAfterNs() int64 {
+	if x != nil {
+		return x.RetryAfterNs
+	}
+	return 0
+}
+
+func (x *PeerLeaseResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *PeerLeaseResponse) GetRedirect() string {
 	if x != nil {
 		return x.Redirect
 	}
@@ -1645,13 +2118,20 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xc2\x01\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\x97\x02\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\x03R\x04used\x12\x19\n" +
 	"\breset_at\x18\x04 \x01(\x03R\aresetAt\x12B\n" +
-	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\"\x8d\x01\n" +
+	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\x12\x1b\n" +
+	"\tlease_set\x18\x06 \x01(\bR\bleaseSet\x126\n" +
+	"\x06leases\x18\a \x03(\v2\x1e.ringlimit.peer.v1.LeaseRecordR\x06leases\"S\n" +
+	"\vLeaseRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
+	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\x8d\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x03R\breserved\x12\x15\n" +
@@ -1703,7 +2183,42 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12 \n" +
 	"\vunconfirmed\x18\x04 \x03(\tR\vunconfirmed\x12\x1a\n" +
-	"\bredirect\x18\x05 \x01(\tR\bredirect2\xc3\x04\n" +
+	"\bredirect\x18\x05 \x01(\tR\bredirect\"\xb6\x01\n" +
+	"\x12PeerAcquireRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
+	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x15\n" +
+	"\x06ttl_ns\x18\x04 \x01(\x03R\x05ttlNs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05final\x18\x06 \x01(\bR\x05final\"i\n" +
+	"\x10PeerRenewRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\tR\x05lease\x12\x15\n" +
+	"\x06ttl_ns\x18\x03 \x01(\x03R\x05ttlNs\x12\x14\n" +
+	"\x05final\x18\x04 \x01(\bR\x05final\"\x8d\x01\n" +
+	"\x12PeerReleaseRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\tR\x05lease\x12\x18\n" +
+	"\aoutcome\x18\x03 \x01(\rR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"latency_ns\x18\x04 \x01(\x03R\tlatencyNs\x12\x14\n" +
+	"\x05final\x18\x05 \x01(\bR\x05final\"\xea\x02\n" +
+	"\x11PeerLeaseResponse\x12C\n" +
+	"\x06status\x18\x01 \x01(\x0e2+.ringlimit.peer.v1.PeerLeaseResponse.StatusR\x06status\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\tR\x05lease\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\"\n" +
+	"\rexpires_in_ns\x18\x05 \x01(\x03R\vexpiresInNs\x12$\n" +
+	"\x0eretry_after_ns\x18\x06 \x01(\x03R\fretryAfterNs\x12\x14\n" +
+	"\x05owner\x18\a \x01(\tR\x05owner\x12\x1a\n" +
+	"\bredirect\x18\b \x01(\tR\bredirect\"K\n" +
+	"\x06Status\x12\x06\n" +
+	"\x02OK\x10\x00\x12\v\n" +
+	"\aREFUSED\x10\x01\x12\r\n" +
+	"\tNOT_FOUND\x10\x02\x12\f\n" +
+	"\bREDIRECT\x10\x03\x12\x0f\n" +
+	"\vUNAVAILABLE\x10\x042\xc7\x06\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
@@ -1711,7 +2226,10 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12J\n" +
 	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponse\x12U\n" +
 	"\x06Settle\x12$.ringlimit.peer.v1.PeerSettleRequest\x1a%.ringlimit.peer.v1.PeerSettleResponse\x12R\n" +
-	"\x05Reset\x12#.ringlimit.peer.v1.PeerResetRequest\x1a$.ringlimit.peer.v1.PeerResetResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
+	"\x05Reset\x12#.ringlimit.peer.v1.PeerResetRequest\x1a$.ringlimit.peer.v1.PeerResetResponse\x12V\n" +
+	"\aAcquire\x12%.ringlimit.peer.v1.PeerAcquireRequest\x1a$.ringlimit.peer.v1.PeerLeaseResponse\x12R\n" +
+	"\x05Renew\x12#.ringlimit.peer.v1.PeerRenewRequest\x1a$.ringlimit.peer.v1.PeerLeaseResponse\x12V\n" +
+	"\aRelease\x12%.ringlimit.peer.v1.PeerReleaseRequest\x1a$.ringlimit.peer.v1.PeerLeaseResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
 
 var (
 	file_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -1725,61 +2243,76 @@ func file_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peer_v1_peer_proto_rawDescData
 }
 
-var file_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_peer_v1_peer_proto_goTypes = []any{
 	(PeerSettleResponse_Status)(0), // 0: ringlimit.peer.v1.PeerSettleResponse.Status
-	(*StatsRequest)(nil),           // 1: ringlimit.peer.v1.StatsRequest
-	(*StatsResponse)(nil),          // 2: ringlimit.peer.v1.StatsResponse
-	(*Limit)(nil),                  // 3: ringlimit.peer.v1.Limit
-	(*Check)(nil),                  // 4: ringlimit.peer.v1.Check
-	(*CheckRequest)(nil),           // 5: ringlimit.peer.v1.CheckRequest
-	(*Decision)(nil),               // 6: ringlimit.peer.v1.Decision
-	(*CheckResponse)(nil),          // 7: ringlimit.peer.v1.CheckResponse
-	(*BucketState)(nil),            // 8: ringlimit.peer.v1.BucketState
-	(*Reservation)(nil),            // 9: ringlimit.peer.v1.Reservation
-	(*HandoffRequest)(nil),         // 10: ringlimit.peer.v1.HandoffRequest
-	(*HandoffResponse)(nil),        // 11: ringlimit.peer.v1.HandoffResponse
-	(*ReplicateRequest)(nil),       // 12: ringlimit.peer.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),      // 13: ringlimit.peer.v1.ReplicateResponse
-	(*FetchRequest)(nil),           // 14: ringlimit.peer.v1.FetchRequest
-	(*FetchResponse)(nil),          // 15: ringlimit.peer.v1.FetchResponse
-	(*PeerSettleRequest)(nil),      // 16: ringlimit.peer.v1.PeerSettleRequest
-	(*PeerSettleResponse)(nil),     // 17: ringlimit.peer.v1.PeerSettleResponse
-	(*PeerResetRequest)(nil),       // 18: ringlimit.peer.v1.PeerResetRequest
-	(*PeerResetResponse)(nil),      // 19: ringlimit.peer.v1.PeerResetResponse
+	(PeerLeaseResponse_Status)(0),  // 1: ringlimit.peer.v1.PeerLeaseResponse.Status
+	(*StatsRequest)(nil),           // 2: ringlimit.peer.v1.StatsRequest
+	(*StatsResponse)(nil),          // 3: ringlimit.peer.v1.StatsResponse
+	(*Limit)(nil),                  // 4: ringlimit.peer.v1.Limit
+	(*Check)(nil),                  // 5: ringlimit.peer.v1.Check
+	(*CheckRequest)(nil),           // 6: ringlimit.peer.v1.CheckRequest
+	(*Decision)(nil),               // 7: ringlimit.peer.v1.Decision
+	(*CheckResponse)(nil),          // 8: ringlimit.peer.v1.CheckResponse
+	(*BucketState)(nil),            // 9: ringlimit.peer.v1.BucketState
+	(*LeaseRecord)(nil),            // 10: ringlimit.peer.v1.LeaseRecord
+	(*Reservation)(nil),            // 11: ringlimit.peer.v1.Reservation
+	(*HandoffRequest)(nil),         // 12: ringlimit.peer.v1.HandoffRequest
+	(*HandoffResponse)(nil),        // 13: ringlimit.peer.v1.HandoffResponse
+	(*ReplicateRequest)(nil),       // 14: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),      // 15: ringlimit.peer.v1.ReplicateResponse
+	(*FetchRequest)(nil),           // 16: ringlimit.peer.v1.FetchRequest
+	(*FetchResponse)(nil),          // 17: ringlimit.peer.v1.FetchResponse
+	(*PeerSettleRequest)(nil),      // 18: ringlimit.peer.v1.PeerSettleRequest
+	(*PeerSettleResponse)(nil),     // 19: ringlimit.peer.v1.PeerSettleResponse
+	(*PeerResetRequest)(nil),       // 20: ringlimit.peer.v1.PeerResetRequest
+	(*PeerResetResponse)(nil),      // 21: ringlimit.peer.v1.PeerResetResponse
+	(*PeerAcquireRequest)(nil),     // 22: ringlimit.peer.v1.PeerAcquireRequest
+	(*PeerRenewRequest)(nil),       // 23: ringlimit.peer.v1.PeerRenewRequest
+	(*PeerReleaseRequest)(nil),     // 24: ringlimit.peer.v1.PeerReleaseRequest
+	(*PeerLeaseResponse)(nil),      // 25: ringlimit.peer.v1.PeerLeaseResponse
 }
 var file_peer_v1_peer_proto_depIdxs = []int32{
-	3,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
-	4,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
-	6,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
-	3,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
-	9,  // 4: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
-	8,  // 5: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	8,  // 6: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	3,  // 7: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	8,  // 8: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
-	0,  // 9: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
-	3,  // 10: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	5,  // 11: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	10, // 12: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	14, // 13: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	12, // 14: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	1,  // 15: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	16, // 16: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
-	18, // 17: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
-	7,  // 18: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	11, // 19: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	15, // 20: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	13, // 21: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	2,  // 22: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	17, // 23: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
-	19, // 24: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
+	5,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
+	7,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
+	4,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
+	11, // 4: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
+	10, // 5: ringlimit.peer.v1.BucketState.leases:type_name -> ringlimit.peer.v1.LeaseRecord
+	9,  // 6: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	9,  // 7: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	4,  // 8: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	9,  // 9: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
+	0,  // 10: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
+	4,  // 11: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	4,  // 12: ringlimit.peer.v1.PeerAcquireRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	1,  // 13: ringlimit.peer.v1.PeerLeaseResponse.status:type_name -> ringlimit.peer.v1.PeerLeaseResponse.Status
+	6,  // 14: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	12, // 15: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	16, // 16: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	14, // 17: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	2,  // 18: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	18, // 19: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
+	20, // 20: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
+	22, // 21: ringlimit.peer.v1.Peer.Acquire:input_type -> ringlimit.peer.v1.PeerAcquireRequest
+	23, // 22: ringlimit.peer.v1.Peer.Renew:input_type -> ringlimit.peer.v1.PeerRenewRequest
+	24, // 23: ringlimit.peer.v1.Peer.Release:input_type -> ringlimit.peer.v1.PeerReleaseRequest
+	8,  // 24: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	13, // 25: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	17, // 26: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	15, // 27: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	3,  // 28: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	19, // 29: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
+	21, // 30: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
+	25, // 31: ringlimit.peer.v1.Peer.Acquire:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	25, // 32: ringlimit.peer.v1.Peer.Renew:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	25, // 33: ringlimit.peer.v1.Peer.Release:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }
@@ -1792,8 +2325,8 @@ func file_peer_v1_peer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_v1_peer_proto_rawDesc), len(file_peer_v1_peer_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   19,
+			NumEnums:      2,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,9 @@ const (
 	Peer_Stats_FullMethodName     = "/ringlimit.peer.v1.Peer/Stats"
 	Peer_Settle_FullMethodName    = "/ringlimit.peer.v1.Peer/Settle"
 	Peer_Reset_FullMethodName     = "/ringlimit.peer.v1.Peer/Reset"
+	Peer_Acquire_FullMethodName   = "/ringlimit.peer.v1.Peer/Acquire"
+	Peer_Renew_FullMethodName     = "/ringlimit.peer.v1.Peer/Renew"
+	Peer_Release_FullMethodName   = "/ringlimit.peer.v1.Peer/Release"
 )
 
 // PeerClient is the client API for Peer service.
@@ -70,6 +73,14 @@ type PeerClient interface {
 	// stand-in copy, hot-key lease) and records the tombstone, so that a
 	// state sent before the reset does not bring the spend back.
 	Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error)
+	// Acquire asks a concurrency key's owner for a lease of one slot; Renew
+	// and Release go to the owner of the key a lease id names. The owner
+	// answers each once its successor acknowledged the change. A receiver
+	// whose ring names another owner answers REDIRECT and changes nothing,
+	// unless final is set.
+	Acquire(ctx context.Context, in *PeerAcquireRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error)
+	Renew(ctx context.Context, in *PeerRenewRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error)
+	Release(ctx context.Context, in *PeerReleaseRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error)
 }
 
 type peerClient struct {
@@ -153,6 +164,36 @@ func (c *peerClient) Reset(ctx context.Context, in *PeerResetRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) Acquire(ctx context.Context, in *PeerAcquireRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerLeaseResponse)
+	err := c.cc.Invoke(ctx, Peer_Acquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Renew(ctx context.Context, in *PeerRenewRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerLeaseResponse)
+	err := c.cc.Invoke(ctx, Peer_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Release(ctx context.Context, in *PeerReleaseRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerLeaseResponse)
+	err := c.cc.Invoke(ctx, Peer_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -192,6 +233,14 @@ type PeerServer interface {
 	// stand-in copy, hot-key lease) and records the tombstone, so that a
 	// state sent before the reset does not bring the spend back.
 	Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error)
+	// Acquire asks a concurrency key's owner for a lease of one slot; Renew
+	// and Release go to the owner of the key a lease id names. The owner
+	// answers each once its successor acknowledged the change. A receiver
+	// whose ring names another owner answers REDIRECT and changes nothing,
+	// unless final is set.
+	Acquire(context.Context, *PeerAcquireRequest) (*PeerLeaseResponse, error)
+	Renew(context.Context, *PeerRenewRequest) (*PeerLeaseResponse, error)
+	Release(context.Context, *PeerReleaseRequest) (*PeerLeaseResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -222,6 +271,15 @@ func (UnimplementedPeerServer) Settle(context.Context, *PeerSettleRequest) (*Pee
 }
 func (UnimplementedPeerServer) Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedPeerServer) Acquire(context.Context, *PeerAcquireRequest) (*PeerLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Acquire not implemented")
+}
+func (UnimplementedPeerServer) Renew(context.Context, *PeerRenewRequest) (*PeerLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
+}
+func (UnimplementedPeerServer) Release(context.Context, *PeerReleaseRequest) (*PeerLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -359,6 +417,60 @@ func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Acquire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerAcquireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Acquire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Acquire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Acquire(ctx, req.(*PeerAcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerRenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Renew(ctx, req.(*PeerRenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Release(ctx, req.(*PeerReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -389,6 +501,18 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Peer_Reset_Handler,
+		},
+		{
+			MethodName: "Acquire",
+			Handler:    _Peer_Acquire_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _Peer_Renew_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Peer_Release_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -84,6 +84,10 @@ var Semantic400 = []string{
 	"reserve needs a token_bucket limit",       // reserve with another algorithm
 	"reserve is for inline limits",             // reserve on a policy request
 	"malformed reservation id",                 // a settle of an id that is not one
+	"ttl: must be between",                     // a lease TTL outside 1s to 1h
+	"malformed lease id",                       // a renew or release of an id that is not one
+	"ids joined by",                            // a joined lease of more than 4 ids
+	"no concurrency layer applies",             // an acquire of a policy request without one
 }
 
 // Spec is a loaded, validated OpenAPI description and the counts of what
