@@ -3,9 +3,11 @@ package forward
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
@@ -23,9 +25,83 @@ func (r *Router) leaseAwait(ctx context.Context, v *view) bool {
 	return r.repl.await(ctx, r.ctx.Done())
 }
 
+// awaitingLeases reports whether key is one this node took over in the
+// last ring change from a previous owner that is not down, whose lease set
+// has not arrived (pushed by handoffLeases or fetched): until it does, or
+// the grace period ends, what this node holds of the key may lack leases
+// the previous owner granted, and the key's operations are answered as
+// unavailable.
+func (r *Router) awaitingLeases(v *view, key string, now clock.Instant) bool {
+	if !v.inGrace(now, r.cfg.Grace) {
+		return false
+	}
+	prev := prevOwner(v, r.cfg.Self, key)
+	if prev == "" || v.isDown(prev) {
+		return false
+	}
+	at, ok := r.leasesReceived.Load(key)
+	return !ok || at.(uint64) != v.version()
+}
+
+// waitLeases is awaitingLeases once it asked the previous owner for the
+// key's set, or, when that one does not answer, waited at most half the
+// peer deadline for the set to arrive.
+func (r *Router) waitLeases(ctx context.Context, v *view, key string) bool {
+	if !r.awaitingLeases(v, key, r.cfg.Clock.Now()) {
+		return false
+	}
+	if r.fetchLeases(ctx, v, prevOwner(v, r.cfg.Self, key), key) {
+		return false
+	}
+	timer := r.cfg.Clock.NewTimer(r.cfg.PeerTimeout / 2)
+	defer timer.Stop()
+	for {
+		arrived := r.leasesArrived.wait()
+		if !r.awaitingLeases(v, key, r.cfg.Clock.Now()) {
+			return false
+		}
+		select {
+		case <-arrived:
+		case <-timer.C():
+			return r.awaitingLeases(v, key, r.cfg.Clock.Now())
+		case <-ctx.Done():
+			return true
+		}
+	}
+}
+
+// signal wakes its waiters each time it fires. The zero value is ready to
+// use; it is safe for concurrent use.
+type signal struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next fire.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
 // acquireLocal decides an acquire of a key this node owns.
 func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRequest) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
+	if r.waitLeases(ctx, v, q.Key) {
+		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
+	}
 	g, err := r.slots.Acquire(q.Key, q.Limit, q.TTL, q.RequestID, now)
 	if err != nil {
 		if !errors.Is(err, bucket.ErrLeasesFull) {
@@ -59,6 +135,9 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 	now := r.cfg.Clock.Now()
 	prev, cur, err := r.slots.Renew(id, ttl, now)
 	if err != nil {
+		if key, _ := bucket.ParseLeaseID(id); r.waitLeases(ctx, v, key) {
+			return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
+		}
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
 	}
 	r.repl.leaseChanged(cur.Key, cur.Limit)
@@ -76,6 +155,9 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 func (r *Router) releaseLocal(ctx context.Context, v *view, key, id string, o Outcome, latency time.Duration) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
 	ls, ok := r.slots.Release(id, now)
+	if !ok && r.waitLeases(ctx, v, key) {
+		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
+	}
 	if !ok { // released before, expired, or never was: what the key holds
 		ans := peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
 		if held := r.slots.Held(key, now); len(held) > 0 {
