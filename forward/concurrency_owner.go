@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,15 +33,65 @@ func (r *Router) leaseAwait(ctx context.Context, v *view) bool {
 // the previous owner granted, and the key's operations are answered as
 // unavailable.
 func (r *Router) awaitingLeases(v *view, key string, now clock.Instant) bool {
-	if !v.inGrace(now, r.cfg.Grace) {
-		return false
-	}
-	prev := prevOwner(v, r.cfg.Self, key)
+	prev, since := r.leasePrevOwner(v, key, now)
 	if prev == "" || v.isDown(prev) {
 		return false
 	}
-	at, ok := r.leasesReceived.Load(key)
-	return !ok || at.(uint64) != v.version()
+	got, ok := r.leasesReceived.Load(key)
+	return !ok || got.(received).version != v.version() || got.(received).at < since
+}
+
+// received is when a key's lease set last came from its previous owner,
+// and under which ring.
+type received struct {
+	at      clock.Instant
+	version uint64
+}
+
+// rejoin is when a node back from a minority found its ring unchanged,
+// and where its keys were decided meanwhile.
+type rejoin struct {
+	at      clock.Instant
+	version uint64
+	others  Owners // the ring without this node
+}
+
+// noteRejoin records a return from a minority to the same ring (the
+// router's mu held, before nv is stored).
+func (r *Router) noteRejoin(old, nv *view, up []string) {
+	if !old.minority || nv.minority || nv.ring == nil || old.ring == nil || nv.ring.Version() != old.ring.Version() {
+		return
+	}
+	rest := slices.DeleteFunc(slices.Clone(up), func(n string) bool { return n == r.cfg.Self })
+	if len(rest) == 0 {
+		return
+	}
+	others, err := r.cfg.NewRing(rest)
+	if err != nil {
+		return
+	}
+	r.rejoined.Store(&rejoin{at: r.cfg.Clock.Now(), version: nv.ring.Version(), others: others})
+}
+
+// leasePrevOwner is who decided key before this node owned it, and since
+// when this node owns it: its previous owner after a ring change, or,
+// within the grace period after this node came back from a minority to
+// the same ring, the member that owned it meanwhile. "" when that is
+// nobody else.
+func (r *Router) leasePrevOwner(v *view, key string, now clock.Instant) (string, clock.Instant) {
+	// The later of the two events is the one that moved the key here.
+	if rj := r.rejoined.Load(); rj != nil && rj.version == v.version() && rj.at >= v.changed && now.Sub(rj.at) < r.cfg.Grace {
+		if prev := ownerIn(rj.others, r.cfg.Self, key); prev != r.cfg.Self {
+			return prev, rj.at
+		}
+		return "", 0
+	}
+	if v.inGrace(now, r.cfg.Grace) {
+		if prev := prevOwner(v, r.cfg.Self, key); prev != "" {
+			return prev, v.changed
+		}
+	}
+	return "", 0
 }
 
 // waitLeases is awaitingLeases once it asked the previous owner for the
@@ -50,7 +101,7 @@ func (r *Router) waitLeases(ctx context.Context, v *view, key string) bool {
 	if !r.awaitingLeases(v, key, r.cfg.Clock.Now()) {
 		return false
 	}
-	if r.fetchLeases(ctx, v, prevOwner(v, r.cfg.Self, key), key) {
+	if prev, _ := r.leasePrevOwner(v, key, r.cfg.Clock.Now()); r.fetchLeases(ctx, v, prev, key) {
 		return false
 	}
 	timer := r.cfg.Clock.NewTimer(r.cfg.PeerTimeout / 2)
@@ -135,7 +186,7 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 	now := r.cfg.Clock.Now()
 	prev, cur, err := r.slots.Renew(id, ttl, now)
 	if err != nil {
-		if key, _ := bucket.ParseLeaseID(id); r.waitLeases(ctx, v, key) {
+		if key, _ := bucket.ParseLeaseID(id); v.minority || r.waitLeases(ctx, v, key) {
 			return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 		}
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
@@ -155,7 +206,7 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 func (r *Router) releaseLocal(ctx context.Context, v *view, key, id string, o Outcome, latency time.Duration) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
 	ls, ok := r.slots.Release(id, now)
-	if !ok && r.waitLeases(ctx, v, key) {
+	if !ok && (v.minority || r.waitLeases(ctx, v, key)) { // a minority's "not found" proves nothing
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
 	if !ok { // released before, expired, or never was: what the key holds

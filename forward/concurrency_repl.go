@@ -72,7 +72,8 @@ func leaseState(slots *bucket.Leases, key string, l bucket.Limit, now clock.Inst
 
 // addLeases appends to out the lease sets of the keys marked (all: of
 // every key this node owns) to their successors. A key with no live
-// successor makes the round fail: its changes are not acknowledged.
+// successor makes the round fail, and stays marked: its changes are not
+// acknowledged.
 func (p *replicator) addLeases(v *view, out *outbox, all bool) {
 	if p.slots == nil || v.ring == nil || v.ring.Len() < 2 {
 		return
@@ -107,7 +108,11 @@ func (p *replicator) addLeases(v *view, out *outbox, all bool) {
 			}
 		}
 		if copies == 0 {
+			// No successor took it: the round fails, and the next one,
+			// which a change marked just before this round began may
+			// await, carries it again.
 			out.leaseOrphans = true
+			p.leaseKeys.add(key, l)
 		}
 	}
 }
@@ -146,7 +151,7 @@ func (r *Router) importLeases(from string, states []peermsg.State, now clock.Ins
 		}
 		r.slots.Merge(s.Key, set, now)
 		if ownerIn(v.ring, r.cfg.Self, s.Key) == r.cfg.Self {
-			r.leasesReceived.Store(strings.Clone(s.Key), s.RingVersion)
+			r.leasesReceived.Store(strings.Clone(s.Key), received{at: now, version: s.RingVersion})
 			r.leasesArrived.fire()
 			r.repl.leaseChanged(s.Key, s.Limit)
 		}

@@ -43,6 +43,9 @@ type Router struct {
 	leasesReceived sync.Map
 	// leasesArrived fires when a previous owner's lease set arrives.
 	leasesArrived signal
+	// rejoined is set when this node last came back from a minority to
+	// the same ring: the others decided its concurrency keys meanwhile.
+	rejoined atomic.Pointer[rejoin]
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/testonly/harness"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // five is an in-flight limit of 5.
@@ -73,6 +75,24 @@ func inFlight(t *testing.T, n *harness.Node, key string, want int64) {
 	}
 }
 
+// slotKey returns the first concurrency key "c|prefix-N" that owner owns
+// on the ring of A, B and C and succ would own without owner.
+func slotKey(t *testing.T, owner, succ, prefix string) string {
+	t.Helper()
+	rg, err := ring.New(ring.DefaultConfig(), []string{"A", "B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100000 {
+		k := fmt.Sprintf("%s%s-%d", bucket.NamespaceConcurrency, prefix, i)
+		if o, _ := rg.Owner(k); o == owner && rg.Successors(k, 1)[0] == succ {
+			return k
+		}
+	}
+	t.Fatalf("no concurrency key of %s with successor %s", owner, succ)
+	return ""
+}
+
 // TestConcurrencyThreeNodes: a limit of 5 on a key C owns, 50 acquires at
 // once through all three nodes: exactly 5 granted. 2 released: exactly 2
 // of a second wave of 50. A double release lowers the count once. The
@@ -80,7 +100,7 @@ func inFlight(t *testing.T, n *harness.Node, key string, want int64) {
 func TestConcurrencyThreeNodes(t *testing.T) {
 	c, clk := startFake(t)
 	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
-	key := bucket.NamespaceConcurrency + c.KeyWith("C", "B", "slots")
+	key := slotKey(t, "C", "B", "slots")
 	first := wave(t, 50, key, 2*time.Second, a, b, own)
 	if len(first) != 5 {
 		t.Fatalf("first wave: %d granted, want 5", len(first))
@@ -115,24 +135,21 @@ func TestConcurrencyThreeNodes(t *testing.T) {
 }
 
 // TestConcurrencyOwnerCrash: C holds 5 leases of its key and dies (kill
-// -9); its successor, owner next, denies a 6th. Each holder's release
+// -9); its successor B, owner next, denies a 6th. Each holder's release
 // through a survivor answers released and frees exactly one slot; the
 // leases not released are free after their TTL.
 func TestConcurrencyOwnerCrash(t *testing.T) {
 	c, clk := startFake(t)
 	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
-	key := bucket.NamespaceConcurrency + c.KeyWith("C", "B", "crash")
+	key := slotKey(t, "C", "B", "crash")
 	held := wave(t, 5, key, 10*time.Second, a, b, own)
 	if len(held) != 5 {
 		t.Fatalf("%d granted, want 5", len(held))
 	}
 	own.Stop() // kill -9: nothing it says reaches the others
 	harness.SetView([]*harness.Node{a, b}, []*harness.Node{a, b}, "C")
-	next, _ := a.Router.Owner(key)
-	succ, other := c.Node(next), a
-	if next == "A" {
-		other = b
-	}
+	const next = "B" // C's successor
+	succ, other := b, a
 	for _, n := range []*harness.Node{a, b} {
 		if r := acquire(t, n, key, 10*time.Second); r.Allowed || r.Degraded || r.Owner != next || r.InFlight != 5 {
 			t.Fatalf("a 6th acquire through %s after the crash: %+v, want refused by %s", n.Name, r, next)
@@ -163,7 +180,7 @@ func TestConcurrencyOwnerCrash(t *testing.T) {
 func TestConcurrencyGracefulLeave(t *testing.T) {
 	c, _ := startFake(t)
 	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
-	key := bucket.NamespaceConcurrency + c.KeyWith("C", "B", "leave")
+	key := slotKey(t, "C", "B", "leave")
 	held := wave(t, 3, key, time.Minute, a, b, own)
 	if len(held) != 3 {
 		t.Fatalf("%d granted, want 3", len(held))
