@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -154,12 +153,8 @@ func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRe
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
 	g, err := r.slots.Acquire(q.Key, q.Limit, q.TTL, q.RequestID, now)
-	if err != nil {
-		if !errors.Is(err, bucket.ErrLeasesFull) {
-			r.log.Warn("acquire refused", "key", q.Key, "err", err)
-		} else {
-			r.log.Warn("acquire refused", "key", q.Key, "err", errLeasesFull)
-		}
+	if err != nil { // a full table (bucket.ErrLeasesFull), or a bad request from a peer
+		r.log.Warn("acquire not decided", "key", q.Key, "err", err)
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
 	ans := peermsg.LeaseAnswer{Status: peermsg.LeaseRefused, InFlight: g.InFlight, Limit: q.Limit.Count(),
