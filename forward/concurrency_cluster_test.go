@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -134,4 +135,59 @@ func TestLeaseRedirect(t *testing.T) {
 	if ans := b.r.AcquireFor(ctx, "A", q); ans.Status == peermsg.LeaseRedirect {
 		t.Fatalf("final acquire on B redirected: %+v", ans)
 	}
+}
+
+// TestUnacknowledgedUndone: A owns the key and its successor B stops
+// answering. An acquire is undone and answered in its failure mode
+// (fail_closed refuses, fail_open admits with no lease), a renew is undone
+// (ErrUnavailable, the expiry unchanged), a release stands.
+func TestUnacknowledgedUndone(t *testing.T) {
+	clk := testkit.NewClock(0)
+	nodes := startNodes(t, clk, nil, "A", "B")
+	formCluster(clk, nodes...)
+	a, b := nodes[0], nodes[1]
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("%sundo-%d", bucket.NamespaceConcurrency, i)
+		if o, _ := a.r.Owner(key); o == "A" {
+			break
+		}
+	}
+	ctx := context.Background()
+	acq := Acquire{Key: key, Limit: concurrency(5), Mode: bucket.FailClosed, TTL: 10 * time.Second}
+	held := make([]string, 2)
+	for i := range held {
+		res, err := a.r.Acquire(ctx, acq)
+		if err != nil || !res.Allowed {
+			t.Fatalf("acquire %d: %+v %v", i, res, err)
+		}
+		held[i] = res.Lease
+	}
+	b.stop() // B's peer service is gone; A's ring still names it
+	res, err := a.r.Acquire(ctx, acq)
+	if err != nil || res.Allowed || !res.Degraded || res.Lease != "" || res.RetryAfter != time.Second {
+		t.Fatalf("fail_closed acquire without a successor: %+v %v", res, err)
+	}
+	open := acq
+	open.Mode = bucket.FailOpen
+	if res, err := a.r.Acquire(ctx, open); err != nil || !res.Allowed || !res.Degraded || res.Lease != "" {
+		t.Fatalf("fail_open acquire without a successor: %+v %v", res, err)
+	}
+	if n := a.r.InFlight(key); n != 2 {
+		t.Fatalf("A holds %d leases after two undone acquires, want 2", n)
+	}
+	clk.Advance(5 * time.Second)
+	if _, err := a.r.Renew(ctx, held[0], 10*time.Second); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("renew without a successor: %v, want ErrUnavailable", err)
+	}
+	rel, err := a.r.Release(ctx, held[1], OutcomeOK, 0)
+	if err != nil || !rel.Released || rel.InFlight != 1 {
+		t.Fatalf("release without a successor: %+v %v, want released, 1 in flight", rel, err)
+	}
+	clk.Advance(5 * time.Second) // the first lease's TTL, not renewed
+	if n := a.r.InFlight(key); n != 0 {
+		t.Fatalf("A holds %d leases after the TTL of the one whose renew was undone, want 0", n)
+	}
+	wantMetric(t, a.reg, "ringlimit_leases_total", "op", "acquire", "result", "degraded", 2)
+	wantMetric(t, a.reg, "ringlimit_leases_total", "op", "renew", "result", "unavailable", 1)
 }
