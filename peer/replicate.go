@@ -52,7 +52,7 @@ type replicateBatch struct {
 // even when it is empty.
 func stateSize(s *State, l *wireLimit) int {
 	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used)) +
-		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations)
+		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations) + adaptiveStateSize(s.Adaptive)
 }
 
 func (m *replicateBatch) size() int {
@@ -82,6 +82,7 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 		for j := range s.Reservations {
 			b = appendReservation(b, &s.Reservations[j])
 		}
+		b = appendAdaptiveState(b, s.Adaptive)
 	}
 	return b
 }
@@ -94,6 +95,7 @@ type wireState struct {
 	used         int64
 	resetAt      int64
 	reservations []peermsg.Reservation // validStates keeps MaxStateReservations
+	adaptive     *peermsg.AdaptiveState
 }
 
 func (s *wireState) parse(b []byte) error {
@@ -114,6 +116,11 @@ func (s *wireState) parse(b []byte) error {
 			s.reservations = append(s.reservations, r)
 		case fStateResetAt << 3:
 			s.resetAt = int64(v)
+		case fStateAdaptive<<3 | 2:
+			if s.adaptive == nil {
+				s.adaptive = new(peermsg.AdaptiveState)
+			}
+			return parseAdaptiveState(val, s.adaptive)
 		}
 		return nil
 	})
@@ -199,7 +206,8 @@ func (m *replicateIn) validStates() []State {
 			continue
 		}
 		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
-			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt})
+			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt,
+			Adaptive: w.adaptive})
 	}
 	return m.valid
 }

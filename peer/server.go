@@ -295,12 +295,16 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 		if err == nil {
 			err = l.CheckCost(c.cost)
 		}
+		if err == nil && c.hasAdaptive {
+			err = checkSpec(&c.adaptive)
+		}
 		if err != nil {
 			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
 			return
 		}
 		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final, Sync: c.sync, Peek: c.peek,
 			ReserveTTL: time.Duration(max(c.reserveTTLNs, 0))})
+		c.setAdaptive(&pb.reqs[len(pb.reqs)-1])
 	}
 	if cap(pb.answers) < len(pb.reqs) {
 		pb.answers = make([]Answer, len(pb.reqs))
@@ -325,7 +329,8 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 		if err != nil || bucket.CheckKey(b.GetKey()) != nil || b.GetUsed() < 0 {
 			continue
 		}
-		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt()})
+		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt(),
+			Adaptive: adaptiveStateFromProto(b.GetAdaptive())})
 	}
 	return states
 }
@@ -390,5 +395,5 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 		return &peerv1.FetchResponse{}, nil
 	}
 	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
-		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt}}, nil
+		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt, Adaptive: adaptiveStateToProto(st.Adaptive)}}, nil
 }

@@ -74,7 +74,7 @@ func (x PeerSettleResponse_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PeerSettleResponse_Status.Descriptor instead.
 func (PeerSettleResponse_Status) EnumDescriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16, 0}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{21, 0}
 }
 
 type StatsRequest struct {
@@ -140,12 +140,15 @@ type StatsResponse struct {
 	Version  string `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
 	// The other operations its API made: peeks (not counted in checks),
 	// checks admitted with a reservation, reservations settled, and resets.
-	Peeks         uint64 `protobuf:"varint,15,opt,name=peeks,proto3" json:"peeks,omitempty"`
-	Reservations  uint64 `protobuf:"varint,16,opt,name=reservations,proto3" json:"reservations,omitempty"`
-	Settles       uint64 `protobuf:"varint,17,opt,name=settles,proto3" json:"settles,omitempty"`
-	Resets        uint64 `protobuf:"varint,18,opt,name=resets,proto3" json:"resets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Peeks        uint64 `protobuf:"varint,15,opt,name=peeks,proto3" json:"peeks,omitempty"`
+	Reservations uint64 `protobuf:"varint,16,opt,name=reservations,proto3" json:"reservations,omitempty"`
+	Settles      uint64 `protobuf:"varint,17,opt,name=settles,proto3" json:"settles,omitempty"`
+	Resets       uint64 `protobuf:"varint,18,opt,name=resets,proto3" json:"resets,omitempty"`
+	// The adaptive scopes whose keys this node owns, each with the current
+	// limit of its most recently moved key.
+	AdaptiveScopes []*AdaptiveScope `protobuf:"bytes,20,rep,name=adaptive_scopes,json=adaptiveScopes,proto3" json:"adaptive_scopes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -304,6 +307,509 @@ func (x *StatsResponse) GetResets() uint64 {
 	return 0
 }
 
+func (x *StatsResponse) GetAdaptiveScopes() []*AdaptiveScope {
+	if x != nil {
+		return x.AdaptiveScopes
+	}
+	return nil
+}
+
+type AdaptiveScope struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdaptiveScope) Reset() {
+	*x = AdaptiveScope{}
+	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveScope) ProtoMessage() {}
+
+func (x *AdaptiveScope) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveScope.ProtoReflect.Descriptor instead.
+func (*AdaptiveScope) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AdaptiveScope) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *AdaptiveScope) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// AdaptiveSpec mirrors adaptive.Spec (a policy layer's adaptive block);
+// durations are in nanoseconds, zero fields mean their defaults.
+type AdaptiveSpec struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Algorithm          uint32                 `protobuf:"varint,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Min                int64                  `protobuf:"varint,2,opt,name=min,proto3" json:"min,omitempty"`
+	Max                int64                  `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	Initial            int64                  `protobuf:"varint,4,opt,name=initial,proto3" json:"initial,omitempty"`
+	WindowNs           int64                  `protobuf:"varint,5,opt,name=window_ns,json=windowNs,proto3" json:"window_ns,omitempty"`
+	MinSamples         int64                  `protobuf:"varint,6,opt,name=min_samples,json=minSamples,proto3" json:"min_samples,omitempty"`
+	ErrorThreshold     float64                `protobuf:"fixed64,7,opt,name=error_threshold,json=errorThreshold,proto3" json:"error_threshold,omitempty"`
+	LatencyThresholdNs int64                  `protobuf:"varint,8,opt,name=latency_threshold_ns,json=latencyThresholdNs,proto3" json:"latency_threshold_ns,omitempty"`
+	Backoff            float64                `protobuf:"fixed64,9,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	Tolerance          float64                `protobuf:"fixed64,10,opt,name=tolerance,proto3" json:"tolerance,omitempty"`
+	Smoothing          float64                `protobuf:"fixed64,11,opt,name=smoothing,proto3" json:"smoothing,omitempty"`
+	LongWindow         int64                  `protobuf:"varint,12,opt,name=long_window,json=longWindow,proto3" json:"long_window,omitempty"`
+	Fallback           int64                  `protobuf:"varint,13,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	FallbackAfterNs    int64                  `protobuf:"varint,14,opt,name=fallback_after_ns,json=fallbackAfterNs,proto3" json:"fallback_after_ns,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *AdaptiveSpec) Reset() {
+	*x = AdaptiveSpec{}
+	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveSpec) ProtoMessage() {}
+
+func (x *AdaptiveSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveSpec.ProtoReflect.Descriptor instead.
+func (*AdaptiveSpec) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AdaptiveSpec) GetAlgorithm() uint32 {
+	if x != nil {
+		return x.Algorithm
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetMin() int64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetMax() int64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetInitial() int64 {
+	if x != nil {
+		return x.Initial
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetWindowNs() int64 {
+	if x != nil {
+		return x.WindowNs
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetMinSamples() int64 {
+	if x != nil {
+		return x.MinSamples
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetErrorThreshold() float64 {
+	if x != nil {
+		return x.ErrorThreshold
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetLatencyThresholdNs() int64 {
+	if x != nil {
+		return x.LatencyThresholdNs
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetBackoff() float64 {
+	if x != nil {
+		return x.Backoff
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetTolerance() float64 {
+	if x != nil {
+		return x.Tolerance
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetSmoothing() float64 {
+	if x != nil {
+		return x.Smoothing
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetLongWindow() int64 {
+	if x != nil {
+		return x.LongWindow
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetFallback() int64 {
+	if x != nil {
+		return x.Fallback
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetFallbackAfterNs() int64 {
+	if x != nil {
+		return x.FallbackAfterNs
+	}
+	return 0
+}
+
+// AdaptiveState mirrors adaptive.State: an owner's controller of one key,
+// replicated and handed off with the key's state. Instants are ages on
+// the sender's clock when it sent the state.
+type AdaptiveState struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Limit     float64                `protobuf:"fixed64,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	LongRtt   float64                `protobuf:"fixed64,2,opt,name=long_rtt,json=longRtt,proto3" json:"long_rtt,omitempty"`
+	LongSum   float64                `protobuf:"fixed64,3,opt,name=long_sum,json=longSum,proto3" json:"long_sum,omitempty"`
+	LongCount int64                  `protobuf:"varint,4,opt,name=long_count,json=longCount,proto3" json:"long_count,omitempty"`
+	// Nanoseconds since the open window began, and since the last sample.
+	WindowAgeNs   int64   `protobuf:"varint,5,opt,name=window_age_ns,json=windowAgeNs,proto3" json:"window_age_ns,omitempty"`
+	SampleAgeNs   int64   `protobuf:"varint,6,opt,name=sample_age_ns,json=sampleAgeNs,proto3" json:"sample_age_ns,omitempty"`
+	Fallen        bool    `protobuf:"varint,7,opt,name=fallen,proto3" json:"fallen,omitempty"`
+	Samples       int64   `protobuf:"varint,8,opt,name=samples,proto3" json:"samples,omitempty"`
+	Errors        int64   `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`
+	LatencySum    float64 `protobuf:"fixed64,10,opt,name=latency_sum,json=latencySum,proto3" json:"latency_sum,omitempty"`
+	MaxInFlight   int64   `protobuf:"varint,11,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdaptiveState) Reset() {
+	*x = AdaptiveState{}
+	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveState) ProtoMessage() {}
+
+func (x *AdaptiveState) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveState.ProtoReflect.Descriptor instead.
+func (*AdaptiveState) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AdaptiveState) GetLimit() float64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLongRtt() float64 {
+	if x != nil {
+		return x.LongRtt
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLongSum() float64 {
+	if x != nil {
+		return x.LongSum
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLongCount() int64 {
+	if x != nil {
+		return x.LongCount
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetWindowAgeNs() int64 {
+	if x != nil {
+		return x.WindowAgeNs
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetSampleAgeNs() int64 {
+	if x != nil {
+		return x.SampleAgeNs
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetFallen() bool {
+	if x != nil {
+		return x.Fallen
+	}
+	return false
+}
+
+func (x *AdaptiveState) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetErrors() int64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLatencySum() float64 {
+	if x != nil {
+		return x.LatencySum
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetMaxInFlight() int64 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+type PeerReportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Spec  *AdaptiveSpec          `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The policy layer's scope, for the owner's metrics.
+	Scope string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
+	// 0 ok, 1 error, 2 dropped.
+	Outcome   uint32 `protobuf:"varint,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	LatencyNs int64  `protobuf:"varint,7,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"`
+	// Observe on the receiver whatever its ring says.
+	Final         bool `protobuf:"varint,8,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerReportRequest) Reset() {
+	*x = PeerReportRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerReportRequest) ProtoMessage() {}
+
+func (x *PeerReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerReportRequest.ProtoReflect.Descriptor instead.
+func (*PeerReportRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PeerReportRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PeerReportRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PeerReportRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *PeerReportRequest) GetSpec() *AdaptiveSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *PeerReportRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *PeerReportRequest) GetOutcome() uint32 {
+	if x != nil {
+		return x.Outcome
+	}
+	return 0
+}
+
+func (x *PeerReportRequest) GetLatencyNs() int64 {
+	if x != nil {
+		return x.LatencyNs
+	}
+	return 0
+}
+
+func (x *PeerReportRequest) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
+type PeerReportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set, alone, when the receiver's ring names another owner; nothing
+	// was observed.
+	Redirect string `protobuf:"bytes,1,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	// The key's current limit after the report.
+	Limit         int64  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Owner         string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerReportResponse) Reset() {
+	*x = PeerReportResponse{}
+	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerReportResponse) ProtoMessage() {}
+
+func (x *PeerReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerReportResponse.ProtoReflect.Descriptor instead.
+func (*PeerReportResponse) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PeerReportResponse) GetRedirect() string {
+	if x != nil {
+		return x.Redirect
+	}
+	return ""
+}
+
+func (x *PeerReportResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PeerReportResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 // Limit mirrors bucket.Limit; per is in nanoseconds.
 type Limit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -317,7 +823,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	mi := &file_peer_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +835,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	mi := &file_peer_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +848,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Limit) GetAlgorithm() uint32 {
@@ -406,14 +912,19 @@ type Check struct {
 	Peek bool `protobuf:"varint,9,opt,name=peek,proto3" json:"peek,omitempty"`
 	// Reserve, when > 0: an admitted check records a reservation that can be
 	// settled for this many nanoseconds, and the decision names it.
-	ReserveTtlNs  int64 `protobuf:"varint,10,opt,name=reserve_ttl_ns,json=reserveTtlNs,proto3" json:"reserve_ttl_ns,omitempty"`
+	ReserveTtlNs int64 `protobuf:"varint,10,opt,name=reserve_ttl_ns,json=reserveTtlNs,proto3" json:"reserve_ttl_ns,omitempty"`
+	// The layer's adaptive limit, when it has one: the owner decides the
+	// check with its controller's current limit in place of limit's count.
+	Adaptive *AdaptiveSpec `protobuf:"bytes,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
+	// The layer's scope, for the owner's adaptive metrics.
+	AdaptiveScope string `protobuf:"bytes,21,opt,name=adaptive_scope,json=adaptiveScope,proto3" json:"adaptive_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +936,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +949,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Check) GetKey() string {
@@ -511,6 +1022,20 @@ func (x *Check) GetReserveTtlNs() int64 {
 	return 0
 }
 
+func (x *Check) GetAdaptive() *AdaptiveSpec {
+	if x != nil {
+		return x.Adaptive
+	}
+	return nil
+}
+
+func (x *Check) GetAdaptiveScope() string {
+	if x != nil {
+		return x.AdaptiveScope
+	}
+	return ""
+}
+
 type CheckRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	From   string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -525,7 +1050,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +1062,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +1075,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckRequest) GetFrom() string {
@@ -604,14 +1129,17 @@ type Decision struct {
 	// refusal: fail_closed, as before.
 	Full bool `protobuf:"varint,9,opt,name=full,proto3" json:"full,omitempty"`
 	// The reservation an admitted check with reserve_ttl_ns recorded.
-	Reservation   string `protobuf:"bytes,10,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Reservation string `protobuf:"bytes,10,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// The count the check was decided under when it is not the check's
+	// limit's (an adaptive limit's current value); 0 otherwise.
+	Limit         int64 `protobuf:"varint,20,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +1151,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +1164,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -709,6 +1237,13 @@ func (x *Decision) GetReservation() string {
 	return ""
 }
 
+func (x *Decision) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type CheckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -728,7 +1263,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +1275,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +1288,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckResponse) GetOwner() string {
@@ -804,14 +1339,16 @@ type BucketState struct {
 	// earlier resets its copy and adopts this one first.
 	ResetAt int64 `protobuf:"varint,4,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
 	// The key's reservations, settled or not, with their TTL left.
-	Reservations  []*Reservation `protobuf:"bytes,5,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	Reservations []*Reservation `protobuf:"bytes,5,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	// The owner's adaptive controller of the key, when it runs one.
+	Adaptive      *AdaptiveState `protobuf:"bytes,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +1360,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1373,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BucketState) GetKey() string {
@@ -874,6 +1411,13 @@ func (x *BucketState) GetReservations() []*Reservation {
 	return nil
 }
 
+func (x *BucketState) GetAdaptive() *AdaptiveState {
+	if x != nil {
+		return x.Adaptive
+	}
+	return nil
+}
+
 // Reservation is an owner's record of one reservation (see Check.reserve_ttl_ns).
 type Reservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -891,7 +1435,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1447,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1460,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Reservation) GetId() string {
@@ -964,7 +1508,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1520,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1533,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HandoffRequest) GetFrom() string {
@@ -1015,7 +1559,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1571,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1584,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HandoffResponse) GetMerged() int64 {
@@ -1062,7 +1606,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1618,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1631,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -1121,7 +1665,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1677,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1690,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -1167,7 +1711,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1723,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1736,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FetchRequest) GetFrom() string {
@@ -1226,7 +1770,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_peer_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1782,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_peer_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1795,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FetchResponse) GetFound() bool {
@@ -1281,7 +1825,7 @@ type PeerSettleRequest struct {
 
 func (x *PeerSettleRequest) Reset() {
 	*x = PeerSettleRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_peer_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1837,7 @@ func (x *PeerSettleRequest) String() string {
 func (*PeerSettleRequest) ProtoMessage() {}
 
 func (x *PeerSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_peer_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1850,7 @@ func (x *PeerSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSettleRequest.ProtoReflect.Descriptor instead.
 func (*PeerSettleRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PeerSettleRequest) GetFrom() string {
@@ -1350,7 +1894,7 @@ type PeerSettleResponse struct {
 
 func (x *PeerSettleResponse) Reset() {
 	*x = PeerSettleResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_peer_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1906,7 @@ func (x *PeerSettleResponse) String() string {
 func (*PeerSettleResponse) ProtoMessage() {}
 
 func (x *PeerSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_peer_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1919,7 @@ func (x *PeerSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSettleResponse.ProtoReflect.Descriptor instead.
 func (*PeerSettleResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PeerSettleResponse) GetStatus() PeerSettleResponse_Status {
@@ -1433,7 +1977,7 @@ type PeerResetRequest struct {
 
 func (x *PeerResetRequest) Reset() {
 	*x = PeerResetRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_peer_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1989,7 @@ func (x *PeerResetRequest) String() string {
 func (*PeerResetRequest) ProtoMessage() {}
 
 func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_peer_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +2002,7 @@ func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetRequest.ProtoReflect.Descriptor instead.
 func (*PeerResetRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PeerResetRequest) GetFrom() string {
@@ -1514,7 +2058,7 @@ type PeerResetResponse struct {
 
 func (x *PeerResetResponse) Reset() {
 	*x = PeerResetResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_peer_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +2070,7 @@ func (x *PeerResetResponse) String() string {
 func (*PeerResetResponse) ProtoMessage() {}
 
 func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_peer_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +2083,7 @@ func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetResponse.ProtoReflect.Descriptor instead.
 func (*PeerResetResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PeerResetResponse) GetLeaseDropped() int64 {
@@ -1582,7 +2126,7 @@ var File_peer_v1_peer_proto protoreflect.FileDescriptor
 const file_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"\x12peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"\x0e\n" +
-	"\fStatsRequest\"\xb1\x04\n" +
+	"\fStatsRequest\"\xfc\x04\n" +
 	"\rStatsResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04keys\x18\x02 \x01(\x03R\x04keys\x12!\n" +
@@ -1604,12 +2148,63 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05peeks\x18\x0f \x01(\x04R\x05peeks\x12\"\n" +
 	"\freservations\x18\x10 \x01(\x04R\freservations\x12\x18\n" +
 	"\asettles\x18\x11 \x01(\x04R\asettles\x12\x16\n" +
-	"\x06resets\x18\x12 \x01(\x04R\x06resets\"h\n" +
+	"\x06resets\x18\x12 \x01(\x04R\x06resets\x12I\n" +
+	"\x0fadaptive_scopes\x18\x14 \x03(\v2 .ringlimit.peer.v1.AdaptiveScopeR\x0eadaptiveScopes\";\n" +
+	"\rAdaptiveScope\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\xc2\x03\n" +
+	"\fAdaptiveSpec\x12\x1c\n" +
+	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x10\n" +
+	"\x03min\x18\x02 \x01(\x03R\x03min\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\x03R\x03max\x12\x18\n" +
+	"\ainitial\x18\x04 \x01(\x03R\ainitial\x12\x1b\n" +
+	"\twindow_ns\x18\x05 \x01(\x03R\bwindowNs\x12\x1f\n" +
+	"\vmin_samples\x18\x06 \x01(\x03R\n" +
+	"minSamples\x12'\n" +
+	"\x0ferror_threshold\x18\a \x01(\x01R\x0eerrorThreshold\x120\n" +
+	"\x14latency_threshold_ns\x18\b \x01(\x03R\x12latencyThresholdNs\x12\x18\n" +
+	"\abackoff\x18\t \x01(\x01R\abackoff\x12\x1c\n" +
+	"\ttolerance\x18\n" +
+	" \x01(\x01R\ttolerance\x12\x1c\n" +
+	"\tsmoothing\x18\v \x01(\x01R\tsmoothing\x12\x1f\n" +
+	"\vlong_window\x18\f \x01(\x03R\n" +
+	"longWindow\x12\x1a\n" +
+	"\bfallback\x18\r \x01(\x03R\bfallback\x12*\n" +
+	"\x11fallback_after_ns\x18\x0e \x01(\x03R\x0ffallbackAfterNs\"\xd1\x02\n" +
+	"\rAdaptiveState\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x01R\x05limit\x12\x19\n" +
+	"\blong_rtt\x18\x02 \x01(\x01R\alongRtt\x12\x19\n" +
+	"\blong_sum\x18\x03 \x01(\x01R\alongSum\x12\x1d\n" +
+	"\n" +
+	"long_count\x18\x04 \x01(\x03R\tlongCount\x12\"\n" +
+	"\rwindow_age_ns\x18\x05 \x01(\x03R\vwindowAgeNs\x12\"\n" +
+	"\rsample_age_ns\x18\x06 \x01(\x03R\vsampleAgeNs\x12\x16\n" +
+	"\x06fallen\x18\a \x01(\bR\x06fallen\x12\x18\n" +
+	"\asamples\x18\b \x01(\x03R\asamples\x12\x16\n" +
+	"\x06errors\x18\t \x01(\x03R\x06errors\x12\x1f\n" +
+	"\vlatency_sum\x18\n" +
+	" \x01(\x01R\n" +
+	"latencySum\x12\"\n" +
+	"\rmax_in_flight\x18\v \x01(\x03R\vmaxInFlight\"\x83\x02\n" +
+	"\x11PeerReportRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
+	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x123\n" +
+	"\x04spec\x18\x04 \x01(\v2\x1f.ringlimit.peer.v1.AdaptiveSpecR\x04spec\x12\x14\n" +
+	"\x05scope\x18\x05 \x01(\tR\x05scope\x12\x18\n" +
+	"\aoutcome\x18\x06 \x01(\rR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"latency_ns\x18\a \x01(\x03R\tlatencyNs\x12\x14\n" +
+	"\x05final\x18\b \x01(\bR\x05final\"\\\n" +
+	"\x12PeerReportResponse\x12\x1a\n" +
+	"\bredirect\x18\x01 \x01(\tR\bredirect\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"h\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\x85\x02\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xe9\x02\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1621,12 +2216,14 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x04sync\x18\b \x01(\bR\x04sync\x12\x12\n" +
 	"\x04peek\x18\t \x01(\bR\x04peek\x12$\n" +
 	"\x0ereserve_ttl_ns\x18\n" +
-	" \x01(\x03R\freserveTtlNs\"\x87\x01\n" +
+	" \x01(\x03R\freserveTtlNs\x12;\n" +
+	"\badaptive\x18\x14 \x01(\v2\x1f.ringlimit.peer.v1.AdaptiveSpecR\badaptive\x12%\n" +
+	"\x0eadaptive_scope\x18\x15 \x01(\tR\radaptiveScope\"\x87\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12!\n" +
-	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xc2\x02\n" +
+	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xd8\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -1639,19 +2236,21 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\bredirect\x18\b \x01(\tR\bredirect\x12\x12\n" +
 	"\x04full\x18\t \x01(\bR\x04full\x12 \n" +
 	"\vreservation\x18\n" +
-	" \x01(\tR\vreservation\"\x9c\x01\n" +
+	" \x01(\tR\vreservation\x12\x14\n" +
+	"\x05limit\x18\x14 \x01(\x03R\x05limit\"\x9c\x01\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xc2\x01\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\x80\x02\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\x03R\x04used\x12\x19\n" +
 	"\breset_at\x18\x04 \x01(\x03R\aresetAt\x12B\n" +
-	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\"\x8d\x01\n" +
+	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\x12<\n" +
+	"\badaptive\x18\x14 \x01(\v2 .ringlimit.peer.v1.AdaptiveStateR\badaptive\"\x8d\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x03R\breserved\x12\x15\n" +
@@ -1703,7 +2302,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12 \n" +
 	"\vunconfirmed\x18\x04 \x03(\tR\vunconfirmed\x12\x1a\n" +
-	"\bredirect\x18\x05 \x01(\tR\bredirect2\xc3\x04\n" +
+	"\bredirect\x18\x05 \x01(\tR\bredirect2\x9e\x05\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
@@ -1711,7 +2310,9 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12J\n" +
 	"\x05Stats\x12\x1f.ringlimit.peer.v1.StatsRequest\x1a .ringlimit.peer.v1.StatsResponse\x12U\n" +
 	"\x06Settle\x12$.ringlimit.peer.v1.PeerSettleRequest\x1a%.ringlimit.peer.v1.PeerSettleResponse\x12R\n" +
-	"\x05Reset\x12#.ringlimit.peer.v1.PeerResetRequest\x1a$.ringlimit.peer.v1.PeerResetResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
+	"\x05Reset\x12#.ringlimit.peer.v1.PeerResetRequest\x1a$.ringlimit.peer.v1.PeerResetResponse\x12Y\n" +
+	"\n" +
+	"PeerReport\x12$.ringlimit.peer.v1.PeerReportRequest\x1a%.ringlimit.peer.v1.PeerReportResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
 
 var (
 	file_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -1726,60 +2327,72 @@ func file_peer_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_peer_v1_peer_proto_goTypes = []any{
 	(PeerSettleResponse_Status)(0), // 0: ringlimit.peer.v1.PeerSettleResponse.Status
 	(*StatsRequest)(nil),           // 1: ringlimit.peer.v1.StatsRequest
 	(*StatsResponse)(nil),          // 2: ringlimit.peer.v1.StatsResponse
-	(*Limit)(nil),                  // 3: ringlimit.peer.v1.Limit
-	(*Check)(nil),                  // 4: ringlimit.peer.v1.Check
-	(*CheckRequest)(nil),           // 5: ringlimit.peer.v1.CheckRequest
-	(*Decision)(nil),               // 6: ringlimit.peer.v1.Decision
-	(*CheckResponse)(nil),          // 7: ringlimit.peer.v1.CheckResponse
-	(*BucketState)(nil),            // 8: ringlimit.peer.v1.BucketState
-	(*Reservation)(nil),            // 9: ringlimit.peer.v1.Reservation
-	(*HandoffRequest)(nil),         // 10: ringlimit.peer.v1.HandoffRequest
-	(*HandoffResponse)(nil),        // 11: ringlimit.peer.v1.HandoffResponse
-	(*ReplicateRequest)(nil),       // 12: ringlimit.peer.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),      // 13: ringlimit.peer.v1.ReplicateResponse
-	(*FetchRequest)(nil),           // 14: ringlimit.peer.v1.FetchRequest
-	(*FetchResponse)(nil),          // 15: ringlimit.peer.v1.FetchResponse
-	(*PeerSettleRequest)(nil),      // 16: ringlimit.peer.v1.PeerSettleRequest
-	(*PeerSettleResponse)(nil),     // 17: ringlimit.peer.v1.PeerSettleResponse
-	(*PeerResetRequest)(nil),       // 18: ringlimit.peer.v1.PeerResetRequest
-	(*PeerResetResponse)(nil),      // 19: ringlimit.peer.v1.PeerResetResponse
+	(*AdaptiveScope)(nil),          // 3: ringlimit.peer.v1.AdaptiveScope
+	(*AdaptiveSpec)(nil),           // 4: ringlimit.peer.v1.AdaptiveSpec
+	(*AdaptiveState)(nil),          // 5: ringlimit.peer.v1.AdaptiveState
+	(*PeerReportRequest)(nil),      // 6: ringlimit.peer.v1.PeerReportRequest
+	(*PeerReportResponse)(nil),     // 7: ringlimit.peer.v1.PeerReportResponse
+	(*Limit)(nil),                  // 8: ringlimit.peer.v1.Limit
+	(*Check)(nil),                  // 9: ringlimit.peer.v1.Check
+	(*CheckRequest)(nil),           // 10: ringlimit.peer.v1.CheckRequest
+	(*Decision)(nil),               // 11: ringlimit.peer.v1.Decision
+	(*CheckResponse)(nil),          // 12: ringlimit.peer.v1.CheckResponse
+	(*BucketState)(nil),            // 13: ringlimit.peer.v1.BucketState
+	(*Reservation)(nil),            // 14: ringlimit.peer.v1.Reservation
+	(*HandoffRequest)(nil),         // 15: ringlimit.peer.v1.HandoffRequest
+	(*HandoffResponse)(nil),        // 16: ringlimit.peer.v1.HandoffResponse
+	(*ReplicateRequest)(nil),       // 17: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),      // 18: ringlimit.peer.v1.ReplicateResponse
+	(*FetchRequest)(nil),           // 19: ringlimit.peer.v1.FetchRequest
+	(*FetchResponse)(nil),          // 20: ringlimit.peer.v1.FetchResponse
+	(*PeerSettleRequest)(nil),      // 21: ringlimit.peer.v1.PeerSettleRequest
+	(*PeerSettleResponse)(nil),     // 22: ringlimit.peer.v1.PeerSettleResponse
+	(*PeerResetRequest)(nil),       // 23: ringlimit.peer.v1.PeerResetRequest
+	(*PeerResetResponse)(nil),      // 24: ringlimit.peer.v1.PeerResetResponse
 }
 var file_peer_v1_peer_proto_depIdxs = []int32{
-	3,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
-	4,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
-	6,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
-	3,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
-	9,  // 4: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
-	8,  // 5: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	8,  // 6: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	3,  // 7: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	8,  // 8: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
-	0,  // 9: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
-	3,  // 10: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	5,  // 11: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	10, // 12: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	14, // 13: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	12, // 14: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	1,  // 15: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	16, // 16: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
-	18, // 17: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
-	7,  // 18: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	11, // 19: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	15, // 20: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	13, // 21: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	2,  // 22: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	17, // 23: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
-	19, // 24: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 0: ringlimit.peer.v1.StatsResponse.adaptive_scopes:type_name -> ringlimit.peer.v1.AdaptiveScope
+	8,  // 1: ringlimit.peer.v1.PeerReportRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	4,  // 2: ringlimit.peer.v1.PeerReportRequest.spec:type_name -> ringlimit.peer.v1.AdaptiveSpec
+	8,  // 3: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
+	4,  // 4: ringlimit.peer.v1.Check.adaptive:type_name -> ringlimit.peer.v1.AdaptiveSpec
+	9,  // 5: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
+	11, // 6: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
+	8,  // 7: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
+	14, // 8: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
+	5,  // 9: ringlimit.peer.v1.BucketState.adaptive:type_name -> ringlimit.peer.v1.AdaptiveState
+	13, // 10: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	13, // 11: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	8,  // 12: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	13, // 13: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
+	0,  // 14: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
+	8,  // 15: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	10, // 16: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	15, // 17: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	19, // 18: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	17, // 19: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	1,  // 20: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	21, // 21: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
+	23, // 22: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
+	6,  // 23: ringlimit.peer.v1.Peer.PeerReport:input_type -> ringlimit.peer.v1.PeerReportRequest
+	12, // 24: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	16, // 25: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	20, // 26: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	18, // 27: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	2,  // 28: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	22, // 29: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
+	24, // 30: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
+	7,  // 31: ringlimit.peer.v1.Peer.PeerReport:output_type -> ringlimit.peer.v1.PeerReportResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }
@@ -1793,7 +2406,7 @@ func file_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_v1_peer_proto_rawDesc), len(file_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

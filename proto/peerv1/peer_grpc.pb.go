@@ -22,13 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Check_FullMethodName     = "/ringlimit.peer.v1.Peer/Check"
-	Peer_Handoff_FullMethodName   = "/ringlimit.peer.v1.Peer/Handoff"
-	Peer_Fetch_FullMethodName     = "/ringlimit.peer.v1.Peer/Fetch"
-	Peer_Replicate_FullMethodName = "/ringlimit.peer.v1.Peer/Replicate"
-	Peer_Stats_FullMethodName     = "/ringlimit.peer.v1.Peer/Stats"
-	Peer_Settle_FullMethodName    = "/ringlimit.peer.v1.Peer/Settle"
-	Peer_Reset_FullMethodName     = "/ringlimit.peer.v1.Peer/Reset"
+	Peer_Check_FullMethodName      = "/ringlimit.peer.v1.Peer/Check"
+	Peer_Handoff_FullMethodName    = "/ringlimit.peer.v1.Peer/Handoff"
+	Peer_Fetch_FullMethodName      = "/ringlimit.peer.v1.Peer/Fetch"
+	Peer_Replicate_FullMethodName  = "/ringlimit.peer.v1.Peer/Replicate"
+	Peer_Stats_FullMethodName      = "/ringlimit.peer.v1.Peer/Stats"
+	Peer_Settle_FullMethodName     = "/ringlimit.peer.v1.Peer/Settle"
+	Peer_Reset_FullMethodName      = "/ringlimit.peer.v1.Peer/Reset"
+	Peer_PeerReport_FullMethodName = "/ringlimit.peer.v1.Peer/PeerReport"
 )
 
 // PeerClient is the client API for Peer service.
@@ -70,6 +71,10 @@ type PeerClient interface {
 	// stand-in copy, hot-key lease) and records the tombstone, so that a
 	// state sent before the reset does not bring the spend back.
 	Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error)
+	// PeerReport tells the owner of an adaptive key how a request it let
+	// through ended, for the key's controller. A receiver whose ring names
+	// another owner answers redirect and observes nothing, unless final.
+	PeerReport(ctx context.Context, in *PeerReportRequest, opts ...grpc.CallOption) (*PeerReportResponse, error)
 }
 
 type peerClient struct {
@@ -153,6 +158,16 @@ func (c *peerClient) Reset(ctx context.Context, in *PeerResetRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) PeerReport(ctx context.Context, in *PeerReportRequest, opts ...grpc.CallOption) (*PeerReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerReportResponse)
+	err := c.cc.Invoke(ctx, Peer_PeerReport_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -192,6 +207,10 @@ type PeerServer interface {
 	// stand-in copy, hot-key lease) and records the tombstone, so that a
 	// state sent before the reset does not bring the spend back.
 	Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error)
+	// PeerReport tells the owner of an adaptive key how a request it let
+	// through ended, for the key's controller. A receiver whose ring names
+	// another owner answers redirect and observes nothing, unless final.
+	PeerReport(context.Context, *PeerReportRequest) (*PeerReportResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -222,6 +241,9 @@ func (UnimplementedPeerServer) Settle(context.Context, *PeerSettleRequest) (*Pee
 }
 func (UnimplementedPeerServer) Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedPeerServer) PeerReport(context.Context, *PeerReportRequest) (*PeerReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PeerReport not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -359,6 +381,24 @@ func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_PeerReport_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).PeerReport(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_PeerReport_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).PeerReport(ctx, req.(*PeerReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -389,6 +429,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Peer_Reset_Handler,
+		},
+		{
+			MethodName: "PeerReport",
+			Handler:    _Peer_PeerReport_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
