@@ -22,11 +22,11 @@ const (
 	fCheckAdaptive, fCheckAdaptiveScope, fDecLimit, fStateAdaptive = 20, 21, 20, 20
 
 	fSpecAlgorithm, fSpecMin, fSpecMax, fSpecInitial, fSpecWindow, fSpecMinSamples = 1, 2, 3, 4, 5, 6
-	fSpecErrorThreshold, fSpecLatencyThreshold, fSpecBackoff, fSpecTolerance        = 7, 8, 9, 10
-	fSpecSmoothing, fSpecLongWindow, fSpecFallback, fSpecFallbackAfter              = 11, 12, 13, 14
+	fSpecErrorThreshold, fSpecLatencyThreshold, fSpecBackoff, fSpecTolerance       = 7, 8, 9, 10
+	fSpecSmoothing, fSpecLongWindow, fSpecFallback, fSpecFallbackAfter             = 11, 12, 13, 14
 
 	fAstLimit, fAstLongRTT, fAstLongSum, fAstLongCount, fAstWindowAge, fAstSampleAge = 1, 2, 3, 4, 5, 6
-	fAstFallen, fAstSamples, fAstErrors, fAstLatencySum, fAstMaxInFlight            = 7, 8, 9, 10, 11
+	fAstFallen, fAstSamples, fAstErrors, fAstLatencySum, fAstMaxInFlight             = 7, 8, 9, 10, 11
 )
 
 // maxSpecField bounds a spec's durations and counts from a peer before they

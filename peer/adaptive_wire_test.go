@@ -36,7 +36,9 @@ func genAdaptiveState(t *rapid.T, label string) *peermsg.AdaptiveState {
 	f := func(name string) float64 {
 		return rapid.OneOf(rapid.Just(0.0), rapid.Float64Range(-1e12, 1e12)).Draw(t, label+"."+name)
 	}
-	i := func(name string) int64 { return rapid.OneOf(rapid.Just(int64(0)), rapid.Int64()).Draw(t, label+"."+name) }
+	i := func(name string) int64 {
+		return rapid.OneOf(rapid.Just(int64(0)), rapid.Int64()).Draw(t, label+"."+name)
+	}
 	return &peermsg.AdaptiveState{Limit: f("limit"), LongRTT: f("long_rtt"), LongSum: f("long_sum"), LongCount: i("long_count"),
 		WindowAge: time.Duration(i("window_age")), SampleAge: time.Duration(i("sample_age")), Fallen: rapid.Bool().Draw(t, label+".fallen"),
 		Samples: i("samples"), Errors: i("errors"), LatencySum: f("latency_sum"), MaxInFlight: i("max_in_flight")}
