@@ -55,6 +55,9 @@ type replicator struct {
 	// the key itself holds nothing to send.
 	resv      *bucket.Reservations
 	dirtyKeys dirtyKeys
+	// adapt is the node's adaptive controllers: a round carries those
+	// that changed since the last one (adaptive_repl.go).
+	adapt *adaptiveTable
 
 	mu      sync.Mutex // one round at a time
 	resync  chan struct{}
@@ -203,7 +206,7 @@ func (p *replicator) loop(ctx context.Context) {
 			last = p.clock.Now()
 		case <-tick.C():
 			now := p.clock.Now()
-			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || (n > 0 && now.Sub(last) >= p.cfg.Interval) {
+			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || ((n > 0 || p.adapt.pending()) && now.Sub(last) >= p.cfg.Interval) {
 				p.flush(ctx)
 				last = now
 			}
@@ -224,6 +227,7 @@ func (p *replicator) sendOwned(ctx context.Context) {
 		p.add(v, out, batch)
 		return ctx.Err() == nil
 	})
+	p.addAdaptive(v, out, true)
 	// Range leaves the keys marked: the next flush sends them again, and
 	// ends the rounds their held answers wait for.
 	ok := p.send(ctx, out) && out.whole() && ctx.Err() == nil
@@ -246,6 +250,7 @@ func (p *replicator) flush(ctx context.Context) {
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
 	p.addDirty(v, out)
+	p.addAdaptive(v, out, false)
 	round := p.store.Round()
 	now := p.clock.Now()
 	for _, s := range out.orphans { // after Changed: it would hand them out again

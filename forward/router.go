@@ -34,6 +34,7 @@ type Router struct {
 	standing sync.Map    // key → owner: keys decided here for an owner that did not answer
 	tombs    atomic.Bool // a key was reset here: incoming states are checked against tombstones (reset.go)
 	resv     *bucket.Reservations
+	adapt    *adaptiveTable // adaptive keys' controllers (adaptive.go)
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -71,6 +72,10 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	am, err := newAdaptiveMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	pre, err := newPrelimiter(cfg.LocalKeys, m.shed)
 	if err != nil {
 		return nil, err
@@ -97,6 +102,8 @@ func New(cfg Config) (*Router, error) {
 	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
 	r.repl.resv = r.resv
 	r.handoff.resv = r.resv
+	r.adapt = newAdaptiveTable(am)
+	r.repl.adapt, r.handoff.adapt = r.adapt, r.adapt
 	if err := m.watch(r); err != nil {
 		cancel()
 		return nil, err
@@ -172,7 +179,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			out[i] = r.unreachable(v, c, "", now)
 			continue
 		}
-		if c.Lease && !c.Refund && c.Reserve == 0 && !c.Peek && owner != r.cfg.Self {
+		if c.Lease && !c.Refund && c.Reserve == 0 && !c.Peek && c.Adaptive == nil && owner != r.cfg.Self {
 			if res, ok := r.leases.take(c, now); ok {
 				res.Owner = r.cfg.Self
 				out[i] = res
@@ -181,6 +188,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 		}
 		if owner == r.cfg.Self {
 			if c.Refund {
+				c = r.adaptCheck(c, now)
 				r.cfg.Store.Refund(c.Key, &c.Limit, now, c.Cost)
 				out[i] = Result{Owner: r.cfg.Self}
 				continue
@@ -244,6 +252,10 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	// node has no copy of have state elsewhere: no lookup otherwise.
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
+	}
+	if c.Adaptive != nil {
+		c = r.adaptCheck(c, now)
+		l = &c.Limit
 	}
 	if c.Peek {
 		d, err := r.cfg.Store.Peek(key, l, now, c.Cost)

@@ -73,9 +73,11 @@ type Node struct {
 
 // The ring is what forward routes by.
 var (
-	_ forward.Owners  = (*ring.Ring)(nil)
-	_ forward.Settler = (*peer.Pool)(nil)
-	_ peer.Settler    = (*forward.Router)(nil)
+	_ forward.Owners   = (*ring.Ring)(nil)
+	_ forward.Settler  = (*peer.Pool)(nil)
+	_ peer.Settler     = (*forward.Router)(nil)
+	_ forward.Reporter = (*peer.Pool)(nil)
+	_ peer.Reporter    = (*forward.Router)(nil)
 )
 
 // startSteps names the steps of startNode in order, for config.failAt.
@@ -259,7 +261,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		NewRing:     func(members []string) (forward.Owners, error) { return ring.New(ringCfg, members) },
 		Replication: forward.ReplicationConfig{Factor: cfg.Replication, Off: cfg.Replication == 0, MaxLoss: cmp.Or(cfg.ReplicationMaxLoss, -1)},
 		ClusterSize: cfg.ClusterSize, Joining: len(cfg.Join) > 0, PeerTimeout: cfg.PeerTimeout, Grace: cfg.Grace,
-		Logger: log, Registerer: reg, TracerProvider: cfg.Tracer, Clock: cfg.Clock, Settler: n.peers})
+		Logger: log, Registerer: reg, TracerProvider: cfg.Tracer, Clock: cfg.Clock, Settler: n.peers, Reporter: n.peers})
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +349,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Stats: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
-		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version), Settler: n.router}
+		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version), Settler: n.router, Reporter: n.router}
 	if n.certs.peer != nil {
 		pcfg.Known = func(name string) bool { return (*n.known.Load())[name] }
 		pcfg.Verify = n.certs.peer

@@ -147,6 +147,14 @@ func parseSpec(b []byte, s *adaptive.Spec) error {
 // given: a hostile one is refused rather than run.
 func checkSpec(s *adaptive.Spec) error { return s.Validate() }
 
+// checkAdaptive checks the check's spec, if it has one.
+func (c *wireCheck) checkAdaptive() error {
+	if !c.hasAdaptive {
+		return nil
+	}
+	return checkSpec(&c.adaptive)
+}
+
 func specToProto(s *adaptive.Spec) *peerv1.AdaptiveSpec {
 	if s == nil {
 		return nil

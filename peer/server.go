@@ -100,6 +100,7 @@ type Server struct {
 	report    func(*Stats)           // ServerConfig.Report; nil: Stats carries the Stats source's part only
 	stats     StatsSource            // ServerConfig.Stats; nil: no keys, ring version 0
 	settler   Settler                // ServerConfig.Settler; nil: Settle is unimplemented
+	reporter  Reporter               // ServerConfig.Reporter; nil: PeerReport is unimplemented
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
 
@@ -158,6 +159,8 @@ type ServerConfig struct {
 	// Settler settles the reservations other nodes send (settle.go). Nil:
 	// Settle answers Unimplemented.
 	Settler Settler
+	// Reporter observes reports other nodes send (report.go). Nil: PeerReport answers Unimplemented.
+	Reporter Reporter
 }
 
 // NewServer returns the peer service cfg describes.
@@ -177,7 +180,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		m = newMetrics()
 	}
 	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
-		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats, settler: cfg.Settler}
+		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats, settler: cfg.Settler, reporter: cfg.Reporter}
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
 	}
@@ -293,10 +296,7 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 			err = bucket.CheckKey(c.key)
 		}
 		if err == nil {
-			err = l.CheckCost(c.cost)
-		}
-		if err == nil && c.hasAdaptive {
-			err = checkSpec(&c.adaptive)
+			err = errors.Join(l.CheckCost(c.cost), c.checkAdaptive())
 		}
 		if err != nil {
 			out.err = fmt.Sprintf("checks[%d]: %v", i, err)

@@ -44,6 +44,11 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 		}
 		l.Prelimit = *y.Prelimit
 	}
+	if y.Adaptive != nil {
+		if l.Adaptive, err = parseAdaptive(*y.Adaptive, l); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/route"
 	"github.com/ringlimit/ringlimit/internal/suggest"
@@ -60,6 +61,12 @@ type Layer struct {
 	// is acknowledged by the key's successor before the answer, so that a
 	// crash of the owner over-admits none of it (forward.Check.Sync).
 	Sync bool
+	// Adaptive, when not nil, moves the layer's limit from the outcomes
+	// and latencies reported to the key's owner (the adaptive block):
+	// Limit's count is then only where a key with no controller yet
+	// starts, and what a stand-in with no copy of the controller uses.
+	// Scope names it in metrics and on the status page.
+	Adaptive *adaptive.Spec
 
 	route string // a route layer's pattern, used in +route keys
 }
@@ -139,16 +146,17 @@ func (c *count) UnmarshalYAML(n *yaml.Node) error {
 }
 
 type limitYAML struct {
-	Algorithm   string   `yaml:"algorithm"`
-	Limit       count    `yaml:"limit"`
-	Per         string   `yaml:"per"`
-	Burst       count    `yaml:"burst"`
-	FailureMode string   `yaml:"failure_mode"`
-	Key         string   `yaml:"key"`
-	DryRun      *bool    `yaml:"dry_run"`
-	Prelimit    *float64 `yaml:"prelimit"`
-	Lease       bool     `yaml:"lease"`
-	Replication string   `yaml:"replication"`
+	Algorithm   string         `yaml:"algorithm"`
+	Limit       count          `yaml:"limit"`
+	Per         string         `yaml:"per"`
+	Burst       count          `yaml:"burst"`
+	FailureMode string         `yaml:"failure_mode"`
+	Key         string         `yaml:"key"`
+	DryRun      *bool          `yaml:"dry_run"`
+	Prelimit    *float64       `yaml:"prelimit"`
+	Lease       bool           `yaml:"lease"`
+	Replication string         `yaml:"replication"`
+	Adaptive    *adaptive.YAML `yaml:"adaptive"`
 }
 
 type routeYAML struct {
@@ -168,6 +176,7 @@ var blocks = map[string]struct {
 	"policy.policyYAML": {"policy", yamlFields(policyYAML{})},
 	"policy.limitYAML":  {"limit", yamlFields(limitYAML{})},
 	"policy.routeYAML":  {"route", yamlFields(routeYAML{})},
+	"adaptive.YAML":     {"adaptive", yamlFields(adaptive.YAML{})},
 }
 
 // yamlFields lists the fields of v, a struct, by their yaml tags.
