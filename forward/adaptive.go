@@ -53,6 +53,7 @@ type adaptiveTable struct {
 }
 
 type ctlEntry struct {
+	key   string // the table's own copy: a check's key may point into a reused buffer
 	c     *adaptive.Controller
 	spec  adaptive.Spec // as given (Controller.Spec has its defaults filled)
 	scope string
@@ -82,16 +83,15 @@ func (t *adaptiveTable) entry(key string, spec *adaptive.Spec, scope string, bas
 		if len(t.ctl) >= maxAdaptive {
 			evict(t.ctl, now, func(e *ctlEntry) clock.Instant { return e.seen })
 		}
-		e = &ctlEntry{spec: *spec}
+		e = &ctlEntry{key: strings.Clone(key), spec: *spec}
 		if r, ok := t.replicas[key]; ok {
 			e.c = adaptive.Resume(*spec, r.st, now)
 			delete(t.replicas, key)
 		} else {
 			e.c = adaptive.New(*spec, now)
 		}
-		key = strings.Clone(key)
-		t.ctl[key] = e
-		t.dirty[key] = struct{}{}
+		t.ctl[e.key] = e
+		t.dirty[e.key] = struct{}{}
 	case e.spec != *spec: // the policy changed: carry the controller over
 		e.c, e.spec = adaptive.Resume(*spec, e.c.State(), now), *spec
 	}
@@ -100,7 +100,7 @@ func (t *adaptiveTable) entry(key string, spec *adaptive.Spec, scope string, bas
 	}
 	e.seen = now
 	if changed, dir := e.c.Tick(now); changed {
-		t.moved(key, e, dir)
+		t.moved(e, dir)
 	}
 	if e.base != base || e.limit.Count() != e.c.Limit() {
 		e.base, e.limit = base, scaled(base, e.c.Limit())
@@ -109,8 +109,8 @@ func (t *adaptiveTable) entry(key string, spec *adaptive.Spec, scope string, bas
 }
 
 // moved records that e's limit moved in direction dir. Called with t.mu held.
-func (t *adaptiveTable) moved(key string, e *ctlEntry, dir int) {
-	t.dirty[key] = struct{}{}
+func (t *adaptiveTable) moved(e *ctlEntry, dir int) {
+	t.dirty[e.key] = struct{}{}
 	if e.scope == "" {
 		return
 	}
@@ -148,7 +148,7 @@ func (t *adaptiveTable) observe(key string, spec *adaptive.Spec, scope string, b
 	e := t.entry(key, spec, scope, base, now)
 	t.noteScope(e)
 	e.c.Observe(s, now)
-	t.dirty[key] = struct{}{}
+	t.dirty[e.key] = struct{}{}
 	return e.c.Limit()
 }
 
@@ -205,7 +205,7 @@ func (t *adaptiveTable) handed(s *peermsg.State, now clock.Instant) {
 	if e := t.ctl[s.Key]; e != nil {
 		e.c = adaptive.Resume(e.spec, s.Adaptive.At(now), now)
 		e.limit = scaled(e.base, e.c.Limit())
-		t.dirty[s.Key] = struct{}{}
+		t.dirty[e.key] = struct{}{}
 		return
 	}
 	t.replicas[strings.Clone(s.Key)] = replicaEntry{st: s.Adaptive.At(now), seen: now}
