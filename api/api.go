@@ -62,6 +62,10 @@ type Config struct {
 	// Settler settles reservations (POST /v1/settle, gRPC Settle);
 	// *forward.Router implements it. Nil: every settle answers 503.
 	Settler decide.Settler
+	// Reporter sends reports to adaptive keys' owners (decide.Report);
+	// *forward.Router implements it. Nil: a report of a request with an
+	// adaptive layer answers 503.
+	Reporter decide.Reporter
 	// Stats feeds the keys and evictions metrics. Optional.
 	Stats Stats
 	// Cluster serves /v1/cluster, /v1/ring and /v1/owner. Optional:
@@ -231,7 +235,7 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	dcfg := decide.Config{Checker: cfg.Checker, CountDryRun: cfg.CountDryRun, Observer: m, Logger: cfg.Logger,
-		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self, Settler: cfg.Settler}
+		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self, Settler: cfg.Settler, Reporter: cfg.Reporter}
 	if cfg.Policy != nil {
 		dcfg.Policy = cfg.Policy
 	}

@@ -76,6 +76,10 @@ type Config struct {
 	// Settler settles reservations (Decider.Settle). Nil: a settle fails
 	// as unavailable.
 	Settler Settler
+	// Reporter sends reports to adaptive keys' owners (Decider.Report).
+	// Nil: a report of a request with an adaptive layer fails as
+	// unavailable.
+	Reporter Reporter
 }
 
 // Decider turns public requests into layer checks, has the Checker decide
@@ -91,6 +95,7 @@ type Decider struct {
 	self      string
 	act       activity
 	settler   Settler
+	reporter  Reporter
 }
 
 // New validates cfg and returns a Decider.
@@ -102,7 +107,7 @@ func New(cfg Config) (*Decider, error) {
 		return nil, fmt.Errorf("decide: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
 	d := &Decider{checker: cfg.Checker, policy: cfg.Policy, dryRun: cfg.CountDryRun, obs: cfg.Observer,
-		log: discard.Logger(cfg.Logger), self: cfg.Self, settler: cfg.Settler}
+		log: discard.Logger(cfg.Logger), self: cfg.Self, settler: cfg.Settler, reporter: cfg.Reporter}
 	if cfg.CheckTimeout > 0 {
 		d.deadlines = deadline.New(cfg.CheckTimeout)
 	}

@@ -93,7 +93,7 @@ func (d *Decider) AddPolicy(p *Plan, field string, req policy.Request) error {
 	together := int32(len(p.units) + 1) // the request's layers stand or fall together at the pre-limiter
 	for _, l := range layers {
 		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: l.FailureMode,
-			Prelimit: l.Prelimit, Together: together, Lease: l.Lease, Sync: l.Sync})
+			Prelimit: l.Prelimit, Together: together, Lease: l.Lease, Sync: l.Sync, Adaptive: l.Adaptive, AdaptiveScope: adaptiveScope(&l)})
 	}
 	p.units = append(p.units, unit{kind: kindPolicy, from: n, to: len(p.checks), layers: layers, version: version})
 	return nil

@@ -7,10 +7,12 @@ import "github.com/prometheus/client_golang/prometheus"
 type adaptiveMetrics struct {
 	limit   *prometheus.GaugeVec   // by scope
 	changes *prometheus.CounterVec // by scope, direction
-	reports *prometheus.CounterVec // by result
+	// reports counts the reports this node sent on or observed, by
+	// result. The API counts what it answered in ringlimit_reports_total.
+	reports *prometheus.CounterVec
 }
 
-// Results of a report (ringlimit_reports_total).
+// Results of a report (ringlimit_adaptive_reports_total).
 const (
 	reportObserved    = "observed"    // the owner observed it
 	reportInvalid     = "invalid"     // refused: a bad key, limit or spec
@@ -28,8 +30,8 @@ func newAdaptiveMetrics(reg prometheus.Registerer) (*adaptiveMetrics, error) {
 			Help: "Times a controller of a key this node owns moved its limit, by scope and direction (up, down).",
 		}, []string{"scope", "direction"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ringlimit_reports_total",
-			Help: "Reports of how requests ended sent through this node to their adaptive keys' owners, by result (observed, invalid, unavailable).",
+			Name: "ringlimit_adaptive_reports_total",
+			Help: "Reports of how requests ended routed through this node to their adaptive keys' owners, by result (observed, invalid, unavailable).",
 		}, []string{"result"}),
 	}
 	for _, r := range []string{reportObserved, reportInvalid, reportUnavailable} {

@@ -328,7 +328,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	cs := &clusterStatus{cluster: n.cluster, router: n.router, peers: n.peers, store: n.store}
-	acfg := api.Config{Checker: n.router, Settler: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
+	acfg := api.Config{Checker: n.router, Settler: n.router, Reporter: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
 		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads,
 		RLSHeaders: cfg.RLSHeaders, RLSShadowMode: cfg.RLSShadowMode, RLSStatKeys: cfg.RLSStatKeys, RLSNearLimitRatio: cfg.RLSNearLimitRatio, TrustedProxies: cfg.TrustedProxies, CORSOrigins: cfg.CORSOrigins, Ready: n.ready, TracerProvider: cfg.Tracer, Self: cfg.Name,
 		DisableInlineLimits: cfg.DisableInlineLimits, Reset: n.router.Reset, Audit: func(actor, action, what string) {

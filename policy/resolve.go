@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
@@ -39,6 +40,8 @@ type Check struct {
 	Prelimit    float64
 	Lease       bool
 	Sync        bool
+	// Adaptive is the layer's adaptive limit (Layer.Adaptive), nil for none.
+	Adaptive *adaptive.Spec
 }
 
 // ErrRequest wraps every error caused by a bad request; callers map it to
@@ -130,7 +133,7 @@ func (p *Policy) Resolve(req Request, override *Layer) ([]Check, error) {
 			return nil, fmt.Errorf("%w: cost: %d exceeds the capacity %d of %s", ErrRequest, cost, l.Limit.Capacity(), l.Scope)
 		}
 		checks = append(checks, Check{Key: key, Limit: l.Limit, Cost: cost, Scope: l.Scope,
-			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease, Sync: l.Sync})
+			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease, Sync: l.Sync, Adaptive: l.Adaptive})
 	}
 	return checks, nil
 }
@@ -230,6 +233,9 @@ func Combine(checks []Check, decisions []bucket.Decision) Outcome {
 	if named >= 0 {
 		o.Scope = checks[named].Scope
 		o.Limit = checks[named].Limit.Count()
+		if checks[named].Adaptive != nil && decisions[named].Limit > 0 {
+			o.Limit = decisions[named].Limit // the adaptive limit the owner decided under
+		}
 		o.Per = checks[named].Limit.Per()
 	}
 	return o
