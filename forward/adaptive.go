@@ -10,6 +10,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/peermsg"
+	"github.com/ringlimit/ringlimit/status"
 )
 
 // Adaptive limits: the owner of an adaptive key, and it alone, runs the
@@ -254,10 +255,7 @@ func (t *adaptiveTable) forget(key string) {
 
 // AdaptiveScope is one adaptive scope of the keys a node owns: the current
 // limit of its most recently moved (or first seen) key.
-type AdaptiveScope struct {
-	Scope string
-	Limit int64
-}
+type AdaptiveScope = status.AdaptiveScope
 
 // scopeLimits returns the scopes this node knows, sorted.
 func (t *adaptiveTable) scopeLimits() []AdaptiveScope {
