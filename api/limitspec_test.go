@@ -39,7 +39,7 @@ func TestLimitSpecErrorsAgree(t *testing.T) {
 	}{
 		{name: "unknown algorithm", json: `{"algorithm":"gcra","limit":5,"per":"1s"}`,
 			rls:   `{unit: second, requests_per_unit: 5, algorithm: gcra}`,
-			field: "algorithm", msg: `unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)`,
+			field: "algorithm", msg: `unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter, concurrency)`,
 			on: onHTTP | onPolicy | onOverride | onRLS},
 		{name: "zero limit", json: `{"limit":0,"per":"1s"}`, grpc: &pb.Limit{Limit: 0, PerMs: 1000},
 			field: "limit", msg: "must be at least 1, got 0",

@@ -58,6 +58,9 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 	if !l.Valid() {
 		return ErrLimit
 	}
+	if l.alg == Concurrency {
+		return errAcquired
+	}
 	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
@@ -101,7 +104,7 @@ func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string
 	start := make([]int, len(s.shards)+1) // counting sort of the states by shard
 	for i := range n {
 		key, l, used := state(i)
-		if s.CheckKey(key) != nil || !l.Valid() || used < 0 {
+		if s.CheckKey(key) != nil || !l.Valid() || l.alg == Concurrency || used < 0 {
 			if used < 0 {
 				s.invalid.Add(1)
 			}

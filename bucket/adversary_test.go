@@ -194,7 +194,7 @@ func TestStorePeerStatesNeverEvictSpent(t *testing.T) {
 // hostile or broken peer could send: 2^63-1 must not wrap into a refill,
 // and negatives are refused and counted, changing nothing.
 func TestStorePeerValuesCannotRefill(t *testing.T) {
-	for alg := range numAlgorithms {
+	for alg := range rateAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := mustStore(t, StoreConfig{MaxKeys: 64, Shards: 1})
 			lim := MustLimit(alg, 10, time.Hour, 0)
@@ -244,7 +244,7 @@ func TestStorePeerValuesCannotRefill(t *testing.T) {
 // would be dropped), and at its idle instant it holds nothing.
 func TestStoreIdleIsExact(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		alg := Algorithm(rapid.IntRange(0, int(numAlgorithms)-1).Draw(rt, "alg"))
+		alg := Algorithm(rapid.IntRange(0, int(rateAlgorithms)-1).Draw(rt, "alg"))
 		count := rapid.Int64Range(1, 20).Draw(rt, "count")
 		per := time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(time.Minute)).Draw(rt, "per"))
 		burst := rapid.Int64Range(0, 30).Draw(rt, "burst")
@@ -294,7 +294,7 @@ func FuzzCharge(f *testing.F) {
 	f.Add(uint8(1), int64(10), int64(-1), int64(math.MinInt64))
 	f.Add(uint8(4), int64(1), int64(math.MinInt64), int64(math.MaxInt64))
 	f.Fuzz(func(t *testing.T, alg uint8, spent, spend, used int64) {
-		a := Algorithm(alg % uint8(numAlgorithms))
+		a := Algorithm(alg % uint8(rateAlgorithms))
 		lim := MustLimit(a, 10, time.Hour, 0)
 		s := mustStore(t, StoreConfig{MaxKeys: 16, Shards: 1})
 		if spent = min(max(spent, 1), 10); true {

@@ -244,7 +244,7 @@ func TestSeamBurst(t *testing.T) {
 }
 
 func TestCostOutOfRange(t *testing.T) {
-	for alg := range numAlgorithms {
+	for alg := range rateAlgorithms {
 		b := New(MustLimit(alg, 10, time.Second, 0))
 		for _, cost := range []int64{0, -1, 11} {
 			if _, err := b.TakeAt(0, cost); err == nil {
@@ -293,7 +293,7 @@ func TestNewLimitValidation(t *testing.T) {
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for a := range numAlgorithms {
+	for a := range rateAlgorithms {
 		got, err := ParseAlgorithm(a.String())
 		if err != nil || got != a {
 			t.Fatalf("ParseAlgorithm(%q) = %v, %v", a.String(), got, err)

@@ -75,7 +75,7 @@ func filledStore(b *testing.B, keys []string, lim *Limit) *Store {
 func BenchmarkStoreTake(b *testing.B) {
 	for _, n := range benchSizes {
 		keys := benchKeyNames(n)
-		for alg := range numAlgorithms {
+		for alg := range rateAlgorithms {
 			count, per := int64(1_000_000), time.Second
 			if alg == SlidingWindowLog {
 				count, per = 100, time.Millisecond // keep the log short
@@ -142,7 +142,7 @@ func BenchmarkClock(b *testing.B) {
 // window log is measured at a limit of 10 with every key holding one run
 // of 10; its memory grows by 16 bytes per run, up to 64 runs.
 func BenchmarkMemoryPerKey(b *testing.B) {
-	for alg := range numAlgorithms {
+	for alg := range rateAlgorithms {
 		b.Run(alg.String(), func(b *testing.B) { benchMemory(b, alg, "user:%d") })
 	}
 	// A key too long to be held in its entry: "user:" and 35 digits.

@@ -15,7 +15,8 @@ type Bucket interface {
 }
 
 // New returns an empty-history (full) Bucket for the limit l, which must have
-// been built by NewLimit.
+// been built by NewLimit. A Concurrency limit's Bucket refuses every check
+// with an error wrapping ErrLimit: it is acquired (Leases), not checked.
 func New(l Limit) Bucket {
 	switch l.alg {
 	case TokenBucket:
@@ -26,6 +27,8 @@ func New(l Limit) Bucket {
 		return &Fixed{lim: l}
 	case SlidingWindowCounter:
 		return &SlidingCounter{lim: l}
+	case Concurrency:
+		return acquired{lim: l}
 	default:
 		return &SlidingLog{lim: l}
 	}

@@ -1,5 +1,6 @@
 // Package bucket holds ringlimit's five rate-limiting algorithms, the Decision
-// they return and the bounded, sharded key store that keeps their state.
+// they return and the bounded, sharded key store that keeps their state, and
+// the concurrency (in-flight) limit's lease table.
 //
 // Invariants the package keeps:
 //
@@ -41,6 +42,12 @@
 //   - Peek answers exactly what Take would answer at the same instant and
 //     changes nothing: no key inserted, no LRU move, no change mark, no
 //     log or window change (peek_test.go checks it against Take).
+//   - A Concurrency limit is acquired, never checked: every Store
+//     operation refuses it (an error wrapping ErrLimit) and changes
+//     nothing. Its leases live in a Leases table, bounded in records and
+//     bytes: a key never holds more unexpired leases than its limit on the
+//     table's clock, and a lease counts for nothing from its expiry on.
+//     Lease ids name their key (lease_id.go), as reservation ids do.
 //   - A reset key leaves a tombstone (tombstone.go): a state from before
 //     the reset, received later, is refused by Admit, so that the spend
 //     does not come back; tombstones are bounded per shard.

@@ -121,6 +121,9 @@ func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error
 	if !l.Valid() {
 		return ErrLimit
 	}
+	if l.alg == Concurrency {
+		return errAcquired
+	}
 	if err := l.CheckCost(cost); err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ var algorithmCodes = [numAlgorithms]string{
 	FixedWindow:          "fw",
 	SlidingWindowLog:     "swl",
 	SlidingWindowCounter: "swc",
+	Concurrency:          "cc",
 }
 
 // Spec returns the limit's canonical name, "tb:10:1s:50" (algorithm,

@@ -11,7 +11,7 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 )
 
-// Algorithm names one of the five rate-limiting algorithms.
+// Algorithm names one of the five rate-limiting algorithms, or Concurrency.
 type Algorithm uint8
 
 // The five algorithms. TokenBucket is the zero value and the default.
@@ -28,6 +28,10 @@ const (
 	SlidingWindowLog
 	// SlidingWindowCounter estimates the last Per as curr + prev × (1 − elapsed).
 	SlidingWindowCounter
+	// Concurrency is an in-flight limit: at most Limit leases held at once
+	// (leases.go). It has no period and no burst, and the Store refuses it:
+	// a concurrency limit is acquired, not checked.
+	Concurrency
 	numAlgorithms
 )
 
@@ -37,6 +41,7 @@ var algorithmNames = [numAlgorithms]string{
 	FixedWindow:          "fixed_window",
 	SlidingWindowLog:     "sliding_window_log",
 	SlidingWindowCounter: "sliding_window_counter",
+	Concurrency:          "concurrency",
 }
 
 // String returns the algorithm's wire name, e.g. "token_bucket".
@@ -122,7 +127,8 @@ type Limit struct {
 
 // NewLimit validates and precomputes a limit: limit per per, with burst as
 // the bucket capacity (TokenBucket) or queue size (LeakyBucket). A burst of 0
-// means burst = limit. Window algorithms ignore burst. Its error wraps
+// means burst = limit. Window algorithms ignore burst; Concurrency ignores
+// per and burst (at most limit leases at once). Its error wraps
 // ErrAlgorithm or ErrLimit and a *FieldError naming the parameter; Spec.Parse
 // builds a Limit from what a user wrote.
 func NewLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit, error) {
@@ -140,7 +146,9 @@ func newLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit
 	if err := checkCount(alg, limit); err != nil {
 		return Limit{}, err
 	}
-	if err := checkPer(per); err != nil {
+	if alg == Concurrency {
+		per = 0 // a concurrency limit has no period
+	} else if err := checkPer(per); err != nil {
 		return Limit{}, err
 	}
 	l := Limit{alg: alg, limit: limit, per: per, burst: limit}
@@ -206,6 +214,9 @@ func (l Limit) Valid() bool { return l.limit > 0 }
 func (l Limit) String() string {
 	if l.alg == TokenBucket || l.alg == LeakyBucket {
 		return fmt.Sprintf("%s %d/%v burst %d", l.alg, l.limit, l.per, l.burst)
+	}
+	if l.alg == Concurrency {
+		return fmt.Sprintf("%s %d", l.alg, l.limit)
 	}
 	return fmt.Sprintf("%s %d/%v", l.alg, l.limit, l.per)
 }

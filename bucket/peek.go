@@ -26,6 +26,9 @@ func (s *Store) Peek(key string, l *Limit, now clock.Instant, cost int64) (Decis
 	if !l.Valid() {
 		return Decision{}, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
 	}
+	if l.alg == Concurrency {
+		return Decision{}, errAcquired
+	}
 	if err := l.CheckCost(cost); err != nil {
 		return Decision{}, err
 	}
@@ -103,6 +106,9 @@ func (s *Store) Reset(key string, l *Limit, now clock.Instant) (previous int64, 
 	}
 	if !l.Valid() {
 		return 0, false, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
+	}
+	if l.alg == Concurrency {
+		return 0, false, errAcquired
 	}
 	h := s.hash(key)
 	sh := s.shard(h)

@@ -58,6 +58,9 @@ func (s *Store) Settle(key string, l *Limit, at clock.Instant, delta int64) (Dec
 	if !l.Valid() {
 		return Decision{}, ErrLimit
 	}
+	if l.alg == Concurrency {
+		return Decision{}, errAcquired
+	}
 	if l.alg != TokenBucket {
 		return Decision{}, ErrNotToken
 	}

@@ -18,7 +18,10 @@ import (
 // canonical name of a built Limit in its keys, is another thing.)
 type LimitSpec struct {
 	// Algorithm is a wire name (token_bucket, leaky_bucket, fixed_window,
-	// sliding_window_log, sliding_window_counter); "" is TokenBucket.
+	// sliding_window_log, sliding_window_counter, concurrency); "" is
+	// TokenBucket. A concurrency limit has a Limit and no Per or Burst, is
+	// never leased, is always replicated before the answer (Replication ""
+	// or "sync") and fails closed unless FailureMode is "fail_open".
 	Algorithm string
 	// Limit is the count per Per: the sustained rate of the buckets, the
 	// count per window of the window algorithms. At least 1.
@@ -117,6 +120,13 @@ func (s *LimitSpec) Parse(path string) (Settings, error) {
 	}
 	if err := checkCount(alg, s.Limit); err != nil {
 		return Settings{}, err.At(path)
+	}
+	if alg == Concurrency {
+		set, err := s.parseConcurrency()
+		if err != nil {
+			return Settings{}, err.At(path)
+		}
+		return set, nil
 	}
 	per := s.PerDuration
 	if s.Per != "" || per == 0 {

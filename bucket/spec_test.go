@@ -9,7 +9,7 @@ import (
 
 // Every field's errors, in the one wording, under the caller's path.
 func TestSpecParseErrors(t *testing.T) {
-	const algs = "token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter"
+	const algs = "token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter, concurrency"
 	ok := LimitSpec{Limit: 10, Per: "1s"}
 	with := func(f func(*LimitSpec)) LimitSpec {
 		s := ok
@@ -126,7 +126,7 @@ func TestStandaloneErrors(t *testing.T) {
 		t.Errorf("NewLimit: %v, want %q", err, want)
 	}
 	_, err = NewLimit(Algorithm(9), 1, time.Second, 0)
-	if want := `bucket: algorithm: unknown algorithm "algorithm(9)" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)`; err == nil || err.Error() != want || !errors.Is(err, ErrAlgorithm) {
+	if want := `bucket: algorithm: unknown algorithm "algorithm(9)" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter, concurrency)`; err == nil || err.Error() != want || !errors.Is(err, ErrAlgorithm) {
 		t.Errorf("NewLimit: %v, want %q", err, want)
 	}
 	_, err = ParseFailureMode("x")

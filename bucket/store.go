@@ -134,6 +134,9 @@ func (s *Store) TakeUnsent(key string, l *Limit, now clock.Instant, cost int64) 
 	if !l.Valid() {
 		return Decision{}, 0, fmt.Errorf("%w: limit was not built by NewLimit", ErrLimit)
 	}
+	if l.alg == Concurrency {
+		return Decision{}, 0, errAcquired
+	}
 	if err := l.CheckCost(cost); err != nil {
 		return Decision{}, 0, err
 	}

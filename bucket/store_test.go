@@ -217,7 +217,7 @@ func TestStoreConcurrentExact(t *testing.T) {
 	// admits exactly its capacity and every distinct key exactly its own.
 	s := newStore(t, 1<<12, 16)
 	const workers, tries = 16, 500
-	for alg := range numAlgorithms {
+	for alg := range rateAlgorithms {
 		lim := MustLimit(alg, 100, time.Hour, 0)
 		var shared atomic.Int64
 		own := make([]int64, workers)
@@ -250,7 +250,7 @@ func TestStoreConcurrentExact(t *testing.T) {
 func TestStoreAgreesWithBucket(t *testing.T) {
 	// The store and a standalone Bucket run the same algorithm code; over a
 	// fixed pseudo-random sequence they give identical decisions.
-	for alg := range numAlgorithms {
+	for alg := range rateAlgorithms {
 		lim := MustLimit(alg, 7, 300*time.Millisecond, 9)
 		s := newStore(t, 8, 1)
 		b := New(lim)
@@ -271,7 +271,7 @@ func TestStoreAgreesWithBucket(t *testing.T) {
 }
 
 func TestStoreRefund(t *testing.T) {
-	for alg := range numAlgorithms {
+	for alg := range rateAlgorithms {
 		s := newStore(t, 16, 1)
 		lim := MustLimit(alg, 10, time.Hour, 0)
 		now := clock.Instant(1e15)

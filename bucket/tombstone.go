@@ -117,6 +117,9 @@ func (s *Store) ResetAt(key string, l *Limit, now clock.Instant, at int64) (prev
 	if !l.Valid() {
 		return 0, false, ErrLimit
 	}
+	if l.alg == Concurrency {
+		return 0, false, errAcquired
+	}
 	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()

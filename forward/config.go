@@ -81,6 +81,20 @@ type Config struct {
 	// mode, with no reservation. Default bucket.DefaultMaxReservations
 	// (65,536).
 	MaxReservations int
+	// Leaser sends concurrency acquires, renews and releases to the owners
+	// of their keys (peer.Pool). Nil: those of keys another member owns
+	// are answered as for an unreachable owner.
+	Leaser LeaseSender
+	// MaxLeases bounds the concurrency leases this node holds (its own
+	// keys' and its replicas'; in bytes too: bucket.MaxLeaseBytes). An
+	// acquire its owner has no room for is answered as for an unreachable
+	// owner, in its failure mode. Default bucket.DefaultMaxLeases (65,536).
+	MaxLeases int
+	// OnRelease, when set, is told of every release the owner of a key
+	// applies, with the outcome and latency its holder reported: the input
+	// of an adaptive limit. It is called on the releasing goroutine after
+	// the answer is decided and must not block.
+	OnRelease func(key string, l bucket.Limit, o Outcome, latency time.Duration)
 	// Logger receives membership and handoff events. Nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Nil registers none.

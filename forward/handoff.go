@@ -57,6 +57,9 @@ type handoff struct {
 	// admit says whether a fetched state may be merged (Router.admit: not
 	// one from before a reset); set once by New.
 	admit func(*peermsg.State, clock.Instant) bool
+	// leases hands off the lease sets of keys this node no longer owns
+	// (Router.handoffLeases) and returns how many failed; set once by New.
+	leases func(context.Context) int
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
@@ -197,6 +200,12 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	})
 	for owner := range out {
 		flush(owner)
+	}
+	if h.leases != nil {
+		if f := h.leases(ctx); f > 0 {
+			failed += f
+			pending = true
+		}
 	}
 	// Delete what was handed off for good, unless the ring gave it back to
 	// us meanwhile.

@@ -44,6 +44,9 @@ type metrics struct {
 	resetsReceived    prometheus.Counter
 	statesBeforeReset prometheus.Counter
 
+	// Concurrency limits (concurrency_metrics.go).
+	leases *leaseOps
+
 	reg prometheus.Registerer // for the gauges watch adds; nil registers none
 }
 
@@ -106,6 +109,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for i, name := range []string{"found", "missing", "unreachable"} {
 		m.fetches[i] = fetches.WithLabelValues(name)
 	}
+	var err error
+	if m.leases, err = newLeaseOps(reg); err != nil {
+		return nil, err
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{degraded, fetches, m.ringMembers, m.ringChanges, m.shed, m.leasesGranted,
 			m.leasesReturned, m.leasedChecks, m.replicationLag, m.replicationErrors, m.replicationWaits, m.unconfirmed, m.replicasRefused, m.standInChecks,
@@ -142,6 +149,8 @@ func (m *metrics) watch(r *Router) error {
 			func() float64 { return float64(r.shared.len()) }},
 		{"ringlimit_successor_keys", "Keys this node holds a copy of, decided for an owner that could not be reached, not yet handed back.",
 			func() float64 { return float64(r.Status().StandingIn) }},
+		{"ringlimit_leases_in_flight", "Live concurrency leases on the keys this node owns.",
+			func() float64 { return float64(r.ownedInFlight()) }},
 		{"ringlimit_minority", "1 while this node sees fewer than a majority of the cluster's members and does not take over their keys.",
 			func() float64 { return b2f(r.view.Load().minority) }},
 	} {

@@ -55,6 +55,10 @@ type replicator struct {
 	// the key itself holds nothing to send.
 	resv      *bucket.Reservations
 	dirtyKeys dirtyKeys
+	// slots is the node's concurrency lease table: the sets of the keys
+	// marked in leaseKeys travel in the next round (concurrency_repl.go).
+	slots     *bucket.Leases
+	leaseKeys leaseMarks
 	// adapt is the node's adaptive controllers: a round carries those
 	// that changed since the last one (adaptive_repl.go).
 	adapt *adaptiveTable
@@ -206,7 +210,7 @@ func (p *replicator) loop(ctx context.Context) {
 			last = p.clock.Now()
 		case <-tick.C():
 			now := p.clock.Now()
-			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || ((n > 0 || p.adapt.pending()) && now.Sub(last) >= p.cfg.Interval) {
+			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || ((n > 0 || p.adapt.pending()) && now.Sub(last) >= p.cfg.Interval) || p.leaseKeys.any() {
 				p.flush(ctx)
 				last = now
 			}
@@ -227,6 +231,7 @@ func (p *replicator) sendOwned(ctx context.Context) {
 		p.add(v, out, batch)
 		return ctx.Err() == nil
 	})
+	p.addLeases(v, out, true)
 	p.addAdaptive(v, out, true)
 	// Range leaves the keys marked: the next flush sends them again, and
 	// ends the rounds their held answers wait for.
@@ -250,6 +255,7 @@ func (p *replicator) flush(ctx context.Context) {
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
 	p.addDirty(v, out)
+	p.addLeases(v, out, false)
 	p.addAdaptive(v, out, false)
 	round := p.store.Round()
 	now := p.clock.Now()

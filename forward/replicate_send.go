@@ -22,6 +22,8 @@ type outbox struct {
 	orphans []bucket.Snapshot // spent keys of this node's with no live successor
 	alone   bool              // on a ring of one: no copies at all
 	all     bool              // every reservation record of each key, not the changed ones
+	// leaseOrphans is true when a key's lease set has no live successor.
+	leaseOrphans bool
 }
 
 func newOutbox() *outbox {
@@ -29,7 +31,7 @@ func newOutbox() *outbox {
 }
 
 // whole reports whether every spent key has a copy to send.
-func (o *outbox) whole() bool { return !o.alone && len(o.orphans) == 0 }
+func (o *outbox) whole() bool { return !o.alone && len(o.orphans) == 0 && !o.leaseOrphans }
 
 // add appends the states of the keys this node owns to out, by successor.
 func (p *replicator) add(v *view, out *outbox, batch []bucket.Snapshot) {
@@ -96,6 +98,7 @@ func (p *replicator) sendTo(ctx context.Context, succ string, states []peermsg.S
 		if ctx.Err() != nil {
 			return false
 		}
+		p.leaseLost(states[off:])
 		now := p.clock.Now()
 		var lost []string
 		for i := off; i < len(states); i++ {

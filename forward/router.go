@@ -34,7 +34,11 @@ type Router struct {
 	standing sync.Map    // key → owner: keys decided here for an owner that did not answer
 	tombs    atomic.Bool // a key was reset here: incoming states are checked against tombstones (reset.go)
 	resv     *bucket.Reservations
+	slots    *bucket.Leases // concurrency leases (concurrency.go)
 	adapt    *adaptiveTable // adaptive keys' controllers (adaptive.go)
+	// leasesPushed is each key whose lease set was handed off, with the
+	// ring version it was handed off under.
+	leasesPushed sync.Map
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -101,6 +105,9 @@ func New(cfg Config) (*Router, error) {
 	r.handoff.admit = r.admit
 	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
 	r.repl.resv = r.resv
+	r.slots = bucket.NewLeases(cfg.MaxLeases)
+	r.repl.slots = r.slots
+	r.handoff.leases = r.handoffLeases
 	r.handoff.resv = r.resv
 	r.adapt = newAdaptiveTable(am)
 	r.repl.adapt, r.handoff.adapt = r.adapt, r.adapt

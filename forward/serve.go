@@ -98,6 +98,7 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 	now := r.cfg.Clock.Now()
 	v := r.view.Load()
 	merged := 0
+	r.importLeases(states, now, false)
 	for i := range states {
 		s := &states[i]
 		if !r.admit(s, now) { // it predates a reset of the key
@@ -128,6 +129,7 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 	if r.tombs.Load() || hasResetAt(states) {
 		states = r.admitAll(states, now)
 	}
+	r.importLeases(states, now, true)
 	for i := range states {
 		r.importState(from, &states[i], now)
 		r.adapt.replica(from, &states[i], now)

@@ -195,6 +195,9 @@ func ValidateChecks(checks []Check) error {
 		if !c.Limit.Valid() {
 			return fmt.Errorf("%w: checks[%d].limit: missing", ErrInvalid, i)
 		}
+		if c.Limit.Algorithm() == bucket.Concurrency {
+			return fmt.Errorf("%w: checks[%d].limit.algorithm: a concurrency limit is acquired (POST /v1/acquire), not checked", ErrInvalid, i)
+		}
 		if err := c.Limit.CheckCost(c.Cost); err != nil {
 			return fmt.Errorf("%w: checks[%d].cost: %w", ErrInvalid, i, err)
 		}

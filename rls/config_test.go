@@ -155,7 +155,7 @@ domain: d
 descriptors:
   - key: a
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}
-`, `rls: f.yaml:4: algorithm: unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)`},
+`, `rls: f.yaml:4: algorithm: unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter, concurrency)`},
 		{"sliding window log too large", `
 domain: d
 descriptors:
@@ -179,7 +179,7 @@ descriptors:
       unit: minute
       requests_per_unit: 0
       algorithm: gcra
-`, `rls: f.yaml:7: algorithm: unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)`},
+`, `rls: f.yaml:7: algorithm: unknown algorithm "gcra" (want one of token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter, concurrency)`},
 		{"boolean of another type", `
 domain: d
 descriptors:

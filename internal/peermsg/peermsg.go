@@ -87,6 +87,10 @@ type State struct {
 	ResetAt int64
 	// Reservations are the key's reservation records, settled or not.
 	Reservations []Reservation
+	// LeaseSet is true for a concurrency key's state: Leases is then the
+	// key's whole set of live leases (possibly none), under Limit.
+	LeaseSet bool
+	Leases   []Lease
 	// Adaptive is the owner's controller of the key, when it runs one.
 	Adaptive *AdaptiveState
 }

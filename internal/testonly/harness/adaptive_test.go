@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/testonly/harness"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
 // aimd is the adaptive layer of the tests: AIMD from 20 within [5, 50],
@@ -168,6 +170,14 @@ func TestAdaptiveRateLimit(t *testing.T) {
 	synced(t, c, "C")
 	own.Stop()
 	harness.SetView([]*harness.Node{a, b}, []*harness.Node{a, b}, "C")
+	// B promotes its replicas of C's keys in the background, on the clock
+	// of the moment: wait for it before the clock moves on.
+	testkit.WaitFor(t, 5*time.Second, "B's copy of the key", func() error {
+		if !b.Store.Has(key) {
+			return errors.New("not promoted yet")
+		}
+		return nil
+	})
 	clk.Advance(time.Second) // a window with no samples: the limit holds
 	if got := admitted(t, []*harness.Node{a, b}, key, 4, 7, "B"); got != 7 {
 		t.Fatalf("after C died: %d of 8 checks admitted, want 7", got)

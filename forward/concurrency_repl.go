@@ -1,0 +1,191 @@
+package forward
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
+)
+
+// Lease sets travel with replication rounds and handoffs: a key whose
+// leases changed on its owner is marked (leaseChanged), and the next round
+// carries its absolute set (peermsg.State with LeaseSet) to its
+// successors, which replace theirs with it. A resync after a ring change
+// sends every owned key's set. A key this node owned before a ring change
+// and another member owns now is handed to it once per view, merged there
+// by id.
+
+// leaseMarks are the keys whose leases changed, with their limit (a set
+// emptied by releases still needs one to travel).
+type leaseMarks struct {
+	mu   sync.Mutex
+	keys map[string]bucket.Limit
+}
+
+func (d *leaseMarks) add(key string, l bucket.Limit) {
+	d.mu.Lock()
+	if d.keys == nil {
+		d.keys = map[string]bucket.Limit{}
+	}
+	if _, ok := d.keys[key]; !ok {
+		key = strings.Clone(key)
+	}
+	d.keys[key] = l
+	d.mu.Unlock()
+}
+
+func (d *leaseMarks) take() map[string]bucket.Limit {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := d.keys
+	d.keys = nil
+	return k
+}
+
+func (d *leaseMarks) any() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.keys) > 0
+}
+
+// leaseChanged marks key's lease set for the next round.
+func (p *replicator) leaseChanged(key string, l bucket.Limit) {
+	if p.on() {
+		p.leaseKeys.add(key, l)
+	}
+}
+
+// leaseState is key's lease set at now as a state.
+func leaseState(slots *bucket.Leases, key string, l bucket.Limit, now clock.Instant) peermsg.State {
+	held := slots.Held(key, now)
+	st := peermsg.State{Key: key, Limit: l, LeaseSet: true, Leases: make([]peermsg.Lease, len(held))}
+	for i, ls := range held {
+		st.Leases[i] = peermsg.Lease{ID: ls.ID, RequestID: ls.RequestID, TTL: ls.Expires.Sub(now)}
+		st.Limit = ls.Limit
+	}
+	return st
+}
+
+// addLeases appends to out the lease sets of the keys marked (all: of
+// every key this node owns) to their successors. A key with no live
+// successor makes the round fail: its changes are not acknowledged.
+func (p *replicator) addLeases(v *view, out *outbox, all bool) {
+	if p.slots == nil || v.ring == nil || v.ring.Len() < 2 {
+		return
+	}
+	keys := p.leaseKeys.take()
+	if all {
+		now := p.clock.Now()
+		for _, key := range p.slots.Keys() {
+			if _, ok := keys[key]; !ok {
+				if held := p.slots.Held(key, now); len(held) > 0 {
+					if keys == nil {
+						keys = map[string]bucket.Limit{}
+					}
+					keys[key] = held[0].Limit
+				}
+			}
+		}
+	}
+	now := p.clock.Now()
+	var buf [4]string
+	for key, l := range keys {
+		if ownerIn(v.ring, p.self, key) != p.self {
+			continue
+		}
+		st := leaseState(p.slots, key, l, now)
+		copies := 0
+		for _, succ := range v.ring.AppendSuccessors(buf[:0], key, p.cfg.Factor) {
+			if succ != p.self && !v.isDown(succ) {
+				out.states[succ] = append(out.states[succ], st)
+				out.unacked[succ] = append(out.unacked[succ], 0)
+				copies++
+			}
+		}
+		if copies == 0 {
+			out.leaseOrphans = true
+		}
+	}
+}
+
+// leaseLost marks again the lease sets of states a successor did not
+// acknowledge.
+func (p *replicator) leaseLost(states []peermsg.State) {
+	for i := range states {
+		if states[i].LeaseSet {
+			p.leaseKeys.add(states[i].Key, states[i].Limit)
+		}
+	}
+}
+
+// importLeases takes the lease sets states carry: a replica's replaces
+// this node's copy, a handoff's is merged by id (and replicated on, when
+// this node owns the key).
+func (r *Router) importLeases(states []peermsg.State, now clock.Instant, replace bool) {
+	v := r.view.Load()
+	for i := range states {
+		s := &states[i]
+		if !s.LeaseSet || s.Limit.Algorithm() != bucket.Concurrency {
+			continue
+		}
+		set := make([]bucket.Lease, 0, len(s.Leases))
+		for _, m := range s.Leases {
+			k, err := bucket.ParseLeaseID(m.ID)
+			if err != nil || k != s.Key || m.TTL <= 0 || m.TTL > bucket.MaxLeaseTTL {
+				continue // hostile or broken: a lease must name its key
+			}
+			set = append(set, bucket.Lease{ID: m.ID, Key: s.Key, Limit: s.Limit, Expires: now.Add(m.TTL), RequestID: m.RequestID})
+		}
+		if replace {
+			r.slots.Replace(s.Key, set, now)
+			continue
+		}
+		r.slots.Merge(s.Key, set, now)
+		if ownerIn(v.ring, r.cfg.Self, s.Key) == r.cfg.Self {
+			r.repl.leaseChanged(s.Key, s.Limit)
+		}
+	}
+}
+
+// handoffLeases hands the lease set of every key this node owned before
+// the last ring change, and another member owns now, to that member, once
+// per view. It reports whether a push failed (a later pass retries).
+func (r *Router) handoffLeases(ctx context.Context) (failed int) {
+	v := r.view.Load()
+	if v.ring == nil || v.prev == nil || r.slots.Empty() {
+		return 0
+	}
+	now := r.cfg.Clock.Now()
+	out := map[string][]peermsg.State{}
+	for _, key := range r.slots.Keys() {
+		owner := ownerIn(v.ring, r.cfg.Self, key)
+		if owner == r.cfg.Self || ownerIn(v.prev, r.cfg.Self, key) != r.cfg.Self {
+			continue
+		}
+		if at, ok := r.leasesPushed.Load(key); ok && at.(uint64) == v.version() {
+			continue
+		}
+		held := r.slots.Held(key, now)
+		if len(held) == 0 {
+			continue
+		}
+		out[owner] = append(out[owner], leaseState(r.slots, key, held[0].Limit, now))
+	}
+	for owner, states := range out {
+		for off := 0; off < len(states); off += handoffChunk {
+			chunk := states[off:min(off+handoffChunk, len(states))]
+			if err := r.cfg.Peers.Handoff(ctx, owner, chunk); err != nil {
+				r.log.Warn("lease handoff failed", "to", owner, "keys", len(chunk), "err", err)
+				failed += len(chunk)
+				continue
+			}
+			for i := range chunk {
+				r.leasesPushed.Store(strings.Clone(chunk[i].Key), v.version())
+			}
+		}
+	}
+	return failed
+}
