@@ -26,6 +26,7 @@ func (r *Router) leaseAwait(ctx context.Context, v *view) bool {
 // acquireLocal decides an acquire of a key this node owns.
 func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRequest) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
+	r.adaptAcquire(q, now)
 	g, err := r.slots.Acquire(q.Key, q.Limit, q.TTL, q.RequestID, now)
 	if err != nil {
 		if !errors.Is(err, bucket.ErrLeasesFull) {

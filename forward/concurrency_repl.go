@@ -172,7 +172,9 @@ func (r *Router) handoffLeases(ctx context.Context) (failed int) {
 		if len(held) == 0 {
 			continue
 		}
-		out[owner] = append(out[owner], leaseState(r.slots, key, held[0].Limit, now))
+		st := leaseState(r.slots, key, held[0].Limit, now)
+		st.Adaptive = r.adapt.state(key, now)
+		out[owner] = append(out[owner], st)
 	}
 	for owner, states := range out {
 		for off := 0; off < len(states); off += handoffChunk {

@@ -111,6 +111,7 @@ func New(cfg Config) (*Router, error) {
 	r.handoff.resv = r.resv
 	r.adapt = newAdaptiveTable(am)
 	r.repl.adapt, r.handoff.adapt = r.adapt, r.adapt
+	r.cfg.OnRelease = r.observeRelease(cfg.OnRelease)
 	if err := m.watch(r); err != nil {
 		cancel()
 		return nil, err
