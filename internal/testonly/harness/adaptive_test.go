@@ -13,6 +13,7 @@ import (
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/testonly/harness"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // aimd is the adaptive layer of the tests: AIMD from 20 within [5, 50],
@@ -181,5 +182,37 @@ func TestAdaptiveRateLimit(t *testing.T) {
 	clk.Advance(time.Second) // a window with no samples: the limit holds
 	if got := admitted(t, []*harness.Node{a, b}, key, 4, 7, "B"); got != 7 {
 		t.Fatalf("after C died: %d of 8 checks admitted, want 7", got)
+	}
+}
+
+// TestAdaptiveHandoffOnLeave: with replication off (so that no replica
+// can stand for the handoff), C, the key's owner, leaves the ring after
+// cutting the key's limit to 10; the new owner, A, takes the controller
+// with the key's handoff and answers 10, not Initial (20), and admits
+// exactly 10 in the next window.
+func TestAdaptiveHandoffOnLeave(t *testing.T) {
+	clk := testkit.NewClock(0)
+	c := harness.Start(t, harness.Options{PeerTimeout: peerTimeout, Clock: clk,
+		Node: func(cfg *node.Config) { cfg.Replication = 0 }}, "A", "B", "C")
+	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
+	all := []*harness.Node{a, b, own}
+	key := c.KeyWith("C", "A", "leave")
+	if got := admitted(t, all, key, 1, 20, "C"); got != 3 {
+		t.Fatalf("window 0: %d of 3 checks admitted, want 3", got)
+	}
+	report(t, all, key, 2, forward.OutcomeError)
+	clk.Advance(time.Second)
+	if got := admitted(t, all, key, 1, 10, "C"); got != 3 {
+		t.Fatalf("after a window of errors: %d of 3 checks admitted, want 3", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	harness.SetView([]*harness.Node{a, b}, []*harness.Node{a, b})
+	if err := own.Router.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second) // a window with no samples: the limit holds
+	if got := admitted(t, []*harness.Node{a, b}, key, 6, 10, "A"); got != 10 {
+		t.Fatalf("after C left: %d of 12 checks admitted, want 10", got)
 	}
 }
