@@ -71,3 +71,32 @@ func TestSpecWireRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// FuzzAdaptiveWire: any bytes parse as a spec and as a controller state
+// without panicking, and what parses writes back to bytes that parse to
+// the same values.
+func FuzzAdaptiveWire(f *testing.F) {
+	s := adaptive.Spec{Algorithm: adaptive.AIMD, Min: 5, Max: 50, Initial: 20, Window: time.Second, Backoff: 0.51}
+	f.Add(appendSpec(nil, &s))
+	f.Add(appendAdaptiveState(nil, &peermsg.AdaptiveState{Limit: 12.5, WindowAge: time.Second, Samples: 3}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var spec, back adaptive.Spec
+		if parseSpec(b, &spec) == nil {
+			if err := parseSpec(appendSpec(nil, &spec), &back); err != nil || !sameSpec(back, spec) {
+				t.Fatalf("spec %+v wrote and read back as %+v, %v", spec, back, err)
+			}
+		}
+		var st peermsg.AdaptiveState
+		_ = parseAdaptiveState(b, &st)
+	})
+}
+
+// sameSpec is == with NaN equal to NaN.
+func sameSpec(a, b adaptive.Spec) bool {
+	nan := func(x, y float64) bool { return x == y || x != x && y != y }
+	fa, fb := a, b
+	fa.ErrorThreshold, fa.Backoff, fa.Tolerance, fa.Smoothing = 0, 0, 0, 0
+	fb.ErrorThreshold, fb.Backoff, fb.Tolerance, fb.Smoothing = 0, 0, 0, 0
+	return fa == fb && nan(a.ErrorThreshold, b.ErrorThreshold) && nan(a.Backoff, b.Backoff) &&
+		nan(a.Tolerance, b.Tolerance) && nan(a.Smoothing, b.Smoothing)
+}
