@@ -216,3 +216,20 @@ func TestAdaptiveHandoffOnLeave(t *testing.T) {
 		t.Fatalf("after C left: %d of 12 checks admitted, want 10", got)
 	}
 }
+
+// TestAdaptiveReportRedirect: A's ring lacks C, so A sends the report of
+// C's key to B, whose ring names C: B redirects, and C, asked as the last
+// hop, observes it. Six such errors cut C's limit to 10.
+func TestAdaptiveReportRedirect(t *testing.T) {
+	c, clk := startFake(t)
+	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
+	key := c.KeyWith("C", "B", "redirect")
+	harness.SetView([]*harness.Node{a}, []*harness.Node{a, b})
+	if res := report(t, []*harness.Node{a}, key, 6, forward.OutcomeError); res.Owner != "C" || res.Limit != 20 {
+		t.Fatalf("report through A: %+v, want observed by C at 20", res)
+	}
+	clk.Advance(time.Second)
+	if got := admitted(t, []*harness.Node{b, own}, key, 1, 10, "C"); got != 2 {
+		t.Fatalf("after the window: %d of 2 checks admitted, want 2", got)
+	}
+}
