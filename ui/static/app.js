@@ -113,12 +113,12 @@ function renderMembers(st, col) {
       num(s ? s.replication_lag_ms.toFixed(2) + ' ms' : '—', s ? s.replication_pending + ' pending' : ''),
       el('td', { class: 'ops', title: 'peeks, checks admitted with a reservation, settles and resets since the node started' },
         s ? ['peek', 'reserve', 'settle', 'reset'].map((k, i) => k + ' ' + (s[['peeks', 'reservations', 'settles', 'resets'][i]] || 0).toLocaleString('en')).join(' · ') : '—'),
-      el('td', { class: 'adaptive', title: 'the current limit of each adaptive scope whose keys the node owns (its most recently moved key)' },
-        s && s.adaptive && s.adaptive.length ? s.adaptive.map((a) => a.scope + ' ' + a.limit.toLocaleString('en')).join(' · ') : '—'),
       el('td', { title: s ? s.policy_version || '' : '' }, s ? short(s.policy_version) : '—'),
       el('td', { title: s ? s.rls_version || '' : '' }, s ? short(s.rls_version) : '—'),
       num(s ? duration(s.uptime_s) : '—'),
-      el('td', {}, s ? s.version : '—'));
+      el('td', {}, s ? s.version : '—'),
+      el('td', { class: 'adaptive', title: 'the current limit of each adaptive scope whose keys the node owns (its most recently moved key)' },
+        s && s.adaptive && s.adaptive.length ? s.adaptive.map((a) => a.scope + ' ' + a.limit.toLocaleString('en')).join(' · ') : '—'));
     rows.push(tr);
   }
   body.replaceChildren(...rows);
