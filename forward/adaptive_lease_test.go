@@ -69,3 +69,29 @@ func TestAdaptiveConcurrency(t *testing.T) {
 	wantMetric(t, a.reg, "ringlimit_adaptive_changes_total", "scope", "route:/slow", "direction", "up", 1)
 	wantMetric(t, a.reg, "ringlimit_adaptive_limit", "scope", "route:/slow", 3)
 }
+
+// TestAdaptiveConcurrencyReport: a report of a concurrency key counts the
+// leases in flight: three healthy reports while 4 of 4 slots are held
+// raise the limit to 5 (a window that used the limit is not app-limited).
+func TestAdaptiveConcurrencyReport(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a := startNode(t, "A", clk, nil)
+	setMembers(membersOf(a), a)
+	spec := &adaptive.Spec{Algorithm: adaptive.AIMD, Min: 2, Max: 10, Initial: 4, Window: time.Second, MinSamples: 3}
+	acq := Acquire{Key: "c|reported", Limit: concurrency(4), Mode: bucket.FailClosed, TTL: time.Minute, Adaptive: spec}
+	ctx := context.Background()
+	for range 4 {
+		if res, err := a.r.Acquire(ctx, acq); err != nil || !res.Allowed {
+			t.Fatalf("acquire: %+v, %v", res, err)
+		}
+	}
+	for range 3 {
+		if res, err := a.r.Report(ctx, acq.Key, acq.Limit, spec, OutcomeOK, 20*time.Millisecond); err != nil || res.Limit != 4 || res.Owner != "A" {
+			t.Fatalf("report: %+v, %v", res, err)
+		}
+	}
+	clk.Advance(time.Second)
+	if res, err := a.r.Acquire(ctx, acq); err != nil || !res.Allowed || res.Limit != 5 || res.InFlight != 5 {
+		t.Fatalf("acquire after the window: %+v, %v; want the fifth slot of 5", res, err)
+	}
+}

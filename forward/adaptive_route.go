@@ -59,7 +59,9 @@ func (r *Router) Report(ctx context.Context, key string, l bucket.Limit, spec *a
 // ReportScope is Report for the layer named scope. The sample's InFlight,
 // for a rate limit, is what the key has spent of its current limit when
 // the owner observes the report: for a window algorithm the requests the
-// current window admitted, for a bucket the tokens not yet refilled. It
+// current window admitted, for a bucket the tokens not yet refilled; for
+// a concurrency limit, the leases in flight (whose releases are samples
+// too: report only what is not released). It
 // returns an error wrapping ErrInvalid for a bad key, limit, spec or
 // outcome, or one wrapping ErrUnavailable when the owner cannot be reached
 // (a lost report costs one sample; it is not retried).
@@ -140,7 +142,9 @@ func (r *Router) ReportFor(ctx context.Context, from string, q peermsg.ReportReq
 func (r *Router) observe(q *peermsg.ReportRequest) peermsg.ReportAnswer {
 	now := r.cfg.Clock.Now()
 	var inFlight int64
-	if _, used, ok := r.cfg.Store.Used(q.Key, now); ok {
+	if q.Limit.Algorithm() == bucket.Concurrency {
+		inFlight = r.slots.InFlight(q.Key, now)
+	} else if _, used, ok := r.cfg.Store.Used(q.Key, now); ok {
 		inFlight = max(used, 0)
 	}
 	limit := r.adapt.observe(q.Key, &q.Spec, q.Scope, q.Limit,
