@@ -10,6 +10,7 @@ import (
 
 const adaptiveTier = `policies:
   api:
+    prelimit: 2
     tiers:
       free:
         algorithm: fixed_window
@@ -27,7 +28,7 @@ func TestParseAdaptiveLayer(t *testing.T) {
 	if l.Adaptive == nil || *l.Adaptive != want {
 		t.Fatalf("adaptive spec %+v, want %+v", l.Adaptive, want)
 	}
-	if l.Scope != "tier:free" || l.Limit.Count() != 20 {
+	if l.Scope != "tier:free" || l.Limit.Count() != 20 || l.Prelimit != 0 {
 		t.Fatalf("layer %s limit %v", l.Scope, l.Limit)
 	}
 	if set := parseOK(t, "plain", []byte(strings.Replace(adaptiveTier, "        adaptive: {algorithm: aimd, min: 5, max: 50, initial: 20, window: 1s, min_samples: 5, backoff: 0.51}\n", "", 1))); set.Policies["api"].Tiers["free"].Adaptive != nil {
@@ -58,5 +59,16 @@ func TestParseAdaptiveErrors(t *testing.T) {
 	want := "policies.api.tiers.free.adaptive: a hot-key lease (lease: true) cannot follow an adaptive limit"
 	if _, err := Parse([]byte(leased), "bad.yaml"); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("with a lease: error %v, want it to contain %q", err, want)
+	}
+}
+
+// A concurrency layer takes an adaptive block as a rate layer does.
+func TestParseAdaptiveConcurrency(t *testing.T) {
+	y := "policies:\n  api:\n    tiers:\n      free:\n        algorithm: concurrency\n        limit: 8\n" +
+		"        adaptive: {algorithm: gradient2, min: 2, max: 20, initial: 8}\n"
+	l := parseOK(t, "concurrency", []byte(y)).Policies["api"].Tiers["free"]
+	want := adaptive.Spec{Algorithm: adaptive.Gradient2, Min: 2, Max: 20, Initial: 8}
+	if l.Adaptive == nil || *l.Adaptive != want || l.Limit.Count() != 8 {
+		t.Fatalf("layer %v adaptive %+v, want %+v", l.Limit, l.Adaptive, want)
 	}
 }
