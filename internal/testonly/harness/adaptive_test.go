@@ -233,3 +233,26 @@ func TestAdaptiveReportRedirect(t *testing.T) {
 		t.Fatalf("after the window: %d of 2 checks admitted, want 2", got)
 	}
 }
+
+// TestAdaptiveStandIn: C, the owner, dies after a replication round with
+// the key's limit cut to 10, and no one has been told yet: A's checks
+// fall to B, C's successor, which stands in with its replica's limit (10,
+// not the layer's 20) and admits exactly that in the next window.
+func TestAdaptiveStandIn(t *testing.T) {
+	c, clk := startFake(t)
+	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
+	all := []*harness.Node{a, b, own}
+	key := c.KeyWith("C", "B", "standin")
+	admitted(t, all, key, 1, 20, "C")
+	report(t, all, key, 2, forward.OutcomeError)
+	clk.Advance(time.Second)
+	if got := admitted(t, all, key, 1, 10, "C"); got != 3 {
+		t.Fatalf("after a window of errors: %d of 3 checks admitted, want 3", got)
+	}
+	synced(t, c, "C")
+	own.Stop()
+	clk.Advance(time.Second)
+	if got := admitted(t, []*harness.Node{a}, key, 12, 10, "B"); got != 10 {
+		t.Fatalf("with C dead and unannounced: %d of 12 checks admitted, want 10", got)
+	}
+}
