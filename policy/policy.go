@@ -146,17 +146,18 @@ func (c *count) UnmarshalYAML(n *yaml.Node) error {
 }
 
 type limitYAML struct {
-	Algorithm   string         `yaml:"algorithm"`
-	Limit       count          `yaml:"limit"`
-	Per         string         `yaml:"per"`
-	Burst       count          `yaml:"burst"`
-	FailureMode string         `yaml:"failure_mode"`
-	Key         string         `yaml:"key"`
-	DryRun      *bool          `yaml:"dry_run"`
-	Prelimit    *float64       `yaml:"prelimit"`
-	Lease       bool           `yaml:"lease"`
-	Replication string         `yaml:"replication"`
-	Adaptive    *adaptive.YAML `yaml:"adaptive"`
+	Algorithm   string   `yaml:"algorithm"`
+	Limit       count    `yaml:"limit"`
+	Per         string   `yaml:"per"`
+	Burst       count    `yaml:"burst"`
+	FailureMode string   `yaml:"failure_mode"`
+	Key         string   `yaml:"key"`
+	DryRun      *bool    `yaml:"dry_run"`
+	Prelimit    *float64 `yaml:"prelimit"`
+	Lease       bool     `yaml:"lease"`
+	Replication string   `yaml:"replication"`
+	// Adaptive is the layer's adaptive block (adaptive.go).
+	Adaptive *adaptive.YAML `yaml:"adaptive"`
 }
 
 type routeYAML struct {
