@@ -82,7 +82,7 @@ func (t *adaptiveTable) entry(key string, spec *adaptive.Spec, scope string, bas
 	switch {
 	case e == nil:
 		if len(t.ctl) >= maxAdaptive {
-			evict(t.ctl, now, func(e *ctlEntry) clock.Instant { return e.seen })
+			evict(t.ctl, now, func(e *ctlEntry) clock.Instant { return e.seen }, func(k string) { delete(t.dirty, k) })
 		}
 		e = &ctlEntry{key: strings.Clone(key), spec: *spec}
 		if r, ok := t.replicas[key]; ok {
@@ -188,8 +188,9 @@ func (t *adaptiveTable) replica(from string, s *peermsg.State, now clock.Instant
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.ctl, s.Key)
+	delete(t.dirty, s.Key)
 	if _, ok := t.replicas[s.Key]; !ok && len(t.replicas) >= maxAdaptive {
-		evict(t.replicas, now, func(r replicaEntry) clock.Instant { return r.seen })
+		evict(t.replicas, now, func(r replicaEntry) clock.Instant { return r.seen }, nil)
 	}
 	t.replicas[strings.Clone(s.Key)] = replicaEntry{st: s.Adaptive.At(now), from: from, seen: now}
 }
@@ -208,6 +209,9 @@ func (t *adaptiveTable) handed(s *peermsg.State, now clock.Instant) {
 		e.limit = scaled(e.base, e.c.Limit())
 		t.dirty[e.key] = struct{}{}
 		return
+	}
+	if _, ok := t.replicas[s.Key]; !ok && len(t.replicas) >= maxAdaptive {
+		evict(t.replicas, now, func(r replicaEntry) clock.Instant { return r.seen }, nil)
 	}
 	t.replicas[strings.Clone(s.Key)] = replicaEntry{st: s.Adaptive.At(now), seen: now}
 }
@@ -271,8 +275,15 @@ func (t *adaptiveTable) scopeLimits() []AdaptiveScope {
 
 // evict makes room in a full table: of up to 64 entries looked at (in
 // the map's random order), those not seen for adaptiveIdle go, and if the
-// table is still full the least recently seen of them.
-func evict[V any](m map[string]V, now clock.Instant, seen func(V) clock.Instant) {
+// table is still full the least recently seen of them. gone, when not
+// nil, is told of each key dropped.
+func evict[V any](m map[string]V, now clock.Instant, seen func(V) clock.Instant, gone func(string)) {
+	drop := func(k string) {
+		delete(m, k)
+		if gone != nil {
+			gone(k)
+		}
+	}
 	var oldest string
 	var at clock.Instant
 	n := 0
@@ -282,7 +293,7 @@ func evict[V any](m map[string]V, now clock.Instant, seen func(V) clock.Instant)
 		}
 		s := seen(v)
 		if now.Sub(s) >= adaptiveIdle {
-			delete(m, k)
+			drop(k)
 			continue
 		}
 		if oldest == "" || s < at {
@@ -290,7 +301,7 @@ func evict[V any](m map[string]V, now clock.Instant, seen func(V) clock.Instant)
 		}
 	}
 	if len(m) >= maxAdaptive && oldest != "" {
-		delete(m, oldest)
+		drop(oldest)
 	}
 }
 

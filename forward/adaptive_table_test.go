@@ -101,6 +101,9 @@ func TestAdaptiveTableBound(t *testing.T) {
 	if n := len(tb.ctl); n != maxAdaptive {
 		t.Fatalf("%d controllers, want %d", n, maxAdaptive)
 	}
+	if n := len(tb.dirty); n != maxAdaptive {
+		t.Fatalf("%d dirty controllers, want %d (a dropped controller is not sent)", n, maxAdaptive)
+	}
 	if _, ok := tb.ctl[fmt.Sprint("k", maxAdaptive+99)]; !ok {
 		t.Fatal("the newest key has no controller")
 	}
