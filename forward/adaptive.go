@@ -85,12 +85,12 @@ func (t *adaptiveTable) entry(key string, spec *adaptive.Spec, scope string, bas
 			evict(t.ctl, now, func(e *ctlEntry) clock.Instant { return e.seen }, func(k string) { delete(t.dirty, k) })
 		}
 		e = &ctlEntry{key: strings.Clone(key), spec: *spec}
-		if r, ok := t.replicas[key]; ok {
+		if r, ok := t.replicas[key]; ok && now.Sub(r.seen) < adaptiveIdle { // an older copy is stale
 			e.c = adaptive.Resume(*spec, r.st, now)
-			delete(t.replicas, key)
 		} else {
 			e.c = adaptive.New(*spec, now)
 		}
+		delete(t.replicas, key)
 		t.ctl[e.key] = e
 		t.dirty[e.key] = struct{}{}
 	case e.spec != *spec: // the policy changed: carry the controller over
