@@ -67,6 +67,10 @@ type Config struct {
 	// policy's concurrency layers); *forward.Router implements it. Nil:
 	// each answers 503.
 	Leaser decide.Leaser
+	// Reporter sends reports to adaptive keys' owners (decide.Report);
+	// *forward.Router implements it. Nil: a report of a request with an
+	// adaptive layer answers 503.
+	Reporter decide.Reporter
 	// Stats feeds the keys and evictions metrics. Optional.
 	Stats Stats
 	// Cluster serves /v1/cluster, /v1/ring and /v1/owner. Optional:
@@ -236,7 +240,8 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	dcfg := decide.Config{Checker: cfg.Checker, CountDryRun: cfg.CountDryRun, Observer: m, Logger: cfg.Logger,
-		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self, Settler: cfg.Settler, Leaser: cfg.Leaser}
+		CheckTimeout: cfg.CheckTimeout, Self: cfg.Self, Settler: cfg.Settler, Leaser: cfg.Leaser,
+		Reporter: cfg.Reporter}
 	if cfg.Policy != nil {
 		dcfg.Policy = cfg.Policy
 	}

@@ -270,32 +270,6 @@ func (d *Decider) Release(ctx context.Context, joined string, o forward.Outcome,
 	return res, nil
 }
 
-// ReportResult is the answer to a report.
-type ReportResult struct {
-	// Reported is how many adaptive layers took the sample.
-	Reported int64
-	// Limit is the current limit of the first adaptive layer (0: none).
-	Limit int64
-	Owner string
-}
-
-// Report resolves a policy request (its errors name fields as AddPolicy's
-// do) and tells the owners of its adaptive layers the outcome and latency
-// of one request. No layer is adaptive until the policy parses adaptive
-// blocks (policy.parseAdaptive): until then it validates and reports 0.
-func (d *Decider) Report(_ context.Context, req policy.Request, _ forward.Outcome, latency time.Duration) (ReportResult, error) {
-	if d.policy == nil {
-		return ReportResult{}, ErrNoPolicy
-	}
-	if latency < 0 {
-		return ReportResult{}, fmt.Errorf("latency_ms: must be 0 or more, got %v", latency)
-	}
-	if _, err := d.policy.Resolve(req); err != nil {
-		return ReportResult{}, err
-	}
-	return ReportResult{}, nil
-}
-
 // concurrencyLayers counts the concurrency layers of layers.
 func concurrencyLayers(layers []policy.Check) int {
 	n := 0

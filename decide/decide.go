@@ -80,6 +80,10 @@ type Config struct {
 	// (OpAcquire, a policy's concurrency layers, Renew, Release). Nil:
 	// each fails as unavailable.
 	Leaser Leaser
+	// Reporter sends reports to adaptive keys' owners (Decider.Report).
+	// Nil: a report of a request with an adaptive layer fails as
+	// unavailable.
+	Reporter Reporter
 }
 
 // Decider turns public requests into layer checks, has the Checker decide
@@ -96,6 +100,7 @@ type Decider struct {
 	act       activity
 	settler   Settler
 	leaser    Leaser
+	reporter  Reporter
 }
 
 // New validates cfg and returns a Decider.
@@ -107,7 +112,8 @@ func New(cfg Config) (*Decider, error) {
 		return nil, fmt.Errorf("decide: CheckTimeout must not be negative, got %v", cfg.CheckTimeout)
 	}
 	d := &Decider{checker: cfg.Checker, policy: cfg.Policy, dryRun: cfg.CountDryRun, obs: cfg.Observer,
-		log: discard.Logger(cfg.Logger), self: cfg.Self, settler: cfg.Settler, leaser: cfg.Leaser}
+		log: discard.Logger(cfg.Logger), self: cfg.Self, settler: cfg.Settler, leaser: cfg.Leaser,
+		reporter: cfg.Reporter}
 	if cfg.CheckTimeout > 0 {
 		d.deadlines = deadline.New(cfg.CheckTimeout)
 	}

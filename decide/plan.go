@@ -117,7 +117,7 @@ func (d *Decider) AddPolicy(p *Plan, field string, req policy.Request) error {
 	}
 	for _, l := range u.layers {
 		p.checks = append(p.checks, forward.Check{Key: l.Key, Limit: l.Limit, Cost: l.Cost, Mode: l.FailureMode,
-			Prelimit: l.Prelimit, Together: together, Lease: l.Lease, Sync: l.Sync})
+			Prelimit: l.Prelimit, Together: together, Lease: l.Lease, Sync: l.Sync, Adaptive: l.Adaptive, AdaptiveScope: adaptiveScope(&l)})
 	}
 	u.to = len(p.checks)
 	p.units = append(p.units, u)

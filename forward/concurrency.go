@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
@@ -52,6 +53,12 @@ type Acquire struct {
 	Mode      bucket.FailureMode // FailOpen or FailClosed
 	TTL       time.Duration      // already defaulted and capped by the caller; MinLeaseTTL..MaxLeaseTTL
 	RequestID string             // "" none; at most bucket.MaxRequestIDLen
+	// Adaptive, when not nil, is the layer's adaptive limit: the key's
+	// owner grants up to its controller's current limit in place of
+	// Limit's count (adaptive_lease.go), and releases feed the controller.
+	// AdaptiveScope names the layer.
+	Adaptive      *adaptive.Spec
+	AdaptiveScope string
 }
 
 // LeaseResult is the answer to an acquire or renew.
@@ -95,6 +102,11 @@ func (r *Router) validAcquire(a *Acquire) error {
 	if len(a.RequestID) > bucket.MaxRequestIDLen {
 		return fmt.Errorf("%w: request_id: must be at most %d bytes, got %d", ErrInvalid, bucket.MaxRequestIDLen, len(a.RequestID))
 	}
+	if a.Adaptive != nil {
+		if err := a.Adaptive.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
 	return nil
 }
 
@@ -111,7 +123,7 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (LeaseResult, error) {
 	if v.noOwner() {
 		return r.leaseDegraded(&a), nil
 	}
-	q := peermsg.AcquireRequest{Key: a.Key, Limit: a.Limit, TTL: a.TTL, RequestID: a.RequestID}
+	q := peermsg.AcquireRequest{Key: a.Key, Limit: a.Limit, TTL: a.TTL, RequestID: a.RequestID, Adaptive: a.Adaptive, AdaptiveScope: a.AdaptiveScope}
 	ans, err := r.routeLease(ctx, v, a.Key, func(owner string, final bool) (peermsg.LeaseAnswer, error) {
 		if owner == r.cfg.Self {
 			return r.acquireLocal(ctx, v, &q), nil

@@ -160,6 +160,7 @@ func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRe
 	if r.waitLeases(ctx, v, q.Key) {
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
+	r.adaptAcquire(q, now)
 	g, err := r.slots.Acquire(q.Key, q.Limit, q.TTL, q.RequestID, now)
 	if err != nil { // a full table (bucket.ErrLeasesFull), or a bad request from a peer
 		r.log.Warn("acquire not decided", "key", q.Key, "err", err)

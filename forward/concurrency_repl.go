@@ -210,6 +210,7 @@ func (r *Router) handoffLeases(ctx context.Context) (failed int) {
 		}
 		st := leaseState(r.slots, key, held[0].Limit, now)
 		st.RingVersion = v.version()
+		st.Adaptive = r.adapt.state(key, now)
 		out[owner] = append(out[owner], st)
 	}
 	for owner, states := range out {

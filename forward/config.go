@@ -70,6 +70,10 @@ type Config struct {
 	// Settler sends settles to the owners of their keys (peer.Pool). Nil:
 	// a settle of a key another member owns fails as unavailable.
 	Settler Settler
+	// Reporter sends reports to the owners of their adaptive keys
+	// (peer.Pool). Nil: a report of a key another member owns fails as
+	// unavailable.
+	Reporter Reporter
 	// MaxReservations bounds the reservation records this node holds (its
 	// own keys' and its replicas'; in bytes too: bucket.MaxReservationBytes).
 	// A reserving check its owner has no

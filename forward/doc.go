@@ -69,6 +69,12 @@
 //     tombstone and tells every live member, which drop their copies and
 //     leases; states carry their sender's tombstone so that none from
 //     before the reset is merged after it (reset.go).
+//   - An adaptive key's limit is its owner's alone: only the owner runs the
+//     key's controller (created from the check's spec, ticked lazily on
+//     its checks, reports and releases), decides with its current limit
+//     and answers it; the controller's state goes with the key's state to
+//     its successors and with a handoff, and a new owner resumes from its
+//     copy (adaptive.go).
 //
 // Shutdown, in order: Leave (after the cluster announced the leave) hands
 // every key to its new owner; Quiesce waits for peers to stop sending

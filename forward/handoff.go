@@ -53,6 +53,7 @@ type handoff struct {
 	m      *metrics
 	wake   chan struct{}
 	resv   *bucket.Reservations // a pushed key carries its records (reserve.go)
+	adapt  *adaptiveTable       // and its controller (adaptive.go)
 	// admit says whether a fetched state may be merged (Router.admit: not
 	// one from before a reset); set once by New.
 	admit func(*peermsg.State, clock.Instant) bool
@@ -186,7 +187,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			// (what last hops spent on our copy meanwhile) and then deleted.
 			had, _ := h.shared.used(owner, s.Key, now)
 			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0),
-				Reservations: appendRecords(h.resv, nil, s.Key, now, false), ResetAt: s.ResetAt})
+				Reservations: appendRecords(h.resv, nil, s.Key, now, false), ResetAt: s.ResetAt, Adaptive: h.adapt.state(s.Key, now)})
 			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)

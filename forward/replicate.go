@@ -59,6 +59,9 @@ type replicator struct {
 	// marked in leaseKeys travel in the next round (concurrency_repl.go).
 	slots     *bucket.Leases
 	leaseKeys leaseMarks
+	// adapt is the node's adaptive controllers: a round carries those
+	// that changed since the last one (adaptive_repl.go).
+	adapt *adaptiveTable
 
 	mu      sync.Mutex // one round at a time
 	resync  chan struct{}
@@ -207,7 +210,7 @@ func (p *replicator) loop(ctx context.Context) {
 			last = p.clock.Now()
 		case <-tick.C():
 			now := p.clock.Now()
-			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || (n > 0 && now.Sub(last) >= p.cfg.Interval) || p.leaseKeys.any() {
+			if n := p.store.Pending(); n >= int64(p.cfg.MaxPending) || ((n > 0 || p.adapt.pending()) && now.Sub(last) >= p.cfg.Interval) || p.leaseKeys.any() {
 				p.flush(ctx)
 				last = now
 			}
@@ -229,6 +232,7 @@ func (p *replicator) sendOwned(ctx context.Context) {
 		return ctx.Err() == nil
 	})
 	p.addLeases(v, out, true)
+	p.addAdaptive(v, out, true)
 	// Range leaves the keys marked: the next flush sends them again, and
 	// ends the rounds their held answers wait for.
 	ok := p.send(ctx, out) && out.whole() && ctx.Err() == nil
@@ -252,6 +256,7 @@ func (p *replicator) flush(ctx context.Context) {
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
 	p.addDirty(v, out)
 	p.addLeases(v, out, false)
+	p.addAdaptive(v, out, false)
 	round := p.store.Round()
 	now := p.clock.Now()
 	for _, s := range out.orphans { // after Changed: it would hand them out again

@@ -35,6 +35,7 @@ type Router struct {
 	tombs    atomic.Bool // a key was reset here: incoming states are checked against tombstones (reset.go)
 	resv     *bucket.Reservations
 	slots    *bucket.Leases // concurrency leases (concurrency.go)
+	adapt    *adaptiveTable // adaptive keys' controllers (adaptive.go)
 	// leasesPushed is each key whose lease set was handed off, with the
 	// ring version it was handed off under.
 	leasesPushed sync.Map
@@ -83,6 +84,10 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	am, err := newAdaptiveMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	pre, err := newPrelimiter(cfg.LocalKeys, m.shed)
 	if err != nil {
 		return nil, err
@@ -111,6 +116,9 @@ func New(cfg Config) (*Router, error) {
 	r.slots = bucket.NewLeases(cfg.MaxLeases)
 	r.repl.slots = r.slots
 	r.handoff.resv = r.resv
+	r.adapt = newAdaptiveTable(am)
+	r.repl.adapt, r.handoff.adapt = r.adapt, r.adapt
+	r.cfg.OnRelease = r.observeRelease(cfg.OnRelease)
 	if err := m.watch(r); err != nil {
 		cancel()
 		return nil, err
@@ -187,7 +195,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 			out[i] = r.unreachable(v, c, "", now)
 			continue
 		}
-		if c.Lease && !c.Refund && c.Reserve == 0 && !c.Peek && owner != r.cfg.Self {
+		if c.Lease && !c.Refund && c.Reserve == 0 && !c.Peek && c.Adaptive == nil && owner != r.cfg.Self {
 			if res, ok := r.leases.take(c, now); ok {
 				res.Owner = r.cfg.Self
 				out[i] = res
@@ -196,6 +204,7 @@ func (r *Router) Check(ctx context.Context, checks []Check, out []Result) error 
 		}
 		if owner == r.cfg.Self {
 			if c.Refund {
+				c = r.adaptCheck(c, now)
 				r.cfg.Store.Refund(c.Key, &c.Limit, now, c.Cost)
 				out[i] = Result{Owner: r.cfg.Self}
 				continue
@@ -259,6 +268,10 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	// node has no copy of have state elsewhere: no lookup otherwise.
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
 		r.recover(ctx, v, key, l, now)
+	}
+	if c.Adaptive != nil {
+		c = r.adaptCheck(c, now)
+		l = &c.Limit
 	}
 	if c.Peek {
 		d, err := r.cfg.Store.Peek(key, l, now, c.Cost)

@@ -35,14 +35,19 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 			continue
 		}
 		if q.Refund {
-			r.cfg.Store.Refund(q.Key, &q.Limit, now, q.Cost)
+			l := q.Limit
+			if q.Adaptive != nil && owner == r.cfg.Self {
+				l = r.adapt.limit(q.Key, q.Adaptive, q.AdaptiveScope, q.Limit, now)
+			}
+			r.cfg.Store.Refund(q.Key, &l, now, q.Cost)
 			continue
 		}
 		// The peer protocol does not carry a check's failure mode: a new
 		// key this node has no room for is answered Full (refused, for a
 		// sender from before the flag), and the sender decides it in its
 		// failure mode (see noRoom). Nothing here decides by Mode.
-		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, Peek: q.Peek, forwarded: true}
+		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, Peek: q.Peek, forwarded: true,
+			Adaptive: q.Adaptive, AdaptiveScope: q.AdaptiveScope}
 		if q.ReserveTTL > 0 && q.Limit.Algorithm() == bucket.TokenBucket && q.ReserveTTL <= bucket.MaxReserveTTL {
 			c.Reserve = q.ReserveTTL
 		}
@@ -63,6 +68,9 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		}
 		a.SetDecision(&res.Decision)
 		a.Full = res.full
+		if q.Adaptive != nil && res.Decision.Limit != q.Limit.Count() {
+			a.Limit = res.Decision.Limit
+		}
 	}
 	if hold {
 		r.repl.await(ctx, r.ctx.Done())
@@ -104,6 +112,7 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 			r.handoff.mayHoldForeign() // rings disagree: the next pass pushes it on
 		}
 		r.importState(from, s, now)
+		r.adapt.handed(s, now)
 		if r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil {
 			merged++
 		}
@@ -127,6 +136,7 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 	r.importLeases(from, states, now, true)
 	for i := range states {
 		r.importState(from, &states[i], now)
+		r.adapt.replica(from, &states[i], now)
 	}
 	if !r.handoff.holdsForeign() { // no local copy to charge: the replicas alone
 		r.shared.raiseAll(from, now, states)

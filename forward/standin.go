@@ -193,7 +193,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 	for j, i := range idx {
 		c := &checks[i]
 		reqs[j] = peermsg.Request{Key: c.Key, Limit: c.Limit, Cost: c.Cost, Refund: c.Refund, Final: final, Sync: c.Sync, Peek: c.Peek,
-			ReserveTTL: reserveTTL(c)}
+			ReserveTTL: reserveTTL(c), Adaptive: c.Adaptive, AdaptiveScope: c.AdaptiveScope}
 		if !final && c.Lease && !c.Refund && c.Reserve == 0 && !c.Peek && r.leases.ask(c.Key) {
 			reqs[j].Lease = r.leases.size(c, v.len())
 			asked = append(asked, c.Key)
@@ -234,7 +234,7 @@ func (r *Router) ask(ctx context.Context, v *view, name string, idx []int, check
 		if a.LeaseGranted > 0 {
 			r.leases.install(c, a.LeaseGranted, a.LeaseTTL, r.cfg.Clock.Now(), resets)
 		}
-		out[i] = Result{Decision: a.Decision(c.Limit.Count()), Owner: decider, OwnerAddr: addr, Reservation: a.Reservation}
+		out[i] = Result{Decision: a.Decision(answeredCount(c, a)), Owner: decider, OwnerAddr: addr, Reservation: a.Reservation}
 		r.known.note(c.Key, &out[i].Decision, now)
 		r.pre.after(c, &out[i], now)
 	}
@@ -306,6 +306,11 @@ func (r *Router) decideFor(ctx context.Context, v *view, owner string, c *Check,
 	}
 	if c.Peek {
 		return r.peekFor(owner, c, now)
+	}
+	if c.Adaptive != nil {
+		cc := *c
+		cc.Limit = r.adapt.standIn(c.Key, c.Adaptive, c.Limit, now)
+		c = &cc
 	}
 	r.handoff.mayHoldForeign()
 	r.adopt(owner, c.Key, now)

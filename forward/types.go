@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
@@ -117,6 +118,13 @@ type Check struct {
 	// Result.Reservation name it. Token bucket only; never admitted from a
 	// lease. A degraded answer carries no reservation.
 	Reserve time.Duration
+	// Adaptive, when not nil, is the layer's adaptive limit: the key's
+	// owner decides the check with its controller's current limit in place
+	// of Limit's count (adaptive.go), and the Result's Limit is that limit.
+	// Never admitted from a lease. AdaptiveScope names the layer, for the
+	// owner's metrics and status.
+	Adaptive      *adaptive.Spec
+	AdaptiveScope string
 	// forwarded marks a check another node sent this one to decide
 	// (Decide), whose failure mode the peer protocol does not carry: a new
 	// key the store has no room for is answered full (Result.full), and
@@ -214,6 +222,11 @@ func ValidateChecks(checks []Check) error {
 		}
 		if err := bucket.CheckPrelimit(c.Prelimit); err != nil {
 			return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)
+		}
+		if c.Adaptive != nil {
+			if err := c.Adaptive.Validate(); err != nil {
+				return fmt.Errorf("%w: checks[%d].%w", ErrInvalid, i, err)
+			}
 		}
 	}
 	return nil

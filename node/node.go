@@ -78,6 +78,8 @@ var (
 	_ peer.Settler        = (*forward.Router)(nil)
 	_ forward.LeaseSender = (*peer.Pool)(nil)
 	_ peer.Leaser         = (*forward.Router)(nil)
+	_ forward.Reporter    = (*peer.Pool)(nil)
+	_ peer.Reporter       = (*forward.Router)(nil)
 )
 
 // startSteps names the steps of startNode in order, for config.failAt.
@@ -262,7 +264,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Replication: forward.ReplicationConfig{Factor: cfg.Replication, Off: cfg.Replication == 0, MaxLoss: cmp.Or(cfg.ReplicationMaxLoss, -1)},
 		ClusterSize: cfg.ClusterSize, Joining: len(cfg.Join) > 0, PeerTimeout: cfg.PeerTimeout, Grace: cfg.Grace,
 		Logger: log, Registerer: reg, TracerProvider: cfg.Tracer, Clock: cfg.Clock, Settler: n.peers,
-		Leaser: n.peers})
+		Leaser: n.peers, Reporter: n.peers})
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +331,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	cs := &clusterStatus{cluster: n.cluster, router: n.router, peers: n.peers, store: n.store}
-	acfg := api.Config{Checker: n.router, Settler: n.router, Leaser: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
+	acfg := api.Config{Checker: n.router, Settler: n.router, Leaser: n.router, Reporter: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
 		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads,
 		RLSHeaders: cfg.RLSHeaders, RLSShadowMode: cfg.RLSShadowMode, RLSStatKeys: cfg.RLSStatKeys, RLSNearLimitRatio: cfg.RLSNearLimitRatio, TrustedProxies: cfg.TrustedProxies, CORSOrigins: cfg.CORSOrigins, Ready: n.ready, TracerProvider: cfg.Tracer, Self: cfg.Name,
 		DisableInlineLimits: cfg.DisableInlineLimits, Reset: n.router.Reset, Audit: func(actor, action, what string) {
@@ -351,7 +353,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Stats: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
 		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version), Settler: n.router,
-		Leaser: n.router}
+		Leaser: n.router, Reporter: n.router}
 	if n.certs.peer != nil {
 		pcfg.Known = func(name string) bool { return (*n.known.Load())[name] }
 		pcfg.Verify = n.certs.peer

@@ -33,6 +33,7 @@ func reportStats(a *api.API, cs *clusterStatus, pm *policy.Manager, rm *rls.Mana
 			}
 		}
 		st.Uptime, st.Version = clk.Now().Sub(start), version
+		st.Adaptive = cs.router.AdaptiveScopes()
 	}
 }
 

@@ -103,7 +103,10 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 		for j := range in {
 			r := &reqs[off+j]
 			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final, sync: r.Sync, peek: r.Peek,
-				trace: tc, traced: traced, reserveTTLNs: int64(r.ReserveTTL)}
+				trace: tc, traced: traced, reserveTTLNs: int64(r.ReserveTTL), adaptiveScope: r.AdaptiveScope}
+			if r.Adaptive != nil {
+				in[j].adaptive, in[j].hasAdaptive = *r.Adaptive, true
+			}
 		}
 		call := batcher.NewCall(ctx, in, make([]wireDecision, n))
 		if err := c.b.Do(call); err != nil {
@@ -235,7 +238,7 @@ func (c *conn) fetch(ctx context.Context, key string, l *bucket.Limit) (State, b
 		return State{}, false, fmt.Errorf("peer %s: fetch %q: negative used %d", c.name, key, st.GetUsed())
 	}
 	return State{Key: key, Limit: sl, Used: st.GetUsed(), Reservations: reservationsFromProto(st.GetReservations()), ResetAt: st.GetResetAt(),
-		LeaseSet: st.GetLeaseSet(), Leases: leasesFromProto(st.GetLeases())}, true, nil
+		LeaseSet: st.GetLeaseSet(), Leases: leasesFromProto(st.GetLeases()), Adaptive: adaptiveStateFromProto(st.GetAdaptive())}, true, nil
 }
 
 // handoff pushes states to the peer in one call.
@@ -245,7 +248,7 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 		s := &states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
 			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases),
-			RingVersion: s.RingVersion}
+			RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive)}
 	}
 	if _, err := c.rpc.Handoff(ctx, req); err != nil {
 		return err

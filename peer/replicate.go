@@ -52,7 +52,7 @@ type replicateBatch struct {
 // even when it is empty.
 func stateSize(s *State, l *wireLimit) int {
 	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used)) +
-		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations) + leasesSize(s)
+		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations) + leasesSize(s) + adaptiveStateSize(s.Adaptive)
 }
 
 func (m *replicateBatch) size() int {
@@ -83,6 +83,7 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 			b = appendReservation(b, &s.Reservations[j])
 		}
 		b = appendLeases(b, s)
+		b = appendAdaptiveState(b, s.Adaptive)
 	}
 	return b
 }
@@ -98,6 +99,7 @@ type wireState struct {
 	leaseSet     bool
 	ringVersion  uint64
 	leases       []peermsg.Lease // validStates keeps MaxStateLeases
+	adaptive     *peermsg.AdaptiveState
 }
 
 func (s *wireState) parse(b []byte) error {
@@ -128,6 +130,11 @@ func (s *wireState) parse(b []byte) error {
 				return err
 			}
 			s.leases = append(s.leases, l)
+		case fStateAdaptive<<3 | 2:
+			if s.adaptive == nil {
+				s.adaptive = new(peermsg.AdaptiveState)
+			}
+			return parseAdaptiveState(val, s.adaptive)
 		}
 		return nil
 	})
@@ -214,7 +221,7 @@ func (m *replicateIn) validStates() []State {
 		}
 		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
 			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt,
-			LeaseSet: w.leaseSet, Leases: w.leases[:min(len(w.leases), MaxStateLeases)], RingVersion: w.ringVersion})
+			LeaseSet: w.leaseSet, Leases: w.leases[:min(len(w.leases), MaxStateLeases)], RingVersion: w.ringVersion, Adaptive: w.adaptive})
 	}
 	return m.valid
 }

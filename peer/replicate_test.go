@@ -27,7 +27,7 @@ func replicateToProto(m *replicateBatch) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases), RingVersion: s.RingVersion}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases), RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive)}
 	}
 	return req
 }
@@ -39,7 +39,7 @@ func replicateInToProto(m *replicateIn) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used,
-			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt, LeaseSet: s.leaseSet, Leases: leasesToProto(s.leases), RingVersion: s.ringVersion})
+			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt, LeaseSet: s.leaseSet, Leases: leasesToProto(s.leases), RingVersion: s.ringVersion, Adaptive: adaptiveStateToProto(s.adaptive)})
 	}
 	return req
 }

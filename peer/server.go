@@ -101,6 +101,7 @@ type Server struct {
 	stats     StatsSource            // ServerConfig.Stats; nil: no keys, ring version 0
 	settler   Settler                // ServerConfig.Settler; nil: Settle is unimplemented
 	leaser    Leaser                 // ServerConfig.Leaser; nil: Acquire, Renew, Release are unimplemented
+	reporter  Reporter               // ServerConfig.Reporter; nil: PeerReport is unimplemented
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
 
@@ -162,6 +163,8 @@ type ServerConfig struct {
 	// Leaser decides the concurrency operations other nodes send
 	// (concurrency.go). Nil: they answer Unimplemented.
 	Leaser Leaser
+	// Reporter observes reports other nodes send (report.go). Nil: PeerReport answers Unimplemented.
+	Reporter Reporter
 }
 
 // NewServer returns the peer service cfg describes.
@@ -182,7 +185,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
 		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats, settler: cfg.Settler,
-		leaser: cfg.Leaser}
+		leaser: cfg.Leaser, reporter: cfg.Reporter}
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
 	}
@@ -298,7 +301,7 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 			err = bucket.CheckKey(c.key)
 		}
 		if err == nil {
-			err = l.CheckCost(c.cost)
+			err = errors.Join(l.CheckCost(c.cost), c.checkAdaptive())
 		}
 		if err != nil {
 			out.err = fmt.Sprintf("checks[%d]: %v", i, err)
@@ -306,6 +309,7 @@ func (s *Server) decide(ctx context.Context, pb *received) {
 		}
 		pb.reqs = append(pb.reqs, Request{Key: c.key, Limit: l, Cost: c.cost, Refund: c.refund, Lease: c.lease, Final: c.final, Sync: c.sync, Peek: c.peek,
 			ReserveTTL: time.Duration(max(c.reserveTTLNs, 0))})
+		c.setAdaptive(&pb.reqs[len(pb.reqs)-1])
 	}
 	if cap(pb.answers) < len(pb.reqs) {
 		pb.answers = make([]Answer, len(pb.reqs))
@@ -331,7 +335,7 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 			continue
 		}
 		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt(),
-			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases()), RingVersion: b.GetRingVersion()})
+			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases()), RingVersion: b.GetRingVersion(), Adaptive: adaptiveStateFromProto(b.GetAdaptive())})
 	}
 	return states
 }
@@ -396,5 +400,5 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 		return &peerv1.FetchResponse{}, nil
 	}
 	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
-		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt, LeaseSet: st.LeaseSet, Leases: leasesToProto(st.Leases)}}, nil
+		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt, LeaseSet: st.LeaseSet, Leases: leasesToProto(st.Leases), Adaptive: adaptiveStateToProto(st.Adaptive)}}, nil
 }

@@ -40,7 +40,7 @@ func statsToProto(st *Stats) *peerv1.StatsResponse {
 		Checks: st.Checks, Refused: st.Refused, Forwarded: st.Forwarded, Degraded: st.Degraded, PeerChecks: st.PeerChecks,
 		ReplicationLagUs: st.ReplicationLag.Microseconds(), ReplicationPending: st.ReplicationPending,
 		PolicyVersion: st.PolicyVersion, RlsVersion: st.RLSVersion, UptimeMs: st.Uptime.Milliseconds(), Version: st.Version,
-		Peeks: st.Peeks, Reservations: st.Reservations, Settles: st.Settles, Resets: st.Resets}
+		Peeks: st.Peeks, Reservations: st.Reservations, Settles: st.Settles, Resets: st.Resets, AdaptiveScopes: scopesToProto(st.Adaptive)}
 }
 
 func statsFromProto(r *peerv1.StatsResponse) Stats {
@@ -48,7 +48,29 @@ func statsFromProto(r *peerv1.StatsResponse) Stats {
 		Checks: r.GetChecks(), Refused: r.GetRefused(), Forwarded: r.GetForwarded(), Degraded: r.GetDegraded(), PeerChecks: r.GetPeerChecks(),
 		ReplicationLag: time.Duration(r.GetReplicationLagUs()) * time.Microsecond, ReplicationPending: r.GetReplicationPending(),
 		PolicyVersion: r.GetPolicyVersion(), RLSVersion: r.GetRlsVersion(), Uptime: time.Duration(r.GetUptimeMs()) * time.Millisecond, Version: r.GetVersion(),
-		Peeks: r.GetPeeks(), Reservations: r.GetReservations(), Settles: r.GetSettles(), Resets: r.GetResets()}
+		Peeks: r.GetPeeks(), Reservations: r.GetReservations(), Settles: r.GetSettles(), Resets: r.GetResets(),
+		Adaptive: scopesFromProto(r.GetAdaptiveScopes())}
+}
+
+// maxStatsScopes bounds the adaptive scopes a peer's Stats may give.
+const maxStatsScopes = 256
+
+func scopesToProto(ss []status.AdaptiveScope) []*peerv1.AdaptiveScope {
+	out := make([]*peerv1.AdaptiveScope, len(ss))
+	for i, s := range ss {
+		out[i] = &peerv1.AdaptiveScope{Scope: s.Scope, Limit: s.Limit}
+	}
+	return out
+}
+
+func scopesFromProto(ps []*peerv1.AdaptiveScope) []status.AdaptiveScope {
+	var out []status.AdaptiveScope
+	for _, p := range ps[:min(len(ps), maxStatsScopes)] {
+		if len(p.GetScope()) <= maxScopeLen {
+			out = append(out, status.AdaptiveScope{Scope: p.GetScope(), Limit: p.GetLimit()})
+		}
+	}
+	return out
 }
 
 // stats asks the peer for its Stats.

@@ -2,6 +2,7 @@ package peer_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -33,17 +34,17 @@ func TestStatsReport(t *testing.T) {
 	want := peer.Stats{Name: "B", Keys: 2, RingVersion: testVersion, Checks: 100, Refused: 7, Forwarded: 40, Degraded: 2,
 		PeerChecks: 3, ReplicationLag: 1500 * time.Microsecond, ReplicationPending: 3,
 		PolicyVersion: "sha256:0123", RLSVersion: "rls:4567", Uptime: 90 * time.Second, Version: "v1.2.3"}
-	if len(got) != 1 || got["B"] != want {
+	if len(got) != 1 || !reflect.DeepEqual(got["B"], want) {
 		t.Fatalf("Stats from A = %+v\nwant B: %+v", got, want)
 	}
-	if local := b.psrv.LocalStats(); local != want {
+	if local := b.psrv.LocalStats(); !reflect.DeepEqual(local, want) {
 		t.Fatalf("B's LocalStats = %+v\nwant %+v", local, want)
 	}
 	if keys := a.pool.Keys(ctx); len(keys) != 1 || keys["B"] != 2 {
 		t.Fatalf("Keys from A = %v, want B: 2", keys)
 	}
 	// A node without Report answers the Stats source's part only.
-	if st := b.pool.Stats(ctx)["A"]; st != (peer.Stats{Name: "A", Keys: 0, RingVersion: testVersion}) {
+	if st := b.pool.Stats(ctx)["A"]; !reflect.DeepEqual(st, peer.Stats{Name: "A", Keys: 0, RingVersion: testVersion}) {
 		t.Fatalf("Stats from B = %+v, want A's name and ring version only", st)
 	}
 }

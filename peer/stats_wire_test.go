@@ -2,6 +2,7 @@ package peer
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
+	"github.com/ringlimit/ringlimit/status"
 )
 
 // A known status.Stats goes on the wire as the peer protocol's
@@ -18,7 +20,8 @@ import (
 func TestStatsWire(t *testing.T) {
 	st := Stats{Name: "node-2", Keys: 2, RingVersion: 7, Checks: 100, Refused: 7, Forwarded: 40, Degraded: 2, PeerChecks: 3,
 		ReplicationLag: 1500 * time.Microsecond, ReplicationPending: 3, PolicyVersion: "sha256:0123", RLSVersion: "rls:4567",
-		Uptime: 90 * time.Second, Version: "v1.2.3", Peeks: 11, Reservations: 12, Settles: 13, Resets: 14}
+		Uptime: 90 * time.Second, Version: "v1.2.3", Peeks: 11, Reservations: 12, Settles: 13, Resets: 14,
+		Adaptive: []status.AdaptiveScope{{Scope: "tier:free", Limit: 7}}}
 	got, err := proto.MarshalOptions{Deterministic: true}.Marshal(statsToProto(&st))
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +53,8 @@ func TestStatsWire(t *testing.T) {
 	num(16, 12)
 	num(17, 13)
 	num(18, 14)
+	scope := protowire.AppendVarint(protowire.AppendTag(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "tier:free"), 2, protowire.VarintType), 7)
+	want = protowire.AppendBytes(protowire.AppendTag(want, 20, protowire.BytesType), scope)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("StatsResponse bytes\n%x\nwant\n%x", got, want)
 	}
@@ -57,7 +62,7 @@ func TestStatsWire(t *testing.T) {
 	if err := proto.Unmarshal(got, &resp); err != nil {
 		t.Fatal(err)
 	}
-	if back := statsFromProto(&resp); back != st {
+	if back := statsFromProto(&resp); !reflect.DeepEqual(back, st) {
 		t.Fatalf("round trip = %+v\nwant %+v", back, st)
 	}
 }

@@ -26,7 +26,7 @@ func (d *wireDecision) toAnswer() Answer {
 		ResetAfter:   time.Duration(d.resetAfterMs) * time.Millisecond,
 		Delay:        time.Duration(d.delayMs) * time.Millisecond,
 		LeaseGranted: d.leaseGranted, LeaseTTL: time.Duration(d.leaseTTLMs) * time.Millisecond,
-		Redirect: d.redirect, Full: d.full, Reservation: d.reservation}
+		Redirect: d.redirect, Full: d.full, Reservation: d.reservation, Limit: d.limit}
 }
 
 // detach gives d's strings memory of their own. The reader of the Check
@@ -46,5 +46,5 @@ func (d *wireDecision) fromAnswer(a *Answer) {
 	*d = wireDecision{allowed: a.Allowed, remaining: a.Remaining, retryAfterMs: a.RetryAfter.Milliseconds(),
 		resetAfterMs: a.ResetAfter.Milliseconds(), delayMs: a.Delay.Milliseconds(),
 		leaseGranted: a.LeaseGranted, leaseTTLMs: a.LeaseTTL.Milliseconds(), redirect: a.Redirect, full: a.Full,
-		reservation: a.Reservation}
+		reservation: a.Reservation, limit: a.Limit}
 }

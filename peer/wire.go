@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
@@ -121,6 +122,11 @@ type wireCheck struct {
 	traced bool
 	// reserveTTLNs asks for a reservation (field reserve_ttl_ns, 0: none).
 	reserveTTLNs int64
+	// adaptive is the layer's adaptive spec when hasAdaptive (field
+	// adaptive), adaptiveScope its scope (adaptive_wire.go).
+	adaptive      adaptive.Spec
+	hasAdaptive   bool
+	adaptiveScope string
 }
 
 // checkBatch is one batch on the Check stream (message CheckRequest). A
@@ -146,6 +152,7 @@ type wireDecision struct {
 	redirect     string
 	full         bool
 	reservation  string
+	limit        int64 // field limit: an adaptive limit's current count
 }
 
 // checkAnswer answers one batch (message CheckResponse). A received answer's
@@ -227,7 +234,15 @@ func (c *wireCheck) size() int {
 	return stringSize(fCheckKey, c.key) + bytesSize(fCheckLimit, c.limit.size()) +
 		varintSize(fCheckCost, uint64(c.cost)) + varintSize(fCheckRefund, boolVal(c.refund)) +
 		varintSize(fCheckLease, uint64(c.lease)) + varintSize(fCheckFinal, boolVal(c.final)) + c.traceSize() +
-		varintSize(fCheckSync, boolVal(c.sync)) + varintSize(fCheckPeek, boolVal(c.peek)) + varintSize(fCheckReserveTTL, uint64(c.reserveTTLNs))
+		varintSize(fCheckSync, boolVal(c.sync)) + varintSize(fCheckPeek, boolVal(c.peek)) + varintSize(fCheckReserveTTL, uint64(c.reserveTTLNs)) +
+		c.adaptiveSize() + stringSize(fCheckAdaptiveScope, c.adaptiveScope)
+}
+
+func (c *wireCheck) adaptiveSize() int {
+	if !c.hasAdaptive {
+		return 0
+	}
+	return bytesSize(fCheckAdaptive, specSize(&c.adaptive))
 }
 
 func (c *wireCheck) traceSize() int {
@@ -252,7 +267,13 @@ func (c *wireCheck) appendTo(b []byte) []byte {
 	}
 	b = appendVarint(b, fCheckSync, boolVal(c.sync))
 	b = appendVarint(b, fCheckPeek, boolVal(c.peek))
-	return appendVarint(b, fCheckReserveTTL, uint64(c.reserveTTLNs))
+	b = appendVarint(b, fCheckReserveTTL, uint64(c.reserveTTLNs))
+	if c.hasAdaptive {
+		b = protowire.AppendTag(b, fCheckAdaptive, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(specSize(&c.adaptive)))
+		b = appendSpec(b, &c.adaptive)
+	}
+	return appendString(b, fCheckAdaptiveScope, c.adaptiveScope)
 }
 
 func (m *checkBatch) size() int {
@@ -280,7 +301,8 @@ func (d *wireDecision) size() int {
 		varintSize(fDecRetry, uint64(d.retryAfterMs)) + varintSize(fDecReset, uint64(d.resetAfterMs)) +
 		varintSize(fDecDelay, uint64(d.delayMs)) + varintSize(fDecLeaseGranted, uint64(d.leaseGranted)) +
 		varintSize(fDecLeaseTTL, uint64(d.leaseTTLMs)) + stringSize(fDecRedirect, d.redirect) +
-		varintSize(fDecFull, boolVal(d.full)) + stringSize(fDecReservation, d.reservation)
+		varintSize(fDecFull, boolVal(d.full)) + stringSize(fDecReservation, d.reservation) +
+		varintSize(fDecLimit, uint64(d.limit))
 }
 
 func (d *wireDecision) appendTo(b []byte) []byte {
@@ -293,7 +315,8 @@ func (d *wireDecision) appendTo(b []byte) []byte {
 	b = appendVarint(b, fDecLeaseTTL, uint64(d.leaseTTLMs))
 	b = appendString(b, fDecRedirect, d.redirect)
 	b = appendVarint(b, fDecFull, boolVal(d.full))
-	return appendString(b, fDecReservation, d.reservation)
+	b = appendString(b, fDecReservation, d.reservation)
+	return appendVarint(b, fDecLimit, uint64(d.limit))
 }
 
 func (m *checkAnswer) size() int {

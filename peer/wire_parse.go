@@ -34,7 +34,7 @@ func fields(b []byte, fn func(tag, v uint64, val []byte) error) error {
 		case protowire.Fixed32Type:
 			_, n = protowire.ConsumeFixed32(b)
 		case protowire.Fixed64Type:
-			_, n = protowire.ConsumeFixed64(b)
+			v, n = protowire.ConsumeFixed64(b) // a double's bits (adaptive_wire.go)
 		default:
 			n = -1
 		}
@@ -106,6 +106,11 @@ func (c *wireCheck) parse(b []byte) error {
 			c.peek = v != 0
 		case fCheckReserveTTL << 3:
 			c.reserveTTLNs = int64(v)
+		case fCheckAdaptive<<3 | 2:
+			c.hasAdaptive = true
+			return parseSpec(val, &c.adaptive)
+		case fCheckAdaptiveScope<<3 | 2:
+			c.adaptiveScope = str(val)
 		case fCheckTrace<<3 | 2:
 			// Best effort: a trace context of another length (a later
 			// format) is ignored, not a reason to refuse the batch.
@@ -167,6 +172,8 @@ func (d *wireDecision) parse(b []byte) error {
 			d.full = v != 0
 		case fDecReservation<<3 | 2:
 			d.reservation = str(val)
+		case fDecLimit << 3:
+			d.limit = int64(v)
 		}
 		return nil
 	})

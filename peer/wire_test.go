@@ -24,15 +24,18 @@ func genWireCheck(t *rapid.T, label string) wireCheck {
 			perNs: rapid.Int64().Draw(t, label+".per"),
 			burst: rapid.Int64().Draw(t, label+".burst"),
 		},
-		cost:         rapid.Int64().Draw(t, label+".cost"),
-		refund:       rapid.Bool().Draw(t, label+".refund"),
-		lease:        rapid.Int64().Draw(t, label+".lease"),
-		final:        rapid.Bool().Draw(t, label+".final"),
-		sync:         rapid.Bool().Draw(t, label+".sync"),
-		peek:         rapid.Bool().Draw(t, label+".peek"),
-		traced:       rapid.Bool().Draw(t, label+".traced"),
-		trace:        traceContext(rapid.SliceOfN(rapid.Byte(), traceContextLen, traceContextLen).Draw(t, label+".trace")),
-		reserveTTLNs: rapid.OneOf(rapid.Just(int64(0)), rapid.Int64()).Draw(t, label+".reserve_ttl"),
+		cost:          rapid.Int64().Draw(t, label+".cost"),
+		refund:        rapid.Bool().Draw(t, label+".refund"),
+		lease:         rapid.Int64().Draw(t, label+".lease"),
+		final:         rapid.Bool().Draw(t, label+".final"),
+		sync:          rapid.Bool().Draw(t, label+".sync"),
+		peek:          rapid.Bool().Draw(t, label+".peek"),
+		traced:        rapid.Bool().Draw(t, label+".traced"),
+		trace:         traceContext(rapid.SliceOfN(rapid.Byte(), traceContextLen, traceContextLen).Draw(t, label+".trace")),
+		reserveTTLNs:  rapid.OneOf(rapid.Just(int64(0)), rapid.Int64()).Draw(t, label+".reserve_ttl"),
+		hasAdaptive:   rapid.Bool().Draw(t, label+".has_adaptive"),
+		adaptive:      genSpec(t, label+".adaptive"),
+		adaptiveScope: rapid.OneOf(rapid.Just(""), rapid.StringN(1, 20, -1)).Draw(t, label+".scope"),
 	}
 }
 
@@ -46,15 +49,19 @@ func batchToProto(m *checkBatch) *peerv1.CheckRequest {
 	req := &peerv1.CheckRequest{From: m.from, Id: m.id, RingVersion: m.ringVersion}
 	for _, c := range m.checks {
 		pc := &peerv1.Check{
-			Key:          c.key,
-			Limit:        &peerv1.Limit{Algorithm: c.limit.alg, Limit: c.limit.limit, PerNs: c.limit.perNs, Burst: c.limit.burst},
-			Cost:         c.cost,
-			Refund:       c.refund,
-			Lease:        c.lease,
-			Final:        c.final,
-			Sync:         c.sync,
-			Peek:         c.peek,
-			ReserveTtlNs: c.reserveTTLNs,
+			Key:           c.key,
+			Limit:         &peerv1.Limit{Algorithm: c.limit.alg, Limit: c.limit.limit, PerNs: c.limit.perNs, Burst: c.limit.burst},
+			Cost:          c.cost,
+			Refund:        c.refund,
+			Lease:         c.lease,
+			Final:         c.final,
+			Sync:          c.sync,
+			Peek:          c.peek,
+			ReserveTtlNs:  c.reserveTTLNs,
+			AdaptiveScope: c.adaptiveScope,
+		}
+		if c.hasAdaptive {
+			pc.Adaptive = specToProto(&c.adaptive)
 		}
 		if c.traced {
 			pc.Trace = bytes.Clone(c.trace[:])
@@ -70,7 +77,7 @@ func answerToProto(m *checkAnswer) *peerv1.CheckResponse {
 		resp.Decisions = append(resp.Decisions, &peerv1.Decision{
 			Allowed: d.allowed, Remaining: d.remaining, RetryAfterMs: d.retryAfterMs, ResetAfterMs: d.resetAfterMs,
 			DelayMs: d.delayMs, LeaseGranted: d.leaseGranted, LeaseTtlMs: d.leaseTTLMs, Redirect: d.redirect,
-			Full: d.full, Reservation: d.reservation,
+			Full: d.full, Reservation: d.reservation, Limit: d.limit,
 		})
 	}
 	return resp
@@ -118,6 +125,7 @@ func TestWireMatchesProto(t *testing.T) {
 				redirect:    rapid.OneOf(rapid.Just(""), rapid.StringN(1, 12, -1)).Draw(t, l+".redirect"),
 				full:        rapid.Bool().Draw(t, l+".full"),
 				reservation: rapid.OneOf(rapid.Just(""), rapid.StringN(1, 40, -1)).Draw(t, l+".reservation"),
+				limit:       rapid.OneOf(rapid.Just(int64(0)), rapid.Int64()).Draw(t, l+".limit"),
 			})
 		}
 		want, err = proto.MarshalOptions{Deterministic: true}.Marshal(answerToProto(&a))

@@ -96,8 +96,3 @@ func leaseTTL(field, s string) (time.Duration, error) {
 	}
 	return d, nil
 }
-
-// parseAdaptive is the place of a layer's `adaptive:` block (aimd or
-// gradient2, min, max, initial, window, ...): the controllers that move a
-// layer's limit parse it here. Until they do, no layer is adaptive.
-func parseAdaptive(_ limitYAML, _ *Layer) error { return nil }

@@ -47,8 +47,10 @@ func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	if err := parseConcurrency(y, l); err != nil {
 		return nil, err
 	}
-	if err := parseAdaptive(y, l); err != nil {
-		return nil, err
+	if y.Adaptive != nil {
+		if l.Adaptive, err = parseAdaptive(*y.Adaptive, l); err != nil {
+			return nil, err
+		}
 	}
 	return l, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/route"
 	"github.com/ringlimit/ringlimit/internal/suggest"
@@ -66,6 +67,12 @@ type Layer struct {
 	// the most a request may name (max_lease_ttl, default 5m). Zero for
 	// the other algorithms.
 	LeaseTTL, MaxLeaseTTL time.Duration
+	// Adaptive, when not nil, moves the layer's limit from the outcomes
+	// and latencies reported to the key's owner (the adaptive block):
+	// Limit's count is then only where a key with no controller yet
+	// starts, and what a stand-in with no copy of the controller uses.
+	// Scope names it in metrics and on the status page.
+	Adaptive *adaptive.Spec
 
 	route string // a route layer's pattern, used in +route keys
 }
@@ -158,6 +165,8 @@ type limitYAML struct {
 	// LeaseTTL and MaxLeaseTTL: concurrency layers only (concurrency.go).
 	LeaseTTL    string `yaml:"lease_ttl"`
 	MaxLeaseTTL string `yaml:"max_lease_ttl"`
+	// Adaptive is the layer's adaptive block (adaptive.go).
+	Adaptive *adaptive.YAML `yaml:"adaptive"`
 }
 
 type routeYAML struct {
@@ -177,6 +186,7 @@ var blocks = map[string]struct {
 	"policy.policyYAML": {"policy", yamlFields(policyYAML{})},
 	"policy.limitYAML":  {"limit", yamlFields(limitYAML{})},
 	"policy.routeYAML":  {"route", yamlFields(routeYAML{})},
+	"adaptive.YAML":     {"adaptive", yamlFields(adaptive.YAML{})},
 }
 
 // yamlFields lists the fields of v, a struct, by their yaml tags.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
@@ -41,6 +42,8 @@ type Check struct {
 	Sync        bool
 	// LeaseTTL and MaxLeaseTTL are a concurrency layer's (Layer's).
 	LeaseTTL, MaxLeaseTTL time.Duration
+	// Adaptive is the layer's adaptive limit (Layer.Adaptive), nil for none.
+	Adaptive *adaptive.Spec
 }
 
 // ErrRequest wraps every error caused by a bad request; callers map it to
@@ -133,7 +136,7 @@ func (p *Policy) Resolve(req Request, override *Layer) ([]Check, error) {
 		}
 		checks = append(checks, Check{Key: key, Limit: l.Limit, Cost: cost, Scope: l.Scope,
 			FailureMode: l.FailureMode, DryRun: l.DryRun, Prelimit: l.Prelimit, Lease: l.Lease, Sync: l.Sync,
-			LeaseTTL: l.LeaseTTL, MaxLeaseTTL: l.MaxLeaseTTL})
+			LeaseTTL: l.LeaseTTL, MaxLeaseTTL: l.MaxLeaseTTL, Adaptive: l.Adaptive})
 	}
 	return checks, nil
 }
@@ -233,6 +236,9 @@ func Combine(checks []Check, decisions []bucket.Decision) Outcome {
 	if named >= 0 {
 		o.Scope = checks[named].Scope
 		o.Limit = checks[named].Limit.Count()
+		if checks[named].Adaptive != nil && decisions[named].Limit > 0 {
+			o.Limit = decisions[named].Limit // the adaptive limit the owner decided under
+		}
 		o.Per = checks[named].Limit.Per()
 	}
 	return o

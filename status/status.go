@@ -36,6 +36,16 @@ type Stats struct {
 	// Uptime is how long the node has run; Version is the build it runs.
 	Uptime  time.Duration
 	Version string
+	// Adaptive are the adaptive scopes of the keys the node owns, each
+	// with the current limit of its most recently moved key, by scope.
+	Adaptive []AdaptiveScope
+}
+
+// AdaptiveScope is one adaptive scope (a policy layer's) of the keys a
+// node owns: the current limit of its most recently moved key.
+type AdaptiveScope struct {
+	Scope string `json:"scope"`
+	Limit int64  `json:"limit"`
 }
 
 // NodeStats returns st as the status page shows it: uptime in seconds and
@@ -46,7 +56,7 @@ func (st *Stats) NodeStats() NodeStats {
 		Keys: st.Keys, RingVersion: st.RingVersion, Checks: st.Checks, Refused: st.Refused, Forwarded: st.Forwarded,
 		Degraded: st.Degraded, PeerChecks: st.PeerChecks, ReplicationLagMs: float64(st.ReplicationLag.Microseconds()) / 1e3,
 		ReplicationPending: st.ReplicationPending, PolicyVersion: st.PolicyVersion, RLSVersion: st.RLSVersion,
-		Peeks: st.Peeks, Reservations: st.Reservations, Settles: st.Settles, Resets: st.Resets}
+		Peeks: st.Peeks, Reservations: st.Reservations, Settles: st.Settles, Resets: st.Resets, Adaptive: st.Adaptive}
 }
 
 // NodeStats is what one node reports of itself, in JSON (the stats of a
@@ -76,6 +86,8 @@ type NodeStats struct {
 	Reservations uint64 `json:"reservations,omitempty"`
 	Settles      uint64 `json:"settles,omitempty"`
 	Resets       uint64 `json:"resets,omitempty"`
+	// Adaptive: see Stats (left out when the node owns no adaptive key).
+	Adaptive []AdaptiveScope `json:"adaptive,omitempty"`
 }
 
 // Router is what a node's router reports about surviving crashes and

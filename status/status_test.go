@@ -77,3 +77,12 @@ func TestNodeStatsJSON(t *testing.T) {
 	roundTrip(t, bare.NodeStats(), `{"name":"n","version":"","uptime_s":0,"keys":0,"ring_version":0,"checks":0,"refused":0,`+
 		`"forwarded":0,"degraded":0,"peer_checks":0,"replication_lag_ms":0,"replication_pending":0}`)
 }
+
+// A node that owns adaptive keys shows their scopes and current limits;
+// one that owns none leaves the field out.
+func TestNodeStatsAdaptiveJSON(t *testing.T) {
+	st := status.Stats{Name: "n", Adaptive: []status.AdaptiveScope{{Scope: "route:/slow", Limit: 12}, {Scope: "tier:free", Limit: 7}}}
+	roundTrip(t, st.NodeStats(), `{"name":"n","version":"","uptime_s":0,"keys":0,"ring_version":0,"checks":0,"refused":0,`+
+		`"forwarded":0,"degraded":0,"peer_checks":0,"replication_lag_ms":0,"replication_pending":0,`+
+		`"adaptive":[{"scope":"route:/slow","limit":12},{"scope":"tier:free","limit":7}]}`)
+}

@@ -3,6 +3,7 @@ package peermsg
 import (
 	"time"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
@@ -24,6 +25,11 @@ type AcquireRequest struct {
 	// Final asks the receiver to decide whatever its ring says (a
 	// redirected acquire's last hop).
 	Final bool
+	// Adaptive, when not nil, is the layer's adaptive limit: the owner
+	// grants up to its controller's current limit in place of Limit's
+	// count. AdaptiveScope names the layer.
+	Adaptive      *adaptive.Spec
+	AdaptiveScope string
 }
 
 // LeaseStatus is how a key's owner answered an acquire, renew or release.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ringlimit/ringlimit/adaptive"
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
@@ -30,6 +31,11 @@ type Request struct {
 	// Peek asks the owner what the check would answer now, spending
 	// nothing: no key is created, nothing replicated, no lease granted.
 	Peek bool
+	// Adaptive, when not nil, is the layer's adaptive limit: the owner
+	// decides the check with the key's controller's current limit in place
+	// of Limit's count (adaptive.go). AdaptiveScope names the layer.
+	Adaptive      *adaptive.Spec
+	AdaptiveScope string
 }
 
 // Answer is the owner's decision on one Request.
@@ -54,6 +60,9 @@ type Answer struct {
 	// Reservation is the id of the reservation an admitted check with
 	// ReserveTTL recorded.
 	Reservation string
+	// Limit is the count the owner decided under when it is not the
+	// request's (an adaptive limit's current value); 0 otherwise.
+	Limit int64
 }
 
 // Decision returns a as a bucket.Decision under a limit of count.
@@ -85,6 +94,8 @@ type State struct {
 	// RingVersion is, for a lease set handed off, the sender's ring
 	// version when it sent it.
 	RingVersion uint64
+	// Adaptive is the owner's controller of the key, when it runs one.
+	Adaptive *AdaptiveState
 }
 
 // Reservation is one reservation record as it moves with its key's state.

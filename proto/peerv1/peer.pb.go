@@ -74,7 +74,7 @@ func (x PeerSettleResponse_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PeerSettleResponse_Status.Descriptor instead.
 func (PeerSettleResponse_Status) EnumDescriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17, 0}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{22, 0}
 }
 
 type PeerLeaseResponse_Status int32
@@ -135,7 +135,7 @@ func (x PeerLeaseResponse_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PeerLeaseResponse_Status.Descriptor instead.
 func (PeerLeaseResponse_Status) EnumDescriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{23, 0}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{28, 0}
 }
 
 type StatsRequest struct {
@@ -201,12 +201,15 @@ type StatsResponse struct {
 	Version  string `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
 	// The other operations its API made: peeks (not counted in checks),
 	// checks admitted with a reservation, reservations settled, and resets.
-	Peeks         uint64 `protobuf:"varint,15,opt,name=peeks,proto3" json:"peeks,omitempty"`
-	Reservations  uint64 `protobuf:"varint,16,opt,name=reservations,proto3" json:"reservations,omitempty"`
-	Settles       uint64 `protobuf:"varint,17,opt,name=settles,proto3" json:"settles,omitempty"`
-	Resets        uint64 `protobuf:"varint,18,opt,name=resets,proto3" json:"resets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Peeks        uint64 `protobuf:"varint,15,opt,name=peeks,proto3" json:"peeks,omitempty"`
+	Reservations uint64 `protobuf:"varint,16,opt,name=reservations,proto3" json:"reservations,omitempty"`
+	Settles      uint64 `protobuf:"varint,17,opt,name=settles,proto3" json:"settles,omitempty"`
+	Resets       uint64 `protobuf:"varint,18,opt,name=resets,proto3" json:"resets,omitempty"`
+	// The adaptive scopes whose keys this node owns, each with the current
+	// limit of its most recently moved key.
+	AdaptiveScopes []*AdaptiveScope `protobuf:"bytes,20,rep,name=adaptive_scopes,json=adaptiveScopes,proto3" json:"adaptive_scopes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -365,6 +368,509 @@ func (x *StatsResponse) GetResets() uint64 {
 	return 0
 }
 
+func (x *StatsResponse) GetAdaptiveScopes() []*AdaptiveScope {
+	if x != nil {
+		return x.AdaptiveScopes
+	}
+	return nil
+}
+
+type AdaptiveScope struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdaptiveScope) Reset() {
+	*x = AdaptiveScope{}
+	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveScope) ProtoMessage() {}
+
+func (x *AdaptiveScope) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveScope.ProtoReflect.Descriptor instead.
+func (*AdaptiveScope) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AdaptiveScope) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *AdaptiveScope) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// AdaptiveSpec mirrors adaptive.Spec (a policy layer's adaptive block);
+// durations are in nanoseconds, zero fields mean their defaults.
+type AdaptiveSpec struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Algorithm          uint32                 `protobuf:"varint,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Min                int64                  `protobuf:"varint,2,opt,name=min,proto3" json:"min,omitempty"`
+	Max                int64                  `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	Initial            int64                  `protobuf:"varint,4,opt,name=initial,proto3" json:"initial,omitempty"`
+	WindowNs           int64                  `protobuf:"varint,5,opt,name=window_ns,json=windowNs,proto3" json:"window_ns,omitempty"`
+	MinSamples         int64                  `protobuf:"varint,6,opt,name=min_samples,json=minSamples,proto3" json:"min_samples,omitempty"`
+	ErrorThreshold     float64                `protobuf:"fixed64,7,opt,name=error_threshold,json=errorThreshold,proto3" json:"error_threshold,omitempty"`
+	LatencyThresholdNs int64                  `protobuf:"varint,8,opt,name=latency_threshold_ns,json=latencyThresholdNs,proto3" json:"latency_threshold_ns,omitempty"`
+	Backoff            float64                `protobuf:"fixed64,9,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	Tolerance          float64                `protobuf:"fixed64,10,opt,name=tolerance,proto3" json:"tolerance,omitempty"`
+	Smoothing          float64                `protobuf:"fixed64,11,opt,name=smoothing,proto3" json:"smoothing,omitempty"`
+	LongWindow         int64                  `protobuf:"varint,12,opt,name=long_window,json=longWindow,proto3" json:"long_window,omitempty"`
+	Fallback           int64                  `protobuf:"varint,13,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	FallbackAfterNs    int64                  `protobuf:"varint,14,opt,name=fallback_after_ns,json=fallbackAfterNs,proto3" json:"fallback_after_ns,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *AdaptiveSpec) Reset() {
+	*x = AdaptiveSpec{}
+	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveSpec) ProtoMessage() {}
+
+func (x *AdaptiveSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveSpec.ProtoReflect.Descriptor instead.
+func (*AdaptiveSpec) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AdaptiveSpec) GetAlgorithm() uint32 {
+	if x != nil {
+		return x.Algorithm
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetMin() int64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetMax() int64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetInitial() int64 {
+	if x != nil {
+		return x.Initial
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetWindowNs() int64 {
+	if x != nil {
+		return x.WindowNs
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetMinSamples() int64 {
+	if x != nil {
+		return x.MinSamples
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetErrorThreshold() float64 {
+	if x != nil {
+		return x.ErrorThreshold
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetLatencyThresholdNs() int64 {
+	if x != nil {
+		return x.LatencyThresholdNs
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetBackoff() float64 {
+	if x != nil {
+		return x.Backoff
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetTolerance() float64 {
+	if x != nil {
+		return x.Tolerance
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetSmoothing() float64 {
+	if x != nil {
+		return x.Smoothing
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetLongWindow() int64 {
+	if x != nil {
+		return x.LongWindow
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetFallback() int64 {
+	if x != nil {
+		return x.Fallback
+	}
+	return 0
+}
+
+func (x *AdaptiveSpec) GetFallbackAfterNs() int64 {
+	if x != nil {
+		return x.FallbackAfterNs
+	}
+	return 0
+}
+
+// AdaptiveState mirrors adaptive.State: an owner's controller of one key,
+// replicated and handed off with the key's state. Instants are ages on
+// the sender's clock when it sent the state.
+type AdaptiveState struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Limit     float64                `protobuf:"fixed64,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	LongRtt   float64                `protobuf:"fixed64,2,opt,name=long_rtt,json=longRtt,proto3" json:"long_rtt,omitempty"`
+	LongSum   float64                `protobuf:"fixed64,3,opt,name=long_sum,json=longSum,proto3" json:"long_sum,omitempty"`
+	LongCount int64                  `protobuf:"varint,4,opt,name=long_count,json=longCount,proto3" json:"long_count,omitempty"`
+	// Nanoseconds since the open window began, and since the last sample.
+	WindowAgeNs   int64   `protobuf:"varint,5,opt,name=window_age_ns,json=windowAgeNs,proto3" json:"window_age_ns,omitempty"`
+	SampleAgeNs   int64   `protobuf:"varint,6,opt,name=sample_age_ns,json=sampleAgeNs,proto3" json:"sample_age_ns,omitempty"`
+	Fallen        bool    `protobuf:"varint,7,opt,name=fallen,proto3" json:"fallen,omitempty"`
+	Samples       int64   `protobuf:"varint,8,opt,name=samples,proto3" json:"samples,omitempty"`
+	Errors        int64   `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`
+	LatencySum    float64 `protobuf:"fixed64,10,opt,name=latency_sum,json=latencySum,proto3" json:"latency_sum,omitempty"`
+	MaxInFlight   int64   `protobuf:"varint,11,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdaptiveState) Reset() {
+	*x = AdaptiveState{}
+	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveState) ProtoMessage() {}
+
+func (x *AdaptiveState) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveState.ProtoReflect.Descriptor instead.
+func (*AdaptiveState) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AdaptiveState) GetLimit() float64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLongRtt() float64 {
+	if x != nil {
+		return x.LongRtt
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLongSum() float64 {
+	if x != nil {
+		return x.LongSum
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLongCount() int64 {
+	if x != nil {
+		return x.LongCount
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetWindowAgeNs() int64 {
+	if x != nil {
+		return x.WindowAgeNs
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetSampleAgeNs() int64 {
+	if x != nil {
+		return x.SampleAgeNs
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetFallen() bool {
+	if x != nil {
+		return x.Fallen
+	}
+	return false
+}
+
+func (x *AdaptiveState) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetErrors() int64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetLatencySum() float64 {
+	if x != nil {
+		return x.LatencySum
+	}
+	return 0
+}
+
+func (x *AdaptiveState) GetMaxInFlight() int64 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+type PeerReportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Spec  *AdaptiveSpec          `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The policy layer's scope, for the owner's metrics.
+	Scope string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
+	// 0 ok, 1 error, 2 dropped.
+	Outcome   uint32 `protobuf:"varint,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	LatencyNs int64  `protobuf:"varint,7,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"`
+	// Observe on the receiver whatever its ring says.
+	Final         bool `protobuf:"varint,8,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerReportRequest) Reset() {
+	*x = PeerReportRequest{}
+	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerReportRequest) ProtoMessage() {}
+
+func (x *PeerReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerReportRequest.ProtoReflect.Descriptor instead.
+func (*PeerReportRequest) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PeerReportRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PeerReportRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PeerReportRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *PeerReportRequest) GetSpec() *AdaptiveSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *PeerReportRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *PeerReportRequest) GetOutcome() uint32 {
+	if x != nil {
+		return x.Outcome
+	}
+	return 0
+}
+
+func (x *PeerReportRequest) GetLatencyNs() int64 {
+	if x != nil {
+		return x.LatencyNs
+	}
+	return 0
+}
+
+func (x *PeerReportRequest) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
+type PeerReportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set, alone, when the receiver's ring names another owner; nothing
+	// was observed.
+	Redirect string `protobuf:"bytes,1,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	// The key's current limit after the report.
+	Limit         int64  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Owner         string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerReportResponse) Reset() {
+	*x = PeerReportResponse{}
+	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerReportResponse) ProtoMessage() {}
+
+func (x *PeerReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerReportResponse.ProtoReflect.Descriptor instead.
+func (*PeerReportResponse) Descriptor() ([]byte, []int) {
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PeerReportResponse) GetRedirect() string {
+	if x != nil {
+		return x.Redirect
+	}
+	return ""
+}
+
+func (x *PeerReportResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PeerReportResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 // Limit mirrors bucket.Limit; per is in nanoseconds.
 type Limit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -378,7 +884,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	mi := &file_peer_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +896,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[2]
+	mi := &file_peer_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +909,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Limit) GetAlgorithm() uint32 {
@@ -467,14 +973,19 @@ type Check struct {
 	Peek bool `protobuf:"varint,9,opt,name=peek,proto3" json:"peek,omitempty"`
 	// Reserve, when > 0: an admitted check records a reservation that can be
 	// settled for this many nanoseconds, and the decision names it.
-	ReserveTtlNs  int64 `protobuf:"varint,10,opt,name=reserve_ttl_ns,json=reserveTtlNs,proto3" json:"reserve_ttl_ns,omitempty"`
+	ReserveTtlNs int64 `protobuf:"varint,10,opt,name=reserve_ttl_ns,json=reserveTtlNs,proto3" json:"reserve_ttl_ns,omitempty"`
+	// The layer's adaptive limit, when it has one: the owner decides the
+	// check with its controller's current limit in place of limit's count.
+	Adaptive *AdaptiveSpec `protobuf:"bytes,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
+	// The layer's scope, for the owner's adaptive metrics.
+	AdaptiveScope string `protobuf:"bytes,21,opt,name=adaptive_scope,json=adaptiveScope,proto3" json:"adaptive_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +997,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_peer_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +1010,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Check) GetKey() string {
@@ -572,6 +1083,20 @@ func (x *Check) GetReserveTtlNs() int64 {
 	return 0
 }
 
+func (x *Check) GetAdaptive() *AdaptiveSpec {
+	if x != nil {
+		return x.Adaptive
+	}
+	return nil
+}
+
+func (x *Check) GetAdaptiveScope() string {
+	if x != nil {
+		return x.AdaptiveScope
+	}
+	return ""
+}
+
 type CheckRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	From   string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -586,7 +1111,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +1123,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +1136,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckRequest) GetFrom() string {
@@ -665,14 +1190,17 @@ type Decision struct {
 	// refusal: fail_closed, as before.
 	Full bool `protobuf:"varint,9,opt,name=full,proto3" json:"full,omitempty"`
 	// The reservation an admitted check with reserve_ttl_ns recorded.
-	Reservation   string `protobuf:"bytes,10,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Reservation string `protobuf:"bytes,10,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// The count the check was decided under when it is not the check's
+	// limit's (an adaptive limit's current value); 0 otherwise.
+	Limit         int64 `protobuf:"varint,20,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +1212,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +1225,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -770,6 +1298,13 @@ func (x *Decision) GetReservation() string {
 	return ""
 }
 
+func (x *Decision) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type CheckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -789,7 +1324,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1336,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1349,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckResponse) GetOwner() string {
@@ -873,14 +1408,16 @@ type BucketState struct {
 	Leases   []*LeaseRecord `protobuf:"bytes,7,rep,name=leases,proto3" json:"leases,omitempty"`
 	// For a lease set handed off: the sender's ring version when it sent
 	// it (the receiver counts it only under the same ring).
-	RingVersion   uint64 `protobuf:"varint,8,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	RingVersion uint64 `protobuf:"varint,8,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	// The owner's adaptive controller of the key, when it runs one.
+	Adaptive      *AdaptiveState `protobuf:"bytes,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1429,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1442,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BucketState) GetKey() string {
@@ -964,6 +1501,13 @@ func (x *BucketState) GetRingVersion() uint64 {
 	return 0
 }
 
+func (x *BucketState) GetAdaptive() *AdaptiveState {
+	if x != nil {
+		return x.Adaptive
+	}
+	return nil
+}
+
 // LeaseRecord is one concurrency lease as it moves with its key's state.
 type LeaseRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -978,7 +1522,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1534,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1547,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseRecord) GetId() string {
@@ -1044,7 +1588,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1600,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1613,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Reservation) GetId() string {
@@ -1117,7 +1661,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1673,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1686,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HandoffRequest) GetFrom() string {
@@ -1168,7 +1712,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1724,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1737,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HandoffResponse) GetMerged() int64 {
@@ -1215,7 +1759,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1771,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_peer_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1784,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -1274,7 +1818,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1830,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_peer_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1843,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -1320,7 +1864,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_peer_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1876,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_peer_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1889,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FetchRequest) GetFrom() string {
@@ -1379,7 +1923,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_peer_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1935,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_peer_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1948,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FetchResponse) GetFound() bool {
@@ -1434,7 +1978,7 @@ type PeerSettleRequest struct {
 
 func (x *PeerSettleRequest) Reset() {
 	*x = PeerSettleRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_peer_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1990,7 @@ func (x *PeerSettleRequest) String() string {
 func (*PeerSettleRequest) ProtoMessage() {}
 
 func (x *PeerSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_peer_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +2003,7 @@ func (x *PeerSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSettleRequest.ProtoReflect.Descriptor instead.
 func (*PeerSettleRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PeerSettleRequest) GetFrom() string {
@@ -1503,7 +2047,7 @@ type PeerSettleResponse struct {
 
 func (x *PeerSettleResponse) Reset() {
 	*x = PeerSettleResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_peer_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +2059,7 @@ func (x *PeerSettleResponse) String() string {
 func (*PeerSettleResponse) ProtoMessage() {}
 
 func (x *PeerSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_peer_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +2072,7 @@ func (x *PeerSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSettleResponse.ProtoReflect.Descriptor instead.
 func (*PeerSettleResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PeerSettleResponse) GetStatus() PeerSettleResponse_Status {
@@ -1586,7 +2130,7 @@ type PeerResetRequest struct {
 
 func (x *PeerResetRequest) Reset() {
 	*x = PeerResetRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_peer_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +2142,7 @@ func (x *PeerResetRequest) String() string {
 func (*PeerResetRequest) ProtoMessage() {}
 
 func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_peer_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +2155,7 @@ func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetRequest.ProtoReflect.Descriptor instead.
 func (*PeerResetRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PeerResetRequest) GetFrom() string {
@@ -1667,7 +2211,7 @@ type PeerResetResponse struct {
 
 func (x *PeerResetResponse) Reset() {
 	*x = PeerResetResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[19]
+	mi := &file_peer_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +2223,7 @@ func (x *PeerResetResponse) String() string {
 func (*PeerResetResponse) ProtoMessage() {}
 
 func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[19]
+	mi := &file_peer_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +2236,7 @@ func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetResponse.ProtoReflect.Descriptor instead.
 func (*PeerResetResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PeerResetResponse) GetLeaseDropped() int64 {
@@ -1745,7 +2289,7 @@ type PeerAcquireRequest struct {
 
 func (x *PeerAcquireRequest) Reset() {
 	*x = PeerAcquireRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[20]
+	mi := &file_peer_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +2301,7 @@ func (x *PeerAcquireRequest) String() string {
 func (*PeerAcquireRequest) ProtoMessage() {}
 
 func (x *PeerAcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[20]
+	mi := &file_peer_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +2314,7 @@ func (x *PeerAcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerAcquireRequest.ProtoReflect.Descriptor instead.
 func (*PeerAcquireRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PeerAcquireRequest) GetFrom() string {
@@ -1827,7 +2371,7 @@ type PeerRenewRequest struct {
 
 func (x *PeerRenewRequest) Reset() {
 	*x = PeerRenewRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[21]
+	mi := &file_peer_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2383,7 @@ func (x *PeerRenewRequest) String() string {
 func (*PeerRenewRequest) ProtoMessage() {}
 
 func (x *PeerRenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[21]
+	mi := &file_peer_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2396,7 @@ func (x *PeerRenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRenewRequest.ProtoReflect.Descriptor instead.
 func (*PeerRenewRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PeerRenewRequest) GetFrom() string {
@@ -1897,7 +2441,7 @@ type PeerReleaseRequest struct {
 
 func (x *PeerReleaseRequest) Reset() {
 	*x = PeerReleaseRequest{}
-	mi := &file_peer_v1_peer_proto_msgTypes[22]
+	mi := &file_peer_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2453,7 @@ func (x *PeerReleaseRequest) String() string {
 func (*PeerReleaseRequest) ProtoMessage() {}
 
 func (x *PeerReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[22]
+	mi := &file_peer_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2466,7 @@ func (x *PeerReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerReleaseRequest.ProtoReflect.Descriptor instead.
 func (*PeerReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PeerReleaseRequest) GetFrom() string {
@@ -1976,7 +2520,7 @@ type PeerLeaseResponse struct {
 
 func (x *PeerLeaseResponse) Reset() {
 	*x = PeerLeaseResponse{}
-	mi := &file_peer_v1_peer_proto_msgTypes[23]
+	mi := &file_peer_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2532,7 @@ func (x *PeerLeaseResponse) String() string {
 func (*PeerLeaseResponse) ProtoMessage() {}
 
 func (x *PeerLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_v1_peer_proto_msgTypes[23]
+	mi := &file_peer_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2545,7 @@ func (x *PeerLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLeaseResponse.ProtoReflect.Descriptor instead.
 func (*PeerLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_peer_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_peer_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PeerLeaseResponse) GetStatus() PeerLeaseResponse_Status {
@@ -2065,7 +2609,7 @@ var File_peer_v1_peer_proto protoreflect.FileDescriptor
 const file_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"\x12peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"\x0e\n" +
-	"\fStatsRequest\"\xb1\x04\n" +
+	"\fStatsRequest\"\xfc\x04\n" +
 	"\rStatsResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04keys\x18\x02 \x01(\x03R\x04keys\x12!\n" +
@@ -2087,12 +2631,63 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05peeks\x18\x0f \x01(\x04R\x05peeks\x12\"\n" +
 	"\freservations\x18\x10 \x01(\x04R\freservations\x12\x18\n" +
 	"\asettles\x18\x11 \x01(\x04R\asettles\x12\x16\n" +
-	"\x06resets\x18\x12 \x01(\x04R\x06resets\"h\n" +
+	"\x06resets\x18\x12 \x01(\x04R\x06resets\x12I\n" +
+	"\x0fadaptive_scopes\x18\x14 \x03(\v2 .ringlimit.peer.v1.AdaptiveScopeR\x0eadaptiveScopes\";\n" +
+	"\rAdaptiveScope\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\xc2\x03\n" +
+	"\fAdaptiveSpec\x12\x1c\n" +
+	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x10\n" +
+	"\x03min\x18\x02 \x01(\x03R\x03min\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\x03R\x03max\x12\x18\n" +
+	"\ainitial\x18\x04 \x01(\x03R\ainitial\x12\x1b\n" +
+	"\twindow_ns\x18\x05 \x01(\x03R\bwindowNs\x12\x1f\n" +
+	"\vmin_samples\x18\x06 \x01(\x03R\n" +
+	"minSamples\x12'\n" +
+	"\x0ferror_threshold\x18\a \x01(\x01R\x0eerrorThreshold\x120\n" +
+	"\x14latency_threshold_ns\x18\b \x01(\x03R\x12latencyThresholdNs\x12\x18\n" +
+	"\abackoff\x18\t \x01(\x01R\abackoff\x12\x1c\n" +
+	"\ttolerance\x18\n" +
+	" \x01(\x01R\ttolerance\x12\x1c\n" +
+	"\tsmoothing\x18\v \x01(\x01R\tsmoothing\x12\x1f\n" +
+	"\vlong_window\x18\f \x01(\x03R\n" +
+	"longWindow\x12\x1a\n" +
+	"\bfallback\x18\r \x01(\x03R\bfallback\x12*\n" +
+	"\x11fallback_after_ns\x18\x0e \x01(\x03R\x0ffallbackAfterNs\"\xd1\x02\n" +
+	"\rAdaptiveState\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x01R\x05limit\x12\x19\n" +
+	"\blong_rtt\x18\x02 \x01(\x01R\alongRtt\x12\x19\n" +
+	"\blong_sum\x18\x03 \x01(\x01R\alongSum\x12\x1d\n" +
+	"\n" +
+	"long_count\x18\x04 \x01(\x03R\tlongCount\x12\"\n" +
+	"\rwindow_age_ns\x18\x05 \x01(\x03R\vwindowAgeNs\x12\"\n" +
+	"\rsample_age_ns\x18\x06 \x01(\x03R\vsampleAgeNs\x12\x16\n" +
+	"\x06fallen\x18\a \x01(\bR\x06fallen\x12\x18\n" +
+	"\asamples\x18\b \x01(\x03R\asamples\x12\x16\n" +
+	"\x06errors\x18\t \x01(\x03R\x06errors\x12\x1f\n" +
+	"\vlatency_sum\x18\n" +
+	" \x01(\x01R\n" +
+	"latencySum\x12\"\n" +
+	"\rmax_in_flight\x18\v \x01(\x03R\vmaxInFlight\"\x83\x02\n" +
+	"\x11PeerReportRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
+	"\x05limit\x18\x03 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x123\n" +
+	"\x04spec\x18\x04 \x01(\v2\x1f.ringlimit.peer.v1.AdaptiveSpecR\x04spec\x12\x14\n" +
+	"\x05scope\x18\x05 \x01(\tR\x05scope\x12\x18\n" +
+	"\aoutcome\x18\x06 \x01(\rR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"latency_ns\x18\a \x01(\x03R\tlatencyNs\x12\x14\n" +
+	"\x05final\x18\b \x01(\bR\x05final\"\\\n" +
+	"\x12PeerReportResponse\x12\x1a\n" +
+	"\bredirect\x18\x01 \x01(\tR\bredirect\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"h\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\x85\x02\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xe9\x02\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -2104,12 +2699,14 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x04sync\x18\b \x01(\bR\x04sync\x12\x12\n" +
 	"\x04peek\x18\t \x01(\bR\x04peek\x12$\n" +
 	"\x0ereserve_ttl_ns\x18\n" +
-	" \x01(\x03R\freserveTtlNs\"\x87\x01\n" +
+	" \x01(\x03R\freserveTtlNs\x12;\n" +
+	"\badaptive\x18\x14 \x01(\v2\x1f.ringlimit.peer.v1.AdaptiveSpecR\badaptive\x12%\n" +
+	"\x0eadaptive_scope\x18\x15 \x01(\tR\radaptiveScope\"\x87\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12!\n" +
-	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xc2\x02\n" +
+	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xd8\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -2122,13 +2719,14 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\bredirect\x18\b \x01(\tR\bredirect\x12\x12\n" +
 	"\x04full\x18\t \x01(\bR\x04full\x12 \n" +
 	"\vreservation\x18\n" +
-	" \x01(\tR\vreservation\"\x9c\x01\n" +
+	" \x01(\tR\vreservation\x12\x14\n" +
+	"\x05limit\x18\x14 \x01(\x03R\x05limit\"\x9c\x01\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xba\x02\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xf8\x02\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -2137,7 +2735,8 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\x12\x1b\n" +
 	"\tlease_set\x18\x06 \x01(\bR\bleaseSet\x126\n" +
 	"\x06leases\x18\a \x03(\v2\x1e.ringlimit.peer.v1.LeaseRecordR\x06leases\x12!\n" +
-	"\fring_version\x18\b \x01(\x04R\vringVersion\"S\n" +
+	"\fring_version\x18\b \x01(\x04R\vringVersion\x12<\n" +
+	"\badaptive\x18\x14 \x01(\v2 .ringlimit.peer.v1.AdaptiveStateR\badaptive\"S\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12\x1d\n" +
@@ -2229,7 +2828,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\aREFUSED\x10\x01\x12\r\n" +
 	"\tNOT_FOUND\x10\x02\x12\f\n" +
 	"\bREDIRECT\x10\x03\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\x042\xc7\x06\n" +
+	"\vUNAVAILABLE\x10\x042\xa2\a\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Check\x12\x1f.ringlimit.peer.v1.CheckRequest\x1a .ringlimit.peer.v1.CheckResponse(\x010\x01\x12P\n" +
 	"\aHandoff\x12!.ringlimit.peer.v1.HandoffRequest\x1a\".ringlimit.peer.v1.HandoffResponse\x12J\n" +
@@ -2240,7 +2839,9 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x05Reset\x12#.ringlimit.peer.v1.PeerResetRequest\x1a$.ringlimit.peer.v1.PeerResetResponse\x12V\n" +
 	"\aAcquire\x12%.ringlimit.peer.v1.PeerAcquireRequest\x1a$.ringlimit.peer.v1.PeerLeaseResponse\x12R\n" +
 	"\x05Renew\x12#.ringlimit.peer.v1.PeerRenewRequest\x1a$.ringlimit.peer.v1.PeerLeaseResponse\x12V\n" +
-	"\aRelease\x12%.ringlimit.peer.v1.PeerReleaseRequest\x1a$.ringlimit.peer.v1.PeerLeaseResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
+	"\aRelease\x12%.ringlimit.peer.v1.PeerReleaseRequest\x1a$.ringlimit.peer.v1.PeerLeaseResponse\x12Y\n" +
+	"\n" +
+	"PeerReport\x12$.ringlimit.peer.v1.PeerReportRequest\x1a%.ringlimit.peer.v1.PeerReportResponseB4Z2github.com/ringlimit/ringlimit/proto/peerv1;peerv1b\x06proto3"
 
 var (
 	file_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -2255,75 +2856,87 @@ func file_peer_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_peer_v1_peer_proto_goTypes = []any{
 	(PeerSettleResponse_Status)(0), // 0: ringlimit.peer.v1.PeerSettleResponse.Status
 	(PeerLeaseResponse_Status)(0),  // 1: ringlimit.peer.v1.PeerLeaseResponse.Status
 	(*StatsRequest)(nil),           // 2: ringlimit.peer.v1.StatsRequest
 	(*StatsResponse)(nil),          // 3: ringlimit.peer.v1.StatsResponse
-	(*Limit)(nil),                  // 4: ringlimit.peer.v1.Limit
-	(*Check)(nil),                  // 5: ringlimit.peer.v1.Check
-	(*CheckRequest)(nil),           // 6: ringlimit.peer.v1.CheckRequest
-	(*Decision)(nil),               // 7: ringlimit.peer.v1.Decision
-	(*CheckResponse)(nil),          // 8: ringlimit.peer.v1.CheckResponse
-	(*BucketState)(nil),            // 9: ringlimit.peer.v1.BucketState
-	(*LeaseRecord)(nil),            // 10: ringlimit.peer.v1.LeaseRecord
-	(*Reservation)(nil),            // 11: ringlimit.peer.v1.Reservation
-	(*HandoffRequest)(nil),         // 12: ringlimit.peer.v1.HandoffRequest
-	(*HandoffResponse)(nil),        // 13: ringlimit.peer.v1.HandoffResponse
-	(*ReplicateRequest)(nil),       // 14: ringlimit.peer.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),      // 15: ringlimit.peer.v1.ReplicateResponse
-	(*FetchRequest)(nil),           // 16: ringlimit.peer.v1.FetchRequest
-	(*FetchResponse)(nil),          // 17: ringlimit.peer.v1.FetchResponse
-	(*PeerSettleRequest)(nil),      // 18: ringlimit.peer.v1.PeerSettleRequest
-	(*PeerSettleResponse)(nil),     // 19: ringlimit.peer.v1.PeerSettleResponse
-	(*PeerResetRequest)(nil),       // 20: ringlimit.peer.v1.PeerResetRequest
-	(*PeerResetResponse)(nil),      // 21: ringlimit.peer.v1.PeerResetResponse
-	(*PeerAcquireRequest)(nil),     // 22: ringlimit.peer.v1.PeerAcquireRequest
-	(*PeerRenewRequest)(nil),       // 23: ringlimit.peer.v1.PeerRenewRequest
-	(*PeerReleaseRequest)(nil),     // 24: ringlimit.peer.v1.PeerReleaseRequest
-	(*PeerLeaseResponse)(nil),      // 25: ringlimit.peer.v1.PeerLeaseResponse
+	(*AdaptiveScope)(nil),          // 4: ringlimit.peer.v1.AdaptiveScope
+	(*AdaptiveSpec)(nil),           // 5: ringlimit.peer.v1.AdaptiveSpec
+	(*AdaptiveState)(nil),          // 6: ringlimit.peer.v1.AdaptiveState
+	(*PeerReportRequest)(nil),      // 7: ringlimit.peer.v1.PeerReportRequest
+	(*PeerReportResponse)(nil),     // 8: ringlimit.peer.v1.PeerReportResponse
+	(*Limit)(nil),                  // 9: ringlimit.peer.v1.Limit
+	(*Check)(nil),                  // 10: ringlimit.peer.v1.Check
+	(*CheckRequest)(nil),           // 11: ringlimit.peer.v1.CheckRequest
+	(*Decision)(nil),               // 12: ringlimit.peer.v1.Decision
+	(*CheckResponse)(nil),          // 13: ringlimit.peer.v1.CheckResponse
+	(*BucketState)(nil),            // 14: ringlimit.peer.v1.BucketState
+	(*LeaseRecord)(nil),            // 15: ringlimit.peer.v1.LeaseRecord
+	(*Reservation)(nil),            // 16: ringlimit.peer.v1.Reservation
+	(*HandoffRequest)(nil),         // 17: ringlimit.peer.v1.HandoffRequest
+	(*HandoffResponse)(nil),        // 18: ringlimit.peer.v1.HandoffResponse
+	(*ReplicateRequest)(nil),       // 19: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),      // 20: ringlimit.peer.v1.ReplicateResponse
+	(*FetchRequest)(nil),           // 21: ringlimit.peer.v1.FetchRequest
+	(*FetchResponse)(nil),          // 22: ringlimit.peer.v1.FetchResponse
+	(*PeerSettleRequest)(nil),      // 23: ringlimit.peer.v1.PeerSettleRequest
+	(*PeerSettleResponse)(nil),     // 24: ringlimit.peer.v1.PeerSettleResponse
+	(*PeerResetRequest)(nil),       // 25: ringlimit.peer.v1.PeerResetRequest
+	(*PeerResetResponse)(nil),      // 26: ringlimit.peer.v1.PeerResetResponse
+	(*PeerAcquireRequest)(nil),     // 27: ringlimit.peer.v1.PeerAcquireRequest
+	(*PeerRenewRequest)(nil),       // 28: ringlimit.peer.v1.PeerRenewRequest
+	(*PeerReleaseRequest)(nil),     // 29: ringlimit.peer.v1.PeerReleaseRequest
+	(*PeerLeaseResponse)(nil),      // 30: ringlimit.peer.v1.PeerLeaseResponse
 }
 var file_peer_v1_peer_proto_depIdxs = []int32{
-	4,  // 0: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
-	5,  // 1: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
-	7,  // 2: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
-	4,  // 3: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
-	11, // 4: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
-	10, // 5: ringlimit.peer.v1.BucketState.leases:type_name -> ringlimit.peer.v1.LeaseRecord
-	9,  // 6: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	9,  // 7: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	4,  // 8: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	9,  // 9: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
-	0,  // 10: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
-	4,  // 11: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	4,  // 12: ringlimit.peer.v1.PeerAcquireRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	1,  // 13: ringlimit.peer.v1.PeerLeaseResponse.status:type_name -> ringlimit.peer.v1.PeerLeaseResponse.Status
-	6,  // 14: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	12, // 15: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	16, // 16: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	14, // 17: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	2,  // 18: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	18, // 19: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
-	20, // 20: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
-	22, // 21: ringlimit.peer.v1.Peer.Acquire:input_type -> ringlimit.peer.v1.PeerAcquireRequest
-	23, // 22: ringlimit.peer.v1.Peer.Renew:input_type -> ringlimit.peer.v1.PeerRenewRequest
-	24, // 23: ringlimit.peer.v1.Peer.Release:input_type -> ringlimit.peer.v1.PeerReleaseRequest
-	8,  // 24: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	13, // 25: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	17, // 26: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	15, // 27: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	3,  // 28: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	19, // 29: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
-	21, // 30: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
-	25, // 31: ringlimit.peer.v1.Peer.Acquire:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	25, // 32: ringlimit.peer.v1.Peer.Renew:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	25, // 33: ringlimit.peer.v1.Peer.Release:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	4,  // 0: ringlimit.peer.v1.StatsResponse.adaptive_scopes:type_name -> ringlimit.peer.v1.AdaptiveScope
+	9,  // 1: ringlimit.peer.v1.PeerReportRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	5,  // 2: ringlimit.peer.v1.PeerReportRequest.spec:type_name -> ringlimit.peer.v1.AdaptiveSpec
+	9,  // 3: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
+	5,  // 4: ringlimit.peer.v1.Check.adaptive:type_name -> ringlimit.peer.v1.AdaptiveSpec
+	10, // 5: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
+	12, // 6: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
+	9,  // 7: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
+	16, // 8: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
+	15, // 9: ringlimit.peer.v1.BucketState.leases:type_name -> ringlimit.peer.v1.LeaseRecord
+	6,  // 10: ringlimit.peer.v1.BucketState.adaptive:type_name -> ringlimit.peer.v1.AdaptiveState
+	14, // 11: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	14, // 12: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	9,  // 13: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	14, // 14: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
+	0,  // 15: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
+	9,  // 16: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	9,  // 17: ringlimit.peer.v1.PeerAcquireRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	1,  // 18: ringlimit.peer.v1.PeerLeaseResponse.status:type_name -> ringlimit.peer.v1.PeerLeaseResponse.Status
+	11, // 19: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	17, // 20: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	21, // 21: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	19, // 22: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	2,  // 23: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	23, // 24: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
+	25, // 25: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
+	27, // 26: ringlimit.peer.v1.Peer.Acquire:input_type -> ringlimit.peer.v1.PeerAcquireRequest
+	28, // 27: ringlimit.peer.v1.Peer.Renew:input_type -> ringlimit.peer.v1.PeerRenewRequest
+	29, // 28: ringlimit.peer.v1.Peer.Release:input_type -> ringlimit.peer.v1.PeerReleaseRequest
+	7,  // 29: ringlimit.peer.v1.Peer.PeerReport:input_type -> ringlimit.peer.v1.PeerReportRequest
+	13, // 30: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	18, // 31: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	22, // 32: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	20, // 33: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	3,  // 34: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	24, // 35: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
+	26, // 36: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
+	30, // 37: ringlimit.peer.v1.Peer.Acquire:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	30, // 38: ringlimit.peer.v1.Peer.Renew:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	30, // 39: ringlimit.peer.v1.Peer.Release:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	8,  // 40: ringlimit.peer.v1.Peer.PeerReport:output_type -> ringlimit.peer.v1.PeerReportResponse
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }
@@ -2337,7 +2950,7 @@ func file_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_v1_peer_proto_rawDesc), len(file_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

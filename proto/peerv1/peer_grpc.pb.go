@@ -22,16 +22,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Check_FullMethodName     = "/ringlimit.peer.v1.Peer/Check"
-	Peer_Handoff_FullMethodName   = "/ringlimit.peer.v1.Peer/Handoff"
-	Peer_Fetch_FullMethodName     = "/ringlimit.peer.v1.Peer/Fetch"
-	Peer_Replicate_FullMethodName = "/ringlimit.peer.v1.Peer/Replicate"
-	Peer_Stats_FullMethodName     = "/ringlimit.peer.v1.Peer/Stats"
-	Peer_Settle_FullMethodName    = "/ringlimit.peer.v1.Peer/Settle"
-	Peer_Reset_FullMethodName     = "/ringlimit.peer.v1.Peer/Reset"
-	Peer_Acquire_FullMethodName   = "/ringlimit.peer.v1.Peer/Acquire"
-	Peer_Renew_FullMethodName     = "/ringlimit.peer.v1.Peer/Renew"
-	Peer_Release_FullMethodName   = "/ringlimit.peer.v1.Peer/Release"
+	Peer_Check_FullMethodName      = "/ringlimit.peer.v1.Peer/Check"
+	Peer_Handoff_FullMethodName    = "/ringlimit.peer.v1.Peer/Handoff"
+	Peer_Fetch_FullMethodName      = "/ringlimit.peer.v1.Peer/Fetch"
+	Peer_Replicate_FullMethodName  = "/ringlimit.peer.v1.Peer/Replicate"
+	Peer_Stats_FullMethodName      = "/ringlimit.peer.v1.Peer/Stats"
+	Peer_Settle_FullMethodName     = "/ringlimit.peer.v1.Peer/Settle"
+	Peer_Reset_FullMethodName      = "/ringlimit.peer.v1.Peer/Reset"
+	Peer_Acquire_FullMethodName    = "/ringlimit.peer.v1.Peer/Acquire"
+	Peer_Renew_FullMethodName      = "/ringlimit.peer.v1.Peer/Renew"
+	Peer_Release_FullMethodName    = "/ringlimit.peer.v1.Peer/Release"
+	Peer_PeerReport_FullMethodName = "/ringlimit.peer.v1.Peer/PeerReport"
 )
 
 // PeerClient is the client API for Peer service.
@@ -81,6 +82,10 @@ type PeerClient interface {
 	Acquire(ctx context.Context, in *PeerAcquireRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error)
 	Renew(ctx context.Context, in *PeerRenewRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error)
 	Release(ctx context.Context, in *PeerReleaseRequest, opts ...grpc.CallOption) (*PeerLeaseResponse, error)
+	// PeerReport tells the owner of an adaptive key how a request it let
+	// through ended, for the key's controller. A receiver whose ring names
+	// another owner answers redirect and observes nothing, unless final.
+	PeerReport(ctx context.Context, in *PeerReportRequest, opts ...grpc.CallOption) (*PeerReportResponse, error)
 }
 
 type peerClient struct {
@@ -194,6 +199,16 @@ func (c *peerClient) Release(ctx context.Context, in *PeerReleaseRequest, opts .
 	return out, nil
 }
 
+func (c *peerClient) PeerReport(ctx context.Context, in *PeerReportRequest, opts ...grpc.CallOption) (*PeerReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerReportResponse)
+	err := c.cc.Invoke(ctx, Peer_PeerReport_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -241,6 +256,10 @@ type PeerServer interface {
 	Acquire(context.Context, *PeerAcquireRequest) (*PeerLeaseResponse, error)
 	Renew(context.Context, *PeerRenewRequest) (*PeerLeaseResponse, error)
 	Release(context.Context, *PeerReleaseRequest) (*PeerLeaseResponse, error)
+	// PeerReport tells the owner of an adaptive key how a request it let
+	// through ended, for the key's controller. A receiver whose ring names
+	// another owner answers redirect and observes nothing, unless final.
+	PeerReport(context.Context, *PeerReportRequest) (*PeerReportResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -280,6 +299,9 @@ func (UnimplementedPeerServer) Renew(context.Context, *PeerRenewRequest) (*PeerL
 }
 func (UnimplementedPeerServer) Release(context.Context, *PeerReleaseRequest) (*PeerLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedPeerServer) PeerReport(context.Context, *PeerReportRequest) (*PeerReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PeerReport not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -471,6 +493,24 @@ func _Peer_Release_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_PeerReport_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).PeerReport(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_PeerReport_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).PeerReport(ctx, req.(*PeerReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -513,6 +553,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Peer_Release_Handler,
+		},
+		{
+			MethodName: "PeerReport",
+			Handler:    _Peer_PeerReport_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -116,7 +116,9 @@ function renderMembers(st, col) {
       el('td', { title: s ? s.policy_version || '' : '' }, s ? short(s.policy_version) : '—'),
       el('td', { title: s ? s.rls_version || '' : '' }, s ? short(s.rls_version) : '—'),
       num(s ? duration(s.uptime_s) : '—'),
-      el('td', {}, s ? s.version : '—'));
+      el('td', {}, s ? s.version : '—'),
+      el('td', { class: 'adaptive', title: 'the current limit of each adaptive scope whose keys the node owns (its most recently moved key)' },
+        s && s.adaptive && s.adaptive.length ? s.adaptive.map((a) => a.scope + ' ' + a.limit.toLocaleString('en')).join(' · ') : '—'));
     rows.push(tr);
   }
   body.replaceChildren(...rows);
