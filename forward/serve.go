@@ -164,8 +164,10 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 // Lookup implements peer.StateStore. The state given to from is what from
 // and this node now share: this node's later push is only what it spends
 // after.
-func (r *Router) Lookup(from, key string) (peermsg.State, bool) {
-	if strings.HasPrefix(key, bucket.NamespaceConcurrency) {
+func (r *Router) Lookup(from, key string, named *bucket.Limit) (peermsg.State, bool) {
+	// A concurrency key is named by its limit: a policy layer's lives in
+	// the policy namespace, an inline one in its own.
+	if strings.HasPrefix(key, bucket.NamespaceConcurrency) || (named != nil && named.Algorithm() == bucket.Concurrency) {
 		return r.lookupLeases(key), true // a concurrency key's lease set, possibly none
 	}
 	now := r.cfg.Clock.Now()

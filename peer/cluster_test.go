@@ -116,7 +116,7 @@ func (h *storeHandler) Replicate(from string, states []peer.State) (int, error) 
 	return h.take(states), nil
 }
 
-func (h *storeHandler) Lookup(from, key string) (peer.State, bool) {
+func (h *storeHandler) Lookup(from, key string, _ *bucket.Limit) (peer.State, bool) {
 	h.mu.Lock()
 	h.lookups = append(h.lookups, from+" "+key)
 	h.mu.Unlock()

@@ -128,7 +128,7 @@ func (nopHandler) Decide(context.Context, string, uint64, []Request, []Answer) {
 func (nopHandler) MayWait(string) bool                                         { return false }
 func (nopHandler) Merge(string, []State) int                                   { return 0 }
 func (nopHandler) Replicate(string, []State) (int, error)                      { return 0, nil }
-func (nopHandler) Lookup(string, string) (State, bool)                         { return State{}, false }
+func (nopHandler) Lookup(string, string, *bucket.Limit) (State, bool)          { return State{}, false }
 func (nopHandler) ResetFrom(context.Context, string, string, bucket.Limit, int64) ResetAnswer {
 	return ResetAnswer{}
 }

@@ -65,8 +65,9 @@ type StateStore interface {
 	// may be kept).
 	Replicate(from string, states []State) (int, error)
 	// Lookup returns key's state, for the node from (a new owner) that
-	// asks.
-	Lookup(from, key string) (State, bool)
+	// asks; l is the limit it names (a concurrency limit asks for the
+	// key's lease set), nil when it named none that parses.
+	Lookup(from, key string, l *bucket.Limit) (State, bool)
 	// ResetFrom drops this node's copies of key (replica, stand-in copy,
 	// hot-key lease) that from, the key's owner, reset at resetAt (its
 	// clock), and records the tombstone; resetAt 0 asks this node, the
@@ -395,7 +396,11 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 	if err := s.authorize(ctx, req.GetFrom()); err != nil {
 		return nil, err
 	}
-	st, ok := s.h.Lookup(req.GetFrom(), req.GetKey())
+	var named *bucket.Limit
+	if l, err := limitFromProto(req.GetLimit()); err == nil {
+		named = &l
+	}
+	st, ok := s.h.Lookup(req.GetFrom(), req.GetKey(), named)
 	if !ok {
 		return &peerv1.FetchResponse{}, nil
 	}
