@@ -231,12 +231,17 @@ func (r *Router) handoffLeases(ctx context.Context) (failed int) {
 }
 
 // fetchLeases asks prev, the previous owner of key, for its lease set and
-// merges it; it reports whether prev answered.
+// merges it; it reports whether prev answered. A prev that holds nothing
+// of key (a policy layer's key, which has no namespace telling that it is
+// a concurrency key, with no live lease there) answered an empty set.
 func (r *Router) fetchLeases(ctx context.Context, v *view, prev, key string) bool {
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.PeerTimeout/4, time.Millisecond))
 	defer cancel()
 	st, ok, err := r.cfg.Peers.Fetch(ctx, prev, key, &fetchLimit)
-	if err != nil || !ok || !st.LeaseSet || st.Key != key {
+	if err == nil && !ok {
+		st = peermsg.State{Key: key, Limit: fetchLimit, LeaseSet: true}
+	}
+	if err != nil || !st.LeaseSet || st.Key != key {
 		return false
 	}
 	st.RingVersion = v.version()
