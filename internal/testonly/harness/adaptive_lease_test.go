@@ -37,8 +37,7 @@ policies:
         limit: { algorithm: concurrency, limit: 5, key: identity+route, lease_ttl: 30s, max_lease_ttl: 1m }
 `
 
-// startCapped starts A, B and C on a fake clock with the policy capped,
-// and moves the clock past the grace period.
+// startCapped starts A, B and C on a fake clock with the policy capped.
 func startCapped(t *testing.T) (*harness.Cluster, *testkit.Clock, *http.Client) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
@@ -49,9 +48,6 @@ func startCapped(t *testing.T) (*harness.Cluster, *testkit.Clock, *http.Client) 
 	c := harness.Start(t, harness.Options{PeerTimeout: peerTimeout, Clock: clk, Node: func(cfg *node.Config) { cfg.PolicyPath = path }}, "A", "B", "C")
 	hc := httpTo(c)
 	t.Cleanup(hc.CloseIdleConnections)
-	// Past the grace period of the ring's forming: until it ends, a new
-	// owner waits for the lease sets of keys its ring moved to it.
-	clk.Advance(time.Second)
 	return c, clk, hc
 }
 
