@@ -18,6 +18,9 @@ type Lease struct {
 	Limit     Limit
 	Expires   clock.Instant
 	RequestID string // "" for none
+	// MaxTTL is the most a renew may make it live for (its layer's
+	// max_lease_ttl); 0 is MaxLeaseTTL.
+	MaxTTL time.Duration
 }
 
 // LeaseGrant is the answer to Leases.Acquire.
@@ -74,8 +77,22 @@ func leaseBytes(l *Lease) int64 { return int64(len(l.ID)+len(l.Key)+len(l.Reques
 // time to the earliest expiry. An acquire repeating the request id of a
 // live lease of key answers that lease (Repeated). Its error wraps
 // ErrLimit for a limit that is not Concurrency, a ttl out of range or a
-// request id too long, or is ErrLeasesFull (nothing granted).
+// request id too long, or is ErrLeasesFull (nothing granted). The lease
+// may be renewed for up to MaxLeaseTTL (AcquireCapped sets less).
 func (t *Leases) Acquire(key string, l Limit, ttl time.Duration, requestID string, now clock.Instant) (LeaseGrant, error) {
+	return t.AcquireCapped(key, l, ttl, 0, requestID, now)
+}
+
+// AcquireCapped is Acquire of a lease whose renewals are capped at maxTTL
+// (0: MaxLeaseTTL; else within MinLeaseTTL and MaxLeaseTTL, or its error
+// wraps ErrLimit); a ttl above maxTTL is capped too.
+func (t *Leases) AcquireCapped(key string, l Limit, ttl, maxTTL time.Duration, requestID string, now clock.Instant) (LeaseGrant, error) {
+	if maxTTL != 0 {
+		if err := CheckLeaseTTL("max_ttl", maxTTL); err != nil {
+			return LeaseGrant{}, err
+		}
+		ttl = min(ttl, maxTTL)
+	}
 	if !l.Valid() || l.alg != Concurrency {
 		return LeaseGrant{}, fmt.Errorf("%w: %v is not a concurrency limit", ErrLimit, l.alg)
 	}
@@ -105,7 +122,8 @@ func (t *Leases) Acquire(key string, l Limit, ttl time.Duration, requestID strin
 		}
 		return LeaseGrant{InFlight: int64(len(live)), RetryAfter: max(roundUpMs(int64(first.Sub(now))), time.Millisecond)}, nil
 	}
-	ls := &Lease{ID: NewLeaseID(key), Key: strings.Clone(key), Limit: l, Expires: now.Add(ttl), RequestID: strings.Clone(requestID)}
+	ls := &Lease{ID: NewLeaseID(key), Key: strings.Clone(key), Limit: l, Expires: now.Add(ttl), RequestID: strings.Clone(requestID),
+		MaxTTL: maxTTL}
 	if !t.room(ls, now) {
 		return LeaseGrant{InFlight: int64(len(live))}, ErrLeasesFull
 	}
@@ -113,9 +131,9 @@ func (t *Leases) Acquire(key string, l Limit, ttl time.Duration, requestID strin
 	return LeaseGrant{Granted: true, Lease: *ls, InFlight: int64(len(live)) + 1}, nil
 }
 
-// Renew makes id's lease expire ttl after now and returns it as it was and
-// as it is: ErrLeaseNotFound for a lease not held, released or expired at
-// now.
+// Renew makes id's lease expire ttl after now, ttl capped at the lease's
+// MaxTTL, and returns it as it was and as it is: ErrLeaseNotFound for a
+// lease not held, released or expired at now.
 func (t *Leases) Renew(id string, ttl time.Duration, now clock.Instant) (prev, cur Lease, err error) {
 	if err := CheckLeaseTTL("ttl", ttl); err != nil {
 		return Lease{}, Lease{}, err
@@ -130,6 +148,9 @@ func (t *Leases) Renew(id string, ttl time.Duration, now clock.Instant) (prev, c
 		return Lease{}, Lease{}, ErrLeaseNotFound
 	}
 	prev = *ls
+	if ls.MaxTTL > 0 {
+		ttl = min(ttl, ls.MaxTTL)
+	}
 	ls.Expires = now.Add(ttl)
 	return prev, *ls, nil
 }

@@ -72,6 +72,9 @@ func (t *Leases) merge(key string, set []Lease, now clock.Instant) int {
 		if ls, ok := t.ids[in.ID]; ok {
 			if ls.Key == key {
 				ls.Expires = max(ls.Expires, in.Expires)
+				if ls.MaxTTL == 0 {
+					ls.MaxTTL = in.MaxTTL
+				}
 				n++
 			}
 			continue

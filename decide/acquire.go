@@ -125,7 +125,8 @@ func (d *Decider) acquireLayers(ctx context.Context, p *Plan, u *unit, ans *Answ
 	for j := range u.conc {
 		l := &u.conc[j]
 		r, err := d.leaser.Acquire(ctx, forward.Acquire{Key: l.Key, Limit: l.Limit, Mode: l.FailureMode,
-			TTL: l.LeaseTTLFor(p.LeaseTTL), RequestID: p.RequestID})
+			TTL: l.LeaseTTLFor(p.LeaseTTL), RequestID: p.RequestID, Adaptive: l.Adaptive, AdaptiveScope: adaptiveScope(l),
+			MaxTTL: l.MaxLeaseTTL})
 		if err != nil {
 			d.releaseAll(ids)
 			d.refundUnit(u, checks, out, refunds)

@@ -59,6 +59,10 @@ type Acquire struct {
 	// AdaptiveScope names the layer.
 	Adaptive      *adaptive.Spec
 	AdaptiveScope string
+	// MaxTTL is the most a renew of the lease may ask (the layer's
+	// max_lease_ttl): the owner keeps it with the lease and caps renewals
+	// at it. 0 is bucket.MaxLeaseTTL; else MinLeaseTTL..MaxLeaseTTL.
+	MaxTTL time.Duration
 }
 
 // LeaseResult is the answer to an acquire or renew.
@@ -99,6 +103,11 @@ func (r *Router) validAcquire(a *Acquire) error {
 	if err := bucket.CheckLeaseTTL("ttl", a.TTL); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if a.MaxTTL != 0 {
+		if err := bucket.CheckLeaseTTL("max_ttl", a.MaxTTL); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
 	if len(a.RequestID) > bucket.MaxRequestIDLen {
 		return fmt.Errorf("%w: request_id: must be at most %d bytes, got %d", ErrInvalid, bucket.MaxRequestIDLen, len(a.RequestID))
 	}
@@ -123,7 +132,8 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (LeaseResult, error) {
 	if v.noOwner() {
 		return r.leaseDegraded(&a), nil
 	}
-	q := peermsg.AcquireRequest{Key: a.Key, Limit: a.Limit, TTL: a.TTL, RequestID: a.RequestID, Adaptive: a.Adaptive, AdaptiveScope: a.AdaptiveScope}
+	q := peermsg.AcquireRequest{Key: a.Key, Limit: a.Limit, TTL: a.TTL, RequestID: a.RequestID, Adaptive: a.Adaptive, AdaptiveScope: a.AdaptiveScope,
+		MaxTTL: a.MaxTTL}
 	ans, err := r.routeLease(ctx, v, a.Key, func(owner string, final bool) (peermsg.LeaseAnswer, error) {
 		if owner == r.cfg.Self {
 			return r.acquireLocal(ctx, v, &q), nil
@@ -149,7 +159,8 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (LeaseResult, error) {
 	return res, nil
 }
 
-// Renew makes the lease id live for ttl from now on its key's owner. It
+// Renew makes the lease id live for ttl from now on its key's owner, ttl
+// capped at the lease's MaxTTL (the answer's ExpiresIn says for how long). It
 // returns an error wrapping ErrInvalid for a malformed id or a ttl out of
 // range, ErrLeaseNotFound once the lease expired or was released, or one
 // wrapping ErrUnavailable when the owner cannot be reached or its

@@ -161,7 +161,7 @@ func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRe
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
 	r.adaptAcquire(q, now)
-	g, err := r.slots.Acquire(q.Key, q.Limit, q.TTL, q.RequestID, now)
+	g, err := r.slots.AcquireCapped(q.Key, q.Limit, q.TTL, q.MaxTTL, q.RequestID, now)
 	if err != nil { // a full table (bucket.ErrLeasesFull), or a bad request from a peer
 		r.log.Warn("acquire not decided", "key", q.Key, "err", err)
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
@@ -202,7 +202,7 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
 	return peermsg.LeaseAnswer{Status: peermsg.LeaseOK, Lease: id, InFlight: r.slots.InFlight(cur.Key, now),
-		Limit: cur.Limit.Count(), ExpiresIn: ttl, Owner: r.cfg.Self}
+		Limit: cur.Limit.Count(), ExpiresIn: cur.Expires.Sub(now), Owner: r.cfg.Self}
 }
 
 // releaseLocal releases a lease of a key this node owns. The release
@@ -232,7 +232,8 @@ func (r *Router) releaseLocal(ctx context.Context, v *view, key, id string, o Ou
 // AcquireFor implements peer.Leaser: an acquire another node sent. A
 // receiver whose ring names another owner redirects it, unless final.
 func (r *Router) AcquireFor(ctx context.Context, from string, q peermsg.AcquireRequest) peermsg.LeaseAnswer {
-	a := Acquire{Key: q.Key, Limit: q.Limit, Mode: bucket.FailClosed, TTL: q.TTL, RequestID: q.RequestID}
+	a := Acquire{Key: q.Key, Limit: q.Limit, Mode: bucket.FailClosed, TTL: q.TTL, RequestID: q.RequestID,
+		Adaptive: q.Adaptive, AdaptiveScope: q.AdaptiveScope, MaxTTL: q.MaxTTL}
 	if r.validAcquire(&a) != nil {
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}

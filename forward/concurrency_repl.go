@@ -64,7 +64,7 @@ func leaseState(slots *bucket.Leases, key string, l bucket.Limit, now clock.Inst
 	held := slots.Held(key, now)
 	st := peermsg.State{Key: key, Limit: l, LeaseSet: true, Leases: make([]peermsg.Lease, len(held))}
 	for i, ls := range held {
-		st.Leases[i] = peermsg.Lease{ID: ls.ID, RequestID: ls.RequestID, TTL: ls.Expires.Sub(now)}
+		st.Leases[i] = peermsg.Lease{ID: ls.ID, RequestID: ls.RequestID, TTL: ls.Expires.Sub(now), MaxTTL: ls.MaxTTL}
 		st.Limit = ls.Limit
 	}
 	return st
@@ -143,7 +143,8 @@ func (r *Router) importLeases(from string, states []peermsg.State, now clock.Ins
 			if err != nil || k != s.Key || m.TTL <= 0 || m.TTL > bucket.MaxLeaseTTL {
 				continue // hostile or broken: a lease must name its key
 			}
-			set = append(set, bucket.Lease{ID: m.ID, Key: s.Key, Limit: s.Limit, Expires: now.Add(m.TTL), RequestID: m.RequestID})
+			set = append(set, bucket.Lease{ID: m.ID, Key: s.Key, Limit: s.Limit, Expires: now.Add(m.TTL), RequestID: m.RequestID,
+				MaxTTL: leaseMaxTTL(m.MaxTTL)})
 		}
 		if replace {
 			r.slots.Replace(s.Key, set, now)
@@ -230,12 +231,17 @@ func (r *Router) handoffLeases(ctx context.Context) (failed int) {
 }
 
 // fetchLeases asks prev, the previous owner of key, for its lease set and
-// merges it; it reports whether prev answered.
+// merges it; it reports whether prev answered. A prev that holds nothing
+// of key (a policy layer's key, which has no namespace telling that it is
+// a concurrency key, with no live lease there) answered an empty set.
 func (r *Router) fetchLeases(ctx context.Context, v *view, prev, key string) bool {
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.PeerTimeout/4, time.Millisecond))
 	defer cancel()
 	st, ok, err := r.cfg.Peers.Fetch(ctx, prev, key, &fetchLimit)
-	if err != nil || !ok || !st.LeaseSet || st.Key != key {
+	if err == nil && !ok {
+		st = peermsg.State{Key: key, Limit: fetchLimit, LeaseSet: true}
+	}
+	if err != nil || !st.LeaseSet || st.Key != key {
 		return false
 	}
 	st.RingVersion = v.version()
@@ -256,4 +262,13 @@ func (r *Router) lookupLeases(key string) peermsg.State {
 		l = held[0].Limit
 	}
 	return leaseState(r.slots, key, l, now)
+}
+
+// leaseMaxTTL is a lease's renewal cap as a peer sent it: one out of
+// range (hostile or broken) is bucket.MaxLeaseTTL's (0).
+func leaseMaxTTL(d time.Duration) time.Duration {
+	if bucket.CheckLeaseTTL("max_ttl", d) != nil {
+		return 0
+	}
+	return d
 }

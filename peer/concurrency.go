@@ -36,11 +36,12 @@ const MaxStateLeases = 4096
 // LeaseRecord.
 const (
 	fStateLeaseSet, fStateLeases, fStateRingVersion = 6, 7, 8
-	fLeaseID, fLeaseTTL, fLeaseRequestID            = 1, 2, 3
+	fLeaseID, fLeaseTTL, fLeaseRequestID, fLeaseMax = 1, 2, 3, 4
 )
 
 func leaseRecordSize(l *peermsg.Lease) int {
-	return stringSize(fLeaseID, l.ID) + varintSize(fLeaseTTL, uint64(l.TTL)) + stringSize(fLeaseRequestID, l.RequestID)
+	return stringSize(fLeaseID, l.ID) + varintSize(fLeaseTTL, uint64(l.TTL)) + stringSize(fLeaseRequestID, l.RequestID) +
+		varintSize(fLeaseMax, uint64(l.MaxTTL))
 }
 
 // leasesSize is the size of a state's lease_set, leases and ring_version
@@ -64,6 +65,7 @@ func appendLeases(b []byte, s *State) []byte {
 		b = appendString(b, fLeaseID, l.ID)
 		b = appendVarint(b, fLeaseTTL, uint64(l.TTL))
 		b = appendString(b, fLeaseRequestID, l.RequestID)
+		b = appendVarint(b, fLeaseMax, uint64(l.MaxTTL))
 	}
 	return appendVarint(b, fStateRingVersion, s.RingVersion)
 }
@@ -78,6 +80,8 @@ func parseLeaseRecord(b []byte) (peermsg.Lease, error) {
 			l.TTL = time.Duration(v)
 		case fLeaseRequestID<<3 | 2:
 			l.RequestID = str(val)
+		case fLeaseMax << 3:
+			l.MaxTTL = time.Duration(v)
 		}
 		return nil
 	})
@@ -90,7 +94,7 @@ func leasesToProto(ls []peermsg.Lease) []*peerv1.LeaseRecord {
 	}
 	out := make([]*peerv1.LeaseRecord, len(ls))
 	for i, l := range ls {
-		out[i] = &peerv1.LeaseRecord{Id: l.ID, TtlNs: int64(l.TTL), RequestId: l.RequestID}
+		out[i] = &peerv1.LeaseRecord{Id: l.ID, TtlNs: int64(l.TTL), RequestId: l.RequestID, MaxTtlNs: int64(l.MaxTTL)}
 	}
 	return out
 }
@@ -102,7 +106,7 @@ func leasesFromProto(ps []*peerv1.LeaseRecord) []peermsg.Lease {
 	ps = ps[:min(len(ps), MaxStateLeases)]
 	out := make([]peermsg.Lease, len(ps))
 	for i, p := range ps {
-		out[i] = peermsg.Lease{ID: p.GetId(), TTL: time.Duration(p.GetTtlNs()), RequestID: p.GetRequestId()}
+		out[i] = peermsg.Lease{ID: p.GetId(), TTL: time.Duration(p.GetTtlNs()), RequestID: p.GetRequestId(), MaxTTL: time.Duration(p.GetMaxTtlNs())}
 	}
 	return out
 }
@@ -142,7 +146,18 @@ func (s *Server) Acquire(ctx context.Context, req *peerv1.PeerAcquireRequest) (*
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	q := peermsg.AcquireRequest{Key: req.GetKey(), Limit: lim, TTL: time.Duration(req.GetTtlNs()), RequestID: req.GetRequestId(), Final: req.GetFinal()}
+	q := peermsg.AcquireRequest{Key: req.GetKey(), Limit: lim, TTL: time.Duration(req.GetTtlNs()), RequestID: req.GetRequestId(), Final: req.GetFinal(),
+		MaxTTL: time.Duration(req.GetMaxTtlNs())}
+	if req.GetAdaptive() != nil {
+		spec := specFromProto(req.GetAdaptive())
+		if err := checkSpec(&spec); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		q.Adaptive = &spec
+		if sc := req.GetAdaptiveScope(); len(sc) <= maxScopeLen {
+			q.AdaptiveScope = strings.Clone(sc)
+		}
+	}
 	a := l.AcquireFor(ctx, strings.Clone(req.GetFrom()), q)
 	return leaseAnswerToProto(&a), nil
 }
@@ -177,7 +192,8 @@ func (p *Pool) AcquireLease(ctx context.Context, name string, q peermsg.AcquireR
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	resp, err := c.rpc.Acquire(ctx, &peerv1.PeerAcquireRequest{From: c.cfg.Self, Key: q.Key, Limit: limitToProto(&q.Limit),
-		TtlNs: int64(q.TTL), RequestId: q.RequestID, Final: q.Final})
+		TtlNs: int64(q.TTL), RequestId: q.RequestID, Final: q.Final, Adaptive: specToProto(q.Adaptive), AdaptiveScope: q.AdaptiveScope,
+		MaxTtlNs: int64(q.MaxTTL)})
 	if err != nil {
 		return peermsg.LeaseAnswer{}, err
 	}

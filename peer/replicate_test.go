@@ -117,7 +117,7 @@ func TestReplicateWireMatchesProto(t *testing.T) {
 		{"leases", replicateBatch{from: "A", states: []State{
 			{Key: "c|k", Limit: bucket.MustLimit(bucket.Concurrency, 5, 0, 0), LeaseSet: true, Leases: []peermsg.Lease{
 				{ID: "l1.Y3xr.AAAAAAAAAAAAAAAA", TTL: 30 * time.Second, RequestID: "req-1"},
-				{ID: "l1.Y3xr.BBBBBBBBBBBBBBBB", TTL: time.Second},
+				{ID: "l1.Y3xr.BBBBBBBBBBBBBBBB", TTL: time.Second, MaxTTL: time.Minute},
 				{},
 			}},
 			{Key: "c|j", Limit: bucket.MustLimit(bucket.Concurrency, 1, 0, 0), LeaseSet: true, RingVersion: 1<<64 - 1},
@@ -153,7 +153,8 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 			for j := range rapid.IntRange(0, 3).Draw(t, l+".leases") {
 				ll := fmt.Sprint(l, ".l", j)
 				st.Leases = append(st.Leases, peermsg.Lease{ID: rapid.StringN(0, 40, -1).Draw(t, ll+".id"),
-					TTL: time.Duration(maybeZero(t, ll+".ttl")), RequestID: rapid.StringN(0, 20, -1).Draw(t, ll+".request_id")})
+					TTL: time.Duration(maybeZero(t, ll+".ttl")), RequestID: rapid.StringN(0, 20, -1).Draw(t, ll+".request_id"),
+					MaxTTL: time.Duration(maybeZero(t, ll+".max_ttl"))})
 			}
 			m.states = append(m.states, st)
 		}

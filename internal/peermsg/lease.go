@@ -14,6 +14,8 @@ type Lease struct {
 	RequestID string
 	// TTL is how long it lives, from when the state was read.
 	TTL time.Duration
+	// MaxTTL is the most a renew of it may ask (0: bucket.MaxLeaseTTL).
+	MaxTTL time.Duration
 }
 
 // AcquireRequest asks a key's owner for a concurrency lease.
@@ -30,6 +32,9 @@ type AcquireRequest struct {
 	// count. AdaptiveScope names the layer.
 	Adaptive      *adaptive.Spec
 	AdaptiveScope string
+	// MaxTTL is the most a renew of the lease may ask, its layer's
+	// max_lease_ttl (0: bucket.MaxLeaseTTL).
+	MaxTTL time.Duration
 }
 
 // LeaseStatus is how a key's owner answered an acquire, renew or release.

@@ -1514,8 +1514,11 @@ type LeaseRecord struct {
 	// The full id (it names the key).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Nanoseconds until it expires, on the sender's clock when it sent it.
-	TtlNs         int64  `protobuf:"varint,2,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	TtlNs     int64  `protobuf:"varint,2,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The most a renew of the lease may ask, in nanoseconds; 0: the most
+	// any lease may live.
+	MaxTtlNs      int64 `protobuf:"varint,4,opt,name=max_ttl_ns,json=maxTtlNs,proto3" json:"max_ttl_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1569,6 +1572,13 @@ func (x *LeaseRecord) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *LeaseRecord) GetMaxTtlNs() int64 {
+	if x != nil {
+		return x.MaxTtlNs
+	}
+	return 0
 }
 
 // Reservation is an owner's record of one reservation (see Check.reserve_ttl_ns).
@@ -2282,7 +2292,14 @@ type PeerAcquireRequest struct {
 	TtlNs     int64                  `protobuf:"varint,4,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
 	RequestId string                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Decide on the receiver even where its ring names another owner.
-	Final         bool `protobuf:"varint,6,opt,name=final,proto3" json:"final,omitempty"`
+	Final bool `protobuf:"varint,6,opt,name=final,proto3" json:"final,omitempty"`
+	// The layer's adaptive limit, if any: the owner grants up to its
+	// controller's current limit in place of limit's count. adaptive_scope
+	// names the layer.
+	Adaptive      *AdaptiveSpec `protobuf:"bytes,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
+	AdaptiveScope string        `protobuf:"bytes,21,opt,name=adaptive_scope,json=adaptiveScope,proto3" json:"adaptive_scope,omitempty"`
+	// The most a renew of the lease may ask; 0: the most any lease may live.
+	MaxTtlNs      int64 `protobuf:"varint,22,opt,name=max_ttl_ns,json=maxTtlNs,proto3" json:"max_ttl_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2357,6 +2374,27 @@ func (x *PeerAcquireRequest) GetFinal() bool {
 		return x.Final
 	}
 	return false
+}
+
+func (x *PeerAcquireRequest) GetAdaptive() *AdaptiveSpec {
+	if x != nil {
+		return x.Adaptive
+	}
+	return nil
+}
+
+func (x *PeerAcquireRequest) GetAdaptiveScope() string {
+	if x != nil {
+		return x.AdaptiveScope
+	}
+	return ""
+}
+
+func (x *PeerAcquireRequest) GetMaxTtlNs() int64 {
+	if x != nil {
+		return x.MaxTtlNs
+	}
+	return 0
 }
 
 type PeerRenewRequest struct {
@@ -2736,12 +2774,14 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tlease_set\x18\x06 \x01(\bR\bleaseSet\x126\n" +
 	"\x06leases\x18\a \x03(\v2\x1e.ringlimit.peer.v1.LeaseRecordR\x06leases\x12!\n" +
 	"\fring_version\x18\b \x01(\x04R\vringVersion\x12<\n" +
-	"\badaptive\x18\x14 \x01(\v2 .ringlimit.peer.v1.AdaptiveStateR\badaptive\"S\n" +
+	"\badaptive\x18\x14 \x01(\v2 .ringlimit.peer.v1.AdaptiveStateR\badaptive\"q\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\x8d\x01\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x1c\n" +
+	"\n" +
+	"max_ttl_ns\x18\x04 \x01(\x03R\bmaxTtlNs\"\x8d\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x03R\breserved\x12\x15\n" +
@@ -2793,7 +2833,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x12previous_remaining\x18\x02 \x01(\x03R\x11previousRemaining\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12 \n" +
 	"\vunconfirmed\x18\x04 \x03(\tR\vunconfirmed\x12\x1a\n" +
-	"\bredirect\x18\x05 \x01(\tR\bredirect\"\xb6\x01\n" +
+	"\bredirect\x18\x05 \x01(\tR\bredirect\"\xb8\x02\n" +
 	"\x12PeerAcquireRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
@@ -2801,7 +2841,11 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x06ttl_ns\x18\x04 \x01(\x03R\x05ttlNs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05final\x18\x06 \x01(\bR\x05final\"i\n" +
+	"\x05final\x18\x06 \x01(\bR\x05final\x12;\n" +
+	"\badaptive\x18\x14 \x01(\v2\x1f.ringlimit.peer.v1.AdaptiveSpecR\badaptive\x12%\n" +
+	"\x0eadaptive_scope\x18\x15 \x01(\tR\radaptiveScope\x12\x1c\n" +
+	"\n" +
+	"max_ttl_ns\x18\x16 \x01(\x03R\bmaxTtlNs\"i\n" +
 	"\x10PeerRenewRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\tR\x05lease\x12\x15\n" +
@@ -2909,34 +2953,35 @@ var file_peer_v1_peer_proto_depIdxs = []int32{
 	0,  // 15: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
 	9,  // 16: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
 	9,  // 17: ringlimit.peer.v1.PeerAcquireRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	1,  // 18: ringlimit.peer.v1.PeerLeaseResponse.status:type_name -> ringlimit.peer.v1.PeerLeaseResponse.Status
-	11, // 19: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	17, // 20: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	21, // 21: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	19, // 22: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	2,  // 23: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	23, // 24: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
-	25, // 25: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
-	27, // 26: ringlimit.peer.v1.Peer.Acquire:input_type -> ringlimit.peer.v1.PeerAcquireRequest
-	28, // 27: ringlimit.peer.v1.Peer.Renew:input_type -> ringlimit.peer.v1.PeerRenewRequest
-	29, // 28: ringlimit.peer.v1.Peer.Release:input_type -> ringlimit.peer.v1.PeerReleaseRequest
-	7,  // 29: ringlimit.peer.v1.Peer.PeerReport:input_type -> ringlimit.peer.v1.PeerReportRequest
-	13, // 30: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	18, // 31: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	22, // 32: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	20, // 33: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	3,  // 34: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	24, // 35: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
-	26, // 36: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
-	30, // 37: ringlimit.peer.v1.Peer.Acquire:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	30, // 38: ringlimit.peer.v1.Peer.Renew:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	30, // 39: ringlimit.peer.v1.Peer.Release:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	8,  // 40: ringlimit.peer.v1.Peer.PeerReport:output_type -> ringlimit.peer.v1.PeerReportResponse
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	5,  // 18: ringlimit.peer.v1.PeerAcquireRequest.adaptive:type_name -> ringlimit.peer.v1.AdaptiveSpec
+	1,  // 19: ringlimit.peer.v1.PeerLeaseResponse.status:type_name -> ringlimit.peer.v1.PeerLeaseResponse.Status
+	11, // 20: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	17, // 21: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	21, // 22: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	19, // 23: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	2,  // 24: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	23, // 25: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
+	25, // 26: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
+	27, // 27: ringlimit.peer.v1.Peer.Acquire:input_type -> ringlimit.peer.v1.PeerAcquireRequest
+	28, // 28: ringlimit.peer.v1.Peer.Renew:input_type -> ringlimit.peer.v1.PeerRenewRequest
+	29, // 29: ringlimit.peer.v1.Peer.Release:input_type -> ringlimit.peer.v1.PeerReleaseRequest
+	7,  // 30: ringlimit.peer.v1.Peer.PeerReport:input_type -> ringlimit.peer.v1.PeerReportRequest
+	13, // 31: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	18, // 32: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	22, // 33: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	20, // 34: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	3,  // 35: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	24, // 36: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
+	26, // 37: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
+	30, // 38: ringlimit.peer.v1.Peer.Acquire:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	30, // 39: ringlimit.peer.v1.Peer.Renew:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	30, // 40: ringlimit.peer.v1.Peer.Release:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	8,  // 41: ringlimit.peer.v1.Peer.PeerReport:output_type -> ringlimit.peer.v1.PeerReportResponse
+	31, // [31:42] is the sub-list for method output_type
+	20, // [20:31] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }
