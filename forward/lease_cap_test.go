@@ -63,9 +63,9 @@ func TestRenewCappedByMaxTTL(t *testing.T) {
 }
 
 // TestLookupPolicyLeases: a key with no concurrency namespace (a policy
-// layer's) is looked up as its lease set while it holds live leases, and
-// as not found once they are gone, so that a new owner fetching it gets
-// the leases, or learns there are none.
+// layer's) fetched under a concurrency limit is looked up as its lease
+// set: its live leases, or none once they expired, so that a new owner
+// fetching it gets the leases, or learns there are none.
 func TestLookupPolicyLeases(t *testing.T) {
 	clk := testkit.NewClock(0)
 	a := startNode(t, "A", clk, nil)
@@ -75,12 +75,16 @@ func TestLookupPolicyLeases(t *testing.T) {
 	if err != nil || !res.Allowed {
 		t.Fatalf("acquire: %+v %v", res, err)
 	}
-	st, ok := a.r.Lookup("B", key)
+	named := concurrency(1) // a fetch names a concurrency limit
+	st, ok := a.r.Lookup("B", key, &named)
 	if !ok || !st.LeaseSet || len(st.Leases) != 1 || st.Leases[0].ID != res.Lease || st.Limit != concurrency(2) {
 		t.Fatalf("lookup with a lease held: %+v %v", st, ok)
 	}
 	clk.Advance(2 * time.Second)
-	if st, ok := a.r.Lookup("B", key); ok {
-		t.Fatalf("lookup once the lease expired: %+v, want not found", st)
+	if st, ok := a.r.Lookup("B", key, &named); !ok || !st.LeaseSet || len(st.Leases) != 0 {
+		t.Fatalf("lookup once the lease expired: %+v %v, want an empty lease set", st, ok)
+	}
+	if st, ok := a.r.Lookup("B", key, nil); ok {
+		t.Fatalf("lookup naming no limit: %+v, want not found (no bucket of the key)", st)
 	}
 }

@@ -170,9 +170,6 @@ func (r *Router) Lookup(from, key string, named *bucket.Limit) (peermsg.State, b
 	if strings.HasPrefix(key, bucket.NamespaceConcurrency) || (named != nil && named.Algorithm() == bucket.Concurrency) {
 		return r.lookupLeases(key), true // a concurrency key's lease set, possibly none
 	}
-	if r.InFlight(key) > 0 { // a policy's concurrency layer: its key has no namespace of its own
-		return r.lookupLeases(key), true
-	}
 	now := r.cfg.Clock.Now()
 	l, used, resetAt, ok := r.cfg.Store.UsedReset(key, now)
 	if ok && from != "" {
