@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
 )
 
@@ -151,18 +150,6 @@ func (p *Pool) Check(ctx context.Context, name string, reqs []Request, out []Ans
 		return "", err
 	}
 	return c.check(ctx, reqs, out)
-}
-
-// Fetch asks name (a member, or one that left less than Grace ago) for
-// key's state; found is false when it holds none.
-func (p *Pool) Fetch(ctx context.Context, name, key string, l *bucket.Limit) (st State, found bool, err error) {
-	c, err := p.conn(name, true)
-	if err != nil {
-		return State{}, false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	return c.fetch(ctx, key, l)
 }
 
 // Handoff pushes states to the member name, within four times Timeout.

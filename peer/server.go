@@ -390,20 +390,3 @@ func (s *Server) checkReplicate(n int) error {
 	}
 	return nil
 }
-
-// Fetch answers a new owner asking for a key's state.
-func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.FetchResponse, error) {
-	if err := s.authorize(ctx, req.GetFrom()); err != nil {
-		return nil, err
-	}
-	var named *bucket.Limit
-	if l, err := limitFromProto(req.GetLimit()); err == nil {
-		named = &l
-	}
-	st, ok := s.h.Lookup(req.GetFrom(), req.GetKey(), named)
-	if !ok {
-		return &peerv1.FetchResponse{}, nil
-	}
-	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
-		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt, LeaseSet: st.LeaseSet, Leases: leasesToProto(st.Leases), Adaptive: adaptiveStateToProto(st.Adaptive)}}, nil
-}
