@@ -12,14 +12,16 @@ import (
 
 // Concurrency limits: at most N leases of a key held at once across the
 // cluster. The key's owner alone decides, on its own clock, from its
-// lease table (bucket.Leases); every acquire, renew and release it applies
-// is acknowledged by the key's successor before it is answered (a
+// lease table (bucket.Leases); every acquire and renew it applies is
+// acknowledged by the key's successor before it is answered (a
 // replication round carries the key's absolute lease set), so a crash of
 // the owner neither frees nor duplicates a slot: the successor, owner
 // next, counts the set it holds. An acquire the successor does not
 // acknowledge is undone and answered as for an unreachable owner, a renew
-// is undone (ErrUnavailable), a release stands (the replica keeps the
-// lease until its TTL: under-admission only). A lease id names its key,
+// is undone (ErrUnavailable). A release stands whatever the round does,
+// so it is answered at once and its round started without waiting for it
+// (until that round is acknowledged the replica keeps the lease, until
+// its TTL if the owner dies: under-admission only). A lease id names its key,
 // so any node routes a renew or release to the owner; a receiver whose
 // ring names another owner redirects, as for a settle. Nothing is ever
 // decided by a stand-in: an owner that cannot be reached answers an

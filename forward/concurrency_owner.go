@@ -206,7 +206,10 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 }
 
 // releaseLocal releases a lease of a key this node owns. The release
-// stands whether or not the successor acknowledges it.
+// stands whether or not the successor acknowledges it, so it is answered
+// at once: a round started now carries the key's set (until it is
+// acknowledged, a crash of this node leaves the successor counting the
+// lease until its TTL: under-admission only).
 func (r *Router) releaseLocal(ctx context.Context, v *view, key, id string, o Outcome, latency time.Duration) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
 	ls, ok := r.slots.Release(id, now)
@@ -221,7 +224,7 @@ func (r *Router) releaseLocal(ctx context.Context, v *view, key, id string, o Ou
 		return ans
 	}
 	r.repl.leaseChanged(ls.Key, ls.Limit)
-	r.leaseAwait(ctx, v)
+	r.repl.startRound() // the release stands: its round is not awaited
 	if f := r.cfg.OnRelease; f != nil {
 		f(ls.Key, ls.Limit, o, latency)
 	}

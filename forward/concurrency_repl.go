@@ -59,6 +59,17 @@ func (p *replicator) leaseChanged(key string, l bucket.Limit) {
 	}
 }
 
+// startRound asks for a round now without waiting for it.
+func (p *replicator) startRound() {
+	if !p.on() {
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default: // a round is asked for already
+	}
+}
+
 // leaseState is key's lease set at now as a state.
 func leaseState(slots *bucket.Leases, key string, l bucket.Limit, now clock.Instant) peermsg.State {
 	held := slots.Held(key, now)
