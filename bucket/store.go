@@ -214,6 +214,9 @@ func (s *Store) Evictions() uint64 {
 	return n
 }
 
+// Shards returns how many shards the store has.
+func (s *Store) Shards() int { return len(s.shards) }
+
 // Capacity returns the most keys the store holds: MaxKeys rounded down to a
 // multiple of the shard count.
 func (s *Store) Capacity() int {

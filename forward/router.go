@@ -105,7 +105,7 @@ func New(cfg Config) (*Router, error) {
 	changed := make(chan struct{})
 	r.viewChanged.Store(&changed)
 	r.resv = bucket.NewReservations(cfg.MaxReservations)
-	r.shared = newShared(cfg.Store.Capacity(), cmp.Or(cfg.Replication.MaxMemory, cfg.Store.MaxMemory()))
+	r.shared = newShared(cfg.Store.Capacity(), cmp.Or(cfg.Replication.MaxMemory, cfg.Store.MaxMemory()), cfg.Store.Shards())
 	r.known = newRefusals(cfg.LocalKeys)
 	r.leases = newLeases(cfg.Lease, cfg.Clock, m, r.refundLease)
 	r.handoff = newHandoff(handoffConfig{Self: cfg.Self, Grace: cfg.Grace, PeerTimeout: cfg.PeerTimeout,

@@ -38,6 +38,7 @@ import (
 // concurrent use.
 type shared struct {
 	capacity int
+	shards   int // at most: the node's store's
 	memory   int64                                    // bytes per member's store
 	mu       sync.Mutex                               // serialises changes to stores
 	stores   atomic.Pointer[map[string]*bucket.Store] // by member; replaced whole
@@ -45,8 +46,8 @@ type shared struct {
 	goneFull, goneInvalid atomic.Uint64
 }
 
-func newShared(capacity int, memory int64) *shared {
-	sh := &shared{capacity: capacity, memory: memory}
+func newShared(capacity int, memory int64, shards int) *shared {
+	sh := &shared{capacity: capacity, memory: memory, shards: shards}
 	sh.stores.Store(&map[string]*bucket.Store{})
 	return sh
 }
@@ -63,7 +64,11 @@ func (sh *shared) store(member string, create bool) *bucket.Store {
 	if s := cur[member]; s != nil {
 		return s
 	}
-	shards := 16
+	// No more shards than the node's store: each shard holds its share of
+	// the capacity, and copies land in shards unevenly, so more, smaller
+	// shards would refuse copies that the node's own store, with the same
+	// capacity, would take.
+	shards := min(16, max(sh.shards, 1))
 	for shards > 1 && (sh.capacity < shards || sh.memory < int64(shards)*4096) {
 		shards /= 2
 	}
