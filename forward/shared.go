@@ -38,7 +38,7 @@ import (
 // concurrent use.
 type shared struct {
 	capacity int
-	shards   int // at most: the node's store's
+	shards   int                                      // at most: the node's store's
 	memory   int64                                    // bytes per member's store
 	mu       sync.Mutex                               // serialises changes to stores
 	stores   atomic.Pointer[map[string]*bucket.Store] // by member; replaced whole
