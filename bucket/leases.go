@@ -47,6 +47,9 @@ type Leases struct {
 	bytes int64
 	ids   map[string]*Lease
 	keys  map[string][]*Lease // each key's leases, in the order acquired
+	// sweepAt is the earliest expiry at the last sweep: a full table is not
+	// swept again before it.
+	sweepAt clock.Instant
 }
 
 // NewLeases returns an empty table of at most max leases
@@ -138,6 +141,7 @@ func (t *Leases) Restore(prev Lease) {
 	defer t.mu.Unlock()
 	if ls, ok := t.ids[prev.ID]; ok {
 		ls.Expires = prev.Expires
+		t.sweepAt = min(t.sweepAt, prev.Expires)
 	}
 }
 

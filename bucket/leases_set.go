@@ -100,19 +100,27 @@ func (t *Leases) prune(key string, now clock.Instant) []*Lease {
 }
 
 // room reports whether ls fits, sweeping every key's expired leases when
-// the table is at its bound.
+// the table is at its bound and one may have expired.
 func (t *Leases) room(ls *Lease, now clock.Instant) bool {
 	fits := func() bool { return len(t.ids) < t.max && t.bytes+leaseBytes(ls) <= MaxLeaseBytes }
 	if fits() {
 		return true
 	}
-	for key := range t.keys {
-		t.prune(key, now)
+	if now < t.sweepAt {
+		return false
 	}
+	next := clock.Instant(1<<63 - 1)
+	for key := range t.keys {
+		for _, l := range t.prune(key, now) {
+			next = min(next, l.Expires)
+		}
+	}
+	t.sweepAt = next
 	return fits()
 }
 
 func (t *Leases) insert(ls *Lease) {
+	t.sweepAt = min(t.sweepAt, ls.Expires) // a sweep may find it expired from then
 	t.ids[ls.ID] = ls
 	t.keys[ls.Key] = append(t.keys[ls.Key], ls)
 	t.bytes += leaseBytes(ls)

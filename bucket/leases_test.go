@@ -220,3 +220,23 @@ func TestLeasesProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestLeasesFullSweepsOnce: a full table of live leases is not swept
+// again before its earliest lease expires, and is swept then.
+func TestLeasesFullSweepsOnce(t *testing.T) {
+	tb := NewLeases(2)
+	l := MustLimit(Concurrency, 10, 0, 0)
+	tb.Acquire("c|k", l, 2*time.Second, "", 0)
+	tb.Acquire("c|k", l, 3*time.Second, "", 0)
+	for _, at := range []clock.Instant{0, sec, 2*sec - 1} {
+		if _, err := tb.Acquire("c|j", l, time.Second, "", at); !errors.Is(err, ErrLeasesFull) {
+			t.Fatalf("at %v: %v, want ErrLeasesFull", at, err)
+		}
+	}
+	if tb.sweepAt != 2*sec {
+		t.Fatalf("next sweep at %v, want 2s", tb.sweepAt)
+	}
+	if g, err := tb.Acquire("c|j", l, time.Second, "", 2*sec); err != nil || !g.Granted || tb.Len() != 2 {
+		t.Fatalf("at 2s: %+v %v, %d held", g, err, tb.Len())
+	}
+}

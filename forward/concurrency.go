@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -110,7 +109,7 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (LeaseResult, error) {
 	}
 	v := r.view.Load()
 	if v.noOwner() {
-		return r.leaseDegraded(&a, "acquire", ""), nil
+		return r.leaseDegraded(&a), nil
 	}
 	q := peermsg.AcquireRequest{Key: a.Key, Limit: a.Limit, TTL: a.TTL, RequestID: a.RequestID}
 	ans, err := r.routeLease(ctx, v, a.Key, func(owner string, final bool) (peermsg.LeaseAnswer, error) {
@@ -125,7 +124,7 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (LeaseResult, error) {
 			return LeaseResult{}, ctx.Err()
 		}
 		r.log.Debug("acquire answered in its failure mode", "key", a.Key, "err", err)
-		return r.leaseDegraded(&a, "acquire", ans.Owner), nil
+		return r.leaseDegraded(&a), nil
 	}
 	res := r.leaseResult(&ans)
 	switch ans.Status {
@@ -249,9 +248,9 @@ func (r *Router) leaseResult(a *peermsg.LeaseAnswer) LeaseResult {
 // leaseDegraded answers an acquire whose owner could not grant or refuse
 // it, in its failure mode: fail_open admits with no lease, fail_closed
 // refuses for a second.
-func (r *Router) leaseDegraded(a *Acquire, op, owner string) LeaseResult {
+func (r *Router) leaseDegraded(a *Acquire) LeaseResult {
 	r.m.degraded[a.Mode%3].Inc()
-	r.m.leaseOp(op, "degraded")
+	r.m.leaseOp("acquire", "degraded")
 	res := LeaseResult{Limit: a.Limit.Count(), Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr, Degraded: true}
 	if a.Mode == bucket.FailOpen {
 		res.Allowed = true
@@ -260,6 +259,3 @@ func (r *Router) leaseDegraded(a *Acquire, op, owner string) LeaseResult {
 	}
 	return res
 }
-
-// errLeasesFull is how a full lease table is logged.
-var errLeasesFull = errors.New("forward: no room for another lease")

@@ -2,10 +2,13 @@ package forward
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 )
 
@@ -68,4 +71,123 @@ func TestAcquireThreeNodes(t *testing.T) {
 	if len(third) != 5 {
 		t.Fatalf("after every TTL: %d granted, want 5", len(third))
 	}
+}
+
+// TestAcquiresShareRounds: 50 acquires at once of a limit of 50, all
+// granted, each acknowledged by the successor before its answer, cost far
+// fewer than 50 replicated states: the acquires waiting together share a
+// round.
+func TestAcquiresShareRounds(t *testing.T) {
+	clk := testkit.NewClock(0)
+	nodes := startNodes(t, clk, nil, "A", "B")
+	formCluster(clk, nodes...)
+	a, b := nodes[0], nodes[1]
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("%sshared-%d", bucket.NamespaceConcurrency, i)
+		if o, _ := a.r.Owner(key); o == "A" {
+			break
+		}
+	}
+	before := testkit.Metric(t, a.reg, "ringlimit_peer_replicated_total")
+	got := acquireWave(t, 50, Acquire{Key: key, Limit: concurrency(50), Mode: bucket.FailClosed, TTL: time.Minute}, a.r)
+	if len(got) != 50 || b.r.InFlight(key) != 50 {
+		t.Fatalf("%d granted, successor holds %d; want 50 and 50", len(got), b.r.InFlight(key))
+	}
+	sent := testkit.Metric(t, a.reg, "ringlimit_peer_replicated_total") - before
+	t.Logf("50 grants acknowledged with %v replicated states", sent)
+	if sent < 1 || sent > 25 {
+		t.Fatalf("50 grants took %v replicated states, want between 1 and 25 (rounds shared)", sent)
+	}
+}
+
+// TestLeaseRedirect: a member whose ring names another owner does not
+// decide a forwarded acquire, renew or release: it names the owner and
+// changes nothing, unless the request is final.
+func TestLeaseRedirect(t *testing.T) {
+	clk := testkit.NewClock(0)
+	nodes := startNodes(t, clk, nil, "A", "B")
+	formCluster(clk, nodes...)
+	a, b := nodes[0], nodes[1]
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("%sredirect-%d", bucket.NamespaceConcurrency, i)
+		if o, _ := a.r.Owner(key); o == "A" {
+			break
+		}
+	}
+	ctx := context.Background()
+	q := peermsg.AcquireRequest{Key: key, Limit: concurrency(1), TTL: time.Minute}
+	if ans := b.r.AcquireFor(ctx, "A", q); ans.Status != peermsg.LeaseRedirect || ans.Redirect != "A" || b.r.InFlight(key) != 0 {
+		t.Fatalf("acquire on B: %+v, want a redirect to A", ans)
+	}
+	res, err := b.r.Acquire(ctx, Acquire{Key: key, Limit: concurrency(1), Mode: bucket.FailClosed, TTL: time.Minute})
+	if err != nil || !res.Allowed || res.Owner != "A" {
+		t.Fatalf("acquire through B: %+v %v", res, err)
+	}
+	if ans := b.r.RenewFor(ctx, "A", res.Lease, time.Minute, false); ans.Status != peermsg.LeaseRedirect || ans.Redirect != "A" {
+		t.Fatalf("renew on B: %+v, want a redirect to A", ans)
+	}
+	if ans := b.r.ReleaseFor(ctx, "A", res.Lease, 0, 0, false); ans.Status != peermsg.LeaseRedirect || a.r.InFlight(key) != 1 {
+		t.Fatalf("release on B: %+v, A holds %d; want a redirect and 1", ans, a.r.InFlight(key))
+	}
+	q.Final = true
+	if ans := b.r.AcquireFor(ctx, "A", q); ans.Status == peermsg.LeaseRedirect {
+		t.Fatalf("final acquire on B redirected: %+v", ans)
+	}
+}
+
+// TestUnacknowledgedUndone: A owns the key and its successor B stops
+// answering. An acquire is undone and answered in its failure mode
+// (fail_closed refuses, fail_open admits with no lease), a renew is undone
+// (ErrUnavailable, the expiry unchanged), a release stands.
+func TestUnacknowledgedUndone(t *testing.T) {
+	clk := testkit.NewClock(0)
+	nodes := startNodes(t, clk, nil, "A", "B")
+	formCluster(clk, nodes...)
+	a, b := nodes[0], nodes[1]
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("%sundo-%d", bucket.NamespaceConcurrency, i)
+		if o, _ := a.r.Owner(key); o == "A" {
+			break
+		}
+	}
+	ctx := context.Background()
+	acq := Acquire{Key: key, Limit: concurrency(5), Mode: bucket.FailClosed, TTL: 10 * time.Second}
+	held := make([]string, 2)
+	for i := range held {
+		res, err := a.r.Acquire(ctx, acq)
+		if err != nil || !res.Allowed {
+			t.Fatalf("acquire %d: %+v %v", i, res, err)
+		}
+		held[i] = res.Lease
+	}
+	b.stop() // B's peer service is gone; A's ring still names it
+	res, err := a.r.Acquire(ctx, acq)
+	if err != nil || res.Allowed || !res.Degraded || res.Lease != "" || res.RetryAfter != time.Second {
+		t.Fatalf("fail_closed acquire without a successor: %+v %v", res, err)
+	}
+	open := acq
+	open.Mode = bucket.FailOpen
+	if res, err := a.r.Acquire(ctx, open); err != nil || !res.Allowed || !res.Degraded || res.Lease != "" {
+		t.Fatalf("fail_open acquire without a successor: %+v %v", res, err)
+	}
+	if n := a.r.InFlight(key); n != 2 {
+		t.Fatalf("A holds %d leases after two undone acquires, want 2", n)
+	}
+	clk.Advance(5 * time.Second)
+	if _, err := a.r.Renew(ctx, held[0], 10*time.Second); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("renew without a successor: %v, want ErrUnavailable", err)
+	}
+	rel, err := a.r.Release(ctx, held[1], OutcomeOK, 0)
+	if err != nil || !rel.Released || rel.InFlight != 1 {
+		t.Fatalf("release without a successor: %+v %v, want released, 1 in flight", rel, err)
+	}
+	clk.Advance(5 * time.Second) // the first lease's TTL, not renewed
+	if n := a.r.InFlight(key); n != 0 {
+		t.Fatalf("A holds %d leases after the TTL of the one whose renew was undone, want 0", n)
+	}
+	wantMetric(t, a.reg, "ringlimit_leases_total", "op", "acquire", "result", "degraded", 2)
+	wantMetric(t, a.reg, "ringlimit_leases_total", "op", "renew", "result", "unavailable", 1)
 }

@@ -2,10 +2,12 @@ package forward
 
 import (
 	"context"
-	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/peermsg"
 )
 
@@ -23,16 +25,136 @@ func (r *Router) leaseAwait(ctx context.Context, v *view) bool {
 	return r.repl.await(ctx, r.ctx.Done())
 }
 
+// awaitingLeases reports whether key is one this node took over in the
+// last ring change from a previous owner that is not down, whose lease set
+// has not arrived (pushed by handoffLeases or fetched): until it does, or
+// the grace period ends, what this node holds of the key may lack leases
+// the previous owner granted, and the key's operations are answered as
+// unavailable.
+func (r *Router) awaitingLeases(v *view, key string, now clock.Instant) bool {
+	prev, since := r.leasePrevOwner(v, key, now)
+	if prev == "" || v.isDown(prev) {
+		return false
+	}
+	got, ok := r.leasesReceived.Load(key)
+	return !ok || got.(received).version != v.version() || got.(received).at < since
+}
+
+// received is when a key's lease set last came from its previous owner,
+// and under which ring.
+type received struct {
+	at      clock.Instant
+	version uint64
+}
+
+// rejoin is when a node back from a minority found its ring unchanged,
+// and where its keys were decided meanwhile.
+type rejoin struct {
+	at      clock.Instant
+	version uint64
+	others  Owners // the ring without this node
+}
+
+// noteRejoin records a return from a minority to the same ring (the
+// router's mu held, before nv is stored).
+func (r *Router) noteRejoin(old, nv *view, up []string) {
+	if !old.minority || nv.minority || nv.ring == nil || old.ring == nil || nv.ring.Version() != old.ring.Version() {
+		return
+	}
+	rest := slices.DeleteFunc(slices.Clone(up), func(n string) bool { return n == r.cfg.Self })
+	if len(rest) == 0 {
+		return
+	}
+	others, err := r.cfg.NewRing(rest)
+	if err != nil {
+		return
+	}
+	r.rejoined.Store(&rejoin{at: r.cfg.Clock.Now(), version: nv.ring.Version(), others: others})
+}
+
+// leasePrevOwner is who decided key before this node owned it, and since
+// when this node owns it: its previous owner after a ring change, or,
+// within the grace period after this node came back from a minority to
+// the same ring, the member that owned it meanwhile. "" when that is
+// nobody else.
+func (r *Router) leasePrevOwner(v *view, key string, now clock.Instant) (string, clock.Instant) {
+	// The later of the two events is the one that moved the key here.
+	if rj := r.rejoined.Load(); rj != nil && rj.version == v.version() && rj.at >= v.changed && now.Sub(rj.at) < r.cfg.Grace {
+		if prev := ownerIn(rj.others, r.cfg.Self, key); prev != r.cfg.Self {
+			return prev, rj.at
+		}
+		return "", 0
+	}
+	if v.inGrace(now, r.cfg.Grace) {
+		if prev := prevOwner(v, r.cfg.Self, key); prev != "" {
+			return prev, v.changed
+		}
+	}
+	return "", 0
+}
+
+// waitLeases is awaitingLeases once it asked the previous owner for the
+// key's set, or, when that one does not answer, waited at most half the
+// peer deadline for the set to arrive.
+func (r *Router) waitLeases(ctx context.Context, v *view, key string) bool {
+	if !r.awaitingLeases(v, key, r.cfg.Clock.Now()) {
+		return false
+	}
+	if prev, _ := r.leasePrevOwner(v, key, r.cfg.Clock.Now()); r.fetchLeases(ctx, v, prev, key) {
+		return false
+	}
+	timer := r.cfg.Clock.NewTimer(r.cfg.PeerTimeout / 2)
+	defer timer.Stop()
+	for {
+		arrived := r.leasesArrived.wait()
+		if !r.awaitingLeases(v, key, r.cfg.Clock.Now()) {
+			return false
+		}
+		select {
+		case <-arrived:
+		case <-timer.C():
+			return r.awaitingLeases(v, key, r.cfg.Clock.Now())
+		case <-ctx.Done():
+			return true
+		}
+	}
+}
+
+// signal wakes its waiters each time it fires. The zero value is ready to
+// use; it is safe for concurrent use.
+type signal struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next fire.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
 // acquireLocal decides an acquire of a key this node owns.
 func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRequest) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
+	if r.waitLeases(ctx, v, q.Key) {
+		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
+	}
 	g, err := r.slots.Acquire(q.Key, q.Limit, q.TTL, q.RequestID, now)
-	if err != nil {
-		if !errors.Is(err, bucket.ErrLeasesFull) {
-			r.log.Warn("acquire refused", "key", q.Key, "err", err)
-		} else {
-			r.log.Warn("acquire refused", "key", q.Key, "err", errLeasesFull)
-		}
+	if err != nil { // a full table (bucket.ErrLeasesFull), or a bad request from a peer
+		r.log.Warn("acquire not decided", "key", q.Key, "err", err)
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
 	ans := peermsg.LeaseAnswer{Status: peermsg.LeaseRefused, InFlight: g.InFlight, Limit: q.Limit.Count(),
@@ -59,6 +181,9 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 	now := r.cfg.Clock.Now()
 	prev, cur, err := r.slots.Renew(id, ttl, now)
 	if err != nil {
+		if key, _ := bucket.ParseLeaseID(id); v.minority || r.waitLeases(ctx, v, key) {
+			return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
+		}
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
 	}
 	r.repl.leaseChanged(cur.Key, cur.Limit)
@@ -76,6 +201,9 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 func (r *Router) releaseLocal(ctx context.Context, v *view, key, id string, o Outcome, latency time.Duration) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
 	ls, ok := r.slots.Release(id, now)
+	if !ok && (v.minority || r.waitLeases(ctx, v, key)) { // a minority's "not found" proves nothing
+		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
+	}
 	if !ok { // released before, expired, or never was: what the key holds
 		ans := peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
 		if held := r.slots.Held(key, now); len(held) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
@@ -71,7 +72,8 @@ func leaseState(slots *bucket.Leases, key string, l bucket.Limit, now clock.Inst
 
 // addLeases appends to out the lease sets of the keys marked (all: of
 // every key this node owns) to their successors. A key with no live
-// successor makes the round fail: its changes are not acknowledged.
+// successor makes the round fail, and stays marked: its changes are not
+// acknowledged.
 func (p *replicator) addLeases(v *view, out *outbox, all bool) {
 	if p.slots == nil || v.ring == nil || v.ring.Len() < 2 {
 		return
@@ -106,7 +108,11 @@ func (p *replicator) addLeases(v *view, out *outbox, all bool) {
 			}
 		}
 		if copies == 0 {
+			// No successor took it: the round fails, and the next one,
+			// which a change marked just before this round began may
+			// await, carries it again.
 			out.leaseOrphans = true
+			p.leaseKeys.add(key, l)
 		}
 	}
 }
@@ -124,7 +130,7 @@ func (p *replicator) leaseLost(states []peermsg.State) {
 // importLeases takes the lease sets states carry: a replica's replaces
 // this node's copy, a handoff's is merged by id (and replicated on, when
 // this node owns the key).
-func (r *Router) importLeases(states []peermsg.State, now clock.Instant, replace bool) {
+func (r *Router) importLeases(from string, states []peermsg.State, now clock.Instant, replace bool) {
 	v := r.view.Load()
 	for i := range states {
 		s := &states[i]
@@ -145,14 +151,44 @@ func (r *Router) importLeases(states []peermsg.State, now clock.Instant, replace
 		}
 		r.slots.Merge(s.Key, set, now)
 		if ownerIn(v.ring, r.cfg.Self, s.Key) == r.cfg.Self {
+			r.leasesReceived.Store(strings.Clone(s.Key), received{at: now, version: s.RingVersion})
+			r.leasesArrived.fire()
 			r.repl.leaseChanged(s.Key, s.Limit)
+		}
+	}
+}
+
+// leaseHandoffLoop runs handoffLeases after every view change, and again
+// a grace period after a pass that left sets unpushed. It runs apart from
+// the key states' handoff, which it never holds up.
+func (r *Router) leaseHandoffLoop(ctx context.Context) {
+	for {
+		changed := *r.viewChanged.Load()
+		var retry <-chan time.Time
+		var timer clock.Timer
+		if r.handoffLeases(ctx) > 0 {
+			timer = r.cfg.Clock.NewTimer(r.cfg.Grace)
+			retry = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-retry:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
 
 // handoffLeases hands the lease set of every key this node owned before
 // the last ring change, and another member owns now, to that member, once
-// per view. It reports whether a push failed (a later pass retries).
+// per view. It returns how many sets it failed to push (a later pass
+// retries). A new owner that needs a set before it arrives fetches it
+// (fetchLeases).
 func (r *Router) handoffLeases(ctx context.Context) (failed int) {
 	v := r.view.Load()
 	if v.ring == nil || v.prev == nil || r.slots.Empty() {
@@ -172,7 +208,9 @@ func (r *Router) handoffLeases(ctx context.Context) (failed int) {
 		if len(held) == 0 {
 			continue
 		}
-		out[owner] = append(out[owner], leaseState(r.slots, key, held[0].Limit, now))
+		st := leaseState(r.slots, key, held[0].Limit, now)
+		st.RingVersion = v.version()
+		out[owner] = append(out[owner], st)
 	}
 	for owner, states := range out {
 		for off := 0; off < len(states); off += handoffChunk {
@@ -188,4 +226,33 @@ func (r *Router) handoffLeases(ctx context.Context) (failed int) {
 		}
 	}
 	return failed
+}
+
+// fetchLeases asks prev, the previous owner of key, for its lease set and
+// merges it; it reports whether prev answered.
+func (r *Router) fetchLeases(ctx context.Context, v *view, prev, key string) bool {
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.PeerTimeout/4, time.Millisecond))
+	defer cancel()
+	st, ok, err := r.cfg.Peers.Fetch(ctx, prev, key, &fetchLimit)
+	if err != nil || !ok || !st.LeaseSet || st.Key != key {
+		return false
+	}
+	st.RingVersion = v.version()
+	r.importLeases(prev, []peermsg.State{st}, r.cfg.Clock.Now(), false)
+	return true
+}
+
+// fetchLimit is the limit a fetch of a concurrency key names (the answer
+// carries the key's own).
+var fetchLimit = bucket.MustLimit(bucket.Concurrency, 1, 0, 0)
+
+// lookupLeases is a fetch's answer for a concurrency key: its lease set
+// here, possibly empty.
+func (r *Router) lookupLeases(key string) peermsg.State {
+	now := r.cfg.Clock.Now()
+	l := fetchLimit
+	if held := r.slots.Held(key, now); len(held) > 0 {
+		l = held[0].Limit
+	}
+	return leaseState(r.slots, key, l, now)
 }

@@ -176,6 +176,7 @@ func (c *Config) Validate() error {
 		{"Replication.MaxPending", c.Replication.MaxPending < 0},
 		{"Replication.MaxMemory", c.Replication.MaxMemory < 0},
 		{"ClusterSize", c.ClusterSize < 0},
+		{"MaxLeases", c.MaxLeases < 0},
 	} {
 		if f.bad {
 			return fmt.Errorf("forward: %s must not be negative", f.name)

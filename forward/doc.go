@@ -22,6 +22,10 @@
 //     reservation on the key's owner, Router.Settle routes a settle to it
 //     (through Config.Settler), and the records travel with the key's
 //     replicas and handoffs.
+//   - concurrency limits (concurrency*.go): Router.Acquire, Renew and
+//     Release decided by the key's owner on its lease table
+//     (bucket.Leases), routed there through Config.Leaser; each key's
+//     absolute lease set rides the replication rounds and handoffs.
 //   - tracing (trace.go): with Config.TracerProvider, a span
 //     "ringlimit.forward" around each wait for an owner's answer.
 //
@@ -49,6 +53,14 @@
 //     before it adjusts the key, copies merge by id with settled winning,
 //     and a settled record is kept until its TTL ends. A degraded answer
 //     (and a reserve the table has no room for) carries no reservation.
+//   - A concurrency slot exists only once the key's successor holds it:
+//     every acquire, renew and release on the owner waits for a
+//     replication round (shared by the changes waiting together) that
+//     carries the key's whole lease set; an acquire or renew not
+//     acknowledged is undone, a release stands. A new owner counts the set
+//     it holds (a dead owner's replica), or, after a ring change or a
+//     return from a minority, the previous owner's set (pushed or fetched)
+//     before it decides; nothing stands in for an unreachable owner.
 //   - One clock: every decision and every wait reads Config.Clock.
 //   - A peek (Check.Peek) is decided by the owner and spends nothing: never
 //     from a lease, never counted by the pre-limiter, never held for or

@@ -56,9 +56,6 @@ type handoff struct {
 	// admit says whether a fetched state may be merged (Router.admit: not
 	// one from before a reset); set once by New.
 	admit func(*peermsg.State, clock.Instant) bool
-	// leases hands off the lease sets of keys this node no longer owns
-	// (Router.handoffLeases) and returns how many failed; set once by New.
-	leases func(context.Context) int
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
@@ -200,12 +197,6 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	for owner := range out {
 		flush(owner)
 	}
-	if h.leases != nil {
-		if f := h.leases(ctx); f > 0 {
-			failed += f
-			pending = true
-		}
-	}
 	// Delete what was handed off for good, unless the ring gave it back to
 	// us meanwhile.
 	cur := h.ring()
@@ -299,7 +290,8 @@ func (r *Router) Leave(ctx context.Context) error {
 		return nil // nobody to hand off to
 	}
 	for {
-		if _, failed := r.handoff.pass(ctx); failed == 0 || ctx.Err() != nil {
+		_, failed := r.handoff.pass(ctx)
+		if failed += r.handoffLeases(ctx); failed == 0 || ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if !clock.Sleep(r.cfg.Clock, 100*time.Millisecond, ctx.Done()) {

@@ -85,6 +85,7 @@ func (r *Router) rebuildLocked() {
 			}
 		}
 	}
+	r.noteRejoin(old, nv, up)
 	r.view.Store(nv)
 	next := make(chan struct{})
 	close(*r.viewChanged.Swap(&next))

@@ -38,6 +38,14 @@ type Router struct {
 	// leasesPushed is each key whose lease set was handed off, with the
 	// ring version it was handed off under.
 	leasesPushed sync.Map
+	// leasesReceived is each key whose lease set a previous owner handed
+	// to this node, with the ring version it arrived under.
+	leasesReceived sync.Map
+	// leasesArrived fires when a previous owner's lease set arrives.
+	leasesArrived signal
+	// rejoined is set when this node last came back from a minority to
+	// the same ring: the others decided its concurrency keys meanwhile.
+	rejoined atomic.Pointer[rejoin]
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so
@@ -102,7 +110,6 @@ func New(cfg Config) (*Router, error) {
 	r.repl.resv = r.resv
 	r.slots = bucket.NewLeases(cfg.MaxLeases)
 	r.repl.slots = r.slots
-	r.handoff.leases = r.handoffLeases
 	r.handoff.resv = r.resv
 	if err := m.watch(r); err != nil {
 		cancel()
@@ -111,6 +118,7 @@ func New(cfg Config) (*Router, error) {
 	r.wg.Go(func() { r.handoff.loop(ctx) })
 	r.wg.Go(func() { r.repl.loop(ctx) })
 	r.wg.Go(func() { r.leases.expire(ctx) })
+	r.wg.Go(func() { r.leaseHandoffLoop(ctx) })
 	return r, nil
 }
 

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/peermsg"
@@ -90,9 +91,12 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 	now := r.cfg.Clock.Now()
 	v := r.view.Load()
 	merged := 0
-	r.importLeases(states, now, false)
+	r.importLeases(from, states, now, false)
 	for i := range states {
 		s := &states[i]
+		if s.LeaseSet { // a concurrency key's lease set: importLeases took it
+			continue
+		}
 		if !r.admit(s, now) { // it predates a reset of the key
 			continue
 		}
@@ -120,7 +124,7 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 	if r.tombs.Load() || hasResetAt(states) {
 		states = r.admitAll(states, now)
 	}
-	r.importLeases(states, now, true)
+	r.importLeases(from, states, now, true)
 	for i := range states {
 		r.importState(from, &states[i], now)
 	}
@@ -151,6 +155,9 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 // and this node now share: this node's later push is only what it spends
 // after.
 func (r *Router) Lookup(from, key string) (peermsg.State, bool) {
+	if strings.HasPrefix(key, bucket.NamespaceConcurrency) {
+		return r.lookupLeases(key), true // a concurrency key's lease set, possibly none
+	}
 	now := r.cfg.Clock.Now()
 	l, used, resetAt, ok := r.cfg.Store.UsedReset(key, now)
 	if ok && from != "" {

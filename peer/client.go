@@ -234,7 +234,8 @@ func (c *conn) fetch(ctx context.Context, key string, l *bucket.Limit) (State, b
 	if st.GetUsed() < 0 {
 		return State{}, false, fmt.Errorf("peer %s: fetch %q: negative used %d", c.name, key, st.GetUsed())
 	}
-	return State{Key: key, Limit: sl, Used: st.GetUsed(), Reservations: reservationsFromProto(st.GetReservations()), ResetAt: st.GetResetAt()}, true, nil
+	return State{Key: key, Limit: sl, Used: st.GetUsed(), Reservations: reservationsFromProto(st.GetReservations()), ResetAt: st.GetResetAt(),
+		LeaseSet: st.GetLeaseSet(), Leases: leasesFromProto(st.GetLeases())}, true, nil
 }
 
 // handoff pushes states to the peer in one call.
@@ -243,7 +244,8 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 	for i := range states {
 		s := &states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases)}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases),
+			RingVersion: s.RingVersion}
 	}
 	if _, err := c.rpc.Handoff(ctx, req); err != nil {
 		return err

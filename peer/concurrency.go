@@ -35,24 +35,26 @@ const MaxStateLeases = 4096
 // Field numbers of BucketState.lease_set and leases, and of message
 // LeaseRecord.
 const (
-	fStateLeaseSet, fStateLeases         = 6, 7
-	fLeaseID, fLeaseTTL, fLeaseRequestID = 1, 2, 3
+	fStateLeaseSet, fStateLeases, fStateRingVersion = 6, 7, 8
+	fLeaseID, fLeaseTTL, fLeaseRequestID            = 1, 2, 3
 )
 
 func leaseRecordSize(l *peermsg.Lease) int {
 	return stringSize(fLeaseID, l.ID) + varintSize(fLeaseTTL, uint64(l.TTL)) + stringSize(fLeaseRequestID, l.RequestID)
 }
 
-// leasesSize is the size of a state's lease_set and leases fields.
+// leasesSize is the size of a state's lease_set, leases and ring_version
+// fields.
 func leasesSize(s *State) int {
 	n := varintSize(fStateLeaseSet, boolVal(s.LeaseSet))
 	for i := range s.Leases {
 		n += bytesSize(fStateLeases, leaseRecordSize(&s.Leases[i]))
 	}
-	return n
+	return n + varintSize(fStateRingVersion, s.RingVersion)
 }
 
-// appendLeases appends a state's lease_set and leases fields.
+// appendLeases appends a state's lease_set, leases and ring_version
+// fields.
 func appendLeases(b []byte, s *State) []byte {
 	b = appendVarint(b, fStateLeaseSet, boolVal(s.LeaseSet))
 	for i := range s.Leases {
@@ -63,7 +65,7 @@ func appendLeases(b []byte, s *State) []byte {
 		b = appendVarint(b, fLeaseTTL, uint64(l.TTL))
 		b = appendString(b, fLeaseRequestID, l.RequestID)
 	}
-	return b
+	return appendVarint(b, fStateRingVersion, s.RingVersion)
 }
 
 func parseLeaseRecord(b []byte) (peermsg.Lease, error) {

@@ -96,6 +96,7 @@ type wireState struct {
 	resetAt      int64
 	reservations []peermsg.Reservation // validStates keeps MaxStateReservations
 	leaseSet     bool
+	ringVersion  uint64
 	leases       []peermsg.Lease // validStates keeps MaxStateLeases
 }
 
@@ -119,6 +120,8 @@ func (s *wireState) parse(b []byte) error {
 			s.resetAt = int64(v)
 		case fStateLeaseSet << 3:
 			s.leaseSet = v != 0
+		case fStateRingVersion << 3:
+			s.ringVersion = v
 		case fStateLeases<<3 | 2:
 			l, err := parseLeaseRecord(val)
 			if err != nil {
@@ -211,7 +214,7 @@ func (m *replicateIn) validStates() []State {
 		}
 		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
 			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt,
-			LeaseSet: w.leaseSet, Leases: w.leases[:min(len(w.leases), MaxStateLeases)]})
+			LeaseSet: w.leaseSet, Leases: w.leases[:min(len(w.leases), MaxStateLeases)], RingVersion: w.ringVersion})
 	}
 	return m.valid
 }

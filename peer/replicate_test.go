@@ -27,7 +27,7 @@ func replicateToProto(m *replicateBatch) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases)}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases), RingVersion: s.RingVersion}
 	}
 	return req
 }
@@ -39,7 +39,7 @@ func replicateInToProto(m *replicateIn) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used,
-			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt, LeaseSet: s.leaseSet, Leases: leasesToProto(s.leases)})
+			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt, LeaseSet: s.leaseSet, Leases: leasesToProto(s.leases), RingVersion: s.ringVersion})
 	}
 	return req
 }
@@ -120,7 +120,7 @@ func TestReplicateWireMatchesProto(t *testing.T) {
 				{ID: "l1.Y3xr.BBBBBBBBBBBBBBBB", TTL: time.Second},
 				{},
 			}},
-			{Key: "c|j", Limit: bucket.MustLimit(bucket.Concurrency, 1, 0, 0), LeaseSet: true},
+			{Key: "c|j", Limit: bucket.MustLimit(bucket.Concurrency, 1, 0, 0), LeaseSet: true, RingVersion: 1<<64 - 1},
 		}}},
 		{"many", replicateBatch{from: "node-1", version: 42, states: manyStates(1024, leaky)}},
 	} {
@@ -149,7 +149,7 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 					Reserved: int64(maybeZero(t, rl+".reserved")), TTL: time.Duration(maybeZero(t, rl+".ttl")),
 					Settled: rapid.Bool().Draw(t, rl+".settled"), SettledCost: int64(maybeZero(t, rl+".cost"))})
 			}
-			st.LeaseSet = rapid.Bool().Draw(t, l+".lease_set")
+			st.LeaseSet, st.RingVersion = rapid.Bool().Draw(t, l+".lease_set"), maybeZero(t, l+".ring_version")
 			for j := range rapid.IntRange(0, 3).Draw(t, l+".leases") {
 				ll := fmt.Sprint(l, ".l", j)
 				st.Leases = append(st.Leases, peermsg.Lease{ID: rapid.StringN(0, 40, -1).Draw(t, ll+".id"),

@@ -331,7 +331,7 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 			continue
 		}
 		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt(),
-			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases())})
+			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases()), RingVersion: b.GetRingVersion()})
 	}
 	return states
 }
@@ -396,5 +396,5 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 		return &peerv1.FetchResponse{}, nil
 	}
 	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
-		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt}}, nil
+		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt, LeaseSet: st.LeaseSet, Leases: leasesToProto(st.Leases)}}, nil
 }

@@ -82,6 +82,9 @@ type State struct {
 	// key's whole set of live leases (possibly none), under Limit.
 	LeaseSet bool
 	Leases   []Lease
+	// RingVersion is, for a lease set handed off, the sender's ring
+	// version when it sent it.
+	RingVersion uint64
 }
 
 // Reservation is one reservation record as it moves with its key's state.

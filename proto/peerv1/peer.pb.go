@@ -869,8 +869,11 @@ type BucketState struct {
 	// Set for a concurrency key (limit.algorithm 5): leases is then the
 	// key's whole set of live leases, possibly none. A replica replaces its
 	// set with it; a handoff merges it by id.
-	LeaseSet      bool           `protobuf:"varint,6,opt,name=lease_set,json=leaseSet,proto3" json:"lease_set,omitempty"`
-	Leases        []*LeaseRecord `protobuf:"bytes,7,rep,name=leases,proto3" json:"leases,omitempty"`
+	LeaseSet bool           `protobuf:"varint,6,opt,name=lease_set,json=leaseSet,proto3" json:"lease_set,omitempty"`
+	Leases   []*LeaseRecord `protobuf:"bytes,7,rep,name=leases,proto3" json:"leases,omitempty"`
+	// For a lease set handed off: the sender's ring version when it sent
+	// it (the receiver counts it only under the same ring).
+	RingVersion   uint64 `protobuf:"varint,8,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -952,6 +955,13 @@ func (x *BucketState) GetLeases() []*LeaseRecord {
 		return x.Leases
 	}
 	return nil
+}
+
+func (x *BucketState) GetRingVersion() uint64 {
+	if x != nil {
+		return x.RingVersion
+	}
+	return 0
 }
 
 // LeaseRecord is one concurrency lease as it moves with its key's state.
@@ -2118,7 +2128,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\x97\x02\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xba\x02\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -2126,7 +2136,8 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\breset_at\x18\x04 \x01(\x03R\aresetAt\x12B\n" +
 	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\x12\x1b\n" +
 	"\tlease_set\x18\x06 \x01(\bR\bleaseSet\x126\n" +
-	"\x06leases\x18\a \x03(\v2\x1e.ringlimit.peer.v1.LeaseRecordR\x06leases\"S\n" +
+	"\x06leases\x18\a \x03(\v2\x1e.ringlimit.peer.v1.LeaseRecordR\x06leases\x12!\n" +
+	"\fring_version\x18\b \x01(\x04R\vringVersion\"S\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12\x1d\n" +
