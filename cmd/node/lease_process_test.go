@@ -32,8 +32,8 @@ type leaseRec struct {
 	gone   bool          // released (or found expired) by an earlier call
 }
 
-// leaseLog is the history of one key's leases, all of one limit and TTL,
-// as a test calling one at a time sees it, and the checks of its answers.
+// leaseLog is the history of one key's leases (one limit and TTL) as a
+// test calling one at a time sees it, and the checks of its answers.
 type leaseLog struct {
 	h      *harness
 	key    string
@@ -42,7 +42,7 @@ type leaseLog struct {
 	owner  string // the node deciding the key; "" until an answer names it
 	recs   []*leaseRec
 	maxRTT time.Duration // the longest call so far
-	doubt  int           // answers decided while some lease may or may not have expired
+	doubt  int           // answers degraded, or decided while a lease may or may not have expired
 }
 
 // live bounds the leases live at an instant within [s, r]: those surely
@@ -61,9 +61,8 @@ func (g *leaseLog) live(s, r time.Time) (sure, maybe []*leaseRec) {
 	return sure, maybe
 }
 
-// post posts body to path through via, decoding a 200 or 429 answer into
-// out with every field known to out's type; it returns the status and the
-// call's span.
+// post posts body to path through via and decodes a 200 or 429 answer
+// into out, every field known; it returns the status and the call's span.
 func (g *leaseLog) post(via *proc, path, body string, out any) (int, time.Time, time.Time) {
 	g.h.t.Helper()
 	s := time.Now()
@@ -87,8 +86,15 @@ func (g *leaseLog) acquire(via *proc, what string) bool {
 		g.key, g.limit, g.ttl.String()), &a)
 	what = fmt.Sprintf("%s via %s (%v)", what, via.name, r.Sub(s).Round(time.Millisecond))
 	sure, maybe := g.live(s, r)
-	if len(sure) != len(maybe) {
+	if len(sure) != len(maybe) || a.Degraded {
 		g.doubt++
+	}
+	if a.Degraded { // the owner did not answer within the peer timeout (500 ms; 250 ms for a takeover's wait)
+		deg := api.CheckResponse{Limit: g.limit, Remaining: g.limit, RetryAfterMs: 1000, Scope: "inline", Owner: via.name, Degraded: true, Code: api.CodeRateLimited}
+		if r.Sub(s) < 250*time.Millisecond || status != http.StatusTooManyRequests || !reflect.DeepEqual(a, deg) {
+			t.Fatalf("%s: %d %+v, want a refusal of fail_closed after at least 250ms: %+v", what, status, a, deg)
+		}
+		return false
 	}
 	if g.owner == "" {
 		g.owner = a.Owner // the first answer names the owner; the others must agree
@@ -96,8 +102,7 @@ func (g *leaseLog) acquire(via *proc, what string) bool {
 	want := api.CheckResponse{Limit: g.limit, Scope: "inline", Owner: g.owner}
 	var lo, hi int64 // the bounds of in_flight
 	if status == http.StatusOK {
-		// Granted: fewer than limit were live when the owner decided, the
-		// new lease among those it counts.
+		// Granted: fewer than limit lived; in_flight counts the new lease.
 		if len(sure) >= int(g.limit) {
 			t.Fatalf("%s: granted %+v while %d leases surely lived (limit %d)", what, a, len(sure), g.limit)
 		}
@@ -108,8 +113,7 @@ func (g *leaseLog) acquire(via *proc, what string) bool {
 		want.Allowed, want.Remaining, want.Lease, want.InFlight, want.ExpiresInMs = true, g.limit-a.InFlight, a.Lease, a.InFlight, g.ttl.Milliseconds()
 		g.recs = append(g.recs, &leaseRec{id: a.Lease, lo: s, hi: r})
 	} else {
-		// Refused: limit were live, the earliest of them (by its
-		// expiry) expiring retry_after_ms later.
+		// Refused: limit lived, the earliest expiring retry_after_ms later.
 		if len(maybe) < int(g.limit) {
 			t.Fatalf("%s: refused %+v while at most %d leases lived (limit %d)", what, a, len(maybe), g.limit)
 		}
@@ -147,20 +151,16 @@ func (g *leaseLog) release(via *proc, l *leaseRec, what string) {
 	}
 	l.gone = true
 	sure, maybe = g.live(s, r)
-	if a.InFlight < int64(len(sure)) || a.InFlight > int64(len(maybe)) {
-		t.Fatalf("%s: in_flight %d after it, want %d..%d", what, a.InFlight, len(sure), len(maybe))
-	}
 	want := api.ReleaseResponse{Released: a.Released, InFlight: a.InFlight, Limit: g.limit, Owner: g.owner}
 	if !a.Released && a.InFlight == 0 {
 		want.Limit = 0 // nothing held: the owner knows no limit
 	}
-	if a != want {
-		t.Fatalf("%s: %+v, want %+v", what, a, want)
+	if a != want || a.InFlight < int64(len(sure)) || a.InFlight > int64(len(maybe)) {
+		t.Fatalf("%s: %+v, want %+v with in_flight %d..%d", what, a, want, len(sure), len(maybe))
 	}
 }
 
-// waitExpired waits until every lease of the log not released has surely
-// expired, and returns how long that was.
+// waitExpired waits until every unreleased lease surely expired: how long.
 func (g *leaseLog) waitExpired() time.Duration {
 	var until time.Time
 	for _, l := range g.recs {
@@ -174,7 +174,7 @@ func (g *leaseLog) waitExpired() time.Duration {
 }
 
 // wave acquires n times through procs in turn and returns how many were
-// granted, and whether any answer of the wave was decided in doubt.
+// granted, and whether any answer was degraded or decided in doubt.
 func (g *leaseLog) wave(name string, procs []*proc, n int) (granted int, doubt bool) {
 	g.h.t.Helper()
 	before := g.doubt
@@ -186,11 +186,10 @@ func (g *leaseLog) wave(name string, procs []*proc, n int) (granted int, doubt b
 	return granted, g.doubt > before
 }
 
-// TestProcessLeaseTTL: limit 5 with a 2 s TTL, 8 acquires through the
-// three nodes in turn and never released: exactly 5 granted (more only as
-// far as the log shows leases old enough to have expired when the owner
-// decided); once every lease is 2 s old on the owner's clock, all 5 slots
-// are free again: 5 of 8 granted again.
+// TestProcessLeaseTTL: limit 5, TTL 2 s, 8 acquires through the three
+// nodes in turn, never released: exactly 5 granted (more only as far as
+// the log shows leases old enough to have expired); once every lease is
+// 2 s old on the owner's clock, 5 of 8 granted again.
 func TestProcessLeaseTTL(t *testing.T) {
 	bin := buildNode(t)
 	h := newHarness(t)
@@ -202,26 +201,27 @@ func TestProcessLeaseTTL(t *testing.T) {
 		}
 		n, doubt := g.wave(fmt.Sprintf("wave %d", w), all, 8)
 		t.Logf("wave %d: %d of 8 granted by %s, an answer in doubt: %v, longest call %v", w, n, g.owner, doubt, g.maxRTT.Round(time.Millisecond))
-		if n < 5 || (!doubt && n != 5) {
+		if !doubt && n != 5 {
 			t.Fatalf("wave %d: %d of 8 granted, want exactly 5", w, n)
 		}
 	}
 }
 
-// TestProcessLeasesSurviveKillOfOwner: limit 5, TTL 15 s, 5 slots held
-// through the three nodes; the key's owner is killed with SIGKILL. Once
-// the survivors' rings have dropped it, the new owner (its successor)
-// refuses a 6th through either survivor (not degraded: it holds the 5
-// leases); two holders release through the survivors and exactly two more
-// are granted, then one refused; those two released again, the three
-// never released are free after their TTL: exactly 5 of 8 granted.
+// TestProcessLeasesSurviveKillOfOwner: limit 5, TTL 15 s, 5 slots held;
+// the key's owner is killed with SIGKILL. Once the survivors' rings drop
+// it, the new owner refuses a 6th through either survivor (it holds the 5
+// leases); two released, exactly two more granted, then one refused; once
+// the three never released are 15 s old, exactly 5 of 8 granted.
 func TestProcessLeasesSurviveKillOfOwner(t *testing.T) {
 	bin := buildNode(t)
 	h := newHarness(t)
 	all := startThreeWith(t, h, bin, nil)
 	g := &leaseLog{h: h, key: "proc-lease-kill", limit: 5, ttl: 15 * time.Second}
-	if n, _ := g.wave("before the kill", all, 5); n != 5 {
-		t.Fatalf("before the kill: %d of 5 granted", n)
+	for i := 0; len(g.recs) < 5; i++ { // a degraded answer holds no slot: try again
+		if i == 20 {
+			t.Fatalf("before the kill: %d of 20 granted", len(g.recs))
+		}
+		g.acquire(all[i%3], fmt.Sprintf("before the kill, acquire %d", i))
 	}
 	i := slices.IndexFunc(all, func(p *proc) bool { return p.name == g.owner })
 	if i < 0 {
@@ -254,10 +254,10 @@ func TestProcessLeasesSurviveKillOfOwner(t *testing.T) {
 	}
 	t.Logf("waited %v for the leases never released to expire (longest call %v)", g.waitExpired().Round(time.Millisecond), g.maxRTT.Round(time.Millisecond))
 	n, doubt = g.wave("after the TTL", survivors, 8)
-	if n < 5 || (!doubt && n != 5) {
+	if !doubt && n != 5 {
 		t.Fatalf("after the TTL of the unreleased leases: %d of 8 granted, want exactly 5", n)
 	}
-	t.Logf("%d answers decided while a lease may or may not have expired", g.doubt)
+	t.Logf("%d answers degraded or decided while a lease may or may not have expired", g.doubt)
 }
 
 // leaseKeyOf returns the first key lp:i whose acquire through via names
