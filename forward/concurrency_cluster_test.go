@@ -103,7 +103,7 @@ func TestAcquiresShareRounds(t *testing.T) {
 
 // TestLeaseRedirect: a member whose ring names another owner does not
 // decide a forwarded acquire, renew or release: it names the owner and
-// changes nothing, unless the request is final.
+// changes nothing; a last hop (final) it answers unavailable.
 func TestLeaseRedirect(t *testing.T) {
 	clk := testkit.NewClock(0)
 	nodes := startNodes(t, clk, nil, "A", "B")
@@ -132,8 +132,8 @@ func TestLeaseRedirect(t *testing.T) {
 		t.Fatalf("release on B: %+v, A holds %d; want a redirect and 1", ans, a.r.InFlight(key))
 	}
 	q.Final = true
-	if ans := b.r.AcquireFor(ctx, "A", q); ans.Status == peermsg.LeaseRedirect {
-		t.Fatalf("final acquire on B redirected: %+v", ans)
+	if ans := b.r.AcquireFor(ctx, "A", q); ans.Status != peermsg.LeaseUnavailable || a.r.InFlight(key) != 1 {
+		t.Fatalf("final acquire on B: %+v, want unavailable (only the owner decides)", ans)
 	}
 }
 

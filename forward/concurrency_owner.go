@@ -146,6 +146,14 @@ func (s *signal) fire() {
 	}
 }
 
+// stillOwner reports whether this node still owns key once its change
+// was acknowledged: a round begun after the ring moved the key elsewhere
+// does not carry it, and the new owner may already count the set without
+// it.
+func (r *Router) stillOwner(key string) bool {
+	return ownerIn(r.view.Load().ring, r.cfg.Self, key) == r.cfg.Self
+}
+
 // acquireLocal decides an acquire of a key this node owns.
 func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRequest) peermsg.LeaseAnswer {
 	now := r.cfg.Clock.Now()
@@ -163,7 +171,7 @@ func (r *Router) acquireLocal(ctx context.Context, v *view, q *peermsg.AcquireRe
 		return ans
 	}
 	r.repl.leaseChanged(q.Key, q.Limit)
-	if !r.leaseAwait(ctx, v) {
+	if !r.leaseAwait(ctx, v) || !r.stillOwner(q.Key) {
 		if !g.Repeated { // never a slot its successor does not know
 			r.slots.Remove(g.Lease.ID)
 			r.repl.leaseChanged(q.Key, q.Limit)
@@ -187,7 +195,7 @@ func (r *Router) renewLocal(ctx context.Context, v *view, id string, ttl time.Du
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
 	}
 	r.repl.leaseChanged(cur.Key, cur.Limit)
-	if !r.leaseAwait(ctx, v) {
+	if !r.leaseAwait(ctx, v) || !r.stillOwner(cur.Key) {
 		r.slots.Restore(prev)
 		r.repl.leaseChanged(cur.Key, cur.Limit)
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
@@ -228,14 +236,26 @@ func (r *Router) AcquireFor(ctx context.Context, from string, q peermsg.AcquireR
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
 	}
 	v := r.awaitMember(ctx, from)
-	if owner := ownerIn(v.ring, r.cfg.Self, q.Key); owner != r.cfg.Self && !q.Final {
-		r.m.redirects.Inc()
-		return peermsg.LeaseAnswer{Status: peermsg.LeaseRedirect, Redirect: owner}
-	}
-	if v.minority && ownerIn(v.ring, r.cfg.Self, q.Key) != r.cfg.Self {
-		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}
+	if ans, elsewhere := r.notOwner(v, q.Key, q.Final); elsewhere {
+		return ans
 	}
 	return r.acquireLocal(ctx, v, &q)
+}
+
+// notOwner answers an operation forwarded here for key when this node's
+// ring names another owner: a redirect to it, or, for a last hop (final),
+// unavailable, since only the key's owner, whose replication rounds carry
+// the key, may change its leases (nothing stands in for it).
+func (r *Router) notOwner(v *view, key string, final bool) (peermsg.LeaseAnswer, bool) {
+	owner := ownerIn(v.ring, r.cfg.Self, key)
+	switch {
+	case owner == r.cfg.Self:
+		return peermsg.LeaseAnswer{}, false
+	case final:
+		return peermsg.LeaseAnswer{Status: peermsg.LeaseUnavailable, Owner: r.cfg.Self}, true
+	}
+	r.m.redirects.Inc()
+	return peermsg.LeaseAnswer{Status: peermsg.LeaseRedirect, Redirect: owner}, true
 }
 
 // RenewFor implements peer.Leaser: a renew another node sent.
@@ -245,9 +265,8 @@ func (r *Router) RenewFor(ctx context.Context, from, id string, ttl time.Duratio
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
 	}
 	v := r.awaitMember(ctx, from)
-	if owner := ownerIn(v.ring, r.cfg.Self, key); owner != r.cfg.Self && !final {
-		r.m.redirects.Inc()
-		return peermsg.LeaseAnswer{Status: peermsg.LeaseRedirect, Redirect: owner}
+	if ans, elsewhere := r.notOwner(v, key, final); elsewhere {
+		return ans
 	}
 	return r.renewLocal(ctx, v, id, ttl)
 }
@@ -259,9 +278,8 @@ func (r *Router) ReleaseFor(ctx context.Context, from, id string, outcome uint8,
 		return peermsg.LeaseAnswer{Status: peermsg.LeaseNotFound, Owner: r.cfg.Self}
 	}
 	v := r.awaitMember(ctx, from)
-	if owner := ownerIn(v.ring, r.cfg.Self, key); owner != r.cfg.Self && !final {
-		r.m.redirects.Inc()
-		return peermsg.LeaseAnswer{Status: peermsg.LeaseRedirect, Redirect: owner}
+	if ans, elsewhere := r.notOwner(v, key, final); elsewhere {
+		return ans
 	}
 	return r.releaseLocal(ctx, v, key, id, Outcome(outcome), max(latency, 0))
 }
