@@ -490,7 +490,7 @@ if has authz; then
 		--proto authz --http-targets "$http_targets"
 fi
 if has acquire; then
-	probe "ringlimit's RateLimiter/Acquire and Release" \
+	probe "ringlimit's Acquire and Release (through the Go client)" \
 		"$(leave_out acquire); the nodes' logs are in $RINGLIMIT_CLUSTER_DIR" \
 		--proto client --op acquire-release --targets "$targets"
 	probe "the Redis semaphore" "its log: $out/redis.log" --target "redis://127.0.0.1:$redis_port" --op acquire-release
