@@ -120,14 +120,14 @@
 # The in-flight workload, acquire (in the default set; run in each round
 # after the core ones): a concurrency limit against the usual Redis
 # semaphore, A B A B as the core pairs are (ringlimit first in odd rounds):
-#   ringlimit-acquire  bench --proto grpc --op acquire-release on the current
-#          build's nodes (the base build does not run it: an older node may
-#          not know Acquire; --proto grpc because the Go client has no
-#          acquire yet): each operation an Acquire of an inline CONCURRENCY
-#          limit of 64 (--concurrency-limit 64, --lease-ttl 30s) on one of
-#          10,000 keys drawn uniformly, then, once granted, the Release of its
-#          lease (outcome OK, its latency), each call to the next node in
-#          turn; 64 callers.
+#   ringlimit-acquire  bench --proto client --op acquire-release on the
+#          current build's nodes (the base build does not run it: an older
+#          node may not know Acquire), through the Go client as a Go service
+#          would call it: each operation a Client.Acquire of an inline
+#          CONCURRENCY limit of 64 (--concurrency-limit 64, --lease-ttl 30s)
+#          on one of 10,000 keys drawn uniformly (to the key's owner once an
+#          answer named it), then, once granted, Client.Release of its lease
+#          (outcome OK, its latency; to the next node in turn); 64 callers.
 #   redis-semaphore    bench --target redis://<the script's redis> --op
 #          acquire-release with the same flags and callers: an acquire is one
 #          Lua script (EVALSHA: ZREMRANGEBYSCORE key -inf now-ttl, ZCARD key,
@@ -490,9 +490,9 @@ if has authz; then
 		--proto authz --http-targets "$http_targets"
 fi
 if has acquire; then
-	probe "ringlimit's RateLimiter/Acquire and Release" \
+	probe "ringlimit's Acquire and Release (through the Go client)" \
 		"$(leave_out acquire); the nodes' logs are in $RINGLIMIT_CLUSTER_DIR" \
-		--proto grpc --op acquire-release --targets "$targets"
+		--proto client --op acquire-release --targets "$targets"
 	probe "the Redis semaphore" "its log: $out/redis.log" --target "redis://127.0.0.1:$redis_port" --op acquire-release
 fi
 
@@ -514,9 +514,10 @@ http_ringlimit() { ringlimit http --proto http "${uniform[@]}"; }
 http_bare() { run nethttp-check --proto http --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
 authz_ringlimit() { ringlimit authz --proto authz "${uniform[@]}"; }
 authz_bare() { run nethttp-authz --proto authz --http-targets "$bare_targets" --pids "$bare_pids" "${uniform[@]}"; }
-# The acquire pair: 64 callers, a limit of 64 (nothing refused), uniform keys.
+# The acquire pair: 64 callers, a limit of 64 (nothing refused), uniform
+# keys; ringlimit through the Go client.
 acquire=(--op acquire-release --concurrency-limit 64 --lease-ttl 30s "${uniform[@]}")
-acquire_ringlimit() { current acquire --proto grpc "${acquire[@]}"; }
+acquire_ringlimit() { current acquire --proto client "${acquire[@]}"; }
 acquire_redis() { run redis-semaphore --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${acquire[@]}"; }
 acquire_round() { if has acquire; then ab acquire_ringlimit acquire_redis; fi; }
 

@@ -48,9 +48,10 @@
 // Acquire of an inline CONCURRENCY limit of --concurrency-limit (default
 // 64) on the key for --lease-ttl (default 30s), then, when granted, the
 // Release of its lease (outcome OK, the latency it covered). --proto grpc
-// sends them to the nodes in turn (the Go client has no acquire yet); with
-// --target redis://… the same pairs go to the usual Redis semaphore: one
-// Lua script (ZREMRANGEBYSCORE of the expired members, ZCARD, ZADD of a
+// sends them to the nodes in turn; --proto client sends them through the
+// Go client (Client.Acquire, to the key's owner once known, and
+// Client.Release); with --target redis://… the same pairs go to the usual
+// Redis semaphore: one Lua script (ZREMRANGEBYSCORE of the expired members, ZCARD, ZADD of a
 // random member when below the limit) and ZREM on release. Calls, calls/s
 // and the pairs' latencies are reported as for reserve-settle.
 //
@@ -142,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.rlsKey, "rls-key", "user_id", "--proto rls: the key of the one descriptor entry; its value is the workload's key")
 	fs.StringVar(&c.op, "op", opCheck, "what each request does (--proto grpc, client and http): check, peek (the same checks with peek: nothing spent) "+
 		"reserve-settle (a reserve of --reserve-cost, then a settle of its reservation at a random true cost from 0 to --reserve-cost: one operation is the pair) "+
-		"or acquire-release (--proto grpc or --target redis://…: an acquire of a --concurrency-limit slot, then the release of its lease: one operation is the pair)")
+		"or acquire-release (--proto grpc or client, or --target redis://…: an acquire of a --concurrency-limit slot, then the release of its lease: one operation is the pair)")
 	fs.Int64Var(&c.reserveCost, "reserve-cost", 10, "--op reserve-settle: the cost each reserve spends (at most the burst)")
 	fs.DurationVar(&c.reserveTTL, "reserve-ttl", 0, "--op reserve-settle: how long a reservation can be settled (0: the cluster's default; else 1s to 24h)")
 	c.acquireFlags(fs)

@@ -21,9 +21,10 @@ import (
 // lease the run was granted is left open when it ends.
 //
 // The targets: ringlimit over gRPC (--proto grpc: RateLimiter/Acquire and
-// RateLimiter/Release, each to the next entry node in turn) and the Redis
-// semaphore baseline (--target redis://…, target_redis_sem.go). The Go
-// client has no acquire yet, so --proto client is refused for this op.
+// RateLimiter/Release, each to the next entry node in turn), ringlimit
+// through the Go client (--proto client: Client.Acquire and
+// Client.Release, op_acquire_client.go) and the Redis semaphore baseline
+// (--target redis://…, target_redis_sem.go).
 const opAcquireRelease = "acquire-release"
 
 // The flags of --op acquire-release.
@@ -44,9 +45,9 @@ func (c *config) acquireFlags(fs *flag.FlagSet) {
 func (c *config) validateAcquire() error {
 	switch {
 	case c.targetHealth:
-		return errors.New("--op acquire-release: ringlimit (--proto grpc) or the Redis semaphore (--target redis://…), not --target-health")
-	case c.redis == "" && c.proto != "grpc":
-		return fmt.Errorf("--op acquire-release: --proto grpc (the Go client has no acquire yet), got %q", c.proto)
+		return errors.New("--op acquire-release: ringlimit (--proto grpc or client) or the Redis semaphore (--target redis://…), not --target-health")
+	case c.redis == "" && c.proto != "grpc" && c.proto != "client":
+		return fmt.Errorf("--op acquire-release: --proto grpc or client, got %q", c.proto)
 	case c.batch != 1:
 		return fmt.Errorf("--batch: --op acquire-release sends one acquire per request, got %d", c.batch)
 	case c.lease:
@@ -151,10 +152,14 @@ func (t *acquireTarget) Describe() string {
 func (t *acquireTarget) Close() error { return closeAll(t.conns) }
 
 // newPairTarget is the target of --op acquire-release: the Redis
-// semaphore with --target, else ringlimit over gRPC.
+// semaphore with --target, else ringlimit through the Go client with
+// --proto client, else over gRPC.
 func newPairTarget(cfg *config) (multiCallTarget, error) {
-	if cfg.redis != "" {
+	switch {
+	case cfg.redis != "":
 		return newRedisSemTarget(cfg)
+	case cfg.proto == "client":
+		return newClientAcquireTarget(cfg)
 	}
 	return newAcquireTarget(cfg)
 }

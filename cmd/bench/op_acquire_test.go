@@ -31,6 +31,7 @@ func TestParseFlagsAcquire(t *testing.T) {
 		{"--op", "acquire-release", "--concurrency-limit", "1", "--lease-ttl", "1ms"},
 		{"--op", "acquire-release", "--lease-ttl", "24h"},
 		{"--op", "acquire-release", "--target", "redis://127.0.0.1:6379", "--concurrency-limit", "3"},
+		{"--op", "acquire-release", "--proto", "client", "--concurrency-limit", "5", "--lease-ttl", "2s"},
 		{"--op", "check", "--concurrency-limit", "0", "--lease-ttl", "0s"}, // only acquire-release reads them
 	} {
 		if _, err := parseFlags(good, io.Discard); err != nil {
@@ -45,9 +46,9 @@ func TestParseFlagsAcquire(t *testing.T) {
 		{[]string{"--op", "acquire-release", "--concurrency-limit", "0"}, "--concurrency-limit: at least 1, got 0"},
 		{[]string{"--op", "acquire-release", "--concurrency-limit", "-3"}, "--concurrency-limit: at least 1, got -3"},
 		{[]string{"--op", "acquire-release", "--target", "redis://127.0.0.1:6379", "--concurrency-limit", "0"}, "--concurrency-limit: at least 1, got 0"},
-		{[]string{"--op", "acquire-release", "--proto", "client"}, `--op acquire-release: --proto grpc (the Go client has no acquire yet), got "client"`},
-		{[]string{"--op", "acquire-release", "--proto", "http"}, `--proto grpc`},
-		{[]string{"--op", "acquire-release", "--proto", "rls"}, `--proto grpc`},
+		{[]string{"--op", "acquire-release", "--proto", "http"}, `--op acquire-release: --proto grpc or client, got "http"`},
+		{[]string{"--op", "acquire-release", "--proto", "rls"}, `--op acquire-release: --proto grpc or client, got "rls"`},
+		{[]string{"--op", "acquire-release", "--proto", "client", "--lease"}, "--lease is for checks"},
 		{[]string{"--op", "acquire-release", "--target-health"}, "not --target-health"},
 		{[]string{"--op", "acquire-release", "--lease"}, "--lease is for checks"},
 		{[]string{"--op", "acquire-release", "--lease-ttl", "0s"}, "--lease-ttl: whole milliseconds from 1ms to 24h, got 0s"},
@@ -193,12 +194,21 @@ func startAcquireLimiter(t *testing.T, f *acquireLimiter, n int) []string {
 	return addrs
 }
 
-// TestRunAcquireRelease: one Release per granted Acquire, none for the
-// refused ones, and no lease left open, that of an acquire answered after
-// the end of the run included.
+// TestRunAcquireRelease: over gRPC and through the Go client, one Release
+// per granted Acquire, none for the refused ones, and no lease left open,
+// that of an acquire answered after the end of the run included.
 func TestRunAcquireRelease(t *testing.T) {
+	for proto, target := range map[string]string{"grpc": "grpc acquire+release, ", "client": "go client acquire+release, "} {
+		t.Run(proto, func(t *testing.T) { testRunAcquireRelease(t, proto, target) })
+	}
+}
+
+// testRunAcquireRelease runs --op acquire-release with --proto proto
+// against an acquireLimiter on two ports; target is how the result's
+// target begins.
+func testRunAcquireRelease(t *testing.T, proto, target string) {
 	f := &acquireLimiter{}
-	cfg := shortConfig(t, "--op", "acquire-release", "--targets", strings.Join(startAcquireLimiter(t, f, 2), ","))
+	cfg := shortConfig(t, "--proto", proto, "--op", "acquire-release", "--targets", strings.Join(startAcquireLimiter(t, f, 2), ","))
 	// The window is 100ms..400ms after the start: the first granted acquire
 	// after 200ms is answered 100ms after the end.
 	before := time.Now()
@@ -215,6 +225,9 @@ func TestRunAcquireRelease(t *testing.T) {
 	if res.Op != "acquire-release" || res.Checks != res.Requests || res.Calls != res.Requests+res.Allowed || res.Rejected == 0 || res.Allowed == 0 {
 		t.Errorf("op %q requests %d checks %d allowed %d rejected %d calls %d; want calls = requests + allowed",
 			res.Op, res.Requests, res.Checks, res.Allowed, res.Rejected, res.Calls)
+	}
+	if want := target + "concurrency 64, lease ttl 30s ["; !strings.HasPrefix(res.Target, want) || res.Proto != proto {
+		t.Errorf("target %q proto %q, want %q… and %q", res.Target, res.Proto, want, proto)
 	}
 	if res.Algorithm != "concurrency" || res.Limit != 64 || res.PerMs != 0 || res.Burst != 0 || res.LeaseTTLMs != 30_000 {
 		t.Errorf("algorithm %q limit %d per_ms %d burst %d lease_ttl_ms %d; want concurrency, 64, 0, 0, 30000",
@@ -251,14 +264,18 @@ func TestRunAcquireRelease(t *testing.T) {
 }
 
 func TestRunAcquireWithoutLease(t *testing.T) {
-	addrs := startAcquireLimiter(t, &acquireLimiter{noLease: true}, 1)
-	res, err := run(context.Background(), shortConfig(t, "--op", "acquire-release", "--targets", addrs[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Only the refused keys (ending in an odd digit) succeed: a granted
-	// acquire without a lease is an error.
-	if res.Errors == 0 || res.Allowed != 0 || res.Calls != res.Rejected || !strings.Contains(res.FirstError, "without a lease") {
-		t.Errorf("errors %d allowed %d rejected %d calls %d first error %q", res.Errors, res.Allowed, res.Rejected, res.Calls, res.FirstError)
+	for _, proto := range []string{"grpc", "client"} {
+		t.Run(proto, func(t *testing.T) {
+			addrs := startAcquireLimiter(t, &acquireLimiter{noLease: true}, 1)
+			res, err := run(context.Background(), shortConfig(t, "--proto", proto, "--op", "acquire-release", "--targets", addrs[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Only the refused keys (ending in an odd digit) succeed: a
+			// granted acquire without a lease is an error.
+			if res.Errors == 0 || res.Allowed != 0 || res.Calls != res.Rejected || !strings.Contains(res.FirstError, "without a lease") {
+				t.Errorf("errors %d allowed %d rejected %d calls %d first error %q", res.Errors, res.Allowed, res.Rejected, res.Calls, res.FirstError)
+			}
+		})
 	}
 }
