@@ -207,6 +207,10 @@ func TestFlappingLink(t *testing.T) {
 	var allowed int
 	for i := range 8 {
 		if i%2 == 0 {
+			// B stands in from its replica of C: one a round behind
+			// would admit what C spent since (the crash bound, tested
+			// apart). Let C's spends reach B before each cut.
+			synced(t, c, "C")
 			c.Net.Cut("A", "C")
 		} else {
 			c.Net.Heal("A", "C")
