@@ -157,8 +157,16 @@ func (r *Router) importLeases(from string, states []peermsg.State, now clock.Ins
 			set = append(set, bucket.Lease{ID: m.ID, Key: s.Key, Limit: s.Limit, Expires: now.Add(m.TTL), RequestID: m.RequestID,
 				MaxTTL: leaseMaxTTL(m.MaxTTL)})
 		}
-		if replace {
+		if replace && ownerIn(v.ring, r.cfg.Self, s.Key) != r.cfg.Self {
 			r.slots.Replace(s.Key, set, now)
+			continue
+		}
+		// A replica of a key this node owns comes from a member whose ring
+		// named itself the owner (one rejoining after a partition): its set
+		// may lack leases this node granted, so it is merged, never put in
+		// their place (a lease too many under-admits until its TTL).
+		if replace {
+			r.slots.Merge(s.Key, set, now)
 			continue
 		}
 		r.slots.Merge(s.Key, set, now)
