@@ -204,11 +204,17 @@ func (a *API) Handler(extra http.Handler) http.Handler {
 
 // handleCheck is POST /v1/check: decode, decide, encode.
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
-	p := decide.GetPlan(decide.OpCheck)
+	a.serveOne(w, r, decide.OpCheck, a.decodeCheck)
+}
+
+// serveOne decodes a request of one unit for op with decode, decides it
+// and writes its answer: 200, or 429 when refused; 400 for bad input.
+func (a *API) serveOne(w http.ResponseWriter, r *http.Request, op decide.Op,
+	decode func(http.ResponseWriter, *http.Request, *decide.Plan) error) {
+	p := decide.GetPlan(op)
 	defer p.Release()
 	priv := a.private(r.Header.Get("Authorization"))
-	err := a.decodeCheck(w, r, p)
-	if err != nil {
+	if err := decode(w, r, p); err != nil {
 		a.m.invalid.WithLabelValues("http").Inc()
 		code := invalidCode(err)
 		if errors.Is(err, errInlineDisabled) {

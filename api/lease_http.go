@@ -130,27 +130,7 @@ func (a *API) decodeAcquire(w http.ResponseWriter, r *http.Request, p *decide.Pl
 
 // handleAcquire is POST /v1/acquire: 200 with the lease, 429 when full.
 func (a *API) handleAcquire(w http.ResponseWriter, r *http.Request) {
-	p := decide.GetPlan(decide.OpAcquire)
-	defer p.Release()
-	priv := a.private(r.Header.Get("Authorization"))
-	if err := a.decodeAcquire(w, r, p); err != nil {
-		a.m.invalid.WithLabelValues("http").Inc()
-		code := invalidCode(err)
-		if errors.Is(err, errInlineDisabled) {
-			code = CodeInlineLimitsDisabled
-		}
-		writeError(w, http.StatusBadRequest, code, a.message(err, priv))
-		return
-	}
-	answers, err := a.d.Decide(r.Context(), "http", p)
-	if err != nil {
-		a.writeCheckError(w, err, priv)
-		return
-	}
-	if priv {
-		hide(&answers[0])
-	}
-	writeAnswer(w, &answers[0], http.StatusTooManyRequests, priv)
+	a.serveOne(w, r, decide.OpAcquire, a.decodeAcquire)
 }
 
 // parseOutcome reads an outcome as the JSON spells it ("" is ok).
