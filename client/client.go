@@ -76,6 +76,9 @@ type Client struct {
 
 	byAddr map[string]int // target address → index in nodes
 	owners ownerCache     // key → index of the node that owns it
+	// leaseOwners: the key part of a lease id → index of the node that
+	// owns that key (lease_batch.go).
+	leaseOwners ownerCache
 
 	// abandoned counts the checks never sent because their caller gave up
 	// while they waited for a batch.
@@ -121,6 +124,13 @@ type node struct {
 	rpc    pb.RateLimiterClient
 	b      *batcher.Batcher[*pb.Check, *pb.Decision] // nil when Unbatched
 	failed atomic.Int64                              // clock.Instant of the last failure, 0 if none
+
+	// lb batches acquires and renews, rb releases: an acquire is answered
+	// once its key's successor acknowledged it, a release at once, and a
+	// release must not wait behind acquires in one call. Nil when
+	// Unbatched.
+	lb, rb      *batcher.Batcher[*pb.LeaseOp, *pb.LeaseResult]
+	leasesUnary atomic.Bool // the node answered Leases Unimplemented
 }
 
 // call is one Check call's checks waiting for their decisions.
@@ -176,6 +186,12 @@ func New(cfg Config) (*Client, error) {
 		if !cfg.Unbatched {
 			n.b, err = batcher.New(batcher.Config{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight}, n.flush,
 				func(checks int) { c.abandoned.Add(int64(checks)) })
+			if err == nil {
+				n.lb, err = batcher.New(batcher.Config{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight}, n.flushLeases, nil)
+			}
+			if err == nil {
+				n.rb, err = batcher.New(batcher.Config{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight}, n.flushLeases, nil)
+			}
 			if err != nil {
 				c.Close()
 				return nil, fmt.Errorf("client: %w", err)
@@ -193,6 +209,10 @@ func (c *Client) Close() error {
 		for _, n := range c.nodes {
 			if n.b != nil {
 				n.b.Close() // fails the checks still queued; no batch leaves after
+			}
+			if n.lb != nil {
+				n.lb.Close()
+				n.rb.Close()
 			}
 		}
 		c.wg.Wait()

@@ -64,10 +64,30 @@ type rpcCounter struct {
 	sizes  []int            // checks per RPC, in arrival order
 	byNode map[string]int64 // RPCs per node
 	hook   func(node string, req *pb.CheckRequest) error
+
+	// Leases RPCs: operations per RPC in arrival order, operations per
+	// node, and a hook each runs first.
+	leaseSizes  []int
+	leaseByNode map[string]int64
+	leaseHook   func(node string, req *pb.LeasesRequest) error
 }
 
 func (c *rpcCounter) interceptor(node string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == pb.RateLimiter_Leases_FullMethodName {
+			lr := req.(*pb.LeasesRequest)
+			c.mu.Lock()
+			c.leaseSizes = append(c.leaseSizes, len(lr.GetOps()))
+			c.leaseByNode[node] += int64(len(lr.GetOps()))
+			hook := c.leaseHook
+			c.mu.Unlock()
+			if hook != nil {
+				if err := hook(node, lr); err != nil {
+					return nil, err
+				}
+			}
+			return handler(ctx, req)
+		}
 		if info.FullMethod != pb.RateLimiter_Check_FullMethodName {
 			return handler(ctx, req)
 		}
@@ -104,6 +124,8 @@ func (c *rpcCounter) reset() {
 	c.checks.Store(0)
 	c.sizes = nil
 	clear(c.byNode)
+	c.leaseSizes = nil
+	clear(c.leaseByNode)
 }
 
 func (c *rpcCounter) rpcSizes() []int {
@@ -150,7 +172,7 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	c := &testCluster{clock: testkit.NewClock(clusterStart), rpc: &rpcCounter{byNode: map[string]int64{}}, policyPath: path}
+	c := &testCluster{clock: testkit.NewClock(clusterStart), rpc: &rpcCounter{byNode: map[string]int64{}, leaseByNode: map[string]int64{}}, policyPath: path}
 	fail := func(err error) (*testCluster, error) {
 		c.Stop()
 		return nil, err

@@ -23,3 +23,7 @@ func ClientIP(r *http.Request, trustedProxies []string) (string, error) {
 
 // LimitProto is l as the wire carries it, valid or not.
 func LimitProto(l Limit) *pb.Limit { return l.proto() }
+
+// QueuedLeaseOps returns how many acquires and renews wait for a batch to
+// the node of target index i.
+func QueuedLeaseOps(c *Client, i int) int { return c.nodes[i].lb.Queued() }

@@ -119,21 +119,22 @@ func (c *Client) AcquireCheck(ctx context.Context, check *pb.Check, ttl time.Dur
 			start = i
 		}
 	}
-	req := &pb.AcquireRequest{Check: check, TtlMs: ttl.Milliseconds(), RequestId: requestID}
-	var resp *pb.AcquireResponse
+	op := &pb.LeaseOp{Op: &pb.LeaseOp_Acquire{Acquire: &pb.AcquireRequest{Check: check, TtlMs: ttl.Milliseconds(), RequestId: requestID}}}
+	var res *pb.LeaseResult
 	err := c.each(ctx, start, func(ctx context.Context, n *node) (err error) {
-		resp, err = n.rpc.Acquire(ctx, req)
+		res, err = n.lease(ctx, op)
 		return err
 	})
 	if err != nil {
 		return Lease{}, err
 	}
-	d := resp.GetDecision()
+	d := res.GetAcquire().GetDecision()
 	if key := check.GetKey(); key != "" && d.GetOwnerAddr() != "" {
 		if j, ok := c.byAddr[d.GetOwnerAddr()]; ok {
 			c.owners.put(key, j)
 		}
 	}
+	c.learnLease(d.GetLease(), d.GetOwnerAddr())
 	return Lease{Decision: decision(d), ID: d.GetLease(), InFlight: d.GetInFlight(), ExpiresIn: fromMillis(d.GetExpiresInMs())}, nil
 }
 
@@ -142,14 +143,16 @@ func (c *Client) AcquireCheck(ctx context.Context, check *pb.Check, ttl time.Dur
 // the lease expired or was released: its slot is gone, and the work it
 // covered no longer holds one.
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (Lease, error) {
-	var resp *pb.RenewResponse
-	err := c.each(ctx, -1, func(ctx context.Context, n *node) (err error) {
-		resp, err = n.rpc.Renew(ctx, &pb.RenewRequest{Lease: id, TtlMs: ttl.Milliseconds()})
+	op := &pb.LeaseOp{Op: &pb.LeaseOp_Renew{Renew: &pb.RenewRequest{Lease: id, TtlMs: ttl.Milliseconds()}}}
+	var res *pb.LeaseResult
+	err := c.each(ctx, c.leaseStart(id), func(ctx context.Context, n *node) (err error) {
+		res, err = n.lease(ctx, op)
 		return err
 	})
 	if err != nil {
 		return Lease{}, err
 	}
+	resp := res.GetRenew()
 	return Lease{Decision: Decision{Allowed: resp.GetRenewed(), Limit: resp.GetLimit(),
 		Remaining: max(resp.GetLimit()-resp.GetInFlight(), 0), Owner: resp.GetOwner()},
 		ID: id, InFlight: resp.GetInFlight(), ExpiresIn: fromMillis(resp.GetExpiresInMs())}, nil
@@ -163,15 +166,17 @@ func (c *Client) Release(ctx context.Context, id string, o Outcome, latency time
 	if o > OutcomeDropped {
 		return false, fmt.Errorf("client: Release: %v is not an outcome", o)
 	}
-	var resp *pb.ReleaseResponse
-	err := c.each(ctx, -1, func(ctx context.Context, n *node) (err error) {
-		resp, err = n.rpc.Release(ctx, &pb.ReleaseRequest{Lease: id, Outcome: o.proto(), LatencyMs: max(latency.Milliseconds(), 0)})
+	op := &pb.LeaseOp{Op: &pb.LeaseOp_Release{Release: &pb.ReleaseRequest{Lease: id, Outcome: o.proto(),
+		LatencyMs: max(latency.Milliseconds(), 0)}}}
+	var res *pb.LeaseResult
+	err := c.each(ctx, c.leaseStart(id), func(ctx context.Context, n *node) (err error) {
+		res, err = n.lease(ctx, op)
 		return err
 	})
 	if err != nil {
 		return false, err
 	}
-	return resp.GetReleased(), nil
+	return res.GetRelease().GetReleased(), nil
 }
 
 // Report tells the owners of a policy request's adaptive layers the

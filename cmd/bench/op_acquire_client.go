@@ -12,10 +12,9 @@ import (
 // clientAcquireTarget is ringlimit under --op acquire-release through the
 // project's Go client (--proto client): Client.Acquire of one slot, then
 // Client.Release of the lease it granted, what a Go service holding a
-// slot around its work does. The client sends an acquire to the key's
-// owner once an answer named it, and a release to the next node in turn
-// (a lease names its key: any node routes it). Safe for use by many
-// goroutines.
+// slot around its work does. The client batches lease operations (Leases
+// calls) and sends each to its key's owner once an answer named it (a
+// lease names its key). Safe for use by many goroutines.
 type clientAcquireTarget struct {
 	addrs []string
 	c     *client.Client

@@ -19,8 +19,8 @@ import (
 // hold 50 ms and release (each fourth lease left to expire), before,
 // during and after a cut of node-3 from the others (gossip, public and
 // peer gRPC). From the log: never more than 5 slots of a key surely held
-// at once before the heal (after it: logged, see below); node-3 never
-// grants node-1's key; during the cut the majority grants both keys.
+// at once, before, during or after the cut; node-3 never grants node-1's
+// key; during the cut the majority grants both keys.
 func TestProcessLeasePartition(t *testing.T) {
 	bin := buildNode(t)
 	h := newHarness(t)
@@ -121,22 +121,14 @@ func TestProcessLeasePartition(t *testing.T) {
 			}
 		}
 		slices.SortFunc(edges, func(a, b [2]int64) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
-		// Asserted up to the heal. After it, lease sets meeting again can
-		// lose leases a side granted (once, in a CI run: 8 surely held of
-		// a limit of 5 on node-1's key a second after the heal): an open
-		// defect, logged here until it is fixed.
-		healed := int64(healAt.Sub(cutAt))
-		held, most, at, after := int64(0), int64(0), int64(0), int64(0)
+		held, most, at := int64(0), int64(0), int64(0)
 		for _, e := range edges {
-			held += e[1]
-			if e[0] >= healed {
-				after = max(after, held)
-			} else if held > most {
+			if held += e[1]; held > most {
 				most, at = held, e[0]
 			}
 		}
-		t.Logf("%s: at most %d slots surely held at once up to the heal (first %v after the cut), %d after it; %d granted during the cut",
-			key, most, time.Duration(at), after, during[key])
+		t.Logf("%s: at most %d slots surely held at once (first %v after the cut); %d granted during the cut",
+			key, most, time.Duration(at), during[key])
 		if most > limit {
 			t.Errorf("%s: %d slots surely held at once, limit %d", key, most, limit)
 		}

@@ -150,6 +150,9 @@ func New[Q, R any](cfg Config, flush Flush[Q, R], abandoned func(items int)) (*B
 // MaxBatch returns the most items a batch carries.
 func (b *Batcher[Q, R]) MaxBatch() int { return b.cfg.MaxBatch }
 
+// Queued returns how many calls wait for a batch.
+func (b *Batcher[Q, R]) Queued() int { return len(b.queue) }
+
 // NewCall returns a call for in whose results go to out (len(out) ≥
 // len(in)).
 func NewCall[Q, R any](ctx context.Context, in []Q, out []R) *Call[Q, R] {

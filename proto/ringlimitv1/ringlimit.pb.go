@@ -1425,6 +1425,311 @@ func (x *ReleaseResponse) GetOwner() string {
 	return ""
 }
 
+// LeaseOp is one operation of a Leases call.
+type LeaseOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*LeaseOp_Acquire
+	//	*LeaseOp_Renew
+	//	*LeaseOp_Release
+	Op            isLeaseOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseOp) Reset() {
+	*x = LeaseOp{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseOp) ProtoMessage() {}
+
+func (x *LeaseOp) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseOp.ProtoReflect.Descriptor instead.
+func (*LeaseOp) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LeaseOp) GetOp() isLeaseOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *LeaseOp) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LeaseOp_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *LeaseOp) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LeaseOp_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *LeaseOp) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LeaseOp_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+type isLeaseOp_Op interface {
+	isLeaseOp_Op()
+}
+
+type LeaseOp_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type LeaseOp_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type LeaseOp_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+func (*LeaseOp_Acquire) isLeaseOp_Op() {}
+
+func (*LeaseOp_Renew) isLeaseOp_Op() {}
+
+func (*LeaseOp_Release) isLeaseOp_Op() {}
+
+type LeasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*LeaseOp             `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesRequest) Reset() {
+	*x = LeasesRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesRequest) ProtoMessage() {}
+
+func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
+func (*LeasesRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LeasesRequest) GetOps() []*LeaseOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// LeaseResult answers the LeaseOp at its index: the response its own call
+// would have answered, or, when that call would have failed, the status
+// code (google.rpc.Code) and message it would have failed with.
+type LeaseResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*LeaseResult_Acquire
+	//	*LeaseResult_Renew
+	//	*LeaseResult_Release
+	Result isLeaseResult_Result `protobuf_oneof:"result"`
+	// 0 (OK) when result is set.
+	Code          int32  `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResult) Reset() {
+	*x = LeaseResult{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResult) ProtoMessage() {}
+
+func (x *LeaseResult) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
+func (*LeaseResult) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LeaseResult) GetResult() isLeaseResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *LeaseResult) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*LeaseResult_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *LeaseResult) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*LeaseResult_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *LeaseResult) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*LeaseResult_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *LeaseResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *LeaseResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type isLeaseResult_Result interface {
+	isLeaseResult_Result()
+}
+
+type LeaseResult_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type LeaseResult_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type LeaseResult_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+func (*LeaseResult_Acquire) isLeaseResult_Result() {}
+
+func (*LeaseResult_Renew) isLeaseResult_Result() {}
+
+func (*LeaseResult_Release) isLeaseResult_Result() {}
+
+type LeasesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*LeaseResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesResponse) Reset() {
+	*x = LeasesResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesResponse) ProtoMessage() {}
+
+func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
+func (*LeasesResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LeasesResponse) GetResults() []*LeaseResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // ReportRequest names the request as a Check does (a policy request).
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1437,7 +1742,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1754,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1767,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportRequest) GetCheck() *Check {
@@ -1499,7 +1804,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1816,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1829,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportResponse) GetReported() int64 {
@@ -1646,7 +1951,23 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\breleased\x18\x01 \x01(\bR\breleased\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x03R\binFlight\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x14\n" +
-	"\x05owner\x18\x04 \x01(\tR\x05owner\"\x8a\x01\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"\xb7\x01\n" +
+	"\aLeaseOp\x128\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1c.ringlimit.v1.AcquireRequestH\x00R\aacquire\x122\n" +
+	"\x05renew\x18\x02 \x01(\v2\x1a.ringlimit.v1.RenewRequestH\x00R\x05renew\x128\n" +
+	"\arelease\x18\x03 \x01(\v2\x1c.ringlimit.v1.ReleaseRequestH\x00R\areleaseB\x04\n" +
+	"\x02op\"8\n" +
+	"\rLeasesRequest\x12'\n" +
+	"\x03ops\x18\x01 \x03(\v2\x15.ringlimit.v1.LeaseOpR\x03ops\"\xf0\x01\n" +
+	"\vLeaseResult\x129\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1d.ringlimit.v1.AcquireResponseH\x00R\aacquire\x123\n" +
+	"\x05renew\x18\x02 \x01(\v2\x1b.ringlimit.v1.RenewResponseH\x00R\x05renew\x129\n" +
+	"\arelease\x18\x03 \x01(\v2\x1d.ringlimit.v1.ReleaseResponseH\x00R\arelease\x12\x12\n" +
+	"\x04code\x18\x04 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessageB\b\n" +
+	"\x06result\"E\n" +
+	"\x0eLeasesResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.ringlimit.v1.LeaseResultR\aresults\"\x8a\x01\n" +
 	"\rReportRequest\x12)\n" +
 	"\x05check\x18\x01 \x01(\v2\x13.ringlimit.v1.CheckR\x05check\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.ringlimit.v1.OutcomeR\aoutcome\x12\x1d\n" +
@@ -1671,7 +1992,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vFailureMode\x12\t\n" +
 	"\x05LOCAL\x10\x00\x12\r\n" +
 	"\tFAIL_OPEN\x10\x01\x12\x0f\n" +
-	"\vFAIL_CLOSED\x10\x022\xed\x03\n" +
+	"\vFAIL_CLOSED\x10\x022\xb2\x04\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12C\n" +
 	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponse\x12@\n" +
@@ -1679,7 +2000,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aAcquire\x12\x1c.ringlimit.v1.AcquireRequest\x1a\x1d.ringlimit.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.ringlimit.v1.RenewRequest\x1a\x1b.ringlimit.v1.RenewResponse\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12C\n" +
-	"\x06Report\x12\x1b.ringlimit.v1.ReportRequest\x1a\x1c.ringlimit.v1.ReportResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x06Report\x12\x1b.ringlimit.v1.ReportRequest\x1a\x1c.ringlimit.v1.ReportResponse\x12C\n" +
+	"\x06Leases\x12\x1b.ringlimit.v1.LeasesRequest\x1a\x1c.ringlimit.v1.LeasesResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -1694,7 +2016,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),          // 0: ringlimit.v1.Algorithm
 	(Outcome)(0),            // 1: ringlimit.v1.Outcome
@@ -1716,8 +2038,12 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*RenewResponse)(nil),   // 17: ringlimit.v1.RenewResponse
 	(*ReleaseRequest)(nil),  // 18: ringlimit.v1.ReleaseRequest
 	(*ReleaseResponse)(nil), // 19: ringlimit.v1.ReleaseResponse
-	(*ReportRequest)(nil),   // 20: ringlimit.v1.ReportRequest
-	(*ReportResponse)(nil),  // 21: ringlimit.v1.ReportResponse
+	(*LeaseOp)(nil),         // 20: ringlimit.v1.LeaseOp
+	(*LeasesRequest)(nil),   // 21: ringlimit.v1.LeasesRequest
+	(*LeaseResult)(nil),     // 22: ringlimit.v1.LeaseResult
+	(*LeasesResponse)(nil),  // 23: ringlimit.v1.LeasesResponse
+	(*ReportRequest)(nil),   // 24: ringlimit.v1.ReportRequest
+	(*ReportResponse)(nil),  // 25: ringlimit.v1.ReportResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1731,27 +2057,37 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	5,  // 8: ringlimit.v1.AcquireRequest.check:type_name -> ringlimit.v1.Check
 	7,  // 9: ringlimit.v1.AcquireResponse.decision:type_name -> ringlimit.v1.Decision
 	1,  // 10: ringlimit.v1.ReleaseRequest.outcome:type_name -> ringlimit.v1.Outcome
-	5,  // 11: ringlimit.v1.ReportRequest.check:type_name -> ringlimit.v1.Check
-	1,  // 12: ringlimit.v1.ReportRequest.outcome:type_name -> ringlimit.v1.Outcome
-	6,  // 13: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	9,  // 14: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
-	11, // 15: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	14, // 16: ringlimit.v1.RateLimiter.Acquire:input_type -> ringlimit.v1.AcquireRequest
-	16, // 17: ringlimit.v1.RateLimiter.Renew:input_type -> ringlimit.v1.RenewRequest
-	18, // 18: ringlimit.v1.RateLimiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	20, // 19: ringlimit.v1.RateLimiter.Report:input_type -> ringlimit.v1.ReportRequest
-	8,  // 20: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	10, // 21: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
-	13, // 22: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	15, // 23: ringlimit.v1.RateLimiter.Acquire:output_type -> ringlimit.v1.AcquireResponse
-	17, // 24: ringlimit.v1.RateLimiter.Renew:output_type -> ringlimit.v1.RenewResponse
-	19, // 25: ringlimit.v1.RateLimiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	21, // 26: ringlimit.v1.RateLimiter.Report:output_type -> ringlimit.v1.ReportResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 11: ringlimit.v1.LeaseOp.acquire:type_name -> ringlimit.v1.AcquireRequest
+	16, // 12: ringlimit.v1.LeaseOp.renew:type_name -> ringlimit.v1.RenewRequest
+	18, // 13: ringlimit.v1.LeaseOp.release:type_name -> ringlimit.v1.ReleaseRequest
+	20, // 14: ringlimit.v1.LeasesRequest.ops:type_name -> ringlimit.v1.LeaseOp
+	15, // 15: ringlimit.v1.LeaseResult.acquire:type_name -> ringlimit.v1.AcquireResponse
+	17, // 16: ringlimit.v1.LeaseResult.renew:type_name -> ringlimit.v1.RenewResponse
+	19, // 17: ringlimit.v1.LeaseResult.release:type_name -> ringlimit.v1.ReleaseResponse
+	22, // 18: ringlimit.v1.LeasesResponse.results:type_name -> ringlimit.v1.LeaseResult
+	5,  // 19: ringlimit.v1.ReportRequest.check:type_name -> ringlimit.v1.Check
+	1,  // 20: ringlimit.v1.ReportRequest.outcome:type_name -> ringlimit.v1.Outcome
+	6,  // 21: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	9,  // 22: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
+	11, // 23: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	14, // 24: ringlimit.v1.RateLimiter.Acquire:input_type -> ringlimit.v1.AcquireRequest
+	16, // 25: ringlimit.v1.RateLimiter.Renew:input_type -> ringlimit.v1.RenewRequest
+	18, // 26: ringlimit.v1.RateLimiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	24, // 27: ringlimit.v1.RateLimiter.Report:input_type -> ringlimit.v1.ReportRequest
+	21, // 28: ringlimit.v1.RateLimiter.Leases:input_type -> ringlimit.v1.LeasesRequest
+	8,  // 29: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	10, // 30: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
+	13, // 31: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	15, // 32: ringlimit.v1.RateLimiter.Acquire:output_type -> ringlimit.v1.AcquireResponse
+	17, // 33: ringlimit.v1.RateLimiter.Renew:output_type -> ringlimit.v1.RenewResponse
+	19, // 34: ringlimit.v1.RateLimiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	25, // 35: ringlimit.v1.RateLimiter.Report:output_type -> ringlimit.v1.ReportResponse
+	23, // 36: ringlimit.v1.RateLimiter.Leases:output_type -> ringlimit.v1.LeasesResponse
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -1760,13 +2096,23 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 		return
 	}
 	file_ringlimit_v1_ringlimit_proto_msgTypes[2].OneofWrappers = []any{}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[17].OneofWrappers = []any{
+		(*LeaseOp_Acquire)(nil),
+		(*LeaseOp_Renew)(nil),
+		(*LeaseOp_Release)(nil),
+	}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[19].OneofWrappers = []any{
+		(*LeaseResult_Acquire)(nil),
+		(*LeaseResult_Renew)(nil),
+		(*LeaseResult_Release)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	RateLimiter_Renew_FullMethodName   = "/ringlimit.v1.RateLimiter/Renew"
 	RateLimiter_Release_FullMethodName = "/ringlimit.v1.RateLimiter/Release"
 	RateLimiter_Report_FullMethodName  = "/ringlimit.v1.RateLimiter/Report"
+	RateLimiter_Leases_FullMethodName  = "/ringlimit.v1.RateLimiter/Leases"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -71,6 +72,13 @@ type RateLimiterClient interface {
 	// Report tells the owners of a policy request's adaptive layers the
 	// outcome and latency of one request.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
+	// Leases carries up to 1,000 acquires, renews and releases in one call
+	// (the Go client batches them): each is decided as its own Acquire,
+	// Renew or Release call would decide it, concurrently with the others,
+	// and answered in order with its own status, so one operation's error
+	// fails no other. The call itself fails (INVALID_ARGUMENT) only when it
+	// is empty or too big.
+	Leases(ctx context.Context, in *LeasesRequest, opts ...grpc.CallOption) (*LeasesResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -151,6 +159,16 @@ func (c *rateLimiterClient) Report(ctx context.Context, in *ReportRequest, opts 
 	return out, nil
 }
 
+func (c *rateLimiterClient) Leases(ctx context.Context, in *LeasesRequest, opts ...grpc.CallOption) (*LeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeasesResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Leases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -191,6 +209,13 @@ type RateLimiterServer interface {
 	// Report tells the owners of a policy request's adaptive layers the
 	// outcome and latency of one request.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
+	// Leases carries up to 1,000 acquires, renews and releases in one call
+	// (the Go client batches them): each is decided as its own Acquire,
+	// Renew or Release call would decide it, concurrently with the others,
+	// and answered in order with its own status, so one operation's error
+	// fails no other. The call itself fails (INVALID_ARGUMENT) only when it
+	// is empty or too big.
+	Leases(context.Context, *LeasesRequest) (*LeasesResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -221,6 +246,9 @@ func (UnimplementedRateLimiterServer) Release(context.Context, *ReleaseRequest) 
 }
 func (UnimplementedRateLimiterServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedRateLimiterServer) Leases(context.Context, *LeasesRequest) (*LeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Leases not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -369,6 +397,24 @@ func _RateLimiter_Report_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Leases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Leases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Leases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Leases(ctx, req.(*LeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -403,6 +449,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Report",
 			Handler:    _RateLimiter_Report_Handler,
+		},
+		{
+			MethodName: "Leases",
+			Handler:    _RateLimiter_Leases_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
