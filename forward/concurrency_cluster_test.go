@@ -195,3 +195,69 @@ func TestUnacknowledgedUndone(t *testing.T) {
 	wantMetric(t, a.reg, "ringlimit_leases_total", "op", "acquire", "result", "degraded", 2)
 	wantMetric(t, a.reg, "ringlimit_leases_total", "op", "renew", "result", "unavailable", 1)
 }
+
+// TestNewOwnerWaitsForPreviousOwner: C's ring {A, B, C} gives it a key
+// that A's ring {A, B} still gives A (A has not yet seen C join), and A
+// holds 2 leases of a limit of 3. C's acquire asks A for the key's set;
+// A, still its owner, gives none, so C waits, and A grants the 3rd
+// meanwhile. Once A's ring holds C, A hands the 3 leases over and C
+// refuses its acquire (3 in flight): the two never grant from one set,
+// which would hold 4.
+func TestNewOwnerWaitsForPreviousOwner(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a, b, c := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil), startNode(t, "C", clk, nil)
+	formCluster(clk, a, b)
+	setMembers(membersOf(a, b, c), c) // C's grace: A, the key's previous owner, is up
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("%smoving-%d", bucket.NamespaceConcurrency, i)
+		if o, _ := a.r.Owner(k); o == "A" && ownerIn(c.r.view.Load().ring, "C", k) == "C" {
+			key = k
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	acq := Acquire{Key: key, Limit: concurrency(3), Mode: bucket.FailClosed, TTL: time.Minute}
+	for i := range 2 {
+		if res, err := a.r.Acquire(ctx, acq); err != nil || !res.Allowed || res.Owner != "A" {
+			t.Fatalf("acquire %d on A: %+v %v", i+1, res, err)
+		}
+	}
+	timers := clk.Timers()
+	type answer struct {
+		res LeaseResult
+		err error
+	}
+	fromC := make(chan answer, 1)
+	go func() {
+		res, err := c.r.Acquire(ctx, acq)
+		fromC <- answer{res, err}
+	}()
+	var early *answer
+	testkit.WaitFor(t, 5*time.Second, "C's acquire answered, or waiting on its timer for the set", func() error {
+		select {
+		case ans := <-fromC:
+			early = &ans
+			return nil
+		default:
+		}
+		if clk.Timers() > timers {
+			return nil
+		}
+		return errors.New("neither")
+	})
+	if early != nil {
+		t.Fatalf("C answered %+v %v before A's ring moved the key, want it to wait for A's set", early.res, early.err)
+	}
+	if res, err := a.r.Acquire(ctx, acq); err != nil || !res.Allowed || res.InFlight != 3 {
+		t.Fatalf("3rd acquire on A: %+v %v", res, err)
+	}
+	setMembers(membersOf(a, b, c), a) // A hands the key's set to C
+	ans := <-fromC
+	if ans.err != nil || ans.res.Allowed || ans.res.Degraded || ans.res.InFlight != 3 || ans.res.Owner != "C" {
+		t.Fatalf("C's acquire: %+v %v, want refused by C with 3 in flight", ans.res, ans.err)
+	}
+	if n := c.r.InFlight(key); n != 3 {
+		t.Fatalf("C holds %d leases, want 3", n)
+	}
+}

@@ -273,8 +273,16 @@ func (r *Router) fetchLeases(ctx context.Context, v *view, prev, key string) boo
 var fetchLimit = bucket.MustLimit(bucket.Concurrency, 1, 0, 0)
 
 // lookupLeases is a fetch's answer for a concurrency key: its lease set
-// here, possibly empty.
-func (r *Router) lookupLeases(key string) peermsg.State {
+// here, possibly empty; or, while this node's own ring still gives it the
+// key, no set at all (LeaseSet false). Its ring has not yet seen the
+// change that moved the key to from, so it may still grant leases after
+// answering: handing the set over now would let both count from it. The
+// asker waits instead for the set this node hands off once its ring
+// moves the key, answering unavailable until then.
+func (r *Router) lookupLeases(from, key string) peermsg.State {
+	if from != r.cfg.Self && ownerIn(r.view.Load().ring, r.cfg.Self, key) == r.cfg.Self {
+		return peermsg.State{Key: key}
+	}
 	now := r.cfg.Clock.Now()
 	l := fetchLimit
 	if held := r.slots.Held(key, now); len(held) > 0 {

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,28 +64,41 @@ func TestRenewCappedByMaxTTL(t *testing.T) {
 }
 
 // TestLookupPolicyLeases: a key with no concurrency namespace (a policy
-// layer's) fetched under a concurrency limit is looked up as its lease
-// set: its live leases, or none once they expired, so that a new owner
-// fetching it gets the leases, or learns there are none.
+// layer's), owned by A in the ring {A, B} and by C in {A, B, C}, fetched
+// by C under a concurrency limit. While A's ring still gives A the key,
+// A answers no lease set (it may still grant, so it gives nothing away);
+// once A's ring holds C, A answers the key's live leases, and an empty
+// set once they expired. Naming no limit, it is not found.
 func TestLookupPolicyLeases(t *testing.T) {
 	clk := testkit.NewClock(0)
-	a := startNode(t, "A", clk, nil)
-	setMembers(membersOf(a), a)
-	const key = "p|api|route:/export|user:u1|/export"
+	a, b, c := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil), startNode(t, "C", clk, nil)
+	setMembers(membersOf(a, b, c), c)
+	formCluster(clk, a, b)
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("p|api|route:/export|user:u%d|/export", i)
+		if o, _ := a.r.Owner(k); o == "A" && ownerIn(c.r.view.Load().ring, "C", k) == "C" {
+			key = k
+		}
+	}
 	res, err := a.r.Acquire(context.Background(), Acquire{Key: key, Limit: concurrency(2), Mode: bucket.FailClosed, TTL: 2 * time.Second})
 	if err != nil || !res.Allowed {
 		t.Fatalf("acquire: %+v %v", res, err)
 	}
 	named := concurrency(1) // a fetch names a concurrency limit
-	st, ok := a.r.Lookup("B", key, &named)
+	if st, ok := a.r.Lookup("C", key, &named); !ok || st.LeaseSet || len(st.Leases) != 0 {
+		t.Fatalf("lookup while A still owns the key: %+v %v, want no lease set", st, ok)
+	}
+	setMembers(membersOf(a, b, c), a)
+	st, ok := a.r.Lookup("C", key, &named)
 	if !ok || !st.LeaseSet || len(st.Leases) != 1 || st.Leases[0].ID != res.Lease || st.Limit != concurrency(2) {
 		t.Fatalf("lookup with a lease held: %+v %v", st, ok)
 	}
 	clk.Advance(2 * time.Second)
-	if st, ok := a.r.Lookup("B", key, &named); !ok || !st.LeaseSet || len(st.Leases) != 0 {
+	if st, ok := a.r.Lookup("C", key, &named); !ok || !st.LeaseSet || len(st.Leases) != 0 {
 		t.Fatalf("lookup once the lease expired: %+v %v, want an empty lease set", st, ok)
 	}
-	if st, ok := a.r.Lookup("B", key, nil); ok {
+	if st, ok := a.r.Lookup("C", key, nil); ok {
 		t.Fatalf("lookup naming no limit: %+v, want not found (no bucket of the key)", st)
 	}
 }

@@ -168,7 +168,7 @@ func (r *Router) Lookup(from, key string, named *bucket.Limit) (peermsg.State, b
 	// A concurrency key is named by its limit: a policy layer's lives in
 	// the policy namespace, an inline one in its own.
 	if strings.HasPrefix(key, bucket.NamespaceConcurrency) || (named != nil && named.Algorithm() == bucket.Concurrency) {
-		return r.lookupLeases(key), true // a concurrency key's lease set, possibly none
+		return r.lookupLeases(from, key), true // a concurrency key's lease set, possibly none
 	}
 	now := r.cfg.Clock.Now()
 	l, used, resetAt, ok := r.cfg.Store.UsedReset(key, now)
