@@ -109,16 +109,15 @@ func windowStart(now, w int64) int64 {
 }
 
 func (l *Limit) takeFixed(st *state, now, cost int64) Decision {
-	w := int64(l.per)
-	start := windowStart(now, w)
+	start, end := l.window(now)
 	if start < st.a { // time went backwards into an earlier window
-		start = st.a
+		start, end = st.a, l.windowEnd(st.a)
 	}
 	if st.a != start {
 		st.a, st.b = start, 0
 	}
 	d := Decision{Limit: l.limit}
-	end := start + w - now
+	end -= now
 	if st.b+cost > l.limit {
 		d.RetryAfter = roundUpMs(end)
 	} else {

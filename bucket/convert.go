@@ -19,7 +19,7 @@ func (l *Limit) used(st *state, log []logRun, now int64) int64 {
 		level := st.a - l.elapsedUnits(st.b, now, st.a)
 		return ceilDiv(level, l.den)
 	case FixedWindow:
-		if st.a == windowStart(now, int64(l.per)) {
+		if start, _ := l.window(now); st.a == start {
 			return st.b
 		}
 		return 0
@@ -55,7 +55,8 @@ func (l *Limit) setUsed(st *state, log *[]logRun, now, used int64) {
 	case LeakyBucket:
 		st.a, st.b = used*l.den, now
 	case FixedWindow:
-		st.a, st.b = windowStart(now, int64(l.per)), used
+		st.a, _ = l.window(now)
+		st.b = used
 	case SlidingWindowCounter:
 		st.a, st.b = windowStart(now, int64(l.per)), used<<32
 	default:
@@ -96,7 +97,7 @@ func (l *Limit) refund(st *state, now, cost int64) {
 		level := st.a - l.elapsedUnits(st.b, now, st.a)
 		st.a, st.b = max(level-cost*l.den, 0), max(now, st.b)
 	case FixedWindow:
-		if st.a == windowStart(now, int64(l.per)) {
+		if start, _ := l.window(now); st.a == start {
 			st.b = max(st.b-cost, 0)
 		}
 	case SlidingWindowCounter:
@@ -143,7 +144,7 @@ func (l *Limit) idleAt(st *state, log []logRun) int64 {
 		if st.b <= 0 {
 			return 0
 		}
-		return satAdd(st.a, int64(l.per))
+		return l.windowEnd(st.a)
 	case SlidingWindowCounter:
 		w := int64(l.per)
 		switch curr, prev := st.b>>32, st.b&(1<<32-1); {

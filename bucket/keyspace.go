@@ -43,9 +43,10 @@ var algorithmCodes = [numAlgorithms]string{
 }
 
 // Spec returns the limit's canonical name, "tb:10:1s:50" (algorithm,
-// count, period, burst): two limits have the same Spec exactly when they
-// have the same algorithm and parameters. It contains no '|' and is at
-// most 48 bytes long.
+// count, period, burst; a calendar window's "fw:10000:m@Europe/Berlin",
+// its unit d, m, y or w and the first weekday's number, then its zone):
+// two limits have the same Spec exactly when they have the same algorithm
+// and parameters. It contains no '|' and is at most 58 bytes long.
 func (l Limit) Spec() string {
 	var buf [64]byte
 	return string(l.appendSpec(buf[:0]))
@@ -56,6 +57,14 @@ func (l *Limit) appendSpec(b []byte) []byte {
 	b = append(b, ':')
 	b = strconv.AppendInt(b, l.limit, 10)
 	b = append(b, ':')
+	if c := l.cal; c.Unit != NoCalendar {
+		b = append(b, "?dwmy"[c.Unit])
+		if c.Unit == Week {
+			b = append(b, byte('0'+c.WeekStart))
+		}
+		b = append(b, '@')
+		return append(b, c.Zone()...)
+	}
 	b = append(b, l.per.String()...)
 	b = append(b, ':')
 	return strconv.AppendInt(b, l.burst, 10)

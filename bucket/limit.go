@@ -122,7 +122,12 @@ type Limit struct {
 	capUnits int64 // burst * den
 	fillNs   int64 // ⌈capUnits/num⌉: nanoseconds from empty to full
 
-	fp uint64 // fingerprint of (alg, limit, per, burst)
+	fp uint64 // fingerprint of (alg, limit, per, burst, cal)
+
+	// cal, when its Unit is not NoCalendar, makes a FixedWindow's windows
+	// the periods of a local calendar (NewCalendarLimit); per is then
+	// the longest such period, a bound for what waits on a whole window.
+	cal Calendar
 }
 
 // NewLimit validates and precomputes a limit: limit per per, with burst as
@@ -180,6 +185,73 @@ func newLimit(alg Algorithm, limit int64, per time.Duration, burst int64) (Limit
 	return l, nil
 }
 
+// NewCalendarLimit builds a fixed window of limit per period of cal: a
+// zone's local days, weeks, months or years (see Calendar). Its error
+// wraps ErrLimit or ErrCalendar and is a *FieldError naming the field
+// (limit, calendar, week_start).
+func NewCalendarLimit(limit int64, cal Calendar) (Limit, error) {
+	l, err := newCalendarLimit(limit, cal)
+	if err != nil {
+		return Limit{}, fmt.Errorf("bucket: %w", err)
+	}
+	return l, nil
+}
+
+// longestPeriod bounds a calendar period: a local day may last 25 h (or
+// 26 h where a zone shifted twice), a week, month or year as long more.
+var longestPeriod = [...]time.Duration{Day: 26 * time.Hour, Week: 7*24*time.Hour + 2*time.Hour,
+	Month: 31*24*time.Hour + 2*time.Hour, Year: 366*24*time.Hour + 2*time.Hour}
+
+func newCalendarLimit(limit int64, cal Calendar) (Limit, *FieldError) {
+	if err := checkCount(FixedWindow, limit); err != nil {
+		return Limit{}, err
+	}
+	if cal.Unit < Day || cal.Unit > Year {
+		return Limit{}, fieldErr(ErrCalendar, "calendar", "want day, week, month or year, got %v", cal.Unit)
+	}
+	if cal.WeekStart < time.Sunday || cal.WeekStart > time.Saturday {
+		return Limit{}, fieldErr(ErrCalendar, "week_start", "want a day of the week, got %d", cal.WeekStart)
+	}
+	if cal.Unit != Week {
+		cal.WeekStart = 0 // only weeks have a first day: one limit, one fingerprint
+	}
+	if cal.Loc == time.UTC {
+		cal.Loc = nil
+	}
+	l := Limit{alg: FixedWindow, limit: limit, per: longestPeriod[cal.Unit], burst: limit, cal: cal}
+	var b [25]byte
+	b[0] = byte(FixedWindow) | 0x80
+	put64(b[1:], uint64(limit))
+	put64(b[9:], uint64(cal.Unit)<<8|uint64(cal.WeekStart))
+	put64(b[17:], xxhash.Sum64String(cal.Zone()))
+	l.fp = xxhash.Sum64(b[:])
+	return l, nil
+}
+
+// Calendar returns the limit's calendar: NoCalendar unless it was built
+// by NewCalendarLimit.
+func (l Limit) Calendar() Calendar { return l.cal }
+
+// window returns the fixed window that holds now: its start and the start
+// of the next.
+func (l *Limit) window(now int64) (start, end int64) {
+	if l.cal.Unit != NoCalendar {
+		return l.cal.Period(now)
+	}
+	w := int64(l.per)
+	start = windowStart(now, w)
+	return start, start + w
+}
+
+// windowEnd returns the end of the fixed window that starts at start.
+func (l *Limit) windowEnd(start int64) int64 {
+	if l.cal.Unit != NoCalendar {
+		_, end := l.cal.Period(start)
+		return end
+	}
+	return satAdd(start, int64(l.per))
+}
+
 // MustLimit is NewLimit for parameters known to be valid; it panics otherwise.
 // Meant for tests and examples.
 func MustLimit(alg Algorithm, limit int64, per time.Duration, burst int64) Limit {
@@ -217,6 +289,11 @@ func (l Limit) String() string {
 	}
 	if l.alg == Concurrency {
 		return fmt.Sprintf("%s %d", l.alg, l.limit)
+	}
+	if c := l.cal; c.Unit == Week {
+		return fmt.Sprintf("%s %d/week from %s %s", l.alg, l.limit, c.WeekStart, c.Zone())
+	} else if c.Unit != NoCalendar {
+		return fmt.Sprintf("%s %d/%v %s", l.alg, l.limit, c.Unit, c.Zone())
 	}
 	return fmt.Sprintf("%s %d/%v", l.alg, l.limit, l.per)
 }

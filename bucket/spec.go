@@ -45,6 +45,11 @@ type LimitSpec struct {
 	// Replication is "async" (or "") or "sync": an admitted spend is
 	// acknowledged by the key's successor before the answer.
 	Replication string
+	// Calendar is "day", "week", "month" or "year": a fixed window whose
+	// windows are the periods of Timezone's local calendar, in place of
+	// Per ("" none). Timezone is an IANA zone ("" is UTC); WeekStart the
+	// first day of a week ("monday" … "sunday"; "" is Monday).
+	Calendar, Timezone, WeekStart string
 }
 
 // Settings is a parsed LimitSpec: the Limit and what travels with it on
@@ -59,15 +64,17 @@ type Settings struct {
 
 // FieldError is a field of a limit that cannot be used. Its message is
 // Path + ": " + Msg, e.g. `limit.per: "10" is not a duration (try 10s)`.
-// It wraps ErrAlgorithm (algorithm), ErrFailureMode (failure_mode) or
-// ErrLimit (every other field). A caller whose input names the field
+// It wraps ErrAlgorithm (algorithm), ErrFailureMode (failure_mode),
+// ErrCalendar (calendar, timezone, week_start) or ErrLimit (every other
+// field). A caller whose input names the field
 // differently (per_ms, requests_per_unit) reads Field and Msg.
 type FieldError struct {
 	// Path names the field where the caller's input has it: the prefix
 	// given to LimitSpec.Parse, a '.', and Field.
 	Path string
 	// Field is the LimitSpec's name of the field: algorithm, limit, per,
-	// burst, failure_mode, lease or replication.
+	// burst, failure_mode, lease, replication, calendar, timezone or
+	// week_start.
 	Field string
 	// Msg says what is wrong, without the field: `must be at least 1, got 0`.
 	Msg string
@@ -110,16 +117,24 @@ func joinPath(path, field string) string {
 //	limit.burst: must be at least 1, got -1
 //	limit.lease: only the token bucket can lease, not sliding_window_log
 //
-// Fields are checked in the order algorithm, limit, per, burst,
-// failure_mode, lease, replication; the first bad one is reported. Parse
+// Fields are checked in the order algorithm, limit, per (or calendar,
+// per, burst, timezone, week_start), burst, failure_mode, lease,
+// replication; the first bad one is reported. Parse
 // does not allocate unless it fails.
 func (s *LimitSpec) Parse(path string) (Settings, error) {
 	alg, err := parseAlgorithm(s.Algorithm)
 	if err != nil {
 		return Settings{}, err.At(path)
 	}
+	calendar := s.Calendar != "" || s.Timezone != "" || s.WeekStart != ""
+	if calendar && s.Algorithm == "" {
+		alg = FixedWindow // a calendar window's algorithm goes without saying
+	}
 	if err := checkCount(alg, s.Limit); err != nil {
 		return Settings{}, err.At(path)
+	}
+	if alg == Concurrency && calendar {
+		return Settings{}, fieldErr(ErrCalendar, "calendar", "a calendar window is a fixed_window, not %v", alg).At(path)
 	}
 	if alg == Concurrency {
 		set, err := s.parseConcurrency()
@@ -128,19 +143,13 @@ func (s *LimitSpec) Parse(path string) (Settings, error) {
 		}
 		return set, nil
 	}
-	per := s.PerDuration
-	if s.Per != "" || per == 0 {
-		if per, err = parsePer(s.Per); err != nil {
-			return Settings{}, err.At(path)
-		}
+	var lim Limit
+	var ferr *FieldError
+	if calendar {
+		lim, ferr = s.parseCalendar(alg)
+	} else {
+		lim, ferr = s.parseRate(alg)
 	}
-	if err := checkPer(per); err != nil {
-		return Settings{}, err.At(path)
-	}
-	if s.Burst < 0 {
-		return Settings{}, fieldErr(ErrLimit, "burst", "must be at least 1, got %d", s.Burst).At(path)
-	}
-	lim, ferr := newLimit(alg, s.Limit, per, s.Burst)
 	if ferr != nil {
 		return Settings{}, ferr.At(path)
 	}
@@ -166,6 +175,59 @@ func (s *LimitSpec) Parse(path string) (Settings, error) {
 		return Settings{}, fieldErr(ErrLimit, "replication", "want async or sync, got %q", s.Replication).At(path)
 	}
 	return Settings{Limit: lim, FailureMode: mode, Lease: s.Lease, Sync: sync}, nil
+}
+
+// parseRate builds a limit of alg per Per.
+func (s *LimitSpec) parseRate(alg Algorithm) (Limit, *FieldError) {
+	per := s.PerDuration
+	if s.Per != "" || per == 0 {
+		var err *FieldError
+		if per, err = parsePer(s.Per); err != nil {
+			return Limit{}, err
+		}
+	}
+	if err := checkPer(per); err != nil {
+		return Limit{}, err
+	}
+	if s.Burst < 0 {
+		return Limit{}, fieldErr(ErrLimit, "burst", "must be at least 1, got %d", s.Burst)
+	}
+	return newLimit(alg, s.Limit, per, s.Burst)
+}
+
+// parseCalendar builds a calendar window (a fixed window): Calendar in
+// Timezone, weeks from WeekStart, and no Per.
+func (s *LimitSpec) parseCalendar(alg Algorithm) (Limit, *FieldError) {
+	if s.Calendar == "" {
+		return Limit{}, fieldErr(ErrCalendar, "calendar", "required with timezone or week_start: day, week, month or year")
+	}
+	if alg != FixedWindow {
+		return Limit{}, fieldErr(ErrCalendar, "calendar", "a calendar window is a fixed_window, not %v", alg)
+	}
+	if s.Per != "" || s.PerDuration != 0 {
+		return Limit{}, fieldErr(ErrLimit, "per", "give either per or calendar, not both")
+	}
+	if s.Burst < 0 {
+		return Limit{}, fieldErr(ErrLimit, "burst", "must be at least 1, got %d", s.Burst)
+	}
+	unit, err := ParseCalendarUnit(s.Calendar)
+	if err != nil {
+		return Limit{}, fieldErr(ErrCalendar, "calendar", "want day, week, month or year, got %q", s.Calendar)
+	}
+	loc, err := LoadZone(s.Timezone)
+	if err != nil {
+		return Limit{}, fieldErr(ErrCalendar, "timezone", "%s", strings.TrimPrefix(err.Error(), ErrCalendar.Error()+": timezone: "))
+	}
+	cal := Calendar{Unit: unit, Loc: loc, WeekStart: time.Monday}
+	if s.WeekStart != "" {
+		if unit != Week {
+			return Limit{}, fieldErr(ErrCalendar, "week_start", "only a week has a first day, not a %v", unit)
+		}
+		if cal.WeekStart, err = ParseWeekday(s.WeekStart); err != nil {
+			return Limit{}, fieldErr(ErrCalendar, "week_start", "want a day of the week (monday … sunday), got %q", s.WeekStart)
+		}
+	}
+	return newCalendarLimit(s.Limit, cal)
 }
 
 // CheckLease returns an error unless a limit of alg may be leased: only
