@@ -83,6 +83,9 @@ const (
 	seenFailureMode
 	seenLease
 	seenReplication
+	seenCalendar
+	seenTimezone
+	seenWeekStart
 )
 
 // decodeCheckFast decodes b into cb as encoding/json, with
@@ -193,6 +196,15 @@ func decodeLimitFast(p *scanner, l *LimitJSON) bool {
 		case "replication":
 			bit = seenReplication
 			l.Replication, ok = p.str()
+		case "calendar":
+			bit = seenCalendar
+			l.Calendar, ok = p.str()
+		case "timezone":
+			bit = seenTimezone
+			l.Timezone, ok = p.str()
+		case "week_start":
+			bit = seenWeekStart
+			l.WeekStart, ok = p.str()
 		}
 		if !ok || bit == 0 || seen&bit != 0 {
 			return false

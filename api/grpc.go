@@ -139,7 +139,11 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 		return forward.Check{}, fmt.Errorf("limit.failure_mode: unknown value %d", pl.GetFailureMode())
 	}
 	spec := bucket.LimitSpec{Algorithm: algorithmName(alg), Limit: pl.GetLimit(), PerDuration: millis(pl.GetPerMs()), Burst: pl.GetBurst(),
-		FailureMode: bucket.FailureMode(pl.GetFailureMode()).String(), Lease: pl.GetLease()}
+		FailureMode: bucket.FailureMode(pl.GetFailureMode()).String(), Lease: pl.GetLease(),
+		Calendar: pl.GetCalendar(), Timezone: pl.GetTimezone(), WeekStart: pl.GetWeekStart()}
+	if spec.Calendar != "" && alg == pb.Algorithm_TOKEN_BUCKET {
+		spec.Algorithm = "" // the wire cannot leave it out: a calendar window is a fixed window
+	}
 	set, err := spec.Parse("limit")
 	if err != nil {
 		var fe *bucket.FieldError

@@ -82,6 +82,13 @@ type LimitJSON struct {
 	// acknowledged by the key's successor before the answer, so that a
 	// crash of its owner right after the answer over-admits none of it.
 	Replication string `json:"replication,omitempty"`
+	// Calendar is "day", "week", "month" or "year", in place of Per: a
+	// fixed window whose windows are Timezone's local calendar periods
+	// (Timezone an IANA zone, default UTC; WeekStart a week's first day,
+	// default "monday").
+	Calendar  string `json:"calendar,omitempty"`
+	Timezone  string `json:"timezone,omitempty"`
+	WeekStart string `json:"week_start,omitempty"`
 }
 
 // CheckResponse is the body of an answer to POST /v1/check (200 or 429).
@@ -360,7 +367,8 @@ func (req *CheckRequest) toCheck() (forward.Check, error) {
 		return forward.Check{}, errors.New("limit: required (or name configured policy: policy, api_key, user, ip, route, tier)")
 	}
 	spec := bucket.LimitSpec{Algorithm: req.Limit.Algorithm, Limit: req.Limit.Limit, Per: req.Limit.Per, Burst: req.Limit.Burst,
-		FailureMode: req.Limit.FailureMode.String(), Lease: req.Limit.Lease, Replication: req.Limit.Replication}
+		FailureMode: req.Limit.FailureMode.String(), Lease: req.Limit.Lease, Replication: req.Limit.Replication,
+		Calendar: req.Limit.Calendar, Timezone: req.Limit.Timezone, WeekStart: req.Limit.WeekStart}
 	set, err := spec.Parse("limit")
 	if err != nil {
 		return forward.Check{}, err

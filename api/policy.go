@@ -60,7 +60,7 @@ func writeHeaders(h http.Header, ans *decide.Answer, priv bool) {
 			if priv {
 				name = scopeKind(name)
 			}
-			enforced = append(enforced, ratelimitheader.Policy{Name: name, Quota: l.Limit.Count(), Window: l.Limit.Per()})
+			enforced = append(enforced, ratelimitheader.Policy{Name: name, Quota: l.Limit.Count(), Window: l.Limit.Window()})
 		}
 	}
 	ratelimitheader.Write(h, &d, enforced...)

@@ -83,7 +83,7 @@ func LoadZone(name string) (*time.Location, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: timezone: %q is not an IANA zone (such as Europe/Berlin or America/New_York)", ErrCalendar, name)
 	}
-	got, _ := zones.LoadOrStore(name, loc)
+	got, _ := zones.LoadOrStore(strings.Clone(name), loc) // name may alias a reused buffer
 	return got.(*time.Location), nil
 }
 

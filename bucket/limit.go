@@ -228,6 +228,25 @@ func newCalendarLimit(limit int64, cal Calendar) (Limit, *FieldError) {
 	return l, nil
 }
 
+// WithCount returns l with count per period (and burst, 0 meaning count)
+// in place of its own: the same algorithm, period and calendar.
+func (l Limit) WithCount(count, burst int64) (Limit, error) {
+	if l.cal.Unit != NoCalendar {
+		return NewCalendarLimit(count, l.cal)
+	}
+	return NewLimit(l.alg, count, l.per, burst)
+}
+
+// Window is the limit's period where every period has one length: Per,
+// or 0 for a calendar window, whose days, weeks, months and years do not
+// (a RateLimit-Policy header then leaves its w= out).
+func (l Limit) Window() time.Duration {
+	if l.cal.Unit != NoCalendar {
+		return 0
+	}
+	return l.per
+}
+
 // Calendar returns the limit's calendar: NoCalendar unless it was built
 // by NewCalendarLimit.
 func (l Limit) Calendar() Calendar { return l.cal }

@@ -158,6 +158,11 @@ type testCluster struct {
 // and moves the clock past the routers' grace once every ring holds them
 // all. Stop undoes it.
 func startCluster(n int, policyYAML string) (*testCluster, error) {
+	return startClusterAt(n, policyYAML, clusterStart)
+}
+
+// startClusterAt is startCluster with the fake clock starting at start.
+func startClusterAt(n int, policyYAML string, start clock.Instant) (*testCluster, error) {
 	dir, err := os.MkdirTemp("", "ringlimit-client-test")
 	if err != nil {
 		return nil, err
@@ -172,7 +177,7 @@ func startCluster(n int, policyYAML string) (*testCluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	c := &testCluster{clock: testkit.NewClock(clusterStart), rpc: &rpcCounter{byNode: map[string]int64{}, leaseByNode: map[string]int64{}}, policyPath: path}
+	c := &testCluster{clock: testkit.NewClock(start), rpc: &rpcCounter{byNode: map[string]int64{}, leaseByNode: map[string]int64{}}, policyPath: path}
 	fail := func(err error) (*testCluster, error) {
 		c.Stop()
 		return nil, err

@@ -35,6 +35,12 @@ type Limit struct {
 	// burstSet: WithBurst was called (its value is checked, 0 included)
 	burstSet bool
 	alg      bucket.Algorithm
+	// A calendar window (PerCalendar): its unit, zone, and first weekday
+	// when weekSet.
+	cal     bucket.CalendarUnit
+	zone    string
+	week    time.Weekday
+	weekSet bool
 }
 
 // Per returns a limit of n per period: Per(5, 10*time.Second) reads "5
@@ -42,6 +48,23 @@ type Limit struct {
 // window algorithms n is the count per window of length period.
 func Per(n int64, period time.Duration) Limit {
 	return Limit{set: true, n: n, per: period}
+}
+
+// PerCalendar returns a limit of n per local day, week, month or year of
+// zone (an IANA name such as "Europe/Berlin"; "" is UTC): a fixed window
+// from local midnight of the period's first day, DST included, whatever
+// the node's or the caller's zone. PerCalendar(10000, bucket.Month,
+// "Europe/Berlin") is 10,000 a month, reset on the 1st at 00:00 in
+// Berlin. Weeks start on Monday unless WithWeekStart says otherwise.
+func PerCalendar(n int64, unit bucket.CalendarUnit, zone string) Limit {
+	return Limit{set: true, n: n, alg: bucket.FixedWindow, cal: unit, zone: zone}
+}
+
+// WithWeekStart returns l, a weekly PerCalendar limit, with weeks starting
+// on d.
+func (l Limit) WithWeekStart(d time.Weekday) Limit {
+	l.week, l.weekSet = d, true
+	return l
 }
 
 // PerSecond returns a limit of n per second: Per(n, time.Second).
@@ -91,6 +114,18 @@ func (l Limit) String() string {
 		return "no limit"
 	}
 	var b strings.Builder
+	if l.cal != bucket.NoCalendar {
+		fmt.Fprintf(&b, "%d per %v", l.n, l.cal)
+		if l.weekSet {
+			fmt.Fprintf(&b, " from %v", l.week)
+		}
+		zone := l.zone
+		if zone == "" {
+			zone = "UTC"
+		}
+		fmt.Fprintf(&b, " in %s", zone)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%d per %v", l.n, l.per)
 	if l.burstSet {
 		fmt.Fprintf(&b, ", burst %d", l.burst)
@@ -117,6 +152,9 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("client: limit %v: burst: must be at least 1, got 0", l)
 	}
 	spec := bucket.LimitSpec{Algorithm: l.alg.String(), Limit: l.n, PerDuration: l.per, Burst: l.wireBurst()}
+	if l.cal != bucket.NoCalendar || l.weekSet {
+		spec.Calendar, spec.Timezone, spec.WeekStart = l.cal.String(), l.zone, l.weekStart()
+	}
 	if _, err := spec.Parse(""); err != nil {
 		return fmt.Errorf("client: limit %v: %w", l, err)
 	}
@@ -125,12 +163,24 @@ func (l Limit) Validate() error {
 
 // proto returns l as the wire carries it. l must be valid.
 func (l Limit) proto() *pb.Limit {
-	return &pb.Limit{
+	p := &pb.Limit{
 		Algorithm: pb.Algorithm(pb.Algorithm_value[strings.ToUpper(l.alg.String())]),
 		Limit:     l.n,
 		PerMs:     l.per.Milliseconds(),
 		Burst:     l.wireBurst(),
 	}
+	if l.cal != bucket.NoCalendar {
+		p.Calendar, p.Timezone, p.WeekStart = l.cal.String(), l.zone, l.weekStart()
+	}
+	return p
+}
+
+// weekStart is WithWeekStart's day as the wire spells it ("" unset).
+func (l Limit) weekStart() string {
+	if !l.weekSet {
+		return ""
+	}
+	return strings.ToLower(l.week.String())
 }
 
 // wireBurst is the burst the wire carries: 0 (the limit) unless WithBurst

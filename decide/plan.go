@@ -81,7 +81,7 @@ func (p *Plan) Key(i int) string {
 func (p *Plan) AddInline(c forward.Check) {
 	n := len(p.checks)
 	p.checks = append(p.checks, c)
-	p.units = append(p.units, unit{kind: kindInline, from: n, to: n + 1, per: c.Limit.Per()})
+	p.units = append(p.units, unit{kind: kindInline, from: n, to: n + 1, per: c.Limit.Window()})
 }
 
 // ErrNoPolicy refuses a policy request on a Decider without a Policy.
@@ -153,7 +153,7 @@ func (p *Plan) AddRLS(domain string, rule *rls.Rule, hits uint64) error {
 		u.peek = peek
 		p.checks = append(p.checks, forward.Check{Key: rule.Key, Limit: rule.Limit, Cost: cost, Mode: bucket.FailClosed, Peek: peek})
 		u.to = n + 1
-		u.per = rule.Limit.Per()
+		u.per = rule.Limit.Window()
 	}
 	p.units = append(p.units, u)
 	return nil

@@ -316,7 +316,7 @@ func scaled(base bucket.Limit, n int64) bucket.Limit {
 	if base.Burst() != base.Count() {
 		burst = max(int64(float64(base.Burst())*float64(n)/float64(base.Count())), 1)
 	}
-	l, err := bucket.NewLimit(base.Algorithm(), n, base.Per(), burst)
+	l, err := base.WithCount(n, burst)
 	if err != nil {
 		return base
 	}

@@ -34,7 +34,7 @@ func (r *Router) degrade(v *view, c *Check, now clock.Instant) Result {
 		return res
 	}
 	n := v.shares()
-	lim, err := bucket.NewLimit(l.Algorithm(), l.Count()/n, l.Per(), l.Burst()/n)
+	lim, err := l.WithCount(l.Count()/n, l.Burst()/n)
 	if err != nil || c.Cost > lim.Capacity() {
 		res.RetryAfter = l.Per()
 		return res

@@ -77,6 +77,12 @@ func (l *wireLimit) parse(b []byte) error {
 			l.perNs = int64(v)
 		case fLimitBurst << 3:
 			l.burst = int64(v)
+		case fLimitCalendar << 3:
+			l.cal = uint32(v)
+		case fLimitWeekStart << 3:
+			l.week = uint32(v)
+		case fLimitTimezone<<3 | 2:
+			l.zone = str(val) // LoadZone keeps its own copy
 		}
 		return nil
 	})

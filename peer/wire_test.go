@@ -23,6 +23,9 @@ func genWireCheck(t *rapid.T, label string) wireCheck {
 			limit: rapid.Int64().Draw(t, label+".limit"),
 			perNs: rapid.Int64().Draw(t, label+".per"),
 			burst: rapid.Int64().Draw(t, label+".burst"),
+			cal:   rapid.OneOf(rapid.Just(uint32(0)), rapid.Uint32()).Draw(t, label+".calendar"),
+			week:  rapid.OneOf(rapid.Just(uint32(0)), rapid.Uint32()).Draw(t, label+".week_start"),
+			zone:  rapid.OneOf(rapid.Just(""), rapid.StringN(1, 40, -1)).Draw(t, label+".timezone"),
 		},
 		cost:          rapid.Int64().Draw(t, label+".cost"),
 		refund:        rapid.Bool().Draw(t, label+".refund"),
@@ -50,7 +53,7 @@ func batchToProto(m *checkBatch) *peerv1.CheckRequest {
 	for _, c := range m.checks {
 		pc := &peerv1.Check{
 			Key:           c.key,
-			Limit:         &peerv1.Limit{Algorithm: c.limit.alg, Limit: c.limit.limit, PerNs: c.limit.perNs, Burst: c.limit.burst},
+			Limit:         c.limit.toProto(),
 			Cost:          c.cost,
 			Refund:        c.refund,
 			Lease:         c.lease,

@@ -12,7 +12,8 @@ import (
 // policy py.
 func parseLayer(scope string, y limitYAML, py policyYAML) (*Layer, error) {
 	spec := bucket.LimitSpec{Algorithm: y.Algorithm, Limit: int64(y.Limit), Per: y.Per, Burst: int64(y.Burst),
-		FailureMode: y.FailureMode, Lease: y.Lease, Replication: y.Replication}
+		FailureMode: y.FailureMode, Lease: y.Lease, Replication: y.Replication,
+		Calendar: y.Calendar, Timezone: y.Timezone, WeekStart: y.WeekStart}
 	set, err := spec.Parse("")
 	if err != nil {
 		return nil, err

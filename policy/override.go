@@ -61,6 +61,10 @@ type LimitArg struct {
 	Limit     int64  `json:"limit"`
 	Per       string `json:"per"`
 	Burst     int64  `json:"burst,omitempty"`
+	// A calendar window in place of Per (bucket.LimitSpec).
+	Calendar  string `json:"calendar,omitempty"`
+	Timezone  string `json:"timezone,omitempty"`
+	WeekStart string `json:"week_start,omitempty"`
 }
 
 func overrideKey(policy, apiKey, user string) string {
@@ -113,7 +117,8 @@ func (m *Manager) AddOverride(o Override) (Override, error) {
 		l.Scope = "override:tier:" + o.Tier
 		o.layer = &l
 	default:
-		spec := bucket.LimitSpec{Algorithm: o.Limit.Algorithm, Limit: o.Limit.Limit, Per: o.Limit.Per, Burst: o.Limit.Burst}
+		spec := bucket.LimitSpec{Algorithm: o.Limit.Algorithm, Limit: o.Limit.Limit, Per: o.Limit.Per, Burst: o.Limit.Burst,
+			Calendar: o.Limit.Calendar, Timezone: o.Limit.Timezone, WeekStart: o.Limit.WeekStart}
 		set, err := spec.Parse("limit")
 		if err != nil {
 			return o, fmt.Errorf("%w: %w", ErrRequest, err)
@@ -154,6 +159,9 @@ func (m *Manager) AddOverride(o Override) (Override, error) {
 func (o *Override) summary() string {
 	if o.Tier != "" {
 		return "tier " + o.Tier
+	}
+	if o.layer != nil && o.layer.Limit.Calendar().Unit != bucket.NoCalendar {
+		return "limit " + o.layer.Limit.String()
 	}
 	return fmt.Sprintf("limit %d per %s burst %d", o.Limit.Limit, o.Limit.Per, o.Limit.Burst)
 }

@@ -167,6 +167,11 @@ type limitYAML struct {
 	MaxLeaseTTL string `yaml:"max_lease_ttl"`
 	// Adaptive is the layer's adaptive block (adaptive.go).
 	Adaptive *adaptive.YAML `yaml:"adaptive"`
+	// Calendar, Timezone and WeekStart make the layer a calendar window
+	// (bucket.LimitSpec).
+	Calendar  string `yaml:"calendar"`
+	Timezone  string `yaml:"timezone"`
+	WeekStart string `yaml:"week_start"`
 }
 
 type routeYAML struct {

@@ -170,7 +170,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field in route", "policies:\n  api:\n    tiers:\n" + okTier + "    routes:\n      - match: /a\n        costs: 3\n",
 			[]string{`line 7: unknown field "costs" in route (did you mean "cost"?)`}, ""},
 		{"unknown field in route limit", "policies:\n  api:\n    routes:\n      - match: /a\n        limit: {limit: 1, per: 1s, rate: 3}\n",
-			[]string{`line 5: unknown field "rate" in limit (fields: algorithm, limit, per, burst, failure_mode, key, dry_run, prelimit, lease, replication, lease_ttl, max_lease_ttl, adaptive)`}, ""},
+			[]string{`line 5: unknown field "rate" in limit (fields: algorithm, limit, per, burst, failure_mode, key, dry_run, prelimit, lease, replication, lease_ttl, max_lease_ttl, adaptive, calendar, timezone, week_start)`}, ""},
 		{"misspelt field in tier", "policies:\n  api:\n    tiers:\n      free: {algoritm: gcra, limit: 10, per: 1s}\n",
 			[]string{`line 4: unknown field "algoritm" in limit (did you mean "algorithm"?)`}, ""},
 		{"field in another case", "policies:\n  api:\n    DefaultTier: free\n    tiers:\n" + okTier,

@@ -239,7 +239,7 @@ func Combine(checks []Check, decisions []bucket.Decision) Outcome {
 		if checks[named].Adaptive != nil && decisions[named].Limit > 0 {
 			o.Limit = decisions[named].Limit // the adaptive limit the owner decided under
 		}
-		o.Per = checks[named].Limit.Per()
+		o.Per = checks[named].Limit.Window()
 	}
 	return o
 }

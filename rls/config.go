@@ -185,10 +185,14 @@ func (p *parser) descriptor(item *yaml.Node, parent *node, prefix string) error 
 	n := &node{}
 	keyNode := item
 	var key, value string
-	var rateLimit, children *pair
+	var rateLimit, children, calendarTZ *pair
 	var shadow, detailed bool
+	var tz string
 	for i, kv := range pairs {
 		switch kv.k.Value {
+		case "calendar_timezone":
+			calendarTZ = &pairs[i]
+			tz, err = p.str(kv)
 		case "key":
 			keyNode = kv.v
 			key, err = p.str(kv)
@@ -233,8 +237,11 @@ func (p *parser) descriptor(item *yaml.Node, parent *node, prefix string) error 
 	if _, dup := parent.children[composite]; dup {
 		return p.errorf(keyNode, "duplicate descriptor composite key %q", full)
 	}
+	if calendarTZ != nil && (rateLimit == nil || isNull(rateLimit.v)) {
+		return p.errorf(calendarTZ.k, "calendar_timezone aligns the descriptor's rate_limit to a calendar, and it has none")
+	}
 	if rateLimit != nil && !isNull(rateLimit.v) {
-		if n.rule, err = p.rateLimit(*rateLimit, full, shadow, detailed); err != nil {
+		if n.rule, err = p.rateLimit(*rateLimit, full, shadow, detailed, calendarTZ, tz); err != nil {
 			return err
 		}
 	}
@@ -265,7 +272,10 @@ func (p *parser) ignored(kv pair) (bool, error) {
 }
 
 // rateLimit reads a descriptor's rate_limit into the Rule it matches.
-func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool) (*Rule, error) {
+// With the descriptor's calendar_timezone (tzPair, not nil), a unit of
+// day, week, month or year is that zone's calendar period (a fixed
+// window from local midnight; weeks from Monday) rather than a length.
+func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool, tzPair *pair, tz string) (*Rule, error) {
 	pairs, err := p.mapping(kv.v, "rate_limit")
 	if err != nil {
 		return nil, err
@@ -334,11 +344,25 @@ func (p *parser) rateLimit(kv pair, fullKey string, shadow, detailed bool) (*Rul
 	if alg == "" {
 		alg = bucket.FixedWindow.String() // envoyproxy/ratelimit's own algorithm
 	}
+	var tzNode *yaml.Node
+	if tzPair != nil {
+		tzNode = tzPair.v
+		switch r.Unit {
+		case rlsv3.RateLimitResponse_RateLimit_DAY, rlsv3.RateLimitResponse_RateLimit_WEEK,
+			rlsv3.RateLimitResponse_RateLimit_MONTH, rlsv3.RateLimitResponse_RateLimit_YEAR:
+		default:
+			return nil, p.errorf(tzPair.k, "calendar_timezone needs a rate_limit unit of day, week, month or year, not %q", unit)
+		}
+	}
 	if !r.Unlimited && r.RequestsPerUnit > 0 {
 		spec := bucket.LimitSpec{Algorithm: alg, Limit: int64(r.RequestsPerUnit), PerDuration: UnitDuration(r.Unit)}
+		if tzPair != nil {
+			spec.PerDuration, spec.Calendar, spec.Timezone = 0, strings.ToLower(r.Unit.String()), tz
+		}
 		set, err := spec.Parse("")
 		if err != nil {
-			return nil, p.specError(err, map[string]*yaml.Node{"algorithm": algNode, "per": unitNode, "limit": countNode, "burst": countNode})
+			return nil, p.specError(err, map[string]*yaml.Node{"algorithm": algNode, "per": unitNode, "limit": countNode, "burst": countNode,
+				"calendar": algNode, "timezone": tzNode})
 		}
 		r.Limit = set.Limit
 	} else if _, err := bucket.ParseAlgorithm(alg); err != nil {
@@ -369,6 +393,10 @@ func rateLimitField(field string) string {
 		return "unit"
 	case "limit", "burst":
 		return "requests_per_unit" // the burst is the count
+	case "timezone":
+		return "calendar_timezone"
+	case "calendar":
+		return "algorithm" // a calendar window is a fixed window
 	}
 	return field
 }

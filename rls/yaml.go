@@ -12,14 +12,14 @@ import (
 )
 
 // validKeys are the mapping keys a file may use anywhere: the ones
-// envoyproxy/ratelimit knows, and ringlimit's algorithm.
+// envoyproxy/ratelimit knows, and ringlimit's algorithm and calendar_timezone.
 var validKeys = map[string]bool{
 	"domain": true, "descriptors": true, "key": true, "value": true,
 	"rate_limit": true, "unit": true, "requests_per_unit": true,
 	"unlimited": true, "name": true, "replaces": true,
 	"shadow_mode": true, "quota_mode": true, "detailed_metric": true,
 	"value_to_metric": true, "share_threshold": true,
-	"algorithm": true,
+	"algorithm": true, "calendar_timezone": true,
 }
 
 // blocks name each kind of mapping, by the what its reader passes to
@@ -30,7 +30,7 @@ var blocks = map[string]struct {
 	fields []string
 }{
 	"the file":         {"the file", []string{"domain", "descriptors"}},
-	"a descriptor":     {"descriptor", []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "quota_mode", "value_to_metric", "share_threshold"}},
+	"a descriptor":     {"descriptor", []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "quota_mode", "value_to_metric", "share_threshold", "calendar_timezone"}},
 	"rate_limit":       {"rate_limit", []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm"}},
 	"a replaces entry": {"replaces entry", []string{"name"}},
 }

@@ -66,6 +66,7 @@ func (e *env) checkRequest(name, synopsis string, args []string) (*api.CheckRequ
 	var (
 		limit, burst, cost int64
 		per, alg, mode     string
+		cal, tz, week      string
 		lease              bool
 		req                api.CheckRequest
 	)
@@ -75,6 +76,9 @@ func (e *env) checkRequest(name, synopsis string, args []string) (*api.CheckRequ
 	fs.StringVar(&alg, "algorithm", "", "inline limit: token_bucket (default), leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter")
 	fs.StringVar(&mode, "failure-mode", "", "inline limit: local (default), fail_open or fail_closed")
 	fs.BoolVar(&lease, "lease", false, "inline limit: let non-owners admit from leases (token_bucket)")
+	fs.StringVar(&cal, "calendar", "", "inline limit, in place of --per: day, week, month or year of --timezone's calendar (a fixed window from local midnight)")
+	fs.StringVar(&tz, "timezone", "", "with --calendar: an IANA zone such as Europe/Berlin (default UTC)")
+	fs.StringVar(&week, "week-start", "", "with --calendar week: the first day of a week (default monday)")
 	if name != "reset" {
 		fs.Int64Var(&cost, "cost", 0, "tokens this check spends (default 1, or the route's cost)")
 	}
@@ -96,18 +100,19 @@ func (e *env) checkRequest(name, synopsis string, args []string) (*api.CheckRequ
 		req.Cost = &cost
 	}
 	inline := flagSet(fs, "limit") || flagSet(fs, "per") || flagSet(fs, "burst") || flagSet(fs, "algorithm") ||
-		flagSet(fs, "failure-mode") || flagSet(fs, "lease")
+		flagSet(fs, "failure-mode") || flagSet(fs, "lease") || cal != "" || tz != "" || week != ""
 	policyForm := req.Policy != "" || req.APIKey != "" || req.User != "" || req.IP != "" || req.Route != "" || req.Tier != ""
 	switch {
 	case policyForm && (inline || len(pos) > 0):
 		return nil, usagef("%s: give KEY with --limit and --per, or policy flags (--policy, --api-key, --user, --ip, --route, --tier), not both", name)
 	case !policyForm && len(pos) == 0:
 		return nil, usagef("usage: ringlimit %s", synopsis)
-	case !policyForm && (!flagSet(fs, "limit") || per == ""):
-		return nil, usagef("%s %s: an inline check needs --limit and --per", name, pos[0])
+	case !policyForm && (!flagSet(fs, "limit") || (per == "" && cal == "")):
+		return nil, usagef("%s %s: an inline check needs --limit and --per (or --calendar)", name, pos[0])
 	case !policyForm:
 		req.Key = pos[0]
-		req.Limit = &api.LimitJSON{Algorithm: alg, Limit: limit, Per: per, Burst: burst, Lease: lease}
+		req.Limit = &api.LimitJSON{Algorithm: alg, Limit: limit, Per: per, Burst: burst, Lease: lease,
+			Calendar: cal, Timezone: tz, WeekStart: week}
 		if mode != "" {
 			// Sent as the JSON string the node parses.
 			if err := req.Limit.FailureMode.UnmarshalText([]byte(mode)); err != nil {

@@ -189,7 +189,7 @@ func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
 
 // flagHints name what the commands' flags take, as their synopses do.
 var flagHints = map[string]string{
-	"limit": "N", "per": "DUR", "burst": "N", "cost": "N", "algorithm": "ALG", "failure-mode": "MODE",
+	"limit": "N", "per": "DUR", "calendar": "UNIT", "timezone": "ZONE", "week-start": "DAY", "burst": "N", "cost": "N", "algorithm": "ALG", "failure-mode": "MODE",
 	"policy": "NAME", "api-key": "KEY", "user": "USER", "ip": "IP", "route": "PATH", "tier": "TIER",
 	"reason": "TEXT", "expires-in": "DUR", "reserve-ttl": "DUR",
 	"ttl": "DUR", "request-id": "ID", "outcome": "OUTCOME", "latency": "DUR",

@@ -267,7 +267,7 @@ func TestErrors(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"frobnicate"}, "ringlimit: unknown command \"frobnicate\" (commands: check, peek, reset, settle, acquire, renew, release, report, owner, status, override, policy, rls, version, help)\n"},
-		{[]string{"check", "k", "--limit", "3"}, "ringlimit: check k: an inline check needs --limit and --per\n"},
+		{[]string{"check", "k", "--limit", "3"}, "ringlimit: check k: an inline check needs --limit and --per (or --calendar)\n"},
 		{[]string{"check", "k", "--limit", "3", "--per", "1s", "--failure-mode", "x"}, "ringlimit: --failure-mode: want local, fail_open or fail_closed, got \"x\"\n"},
 		{[]string{"owner"}, "ringlimit: usage: ringlimit owner KEY\n"},
 		{[]string{"owner", "a", "b"}, "ringlimit: usage: ringlimit owner KEY\n"},

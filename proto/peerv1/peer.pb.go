@@ -873,11 +873,17 @@ func (x *PeerReportResponse) GetOwner() string {
 
 // Limit mirrors bucket.Limit; per is in nanoseconds.
 type Limit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Algorithm     uint32                 `protobuf:"varint,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
-	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	PerNs         int64                  `protobuf:"varint,3,opt,name=per_ns,json=perNs,proto3" json:"per_ns,omitempty"`
-	Burst         int64                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Algorithm uint32                 `protobuf:"varint,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Limit     int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	PerNs     int64                  `protobuf:"varint,3,opt,name=per_ns,json=perNs,proto3" json:"per_ns,omitempty"`
+	Burst     int64                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	// A calendar window (a fixed window): 1 day, 2 week, 3 month, 4 year
+	// (0: none, per_ns is the window); its first weekday (0 Sunday … 6
+	// Saturday; weeks only) and its IANA zone ("" is UTC).
+	Calendar      uint32 `protobuf:"varint,5,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	WeekStart     uint32 `protobuf:"varint,6,opt,name=week_start,json=weekStart,proto3" json:"week_start,omitempty"`
+	Timezone      string `protobuf:"bytes,7,opt,name=timezone,proto3" json:"timezone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -938,6 +944,27 @@ func (x *Limit) GetBurst() int64 {
 		return x.Burst
 	}
 	return 0
+}
+
+func (x *Limit) GetCalendar() uint32 {
+	if x != nil {
+		return x.Calendar
+	}
+	return 0
+}
+
+func (x *Limit) GetWeekStart() uint32 {
+	if x != nil {
+		return x.WeekStart
+	}
+	return 0
+}
+
+func (x *Limit) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
 }
 
 type Check struct {
@@ -2720,12 +2747,16 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x12PeerReportResponse\x12\x1a\n" +
 	"\bredirect\x18\x01 \x01(\tR\bredirect\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\"h\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"\xbf\x01\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ns\x18\x03 \x01(\x03R\x05perNs\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\xe9\x02\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12\x1a\n" +
+	"\bcalendar\x18\x05 \x01(\rR\bcalendar\x12\x1d\n" +
+	"\n" +
+	"week_start\x18\x06 \x01(\rR\tweekStart\x12\x1a\n" +
+	"\btimezone\x18\a \x01(\tR\btimezone\"\xe9\x02\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +

@@ -204,7 +204,15 @@ type Limit struct {
 	FailureMode FailureMode `protobuf:"varint,5,opt,name=failure_mode,json=failureMode,proto3,enum=ringlimit.v1.FailureMode" json:"failure_mode,omitempty"`
 	// Token bucket only: let entry nodes that do not own the key take short
 	// leases of its tokens and admit locally (for hot keys).
-	Lease         bool `protobuf:"varint,6,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease bool `protobuf:"varint,6,opt,name=lease,proto3" json:"lease,omitempty"`
+	// "day", "week", "month" or "year", in place of per_ms: a fixed window
+	// whose windows are the local calendar periods of timezone (an IANA
+	// zone; "" is UTC), weeks starting on week_start ("monday" … "sunday";
+	// "" is Monday). algorithm may be left TOKEN_BUCKET (its zero value):
+	// a calendar window is a FIXED_WINDOW.
+	Calendar      string `protobuf:"bytes,7,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	Timezone      string `protobuf:"bytes,8,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	WeekStart     string `protobuf:"bytes,9,opt,name=week_start,json=weekStart,proto3" json:"week_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +287,27 @@ func (x *Limit) GetLease() bool {
 		return x.Lease
 	}
 	return false
+}
+
+func (x *Limit) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
+}
+
+func (x *Limit) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *Limit) GetWeekStart() string {
+	if x != nil {
+		return x.WeekStart
+	}
+	return ""
 }
 
 // PolicyRequest names configured policy instead of an inline limit: the
@@ -1857,14 +1886,18 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xd5\x01\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xac\x02\n" +
 	"\x05Limit\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
 	"\x06per_ms\x18\x03 \x01(\x03R\x05perMs\x12\x14\n" +
 	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12<\n" +
 	"\ffailure_mode\x18\x05 \x01(\x0e2\x19.ringlimit.v1.FailureModeR\vfailureMode\x12\x14\n" +
-	"\x05lease\x18\x06 \x01(\bR\x05lease\"\x8e\x01\n" +
+	"\x05lease\x18\x06 \x01(\bR\x05lease\x12\x1a\n" +
+	"\bcalendar\x18\a \x01(\tR\bcalendar\x12\x1a\n" +
+	"\btimezone\x18\b \x01(\tR\btimezone\x12\x1d\n" +
+	"\n" +
+	"week_start\x18\t \x01(\tR\tweekStart\"\x8e\x01\n" +
 	"\rPolicyRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x17\n" +
 	"\aapi_key\x18\x02 \x01(\tR\x06apiKey\x12\x12\n" +

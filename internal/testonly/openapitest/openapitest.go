@@ -55,6 +55,12 @@ var Semantic400 = []string{
 	"longer than 256 bytes",                    // a policy field of at most 256 characters but more bytes
 	"exceeds the capacity",                     // cost above the limit's capacity
 	"limit.per: must be between",               // per outside 1ms to 366 days, or beyond a time.Duration
+	"limit.per: required",                      // neither per nor calendar
+	"give either per or calendar",              // both per and calendar
+	"limit.calendar: ",                         // timezone or week_start without calendar; calendar on another algorithm
+	"is not an IANA zone",                      // a timezone the tzdata does not have
+	"depends on the host",                      // timezone Local
+	"only a week has a first day",              // week_start with another calendar
 	"limit.limit: must be at most 100000 with", // a log's limit above 100000
 	"cannot be represented exactly",            // burst × period beyond 2^62
 	"only the token bucket can lease",          // lease with another algorithm
