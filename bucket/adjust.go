@@ -51,6 +51,12 @@ func (s *Store) Charge(key string, l *Limit, now clock.Instant, spend int64) err
 // a key not held, fresh), unless fn says to leave it. A key not held that
 // would end with nothing spent is not inserted: it is full either way.
 func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64, fresh bool) (used int64, set bool)) error {
+	return s.adjustWindow(key, l, at, 0, fn)
+}
+
+// adjustWindow is adjust of a state counted in the fixed window that
+// starts at window (see MergeWindow).
+func (s *Store) adjustWindow(key string, l *Limit, at clock.Instant, window int64, fn func(cur int64, fresh bool) (used int64, set bool)) error {
 	now := int64(at)
 	if err := s.CheckKey(key); err != nil {
 		return err
@@ -76,6 +82,20 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 		return ErrFull
 	}
 	log := sh.logs[i]
+	if next := l.nextWindow(now, window); next != 0 {
+		var cur int64
+		if !fresh && e.st.a == next {
+			cur = e.st.b
+		}
+		used, set := fn(cur, fresh)
+		if !set {
+			return nil
+		}
+		e.st.a, e.st.b = next, min(used, l.maxUsed())
+		e.idle = l.idleAt(&e.st, log)
+		s.markSlot(sh, i, now, 0)
+		return nil
+	}
 	var cur int64
 	if !fresh {
 		cur = l.used(&e.st, log, now)
@@ -99,11 +119,20 @@ func (s *Store) adjust(key string, l *Limit, at clock.Instant, fn func(cur int64
 // Invalid), and so are new keys with no room (counted by Refused). It
 // returns how many were merged.
 func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string, l *Limit, used int64)) int {
+	return s.MergeEachWindow(at, n, func(i int) (string, *Limit, int64, int64) {
+		key, l, used := state(i)
+		return key, l, used, 0
+	})
+}
+
+// MergeEachWindow is MergeEach of states each counted in a fixed window
+// (the fourth value, as MergeWindow takes it).
+func (s *Store) MergeEachWindow(at clock.Instant, n int, state func(i int) (key string, l *Limit, used, window int64)) int {
 	now := int64(at)
 	hashes := make([]uint64, n)
 	start := make([]int, len(s.shards)+1) // counting sort of the states by shard
 	for i := range n {
-		key, l, used := state(i)
+		key, l, used, _ := state(i)
 		if s.CheckKey(key) != nil || !l.Valid() || l.alg == Concurrency || used < 0 {
 			if used < 0 {
 				s.invalid.Add(1)
@@ -135,7 +164,7 @@ func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string
 		sh := &s.shards[j]
 		sh.mu.Lock()
 		for _, i := range order[start[j]:start[j+1]] {
-			key, l, used := state(int(i))
+			key, l, used, window := state(int(i))
 			h := s.hash(key)
 			if used == 0 && sh.lookup(h, key) == none {
 				merged++ // full either way
@@ -148,6 +177,14 @@ func (s *Store) MergeEach(at clock.Instant, n int, state func(i int) (key string
 			}
 			merged++
 			log := sh.logs[k]
+			if next := l.nextWindow(now, window); next != 0 {
+				if fresh || e.st.a != next || used > e.st.b {
+					e.st.a, e.st.b = next, min(used, l.maxUsed())
+					e.idle = l.idleAt(&e.st, log)
+					s.markSlot(sh, k, now, 0)
+				}
+				continue
+			}
 			if fresh || used > l.used(&e.st, log, now) {
 				l.setUsed(&e.st, &log, now, used)
 				if l.alg == SlidingWindowLog {

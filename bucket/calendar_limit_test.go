@@ -156,3 +156,45 @@ func newTestStore(t *testing.T) *Store {
 	}
 	return s
 }
+
+// TestMergeWindow: a state counted in the window after the receiver's
+// current one (its sender's clock is past a boundary) is kept there, by
+// MergeWindow, SetWindow and MergeEachWindow alike: at the receiver's
+// March 31 23:59:59 in Berlin, 2 spent in April leave 1 in April (reset
+// after 720 h 1 s) and it stays spent after the boundary. A window two
+// months ahead is not taken (no sender holds a key in a window of its
+// choosing): its spend counts in March. Snapshot.Window names the window.
+func TestMergeWindow(t *testing.T) {
+	l := berlinMonth(t, 3)
+	march := at(t, "2025-03-31T21:59:59Z")
+	april := int64(at(t, "2025-03-31T22:00:00Z"))
+	may := int64(at(t, "2025-04-30T22:00:00Z"))
+	type merge func(s *Store, key string, used, window int64)
+	for name, m := range map[string]merge{
+		"MergeWindow": func(s *Store, key string, used, window int64) { s.MergeWindow(key, &l, march, used, window) },
+		"SetWindow":   func(s *Store, key string, used, window int64) { s.SetWindow(key, &l, march, used, window) },
+		"MergeEachWindow": func(s *Store, key string, used, window int64) {
+			s.MergeEachWindow(march, 1, func(int) (string, *Limit, int64, int64) { return key, &l, used, window })
+		},
+	} {
+		s := newTestStore(t)
+		m(s, "next", 2, april)
+		if snap, ok := s.Lookup("next", march); !ok || snap.Used != 2 || snap.Window != april {
+			t.Fatalf("%s: %+v %v; want 2 used in April's window", name, snap, ok)
+		}
+		d, _ := s.Take("next", &l, march, 1)
+		if !d.Allowed || d.Remaining != 0 || d.ResetAfter != 720*time.Hour+time.Second {
+			t.Fatalf("%s: check in March: %+v; want the last of April's 3", name, d)
+		}
+		if d, _ := s.Take("next", &l, clock.Instant(april+int64(time.Hour)), 1); d.Allowed {
+			t.Fatalf("%s: check in April: %+v; want refused", name, d)
+		}
+		m(s, "far", 2, may)
+		if snap, _ := s.Lookup("far", march); snap.Used != 2 || snap.Window != int64(at(t, "2025-02-28T23:00:00Z")) {
+			t.Fatalf("%s: a window two ahead: %+v; want 2 used in March's window", name, snap)
+		}
+		if d, _ := s.Take("far", &l, clock.Instant(april), 1); !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("%s: a window two ahead, checked in April: %+v; want 2 left", name, d)
+		}
+	}
+}

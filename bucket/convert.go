@@ -19,7 +19,9 @@ func (l *Limit) used(st *state, log []logRun, now int64) int64 {
 		level := st.a - l.elapsedUnits(st.b, now, st.a)
 		return ceilDiv(level, l.den)
 	case FixedWindow:
-		if start, _ := l.window(now); st.a == start {
+		// A state in a later window (a clock behind the one that wrote it)
+		// holds its spend there, where takeFixed counts it.
+		if start, _ := l.window(now); st.a >= start {
 			return st.b
 		}
 		return 0
@@ -97,7 +99,7 @@ func (l *Limit) refund(st *state, now, cost int64) {
 		level := st.a - l.elapsedUnits(st.b, now, st.a)
 		st.a, st.b = max(level-cost*l.den, 0), max(now, st.b)
 	case FixedWindow:
-		if start, _ := l.window(now); st.a == start {
+		if start, _ := l.window(now); st.a >= start {
 			st.b = max(st.b-cost, 0)
 		}
 	case SlidingWindowCounter:

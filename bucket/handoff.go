@@ -42,11 +42,31 @@ func (s *Store) Used(key string, now clock.Instant) (l Limit, used int64, ok boo
 // spent before. It returns an error, changing nothing, for a bad key or
 // limit, a negative used (ErrSpend), or a new key with no room (ErrFull).
 func (s *Store) Merge(key string, l *Limit, at clock.Instant, used int64) error {
+	return s.MergeWindow(key, l, at, used, 0)
+}
+
+// MergeWindow is Merge of a state whose sender counted used in the fixed
+// window starting at window (Snapshot.Window; 0: its own now's). A window
+// that starts where this node's current window ends (the sender's clock
+// is past a boundary this node's has not reached) holds the key: its
+// spend is counted there, not in the window before, which would forget it
+// at the boundary. Any other window is this node's current one.
+func (s *Store) MergeWindow(key string, l *Limit, at clock.Instant, used, window int64) error {
 	if used < 0 {
 		s.invalid.Add(1)
 		return ErrSpend
 	}
-	return s.adjust(key, l, at, func(cur int64, fresh bool) (int64, bool) { return used, fresh || used > cur })
+	return s.adjustWindow(key, l, at, window, func(cur int64, fresh bool) (int64, bool) { return used, fresh || used > cur })
+}
+
+// SetWindow is Set of a state counted in the fixed window starting at
+// window, as MergeWindow takes it.
+func (s *Store) SetWindow(key string, l *Limit, now clock.Instant, used, window int64) error {
+	if used < 0 {
+		s.invalid.Add(1)
+		return ErrSpend
+	}
+	return s.adjustWindow(key, l, now, window, func(int64, bool) (int64, bool) { return used, true })
 }
 
 // Delete drops key's state. It reports whether the key was held.
@@ -76,6 +96,11 @@ type Snapshot struct {
 	// ResetAt is the key's tombstone when the state was read (read under
 	// the same lock): 0 for none. See tombstone.go.
 	ResetAt int64
+	// Window, for a fixed window, is the start of the window Used counts
+	// in (Unix nanoseconds on this node's clock); 0 for other algorithms.
+	// A receiver whose clock is still in the window before keeps the key
+	// in this one (MergeWindow): a key never moves back a period.
+	Window int64
 }
 
 // Range calls fn with the state of every key, one shard at a time: each
@@ -95,7 +120,8 @@ func (s *Store) Range(at clock.Instant, fn func(batch []Snapshot) bool) {
 			if !ok {
 				continue
 			}
-			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: l.used(&e.st, sh.logs[j], now), ResetAt: sh.tombs.get(sh.key(j), now)})
+			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: l.used(&e.st, sh.logs[j], now), ResetAt: sh.tombs.get(sh.key(j), now),
+				Window: l.windowOf(&e.st, now)})
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 && !fn(batch) {

@@ -262,6 +262,32 @@ func (l *Limit) window(now int64) (start, end int64) {
 	return start, start + w
 }
 
+// windowOf is the start of the fixed window st counts in (0 for other
+// algorithms, and for a state past its window: it holds nothing).
+func (l *Limit) windowOf(st *state, now int64) int64 {
+	if l.alg != FixedWindow || st.b <= 0 {
+		return 0
+	}
+	if start, _ := l.window(now); st.a < start {
+		return 0
+	}
+	return st.a
+}
+
+// nextWindow returns window when it is the fixed window right after the
+// one that holds now (a sender's clock past a boundary this node's has
+// not reached), and 0 otherwise: no farther, so that no sender can hold a
+// key in a window of its choosing.
+func (l *Limit) nextWindow(now, window int64) int64 {
+	if l.alg != FixedWindow || window == 0 {
+		return 0
+	}
+	if _, end := l.window(now); window == end {
+		return window
+	}
+	return 0
+}
+
 // windowEnd returns the end of the fixed window that starts at start.
 func (l *Limit) windowEnd(start int64) int64 {
 	if l.cal.Unit != NoCalendar {

@@ -183,19 +183,26 @@ func (s *Store) Tombstones() int {
 // state read before a reset never carries that reset's tombstone. A key
 // not held may still have a tombstone (ok false, resetAt set).
 func (s *Store) UsedReset(key string, now clock.Instant) (l Limit, used, resetAt int64, ok bool) {
+	snap, ok := s.Lookup(key, now)
+	return snap.Limit, snap.Used, snap.ResetAt, ok
+}
+
+// Lookup is UsedReset as a Snapshot, with its Window.
+func (s *Store) Lookup(key string, now clock.Instant) (snap Snapshot, ok bool) {
 	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	resetAt = sh.tombs.get(key, int64(now))
+	snap = Snapshot{Key: key, ResetAt: sh.tombs.get(key, int64(now))}
 	i := sh.lookup(h, key)
 	if i == none {
-		return Limit{}, 0, resetAt, false
+		return snap, false
 	}
 	e := sh.at(i)
-	l, ok = sh.limits[e.fp]
+	l, ok := sh.limits[e.fp]
 	if !ok {
-		return Limit{}, 0, resetAt, false
+		return snap, false
 	}
-	return l, l.used(&e.st, sh.logs[i], int64(now)), resetAt, true
+	snap.Limit, snap.Used, snap.Window = l, l.used(&e.st, sh.logs[i], int64(now)), l.windowOf(&e.st, int64(now))
+	return snap, true
 }

@@ -165,7 +165,8 @@ func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapsh
 				continue
 			}
 			k := sh.key(j)
-			batch = append(batch, Snapshot{Key: k, Limit: l, Used: used, Unacked: unacked, ResetAt: sh.tombs.get(k, now)})
+			batch = append(batch, Snapshot{Key: k, Limit: l, Used: used, Unacked: unacked, ResetAt: sh.tombs.get(k, now),
+				Window: l.windowOf(&e.st, now)})
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 {

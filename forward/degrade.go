@@ -81,8 +81,8 @@ func (r *Router) exhausted(v *view, c *Check, now clock.Instant) (time.Duration,
 		owner = prevOwner(v, r.cfg.Self, c.Key)
 	}
 	if owner != "" && owner != r.cfg.Self {
-		if l, used, ok := r.shared.state(owner, c.Key, now); ok && left(l, used) {
-			return l.Per(), true
+		if st, ok := r.shared.state(owner, c.Key, now); ok && left(st.Limit, st.Used) {
+			return st.Limit.Per(), true
 		}
 	}
 	return 0, false

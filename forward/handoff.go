@@ -149,13 +149,13 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 		// account for is set first, and put back if the push fails.
 		for i := range states {
 			s := &states[i]
-			h.shared.set(owner, s.Key, &s.Limit, now, before[i]+s.Used)
+			h.shared.set(owner, s.Key, &s.Limit, now, before[i]+s.Used, s.Window)
 		}
 		if err := h.cfg.Peers.Handoff(ctx, owner, states); err != nil {
 			h.cfg.Logger.Warn("handoff failed", "to", owner, "keys", len(states), "err", err)
 			for i := range states {
 				s := &states[i]
-				h.shared.set(owner, s.Key, &s.Limit, now, before[i])
+				h.shared.set(owner, s.Key, &s.Limit, now, before[i], s.Window)
 			}
 			pending = true
 			failed += len(states)
@@ -187,7 +187,8 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			// (what last hops spent on our copy meanwhile) and then deleted.
 			had, _ := h.shared.used(owner, s.Key, now)
 			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0),
-				Reservations: appendRecords(h.resv, nil, s.Key, now, false), ResetAt: s.ResetAt, Adaptive: h.adapt.state(s.Key, now)})
+				Reservations: appendRecords(h.resv, nil, s.Key, now, false), ResetAt: s.ResetAt, Adaptive: h.adapt.state(s.Key, now),
+				Window: s.Window})
 			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)
@@ -267,10 +268,10 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 		return true
 	}
 	importRecords(h.resv, &st, now)
-	h.cfg.Store.Merge(key, &st.Limit, now, st.Used)
+	h.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
 	// prev answered with st.Used: its later push is only what it spends
 	// after this.
-	h.shared.set(prev, key, &st.Limit, now, st.Used)
+	h.shared.set(prev, key, &st.Limit, now, st.Used, st.Window)
 	return true
 }
 

@@ -57,8 +57,8 @@ func TestPeerValuesCannotRefill(t *testing.T) {
 	if got := testkit.Metric(t, b.reg, "ringlimit_peer_invalid_states_total"); got != 3 {
 		t.Fatalf("ringlimit_peer_invalid_states_total = %v, want 3", got)
 	}
-	if _, used, ok := b.r.shared.state("A", "r2", clk.Now()); !ok || used != 20 {
-		t.Fatalf("replica of 2^63-1: used %d held %v, want 20", used, ok)
+	if st, ok := b.r.shared.state("A", "r2", clk.Now()); !ok || st.Used != 20 {
+		t.Fatalf("replica of 2^63-1: used %d held %v, want 20", st.Used, ok)
 	}
 }
 

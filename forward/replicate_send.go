@@ -54,7 +54,7 @@ func (p *replicator) add(v *view, out *outbox, batch []bucket.Snapshot) {
 		for _, succ := range v.ring.AppendSuccessors(buf[:0], s.Key, p.cfg.Factor) {
 			if succ != p.self && !v.isDown(succ) {
 				out.states[succ] = append(out.states[succ], peermsg.State{Key: s.Key, Limit: s.Limit, Used: s.Used,
-					Reservations: recs, ResetAt: s.ResetAt})
+					Reservations: recs, ResetAt: s.ResetAt, Window: s.Window})
 				out.unacked[succ] = append(out.unacked[succ], s.Unacked)
 				copies++
 			}

@@ -297,8 +297,8 @@ func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Lim
 		return
 	}
 	if v.isDown(prev) {
-		if rl, used, ok := r.shared.state(prev, key, now); ok {
-			if r.cfg.Store.Set(key, &rl, now, used) != nil {
+		if st, ok := r.shared.state(prev, key, now); ok {
+			if r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window) != nil {
 				return // no room: the replica stays, and answers for the key (see exhausted)
 			}
 			r.shared.forget(prev, key)
@@ -311,8 +311,8 @@ func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Lim
 	}
 	// The previous owner did not answer (it is leaving or cut off): its
 	// replica, if this node holds one, is the best state there is.
-	if rl, used, ok := r.shared.state(prev, key, now); ok {
-		r.cfg.Store.Merge(key, &rl, now, used)
+	if st, ok := r.shared.state(prev, key, now); ok {
+		r.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
 	}
 }
 

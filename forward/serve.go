@@ -145,7 +145,7 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 	for i := range states {
 		s := &states[i]
 		if s.Used < 0 { // never from a sound peer; the store counts it
-			r.shared.raise(from, s.Key, &s.Limit, now, s.Used)
+			r.shared.raise(from, s.Key, &s.Limit, now, s.Used, s.Window)
 			continue
 		}
 		if r.cfg.Store.Has(s.Key) {
@@ -156,7 +156,7 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 		// Never lower: a replica sent before a push of this node's spend
 		// may arrive after it (refunds at the owner are then not seen, in
 		// the safe direction).
-		r.shared.raise(from, s.Key, &s.Limit, now, s.Used)
+		r.shared.raise(from, s.Key, &s.Limit, now, s.Used, s.Window)
 	}
 	return len(states), nil
 }
@@ -171,11 +171,12 @@ func (r *Router) Lookup(from, key string, named *bucket.Limit) (peermsg.State, b
 		return r.lookupLeases(from, key), true // a concurrency key's lease set, possibly none
 	}
 	now := r.cfg.Clock.Now()
-	l, used, resetAt, ok := r.cfg.Store.UsedReset(key, now)
+	snap, ok := r.cfg.Store.Lookup(key, now)
 	if ok && from != "" {
-		r.shared.set(from, key, &l, now, used)
+		r.shared.set(from, key, &snap.Limit, now, snap.Used, snap.Window)
 	}
-	return peermsg.State{Key: key, Limit: l, Used: used, Reservations: r.appendRecords(nil, key, now), ResetAt: resetAt}, ok
+	return peermsg.State{Key: key, Limit: snap.Limit, Used: snap.Used, Reservations: r.appendRecords(nil, key, now), ResetAt: snap.ResetAt,
+		Window: snap.Window}, ok
 }
 
 // Keys implements peer.StatsSource (with RingVersion).

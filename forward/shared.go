@@ -88,33 +88,36 @@ func (sh *shared) store(member string, create bool) *bucket.Store {
 // used returns the spend member and this node both account for on key at
 // now (0 when none).
 func (sh *shared) used(member, key string, now clock.Instant) (int64, bool) {
-	_, u, ok := sh.state(member, key, now)
-	return u, ok
+	st, ok := sh.state(member, key, now)
+	return st.Used, ok
 }
 
-// state returns the state this node shares with member about key.
-func (sh *shared) state(member, key string, now clock.Instant) (bucket.Limit, int64, bool) {
+// state returns the state this node shares with member about key (its
+// Limit, Used and, for a fixed window, Window).
+func (sh *shared) state(member, key string, now clock.Instant) (bucket.Snapshot, bool) {
 	if s := sh.store(member, false); s != nil {
-		return s.Used(key, now)
+		return s.Lookup(key, now)
 	}
-	return bucket.Limit{}, 0, false
+	return bucket.Snapshot{}, false
 }
 
-// set records that member and this node both account for used on key.
-func (sh *shared) set(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
-	sh.store(member, true).Set(key, l, now, used)
+// set records that member and this node both account for used on key,
+// counted in the fixed window starting at window (0: the current one; see
+// bucket.Store.MergeWindow).
+func (sh *shared) set(member, key string, l *bucket.Limit, now clock.Instant, used, window int64) {
+	sh.store(member, true).SetWindow(key, l, now, used, window)
 }
 
 // raise records that member and this node both account for at least used
-// on key.
-func (sh *shared) raise(member, key string, l *bucket.Limit, now clock.Instant, used int64) {
-	sh.store(member, true).Merge(key, l, now, used)
+// on key, counted as set counts it.
+func (sh *shared) raise(member, key string, l *bucket.Limit, now clock.Instant, used, window int64) {
+	sh.store(member, true).MergeWindow(key, l, now, used, window)
 }
 
 // raiseAll raises, as raise does, every state of states.
 func (sh *shared) raiseAll(member string, now clock.Instant, states []peermsg.State) {
-	sh.store(member, true).MergeEach(now, len(states), func(i int) (string, *bucket.Limit, int64) {
-		return states[i].Key, &states[i].Limit, states[i].Used
+	sh.store(member, true).MergeEachWindow(now, len(states), func(i int) (string, *bucket.Limit, int64, int64) {
+		return states[i].Key, &states[i].Limit, states[i].Used, states[i].Window
 	})
 }
 
@@ -145,14 +148,14 @@ func (sh *shared) forgetAll(member string) {
 }
 
 // each calls fn for every entry shared with member.
-func (sh *shared) each(member string, now clock.Instant, fn func(key string, l bucket.Limit, used int64)) {
+func (sh *shared) each(member string, now clock.Instant, fn func(st *bucket.Snapshot)) {
 	s := sh.store(member, false)
 	if s == nil {
 		return
 	}
 	s.Range(now, func(batch []bucket.Snapshot) bool {
 		for i := range batch {
-			fn(batch[i].Key, batch[i].Limit, batch[i].Used)
+			fn(&batch[i])
 		}
 		return true
 	})

@@ -335,8 +335,8 @@ func (r *Router) adopt(owner, key string, now clock.Instant) {
 	if r.cfg.Store.Has(key) {
 		return
 	}
-	if l, used, ok := r.shared.state(owner, key, now); ok {
-		r.cfg.Store.Set(key, &l, now, used)
+	if st, ok := r.shared.state(owner, key, now); ok {
+		r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window)
 	}
 }
 
@@ -347,9 +347,10 @@ func (r *Router) promote(v *view, member string) {
 	now := r.cfg.Clock.Now()
 	var drop []string
 	n := 0
-	r.shared.each(member, now, func(key string, l bucket.Limit, used int64) {
+	r.shared.each(member, now, func(st *bucket.Snapshot) {
+		key := st.Key
 		if ownerIn(v.ring, r.cfg.Self, key) == r.cfg.Self && !r.cfg.Store.Has(key) {
-			if r.cfg.Store.Set(key, &l, now, used) != nil {
+			if r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window) != nil {
 				return // no room even over the allowance: the replica stays, counted by the store
 			}
 			n++

@@ -238,7 +238,8 @@ func (c *conn) fetch(ctx context.Context, key string, l *bucket.Limit) (State, b
 		return State{}, false, fmt.Errorf("peer %s: fetch %q: negative used %d", c.name, key, st.GetUsed())
 	}
 	return State{Key: key, Limit: sl, Used: st.GetUsed(), Reservations: reservationsFromProto(st.GetReservations()), ResetAt: st.GetResetAt(),
-		LeaseSet: st.GetLeaseSet(), Leases: leasesFromProto(st.GetLeases()), Adaptive: adaptiveStateFromProto(st.GetAdaptive())}, true, nil
+		LeaseSet: st.GetLeaseSet(), Leases: leasesFromProto(st.GetLeases()), Adaptive: adaptiveStateFromProto(st.GetAdaptive()),
+		Window: st.GetWindow()}, true, nil
 }
 
 // handoff pushes states to the peer in one call.
@@ -248,7 +249,7 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 		s := &states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
 			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases),
-			RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive)}
+			RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive), Window: s.Window}
 	}
 	if _, err := c.rpc.Handoff(ctx, req); err != nil {
 		return err

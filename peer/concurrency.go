@@ -36,6 +36,7 @@ const MaxStateLeases = 4096
 // LeaseRecord.
 const (
 	fStateLeaseSet, fStateLeases, fStateRingVersion = 6, 7, 8
+	fStateWindow                                    = 9
 	fLeaseID, fLeaseTTL, fLeaseRequestID, fLeaseMax = 1, 2, 3, 4
 )
 

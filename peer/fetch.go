@@ -36,5 +36,5 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 		return &peerv1.FetchResponse{}, nil
 	}
 	return &peerv1.FetchResponse{Found: true, State: &peerv1.BucketState{Key: req.GetKey(), Limit: limitToProto(&st.Limit), Used: st.Used,
-		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt, LeaseSet: st.LeaseSet, Leases: leasesToProto(st.Leases), Adaptive: adaptiveStateToProto(st.Adaptive)}}, nil
+		Reservations: reservationsToProto(st.Reservations), ResetAt: st.ResetAt, LeaseSet: st.LeaseSet, Leases: leasesToProto(st.Leases), Adaptive: adaptiveStateToProto(st.Adaptive), Window: st.Window}}, nil
 }

@@ -52,7 +52,8 @@ type replicateBatch struct {
 // even when it is empty.
 func stateSize(s *State, l *wireLimit) int {
 	return stringSize(fStateKey, s.Key) + bytesSize(fStateLimit, l.size()) + varintSize(fStateUsed, uint64(s.Used)) +
-		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations) + leasesSize(s) + adaptiveStateSize(s.Adaptive)
+		varintSize(fStateResetAt, uint64(s.ResetAt)) + reservationsSize(s.Reservations) + leasesSize(s) +
+		varintSize(fStateWindow, uint64(s.Window)) + adaptiveStateSize(s.Adaptive)
 }
 
 func (m *replicateBatch) size() int {
@@ -83,6 +84,7 @@ func (m *replicateBatch) appendTo(b []byte) []byte {
 			b = appendReservation(b, &s.Reservations[j])
 		}
 		b = appendLeases(b, s)
+		b = appendVarint(b, fStateWindow, uint64(s.Window))
 		b = appendAdaptiveState(b, s.Adaptive)
 	}
 	return b
@@ -100,6 +102,7 @@ type wireState struct {
 	ringVersion  uint64
 	leases       []peermsg.Lease // validStates keeps MaxStateLeases
 	adaptive     *peermsg.AdaptiveState
+	window       int64
 }
 
 func (s *wireState) parse(b []byte) error {
@@ -124,6 +127,8 @@ func (s *wireState) parse(b []byte) error {
 			s.leaseSet = v != 0
 		case fStateRingVersion << 3:
 			s.ringVersion = v
+		case fStateWindow << 3:
+			s.window = int64(v)
 		case fStateLeases<<3 | 2:
 			l, err := parseLeaseRecord(val)
 			if err != nil {
@@ -221,7 +226,8 @@ func (m *replicateIn) validStates() []State {
 		}
 		m.valid = append(m.valid, State{Key: w.key, Limit: l, Used: w.used,
 			Reservations: w.reservations[:min(len(w.reservations), MaxStateReservations)], ResetAt: w.resetAt,
-			LeaseSet: w.leaseSet, Leases: w.leases[:min(len(w.leases), MaxStateLeases)], RingVersion: w.ringVersion, Adaptive: w.adaptive})
+			LeaseSet: w.leaseSet, Leases: w.leases[:min(len(w.leases), MaxStateLeases)], RingVersion: w.ringVersion, Adaptive: w.adaptive,
+			Window: w.window})
 	}
 	return m.valid
 }

@@ -27,7 +27,7 @@ func replicateToProto(m *replicateBatch) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
-			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases), RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive)}
+			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases), RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive), Window: s.Window}
 	}
 	return req
 }
@@ -39,7 +39,7 @@ func replicateInToProto(m *replicateIn) *peerv1.ReplicateRequest {
 	for i := range m.states {
 		s := &m.states[i]
 		req.Buckets = append(req.Buckets, &peerv1.BucketState{Key: s.key, Limit: s.limit.toProto(), Used: s.used,
-			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt, LeaseSet: s.leaseSet, Leases: leasesToProto(s.leases), RingVersion: s.ringVersion, Adaptive: adaptiveStateToProto(s.adaptive)})
+			Reservations: reservationsToProto(s.reservations), ResetAt: s.resetAt, LeaseSet: s.leaseSet, Leases: leasesToProto(s.leases), RingVersion: s.ringVersion, Adaptive: adaptiveStateToProto(s.adaptive), Window: s.window})
 	}
 	return req
 }
@@ -122,6 +122,7 @@ func TestReplicateWireMatchesProto(t *testing.T) {
 			}},
 			{Key: "c|j", Limit: bucket.MustLimit(bucket.Concurrency, 1, 0, 0), LeaseSet: true, RingVersion: 1<<64 - 1},
 		}}},
+		{"calendar window", replicateBatch{from: "A", states: []State{{Key: "k", Limit: calendarLimit(t), Used: 3, Window: 1_743_458_400_000_000_000}}}},
 		{"many", replicateBatch{from: "node-1", version: 42, states: manyStates(1024, leaky)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkReplicateWire(t, &tc.m) })
@@ -150,6 +151,7 @@ func TestReplicateWireMatchesProtoAny(t *testing.T) {
 					Settled: rapid.Bool().Draw(t, rl+".settled"), SettledCost: int64(maybeZero(t, rl+".cost"))})
 			}
 			st.LeaseSet, st.RingVersion = rapid.Bool().Draw(t, l+".lease_set"), maybeZero(t, l+".ring_version")
+			st.Window = int64(maybeZero(t, l+".window"))
 			for j := range rapid.IntRange(0, 3).Draw(t, l+".leases") {
 				ll := fmt.Sprint(l, ".l", j)
 				st.Leases = append(st.Leases, peermsg.Lease{ID: rapid.StringN(0, 40, -1).Draw(t, ll+".id"),
@@ -396,4 +398,14 @@ func BenchmarkReplicateRoundTrip(b *testing.B) {
 			}
 		}
 	})
+}
+
+// calendarLimit is 3 a month in Berlin.
+func calendarLimit(t testing.TB) bucket.Limit {
+	t.Helper()
+	set, err := (&bucket.LimitSpec{Limit: 3, Calendar: "month", Timezone: "Europe/Berlin"}).Parse("limit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set.Limit
 }

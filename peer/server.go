@@ -336,7 +336,8 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 			continue
 		}
 		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt(),
-			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases()), RingVersion: b.GetRingVersion(), Adaptive: adaptiveStateFromProto(b.GetAdaptive())})
+			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases()), RingVersion: b.GetRingVersion(), Adaptive: adaptiveStateFromProto(b.GetAdaptive()),
+			Window: b.GetWindow()})
 	}
 	return states
 }

@@ -96,6 +96,9 @@ type State struct {
 	RingVersion uint64
 	// Adaptive is the owner's controller of the key, when it runs one.
 	Adaptive *AdaptiveState
+	// Window is, for a fixed window, the start of the window Used counts
+	// in on the sender's clock (bucket.Snapshot.Window); 0 otherwise.
+	Window int64
 }
 
 // Reservation is one reservation record as it moves with its key's state.

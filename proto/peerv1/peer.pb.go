@@ -1436,6 +1436,11 @@ type BucketState struct {
 	// For a lease set handed off: the sender's ring version when it sent
 	// it (the receiver counts it only under the same ring).
 	RingVersion uint64 `protobuf:"varint,8,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	// A fixed window's state: the start (the sender's clock, Unix ns) of
+	// the window used counts in; 0 for other algorithms. A receiver whose
+	// current window ends there counts the state in it (the sender's clock
+	// is past a boundary the receiver's has not reached).
+	Window int64 `protobuf:"varint,9,opt,name=window,proto3" json:"window,omitempty"`
 	// The owner's adaptive controller of the key, when it runs one.
 	Adaptive      *AdaptiveState `protobuf:"bytes,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1524,6 +1529,13 @@ func (x *BucketState) GetLeases() []*LeaseRecord {
 func (x *BucketState) GetRingVersion() uint64 {
 	if x != nil {
 		return x.RingVersion
+	}
+	return 0
+}
+
+func (x *BucketState) GetWindow() int64 {
+	if x != nil {
+		return x.Window
 	}
 	return 0
 }
@@ -2795,7 +2807,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xf8\x02\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\x90\x03\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -2804,7 +2816,8 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\freservations\x18\x05 \x03(\v2\x1e.ringlimit.peer.v1.ReservationR\freservations\x12\x1b\n" +
 	"\tlease_set\x18\x06 \x01(\bR\bleaseSet\x126\n" +
 	"\x06leases\x18\a \x03(\v2\x1e.ringlimit.peer.v1.LeaseRecordR\x06leases\x12!\n" +
-	"\fring_version\x18\b \x01(\x04R\vringVersion\x12<\n" +
+	"\fring_version\x18\b \x01(\x04R\vringVersion\x12\x16\n" +
+	"\x06window\x18\t \x01(\x03R\x06window\x12<\n" +
 	"\badaptive\x18\x14 \x01(\v2 .ringlimit.peer.v1.AdaptiveStateR\badaptive\"q\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
