@@ -52,6 +52,9 @@ type bareLimit struct {
 	FailureMode string `json:"failure_mode,omitempty"`
 	Lease       bool   `json:"lease,omitempty"`
 	Replication string `json:"replication,omitempty"`
+	Calendar    string `json:"calendar,omitempty"`
+	Timezone    string `json:"timezone,omitempty"`
+	WeekStart   string `json:"week_start,omitempty"`
 }
 
 // bareMaxBody is api.MaxBodyBytes: the bound on a request body.
