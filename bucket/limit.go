@@ -197,8 +197,9 @@ func NewCalendarLimit(limit int64, cal Calendar) (Limit, error) {
 	return l, nil
 }
 
-// longestPeriod bounds a calendar period: a local day may last 25 h (or
-// 26 h where a zone shifted twice), a week, month or year as long more.
+// longestPeriod bounds a calendar period: a local day lasts up to 25 h
+// (26 h allowed, for a zone that once shifted by two), and a week, month
+// or year at most 2 h more than its days.
 var longestPeriod = [...]time.Duration{Day: 26 * time.Hour, Week: 7*24*time.Hour + 2*time.Hour,
 	Month: 31*24*time.Hour + 2*time.Hour, Year: 366*24*time.Hour + 2*time.Hour}
 
