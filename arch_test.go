@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"internal/reload":      {"clock"},
 	"internal/discard":     {},
 	"internal/peerdefault": {},
+	"internal/statefile":   {},
 	"internal/peermsg":     {"bucket", "adaptive", "clock"},
 	"peer":                 {"bucket", "adaptive", "clock", "proto", "status", "internal/peermsg", "internal/batcher", "internal/discard", "internal/peerdefault"},
 	"forward":              {"bucket", "adaptive", "clock", "status", "internal/peermsg", "internal/discard", "internal/peerdefault"},
