@@ -64,7 +64,7 @@ var allowed = map[string][]string{
 
 // nodeImports are what the node as a library may import: every library
 // package. Only cmd (and tests) import node.
-var nodeImports = []string{"clock", "bucket", "adaptive", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace"}
+var nodeImports = []string{"clock", "bucket", "adaptive", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace", "internal/statefile"}
 
 // testOnlyDir holds the test infrastructure: no non-test file outside it
 // may import a package under it.

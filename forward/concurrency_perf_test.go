@@ -31,8 +31,8 @@ func TestReleaseAnswersBeforeItsRound(t *testing.T) {
 	}
 	rounds := peers.calls()
 	// Set before the release's kick, which orders it before the round.
-	peers.gate, peers.entered = make(chan struct{}), make(chan struct{}, 1)
-	defer close(peers.gate)
+	gate, entered := peers.hold()
+	defer close(gate)
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer rcancel()
 	rel, err := r.Release(rctx, res.Lease, OutcomeOK, time.Millisecond)
@@ -40,7 +40,7 @@ func TestReleaseAnswersBeforeItsRound(t *testing.T) {
 		t.Fatalf("release: %+v %v (ctx %v), want released at once, 0 in flight", rel, err, rctx.Err())
 	}
 	select {
-	case <-peers.entered:
+	case <-entered:
 	case <-ctx.Done():
 		t.Fatal("the release started no round")
 	}

@@ -188,7 +188,7 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 			had, _ := h.shared.used(owner, s.Key, now)
 			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0),
 				Reservations: appendRecords(h.resv, nil, s.Key, now, false), ResetAt: s.ResetAt, Adaptive: h.adapt.state(s.Key, now),
-				Window: s.Window})
+				Window: s.Window, Full: had == 0})
 			seen[owner] = append(seen[owner], min(had, s.Used))
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)

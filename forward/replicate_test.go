@@ -34,15 +34,18 @@ func (p *replicaPeers) Replicate(ctx context.Context, to string, states []peer.S
 	if p.fail.Load() || to == p.failTo {
 		return 0, errors.New("successor unreachable")
 	}
-	if p.entered != nil {
+	p.mu.Lock()
+	gate, entered := p.gate, p.entered
+	p.mu.Unlock()
+	if entered != nil {
 		select {
-		case p.entered <- struct{}{}:
+		case entered <- struct{}{}:
 		default:
 		}
 	}
-	if p.gate != nil {
+	if gate != nil {
 		select {
-		case <-p.gate:
+		case <-gate:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -54,6 +57,16 @@ func (p *replicaPeers) Replicate(ctx context.Context, to string, states []peer.S
 		p.used[s.Key] = max(p.used[s.Key], s.Used)
 	}
 	return len(states), nil
+}
+
+// hold makes every Replicate call from now on send on a fresh entered
+// first and then wait until the gate it returns is closed.
+func (p *replicaPeers) hold() (gate, entered chan struct{}) {
+	gate, entered = make(chan struct{}), make(chan struct{}, 1)
+	p.mu.Lock()
+	p.gate, p.entered = gate, entered
+	p.mu.Unlock()
+	return gate, entered
 }
 
 // calls is how many Replicate calls took states.
@@ -131,8 +144,8 @@ func TestMaxLossBoundsUnreplicatedTokens(t *testing.T) {
 // go.
 func TestMaxLossStartsRoundsEarlyAndWaitsLate(t *testing.T) {
 	r, peers, reg, key := replicatingRouter(t, 10)
-	peers.gate, peers.entered = make(chan struct{}), make(chan struct{}, 1)
-	released := sync.OnceFunc(func() { close(peers.gate) })
+	gate, entered := peers.hold()
+	released := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(released)
 	lim := hourly(1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -148,7 +161,7 @@ func TestMaxLossStartsRoundsEarlyAndWaitsLate(t *testing.T) {
 		spend(i)
 	}
 	select {
-	case <-peers.entered:
+	case <-entered:
 	case <-ctx.Done():
 		t.Fatal("no round started after 6 tokens")
 	}

@@ -36,6 +36,7 @@ type Router struct {
 	resv     *bucket.Reservations
 	slots    *bucket.Leases // concurrency leases (concurrency.go)
 	adapt    *adaptiveTable // adaptive keys' controllers (adaptive.go)
+	restored restored       // the keys Restore put back (restore.go)
 	// leasesPushed is each key whose lease set was handed off, with the
 	// ring version it was handed off under.
 	leasesPushed sync.Map

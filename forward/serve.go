@@ -113,7 +113,11 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 		}
 		r.importState(from, s, now)
 		r.adapt.handed(s, now)
-		if r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil {
+		used := s.Used
+		if s.Full { // the sender's whole copy: a key restored here may hold part of it
+			used = r.restored.take(s.Key, s.Used, now)
+		}
+		if r.cfg.Store.Charge(s.Key, &s.Limit, now, used) == nil {
 			merged++
 		}
 	}

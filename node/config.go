@@ -206,6 +206,13 @@ type Config struct {
 	// Zero: the peer default (3s, shared by the pool and the router).
 	Grace time.Duration
 
+	// DataDir, when not empty, is the directory of the node's state file:
+	// written every SnapshotInterval (default 1s) and when the node stops,
+	// and put back when it starts (node/state.go). Empty: state lives in
+	// memory only, and a restart starts empty.
+	DataDir          string
+	SnapshotInterval time.Duration
+
 	// ClusterTuning, when not nil, adjusts the gossip configuration the
 	// node chose (LAN timings, or loopback ones when gossip is on a
 	// loopback address) just before the cluster starts: for tests and
@@ -292,6 +299,7 @@ func DefaultConfig() Config {
 		GRPCIdleTimeout:    60 * time.Second,
 		QuiesceTimeout:     2 * time.Second,
 		QuiesceIdle:        150 * time.Millisecond,
+		SnapshotInterval:   time.Second,
 	}
 }
 

@@ -55,6 +55,7 @@ type Node struct {
 	rls        *rls.Manager    // nil without --rls-config
 	admin      *api.Tokens     // never Set without --admin-token-file: admin endpoints answer 403
 	stopBg     context.CancelFunc
+	state      *stateSaver // nil without a DataDir
 	bg         sync.WaitGroup
 	audit      io.Closer  // nil without --policy
 	served     chan error // one value per server when it stops
@@ -270,6 +271,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	undo = append(undo, func() { n.router.Close(context.Background()) })
 	n.known.Store(&map[string]bool{})
+	if cfg.DataDir != "" {
+		if n.state, err = newStateSaver(&cfg, n.router, log, reg); err != nil {
+			return nil, err
+		}
+		n.state.restore() // before the node joins: its keys are back when it owns them
+	}
 
 	if err := step("cluster"); err != nil {
 		return nil, err
@@ -382,6 +389,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.bg.Go(func() { reload.Run(bgCtx, reloads...) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
+	if n.state != nil {
+		n.bg.Go(func() { n.state.run(bgCtx, cmp.Or(cfg.SnapshotInterval, time.Second)) })
+	}
 	n.serve()
 	log.Info("node started", "name", cfg.Name, "version", n.version, "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
 		"peer", n.peerLn.Addr().String(), "advertise_http", adv.http, "advertise_grpc", grpcAddr, "advertise_peer", peerAddr,

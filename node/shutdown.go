@@ -73,6 +73,11 @@ func (n *Node) shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if n.state != nil { // nothing is spent any more: the last state file holds it all
+		if err := n.state.write(); err != nil {
+			errs = append(errs, fmt.Errorf("state file: %w", err))
+		}
+	}
 	if err := n.router.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}

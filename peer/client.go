@@ -249,7 +249,7 @@ func (c *conn) handoff(ctx context.Context, states []State) error {
 		s := &states[i]
 		req.Buckets[i] = &peerv1.BucketState{Key: s.Key, Limit: limitToProto(&s.Limit), Used: s.Used,
 			Reservations: reservationsToProto(s.Reservations), ResetAt: s.ResetAt, LeaseSet: s.LeaseSet, Leases: leasesToProto(s.Leases),
-			RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive), Window: s.Window}
+			RingVersion: s.RingVersion, Adaptive: adaptiveStateToProto(s.Adaptive), Window: s.Window, Full: s.Full}
 	}
 	if _, err := c.rpc.Handoff(ctx, req); err != nil {
 		return err

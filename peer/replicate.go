@@ -326,3 +326,23 @@ func (s *Server) replicate(ctx context.Context, in *replicateIn) (any, error) {
 	s.m.replicas.Add(float64(n))
 	return &replicateAck{accepted: int64(n)}, nil
 }
+
+// EncodeStates appends states to b in the replication encoding, as
+// from's (a Replicate call's body): how a node writes the states of its
+// state file.
+func EncodeStates(b []byte, from string, states []State) []byte {
+	m := replicateBatch{from: from, states: states}
+	return m.appendTo(b)
+}
+
+// DecodeStates reads what EncodeStates wrote. Every state is checked as
+// a replica's is (a bad key, limit or used leaves it out: dropped counts
+// them); the states alias b.
+func DecodeStates(b []byte) (from string, states []State, dropped int, err error) {
+	var m replicateIn
+	if err := m.parse(b); err != nil {
+		return "", nil, 0, err
+	}
+	valid := m.validStates()
+	return m.from, valid, len(m.states) - len(valid), nil
+}

@@ -337,7 +337,7 @@ func statesFromProto(bs []*peerv1.BucketState) []State {
 		}
 		states = append(states, State{Key: b.GetKey(), Limit: l, Used: b.GetUsed(), Reservations: reservationsFromProto(b.GetReservations()), ResetAt: b.GetResetAt(),
 			LeaseSet: b.GetLeaseSet(), Leases: leasesFromProto(b.GetLeases()), RingVersion: b.GetRingVersion(), Adaptive: adaptiveStateFromProto(b.GetAdaptive()),
-			Window: b.GetWindow()})
+			Window: b.GetWindow(), Full: b.GetFull()})
 	}
 	return states
 }

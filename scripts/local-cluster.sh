@@ -14,6 +14,11 @@
 #   scripts/local-cluster.sh rotate    new node certificates and a new gossip key, nodes running
 #   scripts/local-cluster.sh down      stop every node, nothing left running
 #
+# Each node keeps its state file in RINGLIMIT_CLUSTER_DIR/node-I.data
+# (--data-dir): a node started again, or the whole cluster brought up
+# again after down, keeps what was spent (see "What a restart keeps" in
+# the README).
+#
 # I is a node's number or its name: 2 and node-2 are the same node. up,
 # start, stop and kill return once every running node is ready (/readyz)
 # and all of them have the same ring, with exactly the running nodes on it.
@@ -130,8 +135,9 @@ start_node() {
 		policy_flags=(--policy "$(realpath "$policy")" --audit-log "$dir/node-$i.audit.log")
 	fi
 	[ -n "$rls" ] && policy_flags+=(--rls-config "$(realpath "$rls")")
+	mkdir -p "$dir/node-$i.data"
 	# shellcheck disable=SC2086
-	"$dir/ringlimit-node" --name "node-$i" "${policy_flags[@]}" \
+	"$dir/ringlimit-node" --name "node-$i" "${policy_flags[@]}" --data-dir "$dir/node-$i.data" \
 		--gossip-key-file "$dir/gossip.keys" --cluster-name ringlimit-local --admin-token-file "$dir/admin.tokens" \
 		--tls-ca "$certs/ca.pem" --tls-cert "$certs/node-$i.pem" --tls-key "$certs/node-$i-key.pem" \
 		--http "127.0.0.1:$((http_base + i))" --grpc "127.0.0.1:$((grpc_base + i))" --peer "127.0.0.1:$((peer_base + i))" \

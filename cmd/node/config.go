@@ -57,6 +57,8 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")
 	fs.IntVar(&c.Replication, "replication-factor", c.Replication, "successors that keep a copy of each key's state, so that a crash loses at most the last few milliseconds of spend (0: off)")
 	fs.Int64Var(&c.ReplicationMaxLoss, "replication-max-loss", c.ReplicationMaxLoss, "most tokens of one key a kill -9 of its owner can over-admit, whatever the check rate: a key past half of it since its last copy is replicated before the answer (0: no bound in tokens, only the 20ms rounds)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the node's state file: what it spent, its replicas, reservations and leases, written every --snapshot-interval and when it stops, and put back when it starts (empty: in memory only; a restart starts empty)")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "with --data-dir: how often the state file is written; a kill -9 loses what was spent since the last one")
 	fs.IntVar(&c.ClusterSize, "cluster-size", c.ClusterSize, "members the quorum is counted against: a node that sees fewer than a majority up does not take over the keys of the others (0: the members it last knew)")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "file of base64 gossip keys (16, 24 or 32 bytes), one per line, the first used to encrypt, all tried to decrypt; re-read every 2s and applied to the running keyring (off when empty: gossip in clear)")
 	fs.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "label carried by all gossip; nodes with another name (or none) are refused (at most 255 bytes)")
@@ -164,7 +166,7 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 var fieldFlags = map[string]string{"Name": "name", "HTTPAddr": "http", "GRPCAddr": "grpc", "PeerAddr": "peer", "GossipAddr": "gossip",
 	"AdvertiseHost": "advertise-host", "AdvertiseHTTP": "advertise-http", "AdvertiseGRPC": "advertise-grpc", "AdvertisePeer": "advertise-peer",
 	"AdvertiseGossip": "advertise-gossip", "Resolver": "resolver", "Replication": "replication-factor", "ReplicationMaxLoss": "replication-max-loss",
-	"ClusterSize": "cluster-size", "ClusterName": "cluster-name", "HTTPReadTimeout": "http-read-timeout", "HTTPWriteTimeout": "http-write-timeout",
+	"ClusterSize": "cluster-size", "DataDir": "data-dir", "SnapshotInterval": "snapshot-interval", "ClusterName": "cluster-name", "HTTPReadTimeout": "http-read-timeout", "HTTPWriteTimeout": "http-write-timeout",
 	"HTTPIdleTimeout": "http-idle-timeout", "CheckTimeout": "check-timeout", "DrainDelay": "drain-delay", "MaxConns": "max-conns",
 	"GRPCIdleTimeout": "grpc-idle-timeout", "TLSCA": "tls-ca", "TLSCert": "tls-cert", "TLSKey": "tls-key", "APITLSCert": "api-tls-cert",
 	"APITLSKey": "api-tls-key", "APITLSClientCA": "api-tls-client-ca", "GossipKeys": "gossip-key-file", "Insecure": "insecure",

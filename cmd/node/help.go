@@ -27,7 +27,7 @@ var flagGroups = []struct {
 	{"Security and TLS", []string{"tls-ca", "tls-cert", "tls-key", "api-tls-cert", "api-tls-key", "api-tls-client-ca", "insecure", "admin-token-file", "private-reads", "trusted-proxies", "cors-origins"}},
 	{"Limits and store", []string{"max-keys", "max-memory", "max-key-bytes", "inline-limits", "gc-headroom"}},
 	{"Policy and RLS", []string{"policy", "rls-config", "rls-headers", "rls-shadow-mode", "rls-stats-keys", "rls-near-limit-ratio", "audit-log"}},
-	{"Replication and failure", []string{"replication-factor", "replication-max-loss", "cluster-size"}},
+	{"Replication and failure", []string{"replication-factor", "replication-max-loss", "cluster-size", "data-dir", "snapshot-interval"}},
 	{"Connections and timeouts", []string{"check-timeout", "http-read-timeout", "http-write-timeout", "http-idle-timeout", "grpc-idle-timeout", "max-conns"}},
 	{"Operations and observability", []string{"log-level", "pprof"}},
 	{"Shutdown", []string{"drain-delay", "shutdown-timeout"}},
@@ -40,7 +40,7 @@ var flagHints = map[string]string{
 	"advertise-http": "host:port", "advertise-grpc": "host:port", "advertise-peer": "host:port",
 	"advertise-gossip": "ip:port", "resolver": "host:port", "advertise-host": "host",
 	"join": "seeds", "trusted-proxies": "prefixes", "cors-origins": "origins", "log-level": "level",
-	"policy": "file", "audit-log": "file", "rls-config": "path", "admin-token-file": "file", "gossip-key-file": "file",
+	"policy": "file", "audit-log": "file", "data-dir": "dir", "rls-config": "path", "admin-token-file": "file", "gossip-key-file": "file",
 	"tls-ca": "file", "tls-cert": "file", "tls-key": "file", "api-tls-cert": "file", "api-tls-key": "file", "api-tls-client-ca": "file",
 }
 

@@ -99,6 +99,9 @@ type State struct {
 	// Window is, for a fixed window, the start of the window Used counts
 	// in on the sender's clock (bucket.Snapshot.Window); 0 otherwise.
 	Window int64
+	// Full, in a handoff, says Used is the sender's whole copy of the key,
+	// not only what it spent since its last push (see forward's Restore).
+	Full bool
 }
 
 // Reservation is one reservation record as it moves with its key's state.

@@ -1441,6 +1441,11 @@ type BucketState struct {
 	// current window ends there counts the state in it (the sender's clock
 	// is past a boundary the receiver's has not reached).
 	Window int64 `protobuf:"varint,9,opt,name=window,proto3" json:"window,omitempty"`
+	// In a handoff: used is the sender's whole copy of the key, not only
+	// what it spent since its last push. A receiver that restored the key
+	// from its state file adds only what the copy holds beyond the most it
+	// restored.
+	Full bool `protobuf:"varint,10,opt,name=full,proto3" json:"full,omitempty"`
 	// The owner's adaptive controller of the key, when it runs one.
 	Adaptive      *AdaptiveState `protobuf:"bytes,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1538,6 +1543,13 @@ func (x *BucketState) GetWindow() int64 {
 		return x.Window
 	}
 	return 0
+}
+
+func (x *BucketState) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
 }
 
 func (x *BucketState) GetAdaptive() *AdaptiveState {
@@ -2807,7 +2819,7 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\x90\x03\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xa4\x03\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -2817,7 +2829,9 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\tlease_set\x18\x06 \x01(\bR\bleaseSet\x126\n" +
 	"\x06leases\x18\a \x03(\v2\x1e.ringlimit.peer.v1.LeaseRecordR\x06leases\x12!\n" +
 	"\fring_version\x18\b \x01(\x04R\vringVersion\x12\x16\n" +
-	"\x06window\x18\t \x01(\x03R\x06window\x12<\n" +
+	"\x06window\x18\t \x01(\x03R\x06window\x12\x12\n" +
+	"\x04full\x18\n" +
+	" \x01(\bR\x04full\x12<\n" +
 	"\badaptive\x18\x14 \x01(\v2 .ringlimit.peer.v1.AdaptiveStateR\badaptive\"q\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +

@@ -1,0 +1,100 @@
+package forward
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
+)
+
+// TestExportRestore: A spends 3 of a key, reserves 2 of another (a
+// 1-minute reservation) and holds a 30s lease of a concurrency key; B
+// keeps A's replica. What A exports (no full key) is put back 10s later
+// into a node of its own, D: the spend (3), the reservation (settleable
+// for 50s more), the lease (20s left), and, from B's export, the replica.
+func TestExportRestore(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
+	formCluster(clk, a, b)
+	keys := keysOwnedBy(t, a.r, "A", "keep", 3)
+	day := bucket.MustLimit(bucket.TokenBucket, 10, 24*time.Hour, 0)
+	var out [1]Result
+	if err := a.r.Check(context.Background(), []Check{{Key: keys[0], Limit: day, Cost: 3, Sync: true}}, out[:]); err != nil || !out[0].Allowed {
+		t.Fatalf("spend: %+v %v", out[0], err)
+	}
+	if err := a.r.Check(context.Background(), []Check{{Key: keys[1], Limit: day, Cost: 2, Reserve: time.Minute}}, out[:]); err != nil || out[0].Reservation == "" {
+		t.Fatalf("reserve: %+v %v", out[0], err)
+	}
+	rid := out[0].Reservation
+	ckey := keysOwnedBy(t, a.r, "A", bucket.NamespaceConcurrency+"keep", 1)[0]
+	lease, err := a.r.Acquire(context.Background(), Acquire{Key: ckey, Limit: concurrency(5), Mode: bucket.FailClosed, TTL: 30 * time.Second})
+	if err != nil || !lease.Allowed {
+		t.Fatalf("acquire: %+v %v", lease, err)
+	}
+	check1(t, a.r, "full-key", bucket.MustLimit(bucket.TokenBucket, 10, time.Second, 0), 1)
+	clk.Advance(time.Second) // full-key is full again: not exported
+	saved := a.r.Export()
+	byKey := map[string]peermsg.State{}
+	for _, st := range saved.Own {
+		byKey[st.Key] = st
+	}
+	if len(saved.Own) != 3 || byKey[keys[0]].Used != 3 || byKey[keys[1]].Used != 2 || len(byKey[keys[1]].Reservations) != 1 ||
+		!byKey[ckey].LeaseSet || len(byKey[ckey].Leases) != 1 {
+		t.Fatalf("A's export: %+v", saved.Own)
+	}
+	fromB := b.r.Export()
+	if reps := fromB.Replicas["A"]; len(reps) == 0 {
+		t.Fatalf("B's export has no replica of A: %+v", fromB)
+	}
+
+	clk.Advance(10 * time.Second)
+	d := startNode(t, "D", clk, nil)
+	setMembers(membersOf(d), d)
+	k, ls, reps := d.r.Restore(saved)
+	if k != 2 || ls != 1 || reps != 0 {
+		t.Fatalf("Restore put back %d keys, %d lease sets, %d replicas; want 2, 1, 0", k, ls, reps)
+	}
+	if _, used, ok := d.store.Used(keys[0], clk.Now()); !ok || used != 3 {
+		t.Fatalf("D's %s: used %d (held %v), want 3", keys[0], used, ok)
+	}
+	if got := d.r.InFlight(ckey); got != 1 {
+		t.Fatalf("D holds %d leases of %s, want 1", got, ckey)
+	}
+	held := d.r.slots.Held(ckey, clk.Now())
+	if len(held) != 1 || held[0].ID != lease.Lease || held[0].Expires.Sub(clk.Now()) != 19*time.Second {
+		t.Fatalf("D's lease: %+v; want %s with 19s left (30s less the 1s before the export and the 10s since)", held, lease.Lease)
+	}
+	if _, err := d.r.Settle(context.Background(), rid, 1); err != nil {
+		t.Fatalf("settle on D of the reservation restored: %v", err)
+	}
+	if _, err := d.r.Settle(context.Background(), rid, 1); err == nil {
+		t.Fatal("a second settle on D succeeded")
+	}
+}
+
+// TestRestoredCopiesCountOnce: A and B both restore the key A owns with
+// 700 spent (each node kept a copy in its state file); B hands its whole
+// copy to A, which counts nothing of it again: A's copy stays at 700.
+func TestRestoredCopiesCountOnce(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
+	formCluster(clk, a, b)
+	key := keysOwnedBy(t, a.r, "A", "restored", 1)[0]
+	lim := bucket.MustLimit(bucket.TokenBucket, 10_000, 8784*time.Hour, 0)
+	saved := Saved{At: clk.Now(), Own: []peermsg.State{{Key: key, Limit: lim, Used: 700}}, Replicas: map[string][]peermsg.State{}}
+	for _, n := range []*node{a, b} {
+		if k, _, _ := n.r.Restore(saved); k != 1 {
+			t.Fatalf("%s restored %d keys", n.name, k)
+		}
+	}
+	b.r.handoff.trigger()
+	advanceUntil(t, clk, 100*time.Millisecond, 10*time.Second, "B's copy handed to A", func() bool {
+		return testkit.Metric(t, a.reg, "ringlimit_handoff_keys_received_total") >= 1
+	})
+	if _, used, _ := a.store.Used(key, clk.Now()); used != 700 {
+		t.Fatalf("A's copy after B's whole copy arrived: used %d, want 700 (counted once)", used)
+	}
+}
