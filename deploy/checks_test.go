@@ -102,6 +102,9 @@ func seconds(t *testing.T, flags map[string]string, name string, def time.Durati
 	return d
 }
 
+// dataDir is where the node keeps its state file (--data-dir).
+const dataDir = "/var/lib/ringlimit"
+
 // checkDeployment asserts what the plain manifests and every rendering of
 // the chart must agree on.
 func checkDeployment(t *testing.T, o *objects, w want) {
@@ -281,13 +284,21 @@ func checkDeployment(t *testing.T, o *objects, w want) {
 		if m.SubPath != "" || m.SubPathExpr != "" {
 			t.Errorf("volumeMount %s uses a subPath, which never sees an update", m.Name)
 		}
-		if !m.ReadOnly {
+		if !m.ReadOnly && m.MountPath != dataDir { // the state file's directory is the one the node writes
 			t.Errorf("volumeMount %s is writable", m.Name)
 		}
 	}
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
 		volumes[v.Name] = v
+	}
+	for _, pvc := range sts.Spec.VolumeClaimTemplates { // a volume of its own per pod
+		volumes[pvc.Name] = corev1.Volume{Name: pvc.Name}
+	}
+	if m, ok := mounts[dataDir]; !ok || m.ReadOnly || flags["data-dir"] != dataDir {
+		t.Errorf("--data-dir=%q with %s mounted %+v, want --data-dir=%s on a writable volume", flags["data-dir"], dataDir, m, dataDir)
+	} else if _, ok := volumes[m.Name]; !ok {
+		t.Errorf("volumeMount %s: no such volume", m.Name)
 	}
 	inMount := func(flag, dir, file string, on bool) {
 		t.Helper()

@@ -169,6 +169,9 @@ func newPod(t *testing.T, o *objects, ordinal int, namespace string, fix fixture
 	for _, v := range sts.Spec.Template.Spec.Volumes {
 		volumes[v.Name] = v
 	}
+	for _, pvc := range sts.Spec.VolumeClaimTemplates { // an empty volume of the pod's own
+		volumes[pvc.Name] = corev1.Volume{Name: pvc.Name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	}
 	var mountPaths []string
 	for _, m := range c.VolumeMounts {
 		v, ok := volumes[m.Name]
@@ -196,8 +199,9 @@ func newPod(t *testing.T, o *objects, ordinal int, namespace string, fix fixture
 			} else {
 				t.Fatalf("volume %s: ConfigMap %s neither rendered nor a fixture", v.Name, v.ConfigMap.Name)
 			}
+		case v.EmptyDir != nil: // an empty directory
 		default:
-			t.Fatalf("volume %s: only Secret and ConfigMap volumes are simulated", v.Name)
+			t.Fatalf("volume %s: only Secret, ConfigMap, emptyDir and claimed volumes are simulated", v.Name)
 		}
 		if len(items) > 0 {
 			picked := map[string][]byte{}

@@ -14,15 +14,15 @@ import (
 // A node's state across a restart (a node's --data-dir): Export reads
 // what a restart must keep, Restore puts it back before the node joins.
 //
-// Every copy of a key a node held is kept, its own keys and the ones it
-// held for others alike, so after a whole cluster restarts several nodes
-// may hold a copy of one key, each taken at its last state file. A copy a
-// node restored holds no more than the key's owner has seen, unless the
-// owner's own file lacks it: so when another node hands the owner its
-// whole copy of a key the owner restored, the owner adds only what that
-// copy has beyond the most it has counted of the key's restored copies
-// (restoredBase), instead of the whole copy. Spend made since is handed
-// over as before.
+// Each node keeps the keys it owns when it writes its file. When a whole
+// cluster stops one node after the other, each hands its keys to the ones
+// left, so the last files written may hold copies of one key: after the
+// restart their holders hand them to the key's owner, which may have
+// restored the key too. A whole copy so handed over is counted by an
+// owner that restored the key only for what it holds beyond the most the
+// owner has counted of the key's restored copies (restored.take), not
+// whole: the copies of one key are counted once. Spend made since is
+// handed over as before.
 
 // Saved is what Export read: when, every key this node holds with what it
 // spent (and its reservation records), every lease set, and its replicas
@@ -67,14 +67,21 @@ func (t *restored) take(key string, used int64, now clock.Instant) int64 {
 	return max(used-base, 0)
 }
 
-// Export returns what a restart of this node must keep. Keys that are full
-// (nothing spent, no reservation) are left out.
+// Export returns what a restart of this node must keep: the keys it owns
+// on its ring now (a copy it holds of another member's key is that
+// member's to keep: restored here after a restart of this node alone, it
+// would be handed back and counted twice), and its replicas. Keys that
+// are full (nothing spent, no reservation) are left out.
 func (r *Router) Export() Saved {
 	now := r.cfg.Clock.Now()
+	v := r.view.Load()
 	s := Saved{At: now, Replicas: map[string][]peermsg.State{}}
 	r.cfg.Store.Range(now, func(batch []bucket.Snapshot) bool {
 		for i := range batch {
 			b := &batch[i]
+			if ownerIn(v.ring, r.cfg.Self, b.Key) != r.cfg.Self {
+				continue
+			}
 			recs := appendRecords(r.resv, nil, b.Key, now, false)
 			if b.Used <= 0 && len(recs) == 0 {
 				continue
@@ -85,6 +92,9 @@ func (r *Router) Export() Saved {
 		return true
 	})
 	for _, key := range r.slots.Keys() {
+		if ownerIn(v.ring, r.cfg.Self, key) != r.cfg.Self {
+			continue
+		}
 		if held := r.slots.Held(key, now); len(held) > 0 {
 			s.Own = append(s.Own, leaseState(r.slots, key, held[0].Limit, now))
 		}

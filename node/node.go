@@ -272,6 +272,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	undo = append(undo, func() { n.router.Close(context.Background()) })
 	n.known.Store(&map[string]bool{})
 	if cfg.DataDir != "" {
+		if fi, err := os.Stat(cfg.DataDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--data-dir: %q is not a directory (create it; the node writes its state file there)", cfg.DataDir)
+		}
 		if n.state, err = newStateSaver(&cfg, n.router, log, reg); err != nil {
 			return nil, err
 		}

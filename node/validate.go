@@ -3,7 +3,6 @@ package node
 import (
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -31,11 +30,6 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotInterval < 0 || (c.SnapshotInterval > 0 && c.SnapshotInterval < 10*time.Millisecond) {
 		return bad("SnapshotInterval", "must be 0 (the default, 1s) or at least 10ms, got %v", c.SnapshotInterval)
-	}
-	if c.DataDir != "" {
-		if fi, err := os.Stat(c.DataDir); err != nil || !fi.IsDir() {
-			return bad("DataDir", "%q is not a directory this node can read", c.DataDir)
-		}
 	}
 	if c.Name == "" {
 		return bad("Name", "must not be empty")

@@ -108,6 +108,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.rls.enabled }}
 - --rls-config=/etc/ringlimit/rls
 {{- end }}
+- --data-dir=/var/lib/ringlimit
 {{- with .Values.logLevel }}
 - --log-level={{ . }}
 {{- end }}
