@@ -393,7 +393,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.bg.Go(func() { reload.Run(bgCtx, reloads...) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
 	if n.state != nil {
-		n.bg.Go(func() { n.state.run(bgCtx, cmp.Or(cfg.SnapshotInterval, time.Second)) })
+		stateCtx, stop := context.WithCancel(bgCtx)
+		n.state.stop = stop
+		n.bg.Go(func() { n.state.run(stateCtx, cmp.Or(cfg.SnapshotInterval, time.Second)) })
 	}
 	n.serve()
 	log.Info("node started", "name", cfg.Name, "version", n.version, "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),

@@ -171,3 +171,7 @@ func TestStateFileRefused(t *testing.T) {
 		t.Fatalf("after the refused file, admitted %d of 1000, want all", got)
 	}
 }
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
