@@ -272,13 +272,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	undo = append(undo, func() { n.router.Close(context.Background()) })
 	n.known.Store(&map[string]bool{})
 	if cfg.DataDir != "" {
-		if fi, err := os.Stat(cfg.DataDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--data-dir: %q is not a directory (create it; the node writes its state file there)", cfg.DataDir)
-		}
-		if n.state, err = newStateSaver(&cfg, n.router, log, reg); err != nil {
+		if n.state, err = startState(&cfg, n.router, log, reg); err != nil {
 			return nil, err
 		}
-		n.state.restore() // before the node joins: its keys are back when it owns them
 	}
 
 	if err := step("cluster"); err != nil {
@@ -392,11 +388,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.bg.Go(func() { reload.Run(bgCtx, reloads...) })
 	n.bg.Go(func() { n.runHealth(bgCtx, n.health, healthServices(n.rls != nil)) })
-	if n.state != nil {
-		stateCtx, stop := context.WithCancel(bgCtx)
-		n.state.stop = stop
-		n.bg.Go(func() { n.state.run(stateCtx, cmp.Or(cfg.SnapshotInterval, time.Second)) })
-	}
+	n.state.loop(bgCtx, &n.bg, cmp.Or(cfg.SnapshotInterval, time.Second)) // none without a DataDir
 	n.serve()
 	log.Info("node started", "name", cfg.Name, "version", n.version, "http", n.httpLn.Addr().String(), "grpc", n.grpcLn.Addr().String(),
 		"peer", n.peerLn.Addr().String(), "advertise_http", adv.http, "advertise_grpc", grpcAddr, "advertise_peer", peerAddr,

@@ -64,6 +64,30 @@ func newStateSaver(cfg *Config, router *forward.Router, log *slog.Logger, reg pr
 	return s, nil
 }
 
+// startState checks cfg.DataDir and puts its state file back into router
+// (before the node joins: its keys are back when it owns them).
+func startState(cfg *Config, router *forward.Router, log *slog.Logger, reg prometheus.Registerer) (*stateSaver, error) {
+	if fi, err := os.Stat(cfg.DataDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("--data-dir: %q is not a directory (create it; the node writes its state file there)", cfg.DataDir)
+	}
+	s, err := newStateSaver(cfg, router, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	s.restore()
+	return s, nil
+}
+
+// loop runs the write loop in wg until ctx ends or stop is called; on a
+// nil saver (no DataDir), nothing.
+func (s *stateSaver) loop(ctx context.Context, wg *sync.WaitGroup, every time.Duration) {
+	if s == nil {
+		return
+	}
+	ctx, s.stop = context.WithCancel(ctx)
+	wg.Go(func() { s.run(ctx, every) })
+}
+
 // encodeSaved is the state file's payload: the number of sections, then
 // each (its length, then peer.EncodeStates of it): the keys first (from
 // ""), then the replicas of each member (from the member).
