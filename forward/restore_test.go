@@ -91,7 +91,9 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 		}
 	}
 	b.r.handoff.trigger()
-	advanceUntil(t, clk, 100*time.Millisecond, 10*time.Second, "B's copy handed to A", func() bool {
+	// 10ms of the fake clock a poll: at most 20s in the 10s given, inside
+	// the minute in which restored copies are counted once.
+	advanceUntil(t, clk, 10*time.Millisecond, 10*time.Second, "B's copy handed to A", func() bool {
 		return testkit.Metric(t, a.reg, "ringlimit_handoff_keys_received_total") >= 1
 	})
 	if _, used, _ := a.store.Used(key, clk.Now()); used != 700 {
