@@ -200,16 +200,16 @@ func TestResetNotUndoneByHandoff(t *testing.T) {
 	c := start(t)
 	a, b, own := c.Node("A"), c.Node("B"), c.Node("C")
 	key := c.KeyWith("C", "B", "handoff")
-	c.Net.Isolate("C")
+	c.Net.Cut("A", "C")
+	c.Net.Cut("B", "C") // until after the reset: B's push must not reach C before it
 	want(t, "spend 10 through A with C cut off (B stands in)", a.Check(key, ten, bucket.Local, 10, checkTimeout), harness.Tally{Allowed: 10})
 	if got := c.Used("B", key); got != 10 {
 		t.Fatalf("B's stand-in copy has spent %d, want 10", got)
 	}
-	c.Net.Restore("C")
-	c.Net.Cut("B", "C")
+	c.Net.Heal("A", "C")
 	res := reset(t, own, key, ten)
 	if res.Previous != 10 || res.Owner != "C" || !slices.Equal(res.Unconfirmed, []string{"B"}) {
-		t.Fatalf("reset through C: %+v; want previous 10 (C never saw B's spend), owner C, unconfirmed [B]", res)
+		t.Fatalf("reset through C: %+v; want previous 10 left (C never saw B's spend), owner C, unconfirmed [B]", res)
 	}
 	c.Net.Heal("B", "C")
 	testkit.WaitFor(t, 10*time.Second, "B's handoff refused by C", func() error {
