@@ -91,9 +91,7 @@ func (s *Store) adjustWindow(key string, l *Limit, at clock.Instant, window int6
 		if !set {
 			return nil
 		}
-		e.st.a, e.st.b = next, min(used, l.maxUsed())
-		e.idle = l.idleAt(&e.st, log)
-		s.markSlot(sh, i, now, 0)
+		s.setNext(sh, i, e, l, log, now, next, used)
 		return nil
 	}
 	var cur int64
@@ -179,9 +177,7 @@ func (s *Store) MergeEachWindow(at clock.Instant, n int, state func(i int) (key 
 			log := sh.logs[k]
 			if next := l.nextWindow(now, window); next != 0 {
 				if fresh || e.st.a != next || used > e.st.b {
-					e.st.a, e.st.b = next, min(used, l.maxUsed())
-					e.idle = l.idleAt(&e.st, log)
-					s.markSlot(sh, k, now, 0)
+					s.setNext(sh, k, e, l, log, now, next, used)
 				}
 				continue
 			}
@@ -197,4 +193,12 @@ func (s *Store) MergeEachWindow(at clock.Instant, n int, state func(i int) (key 
 		sh.mu.Unlock()
 	}
 	return merged
+}
+
+// setNext makes slot i's state used in the fixed window that starts at
+// next, the one after now's (see MergeWindow); sh's lock is held.
+func (s *Store) setNext(sh *shard, i uint32, e *entry, l *Limit, log []logRun, now, next, used int64) {
+	e.st.a, e.st.b = next, min(used, l.maxUsed())
+	e.idle = l.idleAt(&e.st, log)
+	s.markSlot(sh, i, now, 0)
 }
