@@ -50,7 +50,7 @@ var allowed = map[string][]string{
 	"decide":               {"policy", "rls", "forward", "bucket", "adaptive", "internal/deadline", "internal/discard"},
 	"api":                  {"decide", "policy", "rls", "forward", "proto", "status", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
 	"ui":                   {"api", "policy", "clock", "status"},
-	"client":               {"proto", "bucket", "clock", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
+	"client":               {"proto", "bucket", "clock", "ring", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
 	"node":                 nodeImports,
 	"cmd":                  nil, // wires everything
 	// Test infrastructure, under internal/testonly: imported by tests only.

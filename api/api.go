@@ -33,6 +33,12 @@ type Cluster interface {
 	// Partitions returns the owner of each partition of this node's ring,
 	// in partition order, and the ring's version.
 	Partitions() (owners []string, ringVersion uint64)
+	// RingVersion returns the version of this node's ring (0: none yet);
+	// every gRPC Check and Leases answer carries it.
+	RingVersion() uint64
+	// ClientRing returns this node's ring with the members' public
+	// addresses, for the gRPC Ring call.
+	ClientRing() forward.ClientRing
 }
 
 // Stats reports the local key store's counts for the metrics.
@@ -182,6 +188,7 @@ type API struct {
 	d           *decide.Decider
 	resetsDone  atomic.Uint64 // resets made (Activity.Resets)
 	cluster     Cluster
+	ring        ringCache
 	policy      PolicySource
 	addOverride OverrideFunc
 	revoke      RevokeFunc

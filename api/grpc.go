@@ -68,6 +68,7 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 		d.Lease, d.InFlight, d.ExpiresInMs = a.Lease, a.InFlight, clock.Millis(a.ExpiresIn)
 		resp.Decisions[i] = d
 	}
+	resp.RingVersion = g.api.ringVersion(priv)
 	return resp, nil
 }
 

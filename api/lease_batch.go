@@ -42,6 +42,7 @@ func (g *grpcServer) Leases(ctx context.Context, req *pb.LeasesRequest) (*pb.Lea
 		}
 	}
 	wg.Wait()
+	resp.RingVersion = g.api.ringVersion(g.api.privateGRPC(ctx))
 	return resp, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/batcher"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Config configures a Client. Zero values mean the defaults.
@@ -56,6 +56,19 @@ type Config struct {
 	// --admin-token-file holds it). Empty: Reset is refused by the node
 	// (Unauthenticated).
 	AdminToken string
+	// RingRefresh is how often the client asks the cluster for its ring
+	// (the gRPC Ring call, answered with the version alone while it is
+	// unchanged). With the ring the client computes each inline check's
+	// owner itself, with the nodes' own hashing, and sends the check
+	// straight there: no forwarding hop and no per-key state. It also
+	// asks, at most every 100 ms, as soon as an answer names another ring
+	// version, and connects to members it was not given in Targets. Zero
+	// means 1s; negative turns the ring off: checks then go to the nodes
+	// in turn, and to a key's owner once an answer named it. The client
+	// reaches each member at the address it advertises (its owner_addr):
+	// one that can reach the nodes only through other addresses (a proxy,
+	// a tunnel) should turn the ring off.
+	RingRefresh time.Duration
 }
 
 // ErrNoNode is returned when no node could answer.
@@ -64,18 +77,19 @@ var ErrNoNode = errors.New("client: no node answered")
 // Client checks keys against a ringlimit cluster. It is safe for
 // concurrent use; Close releases it.
 type Client struct {
-	cfg   Config
-	nodes []*node
-	next  atomic.Uint64
-	ctx   context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	cfg  Config
+	set  atomic.Pointer[nodeSet] // the nodes, Targets first, then members learned from the ring
+	next atomic.Uint64
+	opts []grpc.DialOption
+	ring ringView
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
 
-	byAddr map[string]int // target address → index in nodes
-	owners ownerCache     // key → index of the node that owns it
+	owners ownerCache // key → index of the node that owns it, while the ring is unknown
 	// leaseOwners: the key part of a lease id → index of the node that
 	// owns that key (lease_batch.go).
 	leaseOwners ownerCache
@@ -92,7 +106,8 @@ const maxOwners = 1 << 17
 
 // ownerCache remembers which node decided each key's inline checks, so
 // that later checks on the key go straight to its owner and skip the
-// forwarding hop. A stale entry (the ring changed) costs one forwarding hop
+// forwarding hop, for a cluster whose ring the client cannot read (a node
+// without the Ring call, or one that keeps it private). A stale entry (the ring changed) costs one forwarding hop
 // until the next answer corrects it: the owner always decides. Safe for
 // concurrent use.
 type ownerCache struct {
@@ -164,39 +179,26 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	c := &Client{cfg: cfg, ctx: ctx, stop: stop, byAddr: map[string]int{}}
-	for i, addr := range cfg.Targets {
-		c.byAddr[addr] = i
+	if cfg.RingRefresh == 0 {
+		cfg.RingRefresh = time.Second
 	}
-	opts := append([]grpc.DialOption{
+	ctx, stop := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, ctx: ctx, stop: stop}
+	c.set.Store(&nodeSet{byAddr: map[string]int{}})
+	c.opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// Fixed flow-control windows, as between nodes: grpc-go's
 		// bandwidth-delay estimation would ping on every round trip.
 		grpc.WithStaticStreamWindowSize(1 << 20), grpc.WithStaticConnWindowSize(2 << 20),
 	}, cfg.DialOptions...)
 	for _, addr := range cfg.Targets {
-		conn, err := grpc.NewClient(addr, opts...)
-		if err != nil {
+		if _, err := c.add(addr); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("client: %s: %w", addr, err)
+			return nil, err
 		}
-		n := &node{c: c, addr: addr, conn: conn, rpc: pb.NewRateLimiterClient(conn)}
-		c.nodes = append(c.nodes, n)
-		if !cfg.Unbatched {
-			n.b, err = batcher.New(batcher.Config{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight}, n.flush,
-				func(checks int) { c.abandoned.Add(int64(checks)) })
-			if err == nil {
-				n.lb, err = batcher.New(batcher.Config{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight}, n.flushLeases, nil)
-			}
-			if err == nil {
-				n.rb, err = batcher.New(batcher.Config{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight}, n.flushLeases, nil)
-			}
-			if err != nil {
-				c.Close()
-				return nil, fmt.Errorf("client: %w", err)
-			}
-		}
+	}
+	if cfg.RingRefresh > 0 {
+		c.ring.start(c)
 	}
 	return c, nil
 }
@@ -205,8 +207,9 @@ func New(cfg Config) (*Client, error) {
 // the first call's result.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		c.stop() // ends the calls in flight
-		for _, n := range c.nodes {
+		c.stop()      // ends the calls in flight and the ring's loop
+		c.ring.wait() // no node is added after this
+		for _, n := range c.nodes() {
 			if n.b != nil {
 				n.b.Close() // fails the checks still queued; no batch leaves after
 			}
@@ -217,7 +220,7 @@ func (c *Client) Close() error {
 		}
 		c.wg.Wait()
 		var errs []error
-		for _, n := range c.nodes {
+		for _, n := range c.nodes() {
 			if err := n.conn.Close(); err != nil {
 				errs = append(errs, err)
 			}
@@ -245,53 +248,54 @@ func (c *Client) Check(ctx context.Context, checks ...*pb.Check) ([]*pb.Decision
 }
 
 func (c *Client) check(ctx context.Context, checks []*pb.Check) ([]*pb.Decision, error) {
-	start := int(c.next.Add(1))
+	first, second := -1, -1
 	if len(checks) == 1 && checks[0].GetKey() != "" {
-		// A key whose owner answered before: start there.
-		if i, ok := c.owners.get(checks[0].GetKey()); ok {
-			start = i
-		}
+		first, second = c.keyOwner(checks[0])
 	}
+	var buf [16]*node
 	var last error
-	// First the nodes that did not fail lately, in turn, then those that
-	// did; each node at most once.
-	var skipped []*node
-	now := c.cfg.Clock.Now()
-	for i := range c.nodes {
-		n := c.nodes[(start+i)%len(c.nodes)]
-		if n.recentlyFailed(now) {
-			skipped = append(skipped, n)
+	for _, n := range c.order(buf[:0], first, second) {
+		res, err := n.check(ctx, checks)
+		if err == nil {
+			n.failed.Store(0)
+			c.learnOwners(checks, res)
+			return res, nil
 		}
-	}
-	for pass := range 2 {
-		for i := range c.nodes {
-			n := c.nodes[(start+i)%len(c.nodes)]
-			if slices.Contains(skipped, n) != (pass == 1) {
-				continue
-			}
-			res, err := n.check(ctx, checks)
-			if err == nil {
-				n.failed.Store(0)
-				c.learnOwners(checks, res)
-				return res, nil
-			}
-			if code := status.Code(err); code == codes.InvalidArgument || ctx.Err() != nil {
-				return nil, err
-			}
-			n.failed.Store(int64(c.cfg.Clock.Now()))
-			last = err
+		if code := status.Code(err); code == codes.InvalidArgument || ctx.Err() != nil {
+			return nil, err
 		}
+		n.failed.Store(int64(c.cfg.Clock.Now()))
+		last = err
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNoNode, last)
 }
 
+// keyOwner returns the indexes of the nodes to try first for check: its
+// key's owner and successor on the ring (an inline check), or the node
+// that answered last for the key while the ring is unknown; -1 for none.
+func (c *Client) keyOwner(check *pb.Check) (first, second int) {
+	if check.GetLimit() != nil {
+		if t := c.ring.table.Load(); t != nil {
+			p := ring.InlinePartition(check.GetKey(), len(t.owners))
+			return t.owners[p], t.successor(p)
+		}
+	}
+	if i, ok := c.owners.get(check.GetKey()); ok {
+		return i, -1
+	}
+	return -1, -1
+}
+
 // learnOwners records which target owns each inline check's key.
 func (c *Client) learnOwners(checks []*pb.Check, res []*pb.Decision) {
+	if c.ring.table.Load() != nil {
+		return // the ring names every owner
+	}
 	for i, d := range res {
 		if i >= len(checks) || checks[i].GetKey() == "" || d.GetOwnerAddr() == "" {
 			continue
 		}
-		if j, ok := c.byAddr[d.GetOwnerAddr()]; ok {
+		if j, ok := c.index(d.GetOwnerAddr()); ok {
 			c.owners.put(checks[i].GetKey(), j)
 		}
 	}
@@ -335,6 +339,7 @@ func (n *node) checkAlone(ctx context.Context, checks []*pb.Check) ([]*pb.Decisi
 	if err != nil {
 		return nil, err
 	}
+	n.c.ring.hint(resp.GetRingVersion())
 	return resp.GetDecisions(), nil
 }
 
@@ -357,6 +362,7 @@ func (n *node) send(calls []*call, size int) {
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
 	resp, err := n.rpc.Check(ctx, req)
 	cancel()
+	n.c.ring.hint(resp.GetRingVersion())
 	if err == nil && len(resp.GetDecisions()) != size {
 		err = fmt.Errorf("client: %s answered %d decisions for %d checks", n.addr, len(resp.GetDecisions()), size)
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // AbandonedChecks returns how many checks c never sent because their
@@ -26,4 +27,31 @@ func LimitProto(l Limit) *pb.Limit { return l.proto() }
 
 // QueuedLeaseOps returns how many acquires and renews wait for a batch to
 // the node of target index i.
-func QueuedLeaseOps(c *Client, i int) int { return c.nodes[i].lb.Queued() }
+func QueuedLeaseOps(c *Client, i int) int { return c.nodes()[i].lb.Queued() }
+
+// RingVersion returns the version of the ring c holds, 0 for none.
+func RingVersion(c *Client) uint64 {
+	if t := c.ring.table.Load(); t != nil {
+		return t.version
+	}
+	return 0
+}
+
+// RingOwner returns the address of the node c sends an inline check of
+// key to first, "" while it holds no ring.
+func RingOwner(c *Client, key string) string {
+	t := c.ring.table.Load()
+	if t == nil {
+		return ""
+	}
+	return c.nodes()[t.owners[ring.InlinePartition(key, len(t.owners))]].addr
+}
+
+// Nodes returns the addresses c reaches, Targets first.
+func Nodes(c *Client) []string {
+	var out []string
+	for _, n := range c.nodes() {
+		out = append(out, n.addr)
+	}
+	return out
+}

@@ -113,15 +113,13 @@ func (c *Client) AcquirePolicy(ctx context.Context, req *pb.PolicyRequest, ttl t
 // AcquireCheck is Acquire of any check (an inline key with a CONCURRENCY
 // limit, or a policy request); its cost and peek are ignored.
 func (c *Client) AcquireCheck(ctx context.Context, check *pb.Check, ttl time.Duration, requestID string) (Lease, error) {
-	start := -1
-	if key := check.GetKey(); key != "" {
-		if i, ok := c.owners.get(key); ok {
-			start = i
-		}
+	start, second := -1, -1
+	if check.GetKey() != "" {
+		start, second = c.keyOwner(check)
 	}
 	op := &pb.LeaseOp{Op: &pb.LeaseOp_Acquire{Acquire: &pb.AcquireRequest{Check: check, TtlMs: ttl.Milliseconds(), RequestId: requestID}}}
 	var res *pb.LeaseResult
-	err := c.each(ctx, start, func(ctx context.Context, n *node) (err error) {
+	err := c.each(ctx, start, second, func(ctx context.Context, n *node) (err error) {
 		res, err = n.lease(ctx, op)
 		return err
 	})
@@ -129,8 +127,8 @@ func (c *Client) AcquireCheck(ctx context.Context, check *pb.Check, ttl time.Dur
 		return Lease{}, err
 	}
 	d := res.GetAcquire().GetDecision()
-	if key := check.GetKey(); key != "" && d.GetOwnerAddr() != "" {
-		if j, ok := c.byAddr[d.GetOwnerAddr()]; ok {
+	if key := check.GetKey(); key != "" && d.GetOwnerAddr() != "" && c.ring.table.Load() == nil {
+		if j, ok := c.index(d.GetOwnerAddr()); ok {
 			c.owners.put(key, j)
 		}
 	}
@@ -145,7 +143,7 @@ func (c *Client) AcquireCheck(ctx context.Context, check *pb.Check, ttl time.Dur
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (Lease, error) {
 	op := &pb.LeaseOp{Op: &pb.LeaseOp_Renew{Renew: &pb.RenewRequest{Lease: id, TtlMs: ttl.Milliseconds()}}}
 	var res *pb.LeaseResult
-	err := c.each(ctx, c.leaseStart(id), func(ctx context.Context, n *node) (err error) {
+	err := c.each(ctx, c.leaseStart(id), -1, func(ctx context.Context, n *node) (err error) {
 		res, err = n.lease(ctx, op)
 		return err
 	})
@@ -169,7 +167,7 @@ func (c *Client) Release(ctx context.Context, id string, o Outcome, latency time
 	op := &pb.LeaseOp{Op: &pb.LeaseOp_Release{Release: &pb.ReleaseRequest{Lease: id, Outcome: o.proto(),
 		LatencyMs: max(latency.Milliseconds(), 0)}}}
 	var res *pb.LeaseResult
-	err := c.each(ctx, c.leaseStart(id), func(ctx context.Context, n *node) (err error) {
+	err := c.each(ctx, c.leaseStart(id), -1, func(ctx context.Context, n *node) (err error) {
 		res, err = n.lease(ctx, op)
 		return err
 	})
@@ -187,7 +185,7 @@ func (c *Client) Report(ctx context.Context, req *pb.PolicyRequest, o Outcome, l
 		return Reported{}, fmt.Errorf("client: Report: %v is not an outcome", o)
 	}
 	var resp *pb.ReportResponse
-	err := c.each(ctx, -1, func(ctx context.Context, n *node) (err error) {
+	err := c.each(ctx, -1, -1, func(ctx context.Context, n *node) (err error) {
 		resp, err = n.rpc.Report(ctx, &pb.ReportRequest{Check: &pb.Check{Request: req}, Outcome: o.proto(),
 			LatencyMs: max(latency.Milliseconds(), 0)})
 		return err
@@ -198,20 +196,17 @@ func (c *Client) Report(ctx context.Context, req *pb.PolicyRequest, o Outcome, l
 	return Reported{Layers: resp.GetReported(), Limit: resp.GetLimit(), Owner: resp.GetOwner()}, nil
 }
 
-// each calls f with each node at most once, starting at start (-1: the
-// next in turn), each call within Config.Timeout, until one answers. It
+// each calls f with each node at most once, starting at start and second
+// (-1: none; then the next in turn), each call within Config.Timeout, until one answers. It
 // returns f's error when the node answered NotFound (as
 // ErrLeaseNotFound), InvalidArgument or another refusal no other node
 // would answer differently, ErrNoNode wrapping the last error when no node
 // answered (Unavailable, DeadlineExceeded), and counts outages as Check
 // does.
-func (c *Client) each(ctx context.Context, start int, f func(context.Context, *node) error) error {
-	if start < 0 {
-		start = int(c.next.Add(1))
-	}
+func (c *Client) each(ctx context.Context, start, second int, f func(context.Context, *node) error) error {
+	var buf [16]*node
 	var last error
-	for i := range c.nodes {
-		n := c.nodes[(start+i)%len(c.nodes)]
+	for _, n := range c.order(buf[:0], start, second) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -9,8 +9,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/batcher"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Lease operations travel as checks do: the acquires and renews bound for
@@ -42,9 +44,15 @@ func leaseKey(id string) string {
 	return k
 }
 
-// leaseStart is the index of the node that answered last for the key the
-// lease id names, or -1 (the next in turn).
+// leaseStart is the index of the owner of the key the lease id names: on
+// the ring, or the node that answered last for it while the ring is
+// unknown; -1 (the next in turn) when neither tells.
 func (c *Client) leaseStart(id string) int {
+	if t := c.ring.table.Load(); t != nil {
+		if stored, err := bucket.ParseLeaseID(id); err == nil {
+			return t.owners[ring.Partition(stored, len(t.owners))]
+		}
+	}
 	if k := leaseKey(id); k != "" {
 		if i, ok := c.leaseOwners.get(k); ok {
 			return i
@@ -55,8 +63,8 @@ func (c *Client) leaseStart(id string) int {
 
 // learnLease records that the node at addr owns the key the lease id names.
 func (c *Client) learnLease(id, addr string) {
-	if k := leaseKey(id); k != "" && addr != "" {
-		if j, ok := c.byAddr[addr]; ok {
+	if k := leaseKey(id); k != "" && addr != "" && c.ring.table.Load() == nil {
+		if j, ok := c.index(addr); ok {
 			c.leaseOwners.put(k, j)
 		}
 	}
@@ -125,6 +133,7 @@ func (n *node) sendLeases(calls []*leaseCall, size int) {
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
 	resp, err := n.rpc.Leases(ctx, req)
 	cancel()
+	n.c.ring.hint(resp.GetRingVersion())
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		n.leasesUnary.Store(true)

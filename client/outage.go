@@ -40,7 +40,7 @@ func (o *outage) failed(c *Client, err error) {
 	o.since = c.cfg.Clock.Now()
 	o.down.Store(true)
 	c.cfg.Logger.Warn("ringlimit: cluster unreachable: no node answered",
-		"targets", len(c.nodes), "err", err)
+		"targets", len(c.nodes()), "err", err)
 }
 
 // answered records a call a node answered; the first after an outage logs.

@@ -70,10 +70,9 @@ func (c *Client) Reset(ctx context.Context, check *pb.Check) (*pb.ResetResponse,
 	if c.cfg.AdminToken != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.cfg.AdminToken)
 	}
-	start := int(c.next.Add(1))
+	var buf [16]*node
 	var last error
-	for i := range c.nodes {
-		n := c.nodes[(start+i)%len(c.nodes)]
+	for _, n := range c.order(buf[:0], -1, -1) {
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		resp, err := n.rpc.Reset(cctx, &pb.ResetRequest{Check: check})
 		cancel()

@@ -70,10 +70,9 @@ func (lim *Limiter) ReserveCost(ctx context.Context, key string, n int, ttl time
 // to call again. It returns ErrReservationNotFound, ErrAlreadySettled, an
 // InvalidArgument status error, or ErrNoNode.
 func (c *Client) Settle(ctx context.Context, id string, cost int64) (Settlement, error) {
-	start := int(c.next.Add(1))
+	var buf [16]*node
 	var last error
-	for i := range c.nodes {
-		n := c.nodes[(start+i)%len(c.nodes)]
+	for _, n := range c.order(buf[:0], -1, -1) {
 		if err := ctx.Err(); err != nil {
 			return Settlement{}, err
 		}

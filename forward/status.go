@@ -63,6 +63,53 @@ func (r *Router) RingMembers() []string {
 	return nil
 }
 
+// ClientRing is this node's ring as a client needs it to send each key
+// straight to its owner (the public Ring call).
+type ClientRing struct {
+	Version uint64
+	// Names are the members, sorted; Addrs[i] is Names[i]'s public API
+	// address (Member.APIAddr, or its Addr).
+	Names, Addrs []string
+	// Owners[p] and Successors[p] are indexes in Names of partition p's
+	// owner and of the member that would own it if the owner left.
+	// Successors is nil with fewer than two members.
+	Owners, Successors []int
+}
+
+// ClientRing returns this node's current ring for clients: the zero
+// ClientRing (Version 0) before it has one.
+func (r *Router) ClientRing() ClientRing {
+	v := r.view.Load()
+	if v.ring == nil {
+		return ClientRing{}
+	}
+	cr := ClientRing{Version: v.version(), Names: v.ring.Members()}
+	index := make(map[string]int, len(cr.Names))
+	for i, n := range cr.Names {
+		index[n] = i
+		cr.Addrs = append(cr.Addrs, r.apiAddr(n))
+	}
+	cr.Owners = indexes(v.ring.Partitions(), index)
+	if succ := v.ring.SuccessorTable(); succ != nil {
+		cr.Successors = indexes(succ, index)
+	}
+	return cr
+}
+
+// indexes maps each name of names to its index; a name not in index (a
+// table entry the ring could not fill) maps to -1.
+func indexes(names []string, index map[string]int) []int {
+	out := make([]int, len(names))
+	for i, n := range names {
+		j, ok := index[n]
+		if !ok {
+			j = -1
+		}
+		out[i] = j
+	}
+	return out
+}
+
 // Partitions returns the owner of each partition of this node's current
 // ring and the ring's version; no owners when there is no ring yet.
 func (r *Router) Partitions() ([]string, uint64) {

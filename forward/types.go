@@ -27,6 +27,9 @@ type Owners interface {
 	// Partitions returns the owner of each partition, in partition order
 	// (Router.Partitions: the body of GET /v1/ring).
 	Partitions() []string
+	// SuccessorTable returns, for each partition, the member that would
+	// own it if its owner left; nil with fewer than two members.
+	SuccessorTable() []string
 }
 
 // Peers reaches the other members (peer.Pool): the data plane the router

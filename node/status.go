@@ -23,6 +23,10 @@ func (s *clusterStatus) Owner(key string) (string, uint64) { return s.router.Own
 
 func (s *clusterStatus) Partitions() ([]string, uint64) { return s.router.Partitions() }
 
+func (s *clusterStatus) RingVersion() uint64 { return s.router.RingVersion() }
+
+func (s *clusterStatus) ClientRing() forward.ClientRing { return s.router.ClientRing() }
+
 func (s *clusterStatus) Status(ctx context.Context) status.Cluster {
 	keys := s.peers.Keys(ctx)
 	keys[s.router.Self()] = int64(s.store.Len())

@@ -269,6 +269,14 @@ func (r *Ring) Owner(key string) (string, error) {
 	return r.table[xxhash.Sum64String(placement(key))%uint64(len(r.table))], nil
 }
 
+// Partition returns the partition of key on a ring of the given number of
+// partitions (len(Partitions())): the index whose owner Owner(key) names.
+// A client that holds a node's partition table finds a key's owner with it
+// exactly as the node does. It panics when partitions < 1.
+func Partition(key string, partitions int) int {
+	return int(xxhash.Sum64String(placement(key)) % uint64(partitions))
+}
+
 // inlineTag begins the keys of inline checks in the store:
 // "i|" + the limit's spec (no '|' in it) + "|" + the caller's key (see
 // bucket.InlineKey; this package imports no other, so the tag is spelled
@@ -333,4 +341,11 @@ func (r *Ring) Version() uint64 {
 		return 0
 	}
 	return r.version
+}
+
+// InlinePartition returns the partition of every inline check of key (the
+// key as the check names it, before the node adds its namespace and the
+// limit's spec): Partition of the stored key, without building it.
+func InlinePartition(key string, partitions int) int {
+	return int(xxhash.Sum64String(key) % uint64(partitions))
 }

@@ -102,3 +102,25 @@ func (r *Ring) without(mask []byte) *Ring {
 	c.rings[string(mask)] = sub
 	return sub
 }
+
+// SuccessorTable returns, for each partition in partition order, the member
+// that would own it if its owner left (what Successors(key, 1) answers for
+// every key of the partition), in a new slice the caller may keep. It is
+// nil when the ring has fewer than two members; an entry is "" in the
+// unexpected case that the smaller ring could not be built (see without).
+func (r *Ring) SuccessorTable() []string {
+	if r == nil || len(r.names) < 2 {
+		return nil
+	}
+	out := make([]string, len(r.table))
+	mask := make([]byte, (len(r.names)+7)/8)
+	for p, name := range r.table {
+		i, _ := slices.BinarySearch(r.names, name)
+		clear(mask)
+		mask[i/8] |= 1 << (i % 8)
+		if sub := r.without(mask); sub != nil {
+			out[p] = sub.table[p]
+		}
+	}
+	return out
+}

@@ -723,8 +723,12 @@ func (x *Decision) GetExpiresInMs() int64 {
 }
 
 type CheckResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Decisions     []*Decision            `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Decisions []*Decision            `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// The version of the answering node's ring (0: no ring yet, or hidden
+	// under --private-reads). A client holding another version's table asks
+	// for the new one (Ring).
+	RingVersion   uint64 `protobuf:"varint,2,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +768,13 @@ func (x *CheckResponse) GetDecisions() []*Decision {
 		return x.Decisions
 	}
 	return nil
+}
+
+func (x *CheckResponse) GetRingVersion() uint64 {
+	if x != nil {
+		return x.RingVersion
+	}
+	return 0
 }
 
 type SettleRequest struct {
@@ -1716,8 +1727,10 @@ func (*LeaseResult_Renew) isLeaseResult_Result() {}
 func (*LeaseResult_Release) isLeaseResult_Result() {}
 
 type LeasesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*LeaseResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Results []*LeaseResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// As CheckResponse.ring_version.
+	RingVersion   uint64 `protobuf:"varint,2,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1759,6 +1772,187 @@ func (x *LeasesResponse) GetResults() []*LeaseResult {
 	return nil
 }
 
+func (x *LeasesResponse) GetRingVersion() uint64 {
+	if x != nil {
+		return x.RingVersion
+	}
+	return 0
+}
+
+type RingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ring version the caller holds (0: none): when it is the node's,
+	// the answer carries the version alone.
+	KnownVersion  uint64 `protobuf:"varint,1,opt,name=known_version,json=knownVersion,proto3" json:"known_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingRequest) Reset() {
+	*x = RingRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingRequest) ProtoMessage() {}
+
+func (x *RingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingRequest.ProtoReflect.Descriptor instead.
+func (*RingRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RingRequest) GetKnownVersion() uint64 {
+	if x != nil {
+		return x.KnownVersion
+	}
+	return 0
+}
+
+type RingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0 before the node has a ring: send checks to any node.
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The members, sorted by name; empty when version is known_version.
+	Members []*RingMember `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	// owners[p] is the index in members of partition p's owner; the number
+	// of partitions is len(owners).
+	Owners []uint32 `protobuf:"varint,3,rep,packed,name=owners,proto3" json:"owners,omitempty"`
+	// successors[p] is the index in members of the member that would own
+	// partition p if its owner left (where its replica lives); empty with
+	// fewer than two members.
+	Successors    []uint32 `protobuf:"varint,4,rep,packed,name=successors,proto3" json:"successors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingResponse) Reset() {
+	*x = RingResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingResponse) ProtoMessage() {}
+
+func (x *RingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingResponse.ProtoReflect.Descriptor instead.
+func (*RingResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RingResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RingResponse) GetMembers() []*RingMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *RingResponse) GetOwners() []uint32 {
+	if x != nil {
+		return x.Owners
+	}
+	return nil
+}
+
+func (x *RingResponse) GetSuccessors() []uint32 {
+	if x != nil {
+		return x.Successors
+	}
+	return nil
+}
+
+type RingMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The member's public gRPC address (host:port), as owner_addr names it.
+	Addr          string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingMember) Reset() {
+	*x = RingMember{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingMember) ProtoMessage() {}
+
+func (x *RingMember) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingMember.ProtoReflect.Descriptor instead.
+func (*RingMember) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RingMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RingMember) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
 // ReportRequest names the request as a Check does (a policy request).
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1771,7 +1965,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1977,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1990,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReportRequest) GetCheck() *Check {
@@ -1833,7 +2027,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2039,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2052,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportResponse) GetReported() int64 {
@@ -1934,9 +2128,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vreservation\x18\r \x01(\tR\vreservation\x12\x14\n" +
 	"\x05lease\x18\x0e \x01(\tR\x05lease\x12\x1b\n" +
 	"\tin_flight\x18\x0f \x01(\x03R\binFlight\x12\"\n" +
-	"\rexpires_in_ms\x18\x10 \x01(\x03R\vexpiresInMs\"E\n" +
+	"\rexpires_in_ms\x18\x10 \x01(\x03R\vexpiresInMs\"h\n" +
 	"\rCheckResponse\x124\n" +
-	"\tdecisions\x18\x01 \x03(\v2\x16.ringlimit.v1.DecisionR\tdecisions\"E\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x16.ringlimit.v1.DecisionR\tdecisions\x12!\n" +
+	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"E\n" +
 	"\rSettleRequest\x12 \n" +
 	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\x88\x01\n" +
@@ -1998,9 +2193,23 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\arelease\x18\x03 \x01(\v2\x1d.ringlimit.v1.ReleaseResponseH\x00R\arelease\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessageB\b\n" +
-	"\x06result\"E\n" +
+	"\x06result\"h\n" +
 	"\x0eLeasesResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.ringlimit.v1.LeaseResultR\aresults\"\x8a\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.ringlimit.v1.LeaseResultR\aresults\x12!\n" +
+	"\fring_version\x18\x02 \x01(\x04R\vringVersion\"2\n" +
+	"\vRingRequest\x12#\n" +
+	"\rknown_version\x18\x01 \x01(\x04R\fknownVersion\"\x94\x01\n" +
+	"\fRingResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x122\n" +
+	"\amembers\x18\x02 \x03(\v2\x18.ringlimit.v1.RingMemberR\amembers\x12\x16\n" +
+	"\x06owners\x18\x03 \x03(\rR\x06owners\x12\x1e\n" +
+	"\n" +
+	"successors\x18\x04 \x03(\rR\n" +
+	"successors\"4\n" +
+	"\n" +
+	"RingMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x8a\x01\n" +
 	"\rReportRequest\x12)\n" +
 	"\x05check\x18\x01 \x01(\v2\x13.ringlimit.v1.CheckR\x05check\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.ringlimit.v1.OutcomeR\aoutcome\x12\x1d\n" +
@@ -2025,7 +2234,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vFailureMode\x12\t\n" +
 	"\x05LOCAL\x10\x00\x12\r\n" +
 	"\tFAIL_OPEN\x10\x01\x12\x0f\n" +
-	"\vFAIL_CLOSED\x10\x022\xb2\x04\n" +
+	"\vFAIL_CLOSED\x10\x022\xf1\x04\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12C\n" +
 	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponse\x12@\n" +
@@ -2034,7 +2243,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Renew\x12\x1a.ringlimit.v1.RenewRequest\x1a\x1b.ringlimit.v1.RenewResponse\x12F\n" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12C\n" +
 	"\x06Report\x12\x1b.ringlimit.v1.ReportRequest\x1a\x1c.ringlimit.v1.ReportResponse\x12C\n" +
-	"\x06Leases\x12\x1b.ringlimit.v1.LeasesRequest\x1a\x1c.ringlimit.v1.LeasesResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x06Leases\x12\x1b.ringlimit.v1.LeasesRequest\x1a\x1c.ringlimit.v1.LeasesResponse\x12=\n" +
+	"\x04Ring\x12\x19.ringlimit.v1.RingRequest\x1a\x1a.ringlimit.v1.RingResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -2049,7 +2259,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),          // 0: ringlimit.v1.Algorithm
 	(Outcome)(0),            // 1: ringlimit.v1.Outcome
@@ -2075,8 +2285,11 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*LeasesRequest)(nil),   // 21: ringlimit.v1.LeasesRequest
 	(*LeaseResult)(nil),     // 22: ringlimit.v1.LeaseResult
 	(*LeasesResponse)(nil),  // 23: ringlimit.v1.LeasesResponse
-	(*ReportRequest)(nil),   // 24: ringlimit.v1.ReportRequest
-	(*ReportResponse)(nil),  // 25: ringlimit.v1.ReportResponse
+	(*RingRequest)(nil),     // 24: ringlimit.v1.RingRequest
+	(*RingResponse)(nil),    // 25: ringlimit.v1.RingResponse
+	(*RingMember)(nil),      // 26: ringlimit.v1.RingMember
+	(*ReportRequest)(nil),   // 27: ringlimit.v1.ReportRequest
+	(*ReportResponse)(nil),  // 28: ringlimit.v1.ReportResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -2098,29 +2311,32 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	17, // 16: ringlimit.v1.LeaseResult.renew:type_name -> ringlimit.v1.RenewResponse
 	19, // 17: ringlimit.v1.LeaseResult.release:type_name -> ringlimit.v1.ReleaseResponse
 	22, // 18: ringlimit.v1.LeasesResponse.results:type_name -> ringlimit.v1.LeaseResult
-	5,  // 19: ringlimit.v1.ReportRequest.check:type_name -> ringlimit.v1.Check
-	1,  // 20: ringlimit.v1.ReportRequest.outcome:type_name -> ringlimit.v1.Outcome
-	6,  // 21: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	9,  // 22: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
-	11, // 23: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	14, // 24: ringlimit.v1.RateLimiter.Acquire:input_type -> ringlimit.v1.AcquireRequest
-	16, // 25: ringlimit.v1.RateLimiter.Renew:input_type -> ringlimit.v1.RenewRequest
-	18, // 26: ringlimit.v1.RateLimiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	24, // 27: ringlimit.v1.RateLimiter.Report:input_type -> ringlimit.v1.ReportRequest
-	21, // 28: ringlimit.v1.RateLimiter.Leases:input_type -> ringlimit.v1.LeasesRequest
-	8,  // 29: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	10, // 30: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
-	13, // 31: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	15, // 32: ringlimit.v1.RateLimiter.Acquire:output_type -> ringlimit.v1.AcquireResponse
-	17, // 33: ringlimit.v1.RateLimiter.Renew:output_type -> ringlimit.v1.RenewResponse
-	19, // 34: ringlimit.v1.RateLimiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	25, // 35: ringlimit.v1.RateLimiter.Report:output_type -> ringlimit.v1.ReportResponse
-	23, // 36: ringlimit.v1.RateLimiter.Leases:output_type -> ringlimit.v1.LeasesResponse
-	29, // [29:37] is the sub-list for method output_type
-	21, // [21:29] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	26, // 19: ringlimit.v1.RingResponse.members:type_name -> ringlimit.v1.RingMember
+	5,  // 20: ringlimit.v1.ReportRequest.check:type_name -> ringlimit.v1.Check
+	1,  // 21: ringlimit.v1.ReportRequest.outcome:type_name -> ringlimit.v1.Outcome
+	6,  // 22: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	9,  // 23: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
+	11, // 24: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	14, // 25: ringlimit.v1.RateLimiter.Acquire:input_type -> ringlimit.v1.AcquireRequest
+	16, // 26: ringlimit.v1.RateLimiter.Renew:input_type -> ringlimit.v1.RenewRequest
+	18, // 27: ringlimit.v1.RateLimiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	27, // 28: ringlimit.v1.RateLimiter.Report:input_type -> ringlimit.v1.ReportRequest
+	21, // 29: ringlimit.v1.RateLimiter.Leases:input_type -> ringlimit.v1.LeasesRequest
+	24, // 30: ringlimit.v1.RateLimiter.Ring:input_type -> ringlimit.v1.RingRequest
+	8,  // 31: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	10, // 32: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
+	13, // 33: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	15, // 34: ringlimit.v1.RateLimiter.Acquire:output_type -> ringlimit.v1.AcquireResponse
+	17, // 35: ringlimit.v1.RateLimiter.Renew:output_type -> ringlimit.v1.RenewResponse
+	19, // 36: ringlimit.v1.RateLimiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	28, // 37: ringlimit.v1.RateLimiter.Report:output_type -> ringlimit.v1.ReportResponse
+	23, // 38: ringlimit.v1.RateLimiter.Leases:output_type -> ringlimit.v1.LeasesResponse
+	25, // 39: ringlimit.v1.RateLimiter.Ring:output_type -> ringlimit.v1.RingResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2145,7 +2361,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	RateLimiter_Release_FullMethodName = "/ringlimit.v1.RateLimiter/Release"
 	RateLimiter_Report_FullMethodName  = "/ringlimit.v1.RateLimiter/Report"
 	RateLimiter_Leases_FullMethodName  = "/ringlimit.v1.RateLimiter/Leases"
+	RateLimiter_Ring_FullMethodName    = "/ringlimit.v1.RateLimiter/Ring"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -79,6 +80,16 @@ type RateLimiterClient interface {
 	// fails no other. The call itself fails (INVALID_ARGUMENT) only when it
 	// is empty or too big.
 	Leases(ctx context.Context, in *LeasesRequest, opts ...grpc.CallOption) (*LeasesResponse, error)
+	// Ring answers this node's ring: its members with their public gRPC
+	// addresses and each partition's owner and successor, so that a client
+	// can send each inline check straight to its key's owner (the Go client
+	// does). A key's partition is xxhash64(key) mod the number of
+	// partitions (for an inline check, the key as the check names it; for a
+	// lease id, the stored key it names). An answer for a version the caller
+	// already knows (known_version) carries the version alone. With
+	// --private-reads it needs the admin token, as the owner fields of an
+	// answer do (PERMISSION_DENIED without it).
+	Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -169,6 +180,16 @@ func (c *rateLimiterClient) Leases(ctx context.Context, in *LeasesRequest, opts 
 	return out, nil
 }
 
+func (c *rateLimiterClient) Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RingResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Ring_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -216,6 +237,16 @@ type RateLimiterServer interface {
 	// fails no other. The call itself fails (INVALID_ARGUMENT) only when it
 	// is empty or too big.
 	Leases(context.Context, *LeasesRequest) (*LeasesResponse, error)
+	// Ring answers this node's ring: its members with their public gRPC
+	// addresses and each partition's owner and successor, so that a client
+	// can send each inline check straight to its key's owner (the Go client
+	// does). A key's partition is xxhash64(key) mod the number of
+	// partitions (for an inline check, the key as the check names it; for a
+	// lease id, the stored key it names). An answer for a version the caller
+	// already knows (known_version) carries the version alone. With
+	// --private-reads it needs the admin token, as the owner fields of an
+	// answer do (PERMISSION_DENIED without it).
+	Ring(context.Context, *RingRequest) (*RingResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -249,6 +280,9 @@ func (UnimplementedRateLimiterServer) Report(context.Context, *ReportRequest) (*
 }
 func (UnimplementedRateLimiterServer) Leases(context.Context, *LeasesRequest) (*LeasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Leases not implemented")
+}
+func (UnimplementedRateLimiterServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -415,6 +449,24 @@ func _RateLimiter_Leases_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Ring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Ring(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Ring_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Ring(ctx, req.(*RingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -453,6 +505,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leases",
 			Handler:    _RateLimiter_Leases_Handler,
+		},
+		{
+			MethodName: "Ring",
+			Handler:    _RateLimiter_Ring_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
