@@ -144,8 +144,61 @@
 # ratio_p99 with their values round by round, the refused shares and
 # errors, and the targets: ratio_pairs at least 2, ratio_p99 at most 0.5
 # (reported, never enforced).
+#
+# Where the processes run (BENCH_MODES, default pinned,shared). In
+# production the gateway, the application and the load are on other
+# machines; on one small machine the load generator takes the CPU the
+# servers would use and pulls every ratio toward 1. So each mode is a whole
+# run of everything above, with its own servers, and its own directory
+# ($OUT/pinned, $OUT/shared):
+#   pinned  every server of every pair (the nodes of both builds, Redis,
+#           envoyproxy/ratelimit, the bare net/http and health servers) is
+#           started with taskset on BENCH_SERVER_CPUS (default 0) and every
+#           bench process on BENCH_LOAD_CPUS (default 1): both sides of a
+#           pair alike, as if load and servers had machines of their own.
+#   shared  no affinity: servers and load share every core.
+# The pinned run goes first. The summary lines of both are printed at the
+# end, each with its "mode"; every pair's line also carries the server CPU
+# microseconds per decision of each side (*_server_cpu_us_per_check, from
+# the server processes' CPU time in the window), which a shared machine
+# moves far less than checks/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+modes=${BENCH_MODES:-pinned,shared}
+for m in ${modes//,/ }; do
+	case "$m" in pinned | shared) ;; *)
+		echo "BENCH_MODES: pinned, shared or both, comma-separated; got $m" >&2
+		exit 2
+		;;
+	esac
+done
+if [ -z "${BENCH_MODE:-}" ]; then
+	# The outer run: one whole inner run per mode, then their summaries.
+	top=${OUT:-${TMPDIR:-/tmp}/ringlimit-bench}
+	mkdir -p "$top"
+	for m in ${modes//,/ }; do
+		echo "== mode $m: $top/$m" >&2
+		BENCH_MODE=$m OUT="$top/$m" "$0" "$@" >"$top/$m.summary.jsonl"
+	done
+	for m in ${modes//,/ }; do cat "$top/$m.summary.jsonl"; done
+	exit 0
+fi
+mode=$BENCH_MODE
+server_cpus=${BENCH_SERVER_CPUS:-0}
+load_cpus=${BENCH_LOAD_CPUS:-1}
+srv=()
+load=()
+if [ "$mode" = pinned ]; then
+	command -v taskset >/dev/null || { echo "pinned mode needs taskset (util-linux); BENCH_MODES=shared runs without it" >&2; exit 2; }
+	if [ "$(getconf _NPROCESSORS_ONLN)" -lt 2 ]; then
+		echo "pinned mode needs two CPUs, one for the servers and one for the load; BENCH_MODES=shared runs on one" >&2
+		exit 2
+	fi
+	srv=(taskset -c "$server_cpus")
+	load=(taskset -c "$load_cpus")
+	echo "pinned: servers on CPU $server_cpus, load on CPU $load_cpus" >&2
+fi
 
 duration=${BENCH_DURATION:-10s}
 warmup=${BENCH_WARMUP:-2s}
@@ -240,12 +293,12 @@ base_tmp=""
 base_src=""
 # base_cluster runs the base revision's own scripts/local-cluster.sh on the
 # base cluster's directory and ports, with BENCH_BASE_NODE_FLAGS after
-# RINGLIMIT_NODE_FLAGS for its nodes.
+# RINGLIMIT_NODE_FLAGS for its nodes, on the servers' CPUs when pinned.
 base_cluster() {
 	RINGLIMIT_CLUSTER_DIR="$base_dir" RINGLIMIT_HTTP_BASE="$base_http" RINGLIMIT_GRPC_BASE="$base_grpc" \
 		RINGLIMIT_GOSSIP_BASE="$base_gossip" RINGLIMIT_PEER_BASE="$base_peer" \
 		RINGLIMIT_NODE_FLAGS="${RINGLIMIT_NODE_FLAGS:-}${base_flags:+ $base_flags}" RINGLIMIT_POLICY="$base_policy" \
-		"$base_src/scripts/local-cluster.sh" "$@"
+		"${srv[@]}" "$base_src/scripts/local-cluster.sh" "$@"
 }
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -319,10 +372,10 @@ wait_up() {
 	done
 }
 
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$out/redis.log" 2>&1 &
+"${srv[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$out/redis.log" 2>&1 &
 pids+=($!)
 redis_pid=${pids[0]}
-"$out/bench" --serve-health "$health_addr" >"$out/health.log" 2>&1 &
+"${srv[@]}" "$out/bench" --serve-health "$health_addr" >"$out/health.log" 2>&1 &
 pids+=($!)
 health_pid=${pids[1]}
 for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -345,7 +398,7 @@ if has rls; then
 			USE_STATSD=false DISABLE_STATS=true LOG_LEVEL=warn \
 			HOST=127.0.0.1 PORT=$((envoy_http + i)) GRPC_HOST=127.0.0.1 GRPC_PORT=$((envoy_grpc + i)) \
 			DEBUG_HOST=127.0.0.1 DEBUG_PORT=$((envoy_debug + i)) \
-			"$out/envoy-ratelimit" >"$out/envoy-ratelimit-$i.log" 2>&1 &
+			"${srv[@]}" "$out/envoy-ratelimit" >"$out/envoy-ratelimit-$i.log" 2>&1 &
 		pids+=($!)
 		envoy_pids+="${envoy_pids:+,}$!"
 		envoy_targets+="${envoy_targets:+,}127.0.0.1:$((envoy_grpc + i))"
@@ -363,7 +416,7 @@ bare_targets=""
 bare_pids=""
 if has http || has authz; then
 	for i in 1 2 3; do
-		"$out/bench" --serve-bare-http "127.0.0.1:$((bare_base + i))" >"$out/bare-http-$i.log" 2>&1 &
+		"${srv[@]}" "$out/bench" --serve-bare-http "127.0.0.1:$((bare_base + i))" >"$out/bare-http-$i.log" 2>&1 &
 		pids+=($!)
 		bare_pids+="${bare_pids:+,}$!"
 		bare_targets+="${bare_targets:+,}127.0.0.1:$((bare_base + i))"
@@ -377,7 +430,7 @@ node_flags=${RINGLIMIT_NODE_FLAGS:-}
 if has rls; then
 	node_flags="--rls-config $rls_yaml${node_flags:+ $node_flags}"
 fi
-RINGLIMIT_NODE_FLAGS="$node_flags" scripts/local-cluster.sh up 3 >/dev/null
+RINGLIMIT_NODE_FLAGS="$node_flags" "${srv[@]}" scripts/local-cluster.sh up 3 >/dev/null
 if [ -n "$base_rev" ]; then
 	base_cluster up 3 >/dev/null
 fi
@@ -432,7 +485,7 @@ fi
 run() { # name, extra flags...
 	local name=$1
 	shift
-	"$out/bench" --json --name "$name" --duration "$duration" --warmup "$warmup" --concurrency 64 "$@" >>"$results"
+	"${load[@]}" "$out/bench" --json --name "$name" --duration "$duration" --warmup "$warmup" --concurrency 64 "$@" >>"$results"
 }
 
 # ringlimit runs workload $1 (bench flags follow) as ringlimit-$1 on the
@@ -469,7 +522,7 @@ current() {
 probe() {
 	local what=$1 hint=$2
 	shift 2
-	if ! "$out/bench" --duration 300ms --warmup 0s --concurrency 1 --keys 10 "$@" >"$out/probe.log" 2>&1; then
+	if ! "${load[@]}" "$out/bench" --duration 300ms --warmup 0s --concurrency 1 --keys 10 "$@" >"$out/probe.log" 2>&1; then
 		echo "$what does not answer: $(tail -1 "$out/probe.log")" >&2
 		echo "$hint" >&2
 		exit 1
@@ -537,8 +590,9 @@ for round in $(seq 1 "$rounds"); do
 			dist=(--dist hot)
 			lease=(--lease)
 		fi
-		ringlimit "$w" --proto client "${dist[@]}" "${lease[@]}"
-		run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"
+		core_ringlimit() { ringlimit "$w" --proto client "${dist[@]}" "${lease[@]}"; }
+		core_redis() { run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"; }
+		ab core_ringlimit core_redis
 		if [ "$w" = uniform ]; then
 			# Peek and reserve-settle against the plain check just measured:
 			# the same keys, callers and duration (current build only).
@@ -559,11 +613,16 @@ for round in $(seq 1 "$rounds"); do
 done
 
 "$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
-python3 - "$results" "$base_rev" "$base_flags" <<'PY'
+python3 - "$results" "$base_rev" "$base_flags" "$mode" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 base_rev = sys.argv[2]
 base_flags = sys.argv[3]
+mode = sys.argv[4]
+def per_call_us(name, field):
+    # Server CPU microseconds per call (field: the calls per CPU-second).
+    v = [1e6 / x for x in vals(name, field) if x]
+    return round(statistics.median(v), 3) if v else None
 def vals(name, field):
     return [r[field] for r in runs if r["name"] == name]
 def med(name, field):
@@ -581,8 +640,14 @@ def row(workload, a, b, base):
          "ringlimit_p99_ms": med(a, "p99_ms"), f"{base}_p99_ms": med(b, "p99_ms")}
     if base == "redis":
         r["ratio_p99"] = round(med(a, "p99_ms") / med(b, "p99_ms"), 3)
+    cpu(r, a, b, base)
     add_base(r, a)
     return r
+def cpu(r, a, b, other):
+    # Server CPU per decision of each side, and their ratio.
+    r["ringlimit_server_cpu_us_per_check"] = per_call_us(a, "checks_per_cpu_s")
+    r[f"{other}_server_cpu_us_per_check"] = per_call_us(b, "checks_per_cpu_s")
+    r["ratio_server_cpu_per_check"] = ratio(r["ringlimit_server_cpu_us_per_check"], r[f"{other}_server_cpu_us_per_check"])
 def add_base(r, a):
     if base_rev and vals("base-" + a.removeprefix("ringlimit-"), "checks_per_s"):
         # The same workload on the base build: ringlimit-X against base-X,
@@ -614,6 +679,7 @@ def pair(workload, a, b, other, min_checks, max_p99=None):
          # side that refuses much is measuring another path.
          "ringlimit_rejected_share": ratio(sum(vals(a, "rejected")), sum(vals(a, "checks"))),
          "target_ratio_checks_min": min_checks}
+    cpu(r, a, b, other)
     meets = r["ratio_checks"] is not None and r["ratio_checks"] >= min_checks
     if max_p99 is not None:
         r["target_ratio_p99_max"] = max_p99
@@ -636,10 +702,6 @@ rows += [pair(w, a, b, other, *targets) for w, a, b, other, targets in [
              ("http-vs-bare-http", "ringlimit-http", "nethttp-check", "bare_http", (0.85,)),
              ("authz-vs-bare-http", "ringlimit-authz", "nethttp-authz", "bare_http", (0.85,))]
          if measured(a) or measured(b)]
-def per_call_us(name, field):
-    # Server CPU microseconds per call (field: the calls per CPU-second).
-    v = [1e6 / x for x in vals(name, field) if x]
-    return round(statistics.median(v), 3) if v else None
 def op_row(workload, a, op, check="ringlimit-uniform"):
     # An operation (a: calls counted by bench) against the plain check of
     # the same rounds (check: one call per check): calls/s, p99, server CPU
@@ -684,5 +746,5 @@ def acquire_row(a="ringlimit-acquire", b="redis-semaphore"):
 if measured("ringlimit-acquire") or measured("redis-semaphore"):
     rows.append(acquire_row())
 for r in rows:
-    print(json.dumps(r))
+    print(json.dumps({"mode": mode, **r}))
 PY
