@@ -12,7 +12,10 @@
 # on their own ports, then for each workload runs ringlimit (through the
 # project's Go client, 64 goroutines, round robin over the nodes) and Redis
 # (go-redis + redis_rate, the same 64 goroutines) back to back, A B A B,
-# and prints the ratio ringlimit/Redis per workload. Also measured in the
+# and prints the ratio ringlimit/Redis per workload: uniform (10,000 keys),
+# hot (one key), uniform-2m (2,000,000 keys: more than a client could keep
+# owners for, and mostly keys not seen before), hot-nolease and
+# uniform-spent. Also measured in the
 # same run: one plain unary gRPC call per check, round robin over the nodes
 # (as a gateway that cannot route would send it) and through the Go client
 # with coalescing off (one call per check, sent to the key's owner), and the
@@ -583,13 +586,16 @@ for round in $(seq 1 "$rounds"); do
 		acquire_round
 		continue
 	fi
-	for w in uniform hot; do
+	for w in uniform hot uniform-2m; do
 		dist=(--dist uniform --keys 10000)
 		lease=()
-		if [ "$w" = hot ]; then
+		case "$w" in
+		hot)
 			dist=(--dist hot)
 			lease=(--lease)
-		fi
+			;;
+		uniform-2m) dist=(--dist uniform --keys 2000000) ;; # more keys than any owner cache holds
+		esac
 		core_ringlimit() { ringlimit "$w" --proto client "${dist[@]}" "${lease[@]}"; }
 		core_redis() { run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"; }
 		ab core_ringlimit core_redis
@@ -692,6 +698,7 @@ def measured(*names):
 rows = [row(w, a, b, base) for w, a, b, base in [
             ("uniform", "ringlimit-uniform", "redis-uniform", "redis"),
             ("hot", "ringlimit-hot", "redis-hot", "redis"),
+            ("uniform-2m", "ringlimit-uniform-2m", "redis-uniform-2m", "redis"),
             ("hot-nolease", "ringlimit-hot-nolease", "redis-hot", "redis"),
             ("uniform-spent", "ringlimit-uniform-spent", "redis-uniform", "redis"),
             ("unary-routed-vs-grpc-floor", "ringlimit-unary-routed", "grpc-floor", "grpc_floor"),
