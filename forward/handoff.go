@@ -243,14 +243,12 @@ func prevOwner(v *view, self, key string) string {
 // fetch asks prev, key's previous owner, for its state and merges it, so
 // that a key whose handoff has not arrived yet does not start full. It
 // reports whether prev answered with a state.
-func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucket.Limit, now clock.Instant) bool {
+func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucket.Limit, now clock.Instant, wait time.Duration) bool {
 	if _, down := v.fetchDown.Load(prev); down {
 		h.m.fetches[fetchUnreachable].Inc()
 		return false
 	}
-	// A quarter of the peer deadline: the check that waits on this fetch
-	// may itself be a forwarded one, under the entry node's deadline.
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.PeerTimeout/4)
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	st, found, err := h.cfg.Peers.Fetch(ctx, prev, key, l)
 	switch {

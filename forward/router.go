@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -291,8 +292,16 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr, Reservation: id}, r.repl.hold(v, unsent, c.Sync)
 }
 
-// recover gives this node a copy of a key it now owns and holds none of.
+// recover gives this node a copy of a key it now owns and holds none of,
+// waiting for the previous owner's state a quarter of the peer deadline:
+// the check that waits on it may itself be a forwarded one, under the
+// entry node's deadline.
 func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant) {
+	r.recoverWithin(ctx, v, key, l, now, r.cfg.PeerTimeout/4)
+}
+
+// recoverWithin is recover waiting up to wait for the previous owner.
+func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, wait time.Duration) {
 	prev := prevOwner(v, r.cfg.Self, key)
 	if prev == "" {
 		return
@@ -307,7 +316,7 @@ func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Lim
 			return
 		}
 	}
-	if v.inGrace(now, r.cfg.Grace) && r.handoff.fetch(ctx, v, prev, key, l, now) {
+	if v.inGrace(now, r.cfg.Grace) && r.handoff.fetch(ctx, v, prev, key, l, now, wait) {
 		return
 	}
 	// The previous owner did not answer (it is leaving or cut off): its
