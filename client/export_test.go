@@ -55,3 +55,23 @@ func Nodes(c *Client) []string {
 	}
 	return out
 }
+
+// TryOrder returns the addresses c tries, in order, for an inline check
+// of key, after marking the nodes of the given indexes as failed now.
+func TryOrder(c *Client, key string, failed ...int) []string {
+	for _, i := range failed {
+		c.nodes()[i].failed.Store(int64(c.cfg.Clock.Now()))
+	}
+	first, second := c.keyOwner(&pb.Check{Key: key, Limit: &pb.Limit{Limit: 1, PerMs: 1000}})
+	var out []string
+	for _, n := range c.order(nil, first, second) {
+		out = append(out, n.addr)
+	}
+	return out
+}
+
+// SetRing gives c a ring of one partition owned by node owner, whose
+// successor is node succ.
+func SetRing(c *Client, owner, succ int) {
+	c.ring.table.Store(&ringTable{version: 1, owners: []int{owner}, succ: []int{succ}})
+}

@@ -182,3 +182,18 @@ func callers(n int, f func() error) error {
 	}
 	return nil
 }
+
+// A check goes to its key's owner, then to the key's successor (where its
+// replica lives), then to the others in turn; a node that failed in the
+// last second is tried after every other.
+func TestRingTryOrder(t *testing.T) {
+	targets := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}
+	cl := newClient(t, client.Config{Targets: targets, RingRefresh: -1, Clock: testkit.NewClock(1)})
+	client.SetRing(cl, 2, 0) // every key: owner node 2, successor node 0
+	if got, want := client.TryOrder(cl, "k"), []string{targets[2], targets[0], targets[3], targets[1]}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want owner, successor, then the others from the owner on: %v", got, want)
+	}
+	if got, want := client.TryOrder(cl, "k", 2), []string{targets[0], targets[3], targets[1], targets[2]}; !slices.Equal(got, want) {
+		t.Fatalf("owner failed: order %v, want the successor first and the owner last: %v", got, want)
+	}
+}
