@@ -62,9 +62,9 @@
 #           same keys, callers and duration: each operation a reserve of 10
 #           (Client.Check with reserve) then Client.Settle of its reservation
 #           at a true cost drawn from 0 to 10; calls counts both.
-# They run right after the uniform pair (ringlimit-uniform, redis-uniform:
-# kept back to back), before hot, with its limit (10^9 a second: nothing is
-# refused, every call does the full work). Their lines, peek-vs-check and
+# They run after the workloads both builds run, in the same round as the
+# uniform pair they are read against, with its limit (10^9 a second:
+# nothing is refused, every call does the full work). Their lines, peek-vs-check and
 # settle-vs-check, carry the medians of calls/s, p99 (a peek's; a settle
 # workload's is the pair's) and server CPU microseconds per call, against
 # ringlimit-uniform's checks, with ratio_calls (calls/s over checks/s),
@@ -586,26 +586,19 @@ for round in $(seq 1 "$rounds"); do
 		acquire_round
 		continue
 	fi
-	for w in uniform hot uniform-2m; do
-		dist=(--dist uniform --keys 10000)
-		lease=()
-		case "$w" in
-		hot)
-			dist=(--dist hot)
-			lease=(--lease)
-			;;
-		uniform-2m) dist=(--dist uniform --keys 2000000) ;; # more keys than any owner cache holds
-		esac
-		core_ringlimit() { ringlimit "$w" --proto client "${dist[@]}" "${lease[@]}"; }
-		core_redis() { run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${dist[@]}"; }
+	# core_pair W BENCH-FLAGS...: workload W through the Go client on the
+	# node builds and on Redis, A B A B.
+	core_pair() {
+		local w=$1
+		shift
+		local flags=("$@") rflags=() f
+		for f in "$@"; do [ "$f" = --lease ] || rflags+=("$f"); done # Redis has no leases
+		core_ringlimit() { ringlimit "$w" --proto client "${flags[@]}"; }
+		core_redis() { run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${rflags[@]}"; }
 		ab core_ringlimit core_redis
-		if [ "$w" = uniform ]; then
-			# Peek and reserve-settle against the plain check just measured:
-			# the same keys, callers and duration (current build only).
-			current peek --proto client --op peek "${dist[@]}"
-			current settle --proto client --op reserve-settle --reserve-cost 10 "${dist[@]}"
-		fi
-	done
+	}
+	core_pair uniform --dist uniform --keys 10000
+	core_pair hot --dist hot --lease
 	ringlimit hot-nolease --proto client --dist hot
 	# Uniform keys that keep what they spend (10,000 an hour: about 10
 	# checks a second per key, 2.8 refilled): every check changes a key's
@@ -615,6 +608,14 @@ for round in $(seq 1 "$rounds"); do
 	ringlimit unary-uniform --proto grpc --dist uniform --keys 10000
 	run "grpc-floor" --target-health --targets "$health_addr" --pids "$health_pid"
 	ringlimit unary-routed --proto client --unbatched --dist uniform --keys 10000
+	# Last, what leaves the builds' stores unlike each other, so that it
+	# weighs on no comparison of the builds in this round: peek and
+	# reserve-settle against the round's uniform check (the same keys,
+	# callers and duration; current build only), then 2,000,000 keys (a
+	# faster build creates more of them).
+	current peek --proto client --op peek --dist uniform --keys 10000
+	current settle --proto client --op reserve-settle --reserve-cost 10 --dist uniform --keys 10000
+	core_pair uniform-2m --dist uniform --keys 2000000 # more keys than any owner cache holds
 	acquire_round
 done
 
