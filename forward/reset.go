@@ -135,7 +135,10 @@ func (r *Router) dropCopies(key string, l *bucket.Limit, now clock.Instant) int6
 	return r.leases.drop(key)
 }
 
-// ResetFrom implements peer.StateStore: the peer side of a reset.
+// ResetFrom implements peer.StateStore: the peer side of a reset. A reset
+// at or before the tombstone this node holds for key changes nothing: it
+// was applied already (a member tells its tombstones again to a member
+// that joins, tellJoined), and what the key holds now came after it.
 func (r *Router) ResetFrom(ctx context.Context, from, key string, l bucket.Limit, resetAt int64) peermsg.ResetAnswer {
 	now := r.cfg.Clock.Now()
 	if resetAt == 0 { // the sender asks this node, the key's owner, to reset it
@@ -145,6 +148,9 @@ func (r *Router) ResetFrom(ctx context.Context, from, key string, l bucket.Limit
 		}
 		res := r.resetOwned(ctx, v, key, l)
 		return peermsg.ResetAnswer{Previous: res.Previous, Owner: res.Owner, Unconfirmed: res.Unconfirmed}
+	}
+	if resetAt <= r.cfg.Store.Tombstone(key, now) {
+		return peermsg.ResetAnswer{} // this reset, or a later one, is already here (a member tells it again: tellJoined)
 	}
 	r.cfg.Store.ResetAt(key, &l, now, resetAt)
 	r.tombs.Store(true)

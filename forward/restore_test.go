@@ -53,7 +53,7 @@ func TestExportRestore(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	d := startNode(t, "D", clk, nil)
 	setMembers(membersOf(d), d)
-	k, ls, reps := d.r.Restore(saved)
+	k, ls, reps, _ := d.r.Restore(saved)
 	if k != 2 || ls != 1 || reps != 0 {
 		t.Fatalf("Restore put back %d keys, %d lease sets, %d replicas; want 2, 1, 0", k, ls, reps)
 	}
@@ -86,7 +86,7 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 	lim := bucket.MustLimit(bucket.TokenBucket, 10_000, 8784*time.Hour, 0)
 	saved := Saved{At: clk.Now(), Own: []peermsg.State{{Key: key, Limit: lim, Used: 700}}, Replicas: map[string][]peermsg.State{}}
 	for _, n := range []*node{a, b} {
-		if k, _, _ := n.r.Restore(saved); k != 1 {
+		if k, _, _, _ := n.r.Restore(saved); k != 1 {
 			t.Fatalf("%s restored %d keys", n.name, k)
 		}
 	}
@@ -98,5 +98,69 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 	})
 	if _, used, _ := a.store.Used(key, clk.Now()); used != 700 {
 		t.Fatalf("A's copy after B's whole copy arrived: used %d, want 700 (counted once)", used)
+	}
+}
+
+// TestExportRestoreTombstone: A spends 700 of a key it owns and exports;
+// the key is reset (B, told, records the tombstone too) and A and B export
+// again: both carry the tombstone (nothing spent, ResetAt the reset's
+// instant). D restores A's export from after the reset (the tombstone),
+// then the one from before (700 spent): the older state is refused, and
+// so is a replica from before the reset arriving later. E restores them
+// in the other order: the tombstone drops the 700 restored first.
+func TestExportRestoreTombstone(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
+	formCluster(clk, a, b)
+	key := keysOwnedBy(t, a.r, "A", "reset", 1)[0]
+	year := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)
+	var out [1]Result
+	if err := a.r.Check(context.Background(), []Check{{Key: key, Limit: year, Cost: 700, Sync: true}}, out[:]); err != nil || !out[0].Allowed {
+		t.Fatalf("spend: %+v %v", out[0], err)
+	}
+	before := a.r.Export()
+	clk.Advance(time.Second)
+	at := int64(clk.Now())
+	if res, err := a.r.Reset(context.Background(), key, year); err != nil || res.Previous != 300 || len(res.Unconfirmed) != 0 {
+		t.Fatalf("reset: %+v %v", res, err)
+	}
+	clk.Advance(time.Second)
+	for _, n := range []*node{a, b} {
+		saved := n.r.Export()
+		if len(saved.Own) != 1 || saved.Own[0].Key != key || saved.Own[0].Used != 0 || saved.Own[0].ResetAt != at ||
+			saved.Own[0].Limit != year {
+			t.Fatalf("%s's export after the reset: %+v; want only %s's tombstone at %d", n.name, saved.Own, key, at)
+		}
+	}
+	after := a.r.Export()
+
+	d := startNode(t, "D", clk, nil)
+	setMembers(membersOf(d), d)
+	if k, _, _, tombs := d.r.Restore(after); k != 0 || tombs != 1 {
+		t.Fatalf("D restored %d keys, %d tombstones from the export after the reset; want 0, 1", k, tombs)
+	}
+	if got := d.store.Tombstone(key, clk.Now()); got != at {
+		t.Fatalf("D's tombstone of %s: %d, want %d", key, got, at)
+	}
+	if k, _, _, _ := d.r.Restore(before); k != 0 {
+		t.Fatalf("D restored %d keys from the export before the reset; want 0 (refused)", k)
+	}
+	if _, used, ok := d.store.Used(key, clk.Now()); ok {
+		t.Fatalf("D holds %s with %d spent, want it full", key, used)
+	}
+	if d.r.admit(&peermsg.State{Key: key, Limit: year, Used: 700}, clk.Now()) {
+		t.Fatal("D admitted a replica from before the reset")
+	}
+
+	e := startNode(t, "E", clk, nil)
+	setMembers(membersOf(e), e)
+	if k, _, _, _ := e.r.Restore(before); k != 1 {
+		t.Fatalf("E restored %d keys from the export before the reset; want 1", k)
+	}
+	if k, _, _, tombs := e.r.Restore(after); k != 0 || tombs != 1 {
+		t.Fatalf("E restored %d keys, %d tombstones from the export after the reset; want 0, 1", k, tombs)
+	}
+	if _, used, ok := e.store.Used(key, clk.Now()); ok {
+		t.Fatalf("E holds %s with %d spent after the tombstone, want it full", key, used)
 	}
 }
