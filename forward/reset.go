@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -189,13 +190,24 @@ func hasResetAt(states []peermsg.State) bool {
 	return false
 }
 
-// admitAll returns the states admit lets through, in order (in place).
-func (r *Router) admitAll(states []peermsg.State, now clock.Instant) []peermsg.State {
+// admitAll returns the states admit lets through, in order (in place);
+// from, which sent them, is told the reset of each it refused (tell).
+func (r *Router) admitAll(from string, states []peermsg.State, now clock.Instant) []peermsg.State {
 	kept := states[:0]
+	var refused []bucket.Tomb
 	for i := range states {
 		if r.admit(&states[i], now) {
 			kept = append(kept, states[i])
+		} else {
+			refused = r.appendRefused(refused, &states[i], now)
 		}
 	}
+	r.tell([]string{from}, refused)
 	return kept
+}
+
+// appendRefused appends to tombs the tombstone that refused s (its key
+// copied: s's may point into a buffer that is reused).
+func (r *Router) appendRefused(tombs []bucket.Tomb, s *peermsg.State, now clock.Instant) []bucket.Tomb {
+	return append(tombs, bucket.Tomb{Key: strings.Clone(s.Key), Limit: s.Limit, At: r.cfg.Store.Tombstone(s.Key, now)})
 }

@@ -164,3 +164,41 @@ func TestExportRestoreTombstone(t *testing.T) {
 		t.Fatalf("E holds %s with %d spent after the tombstone, want it full", key, used)
 	}
 }
+
+// TestRefusedReplicaTellsReset: A spends 700 of a key it owns and exports,
+// then resets the key (B records the tombstone). A restarts on that export
+// (700 spent, no tombstone) back on the same ring, so that no ring change
+// tells it the reset: its next replica, 1 more spent, is refused by B,
+// which tells A the reset; A then holds the tombstone and the key counts
+// from full: a check of 1 leaves 999.
+func TestRefusedReplicaTellsReset(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
+	formCluster(clk, a, b)
+	key := keysOwnedBy(t, a.r, "A", "told", 1)[0]
+	year := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)
+	var out [1]Result
+	if err := a.r.Check(context.Background(), []Check{{Key: key, Limit: year, Cost: 700, Sync: true}}, out[:]); err != nil || !out[0].Allowed {
+		t.Fatalf("spend: %+v %v", out[0], err)
+	}
+	before := a.r.Export()
+	clk.Advance(time.Second)
+	at := int64(clk.Now())
+	if res, err := a.r.Reset(context.Background(), key, year); err != nil || len(res.Unconfirmed) != 0 {
+		t.Fatalf("reset: %+v %v", res, err)
+	}
+	a.stop()
+	a2 := startNode(t, "A", clk, nil)
+	if k, _, _, _ := a2.r.Restore(before); k != 1 {
+		t.Fatalf("A restored %d keys, want 1", k)
+	}
+	setMembers(membersOf(a2, b), a2, b)
+	clk.Advance(testGrace)
+	if err := a2.r.Check(context.Background(), []Check{{Key: key, Limit: year, Cost: 1, Sync: true}}, out[:]); err != nil || out[0].Remaining != 299 {
+		t.Fatalf("A's check on its restored copy: %+v %v; want 299 left", out[0], err)
+	}
+	testkit.Eventually(t, 10*time.Second, "B tells A the reset", func() bool { return a2.store.Tombstone(key, clk.Now()) == at })
+	if got := check1(t, a2.r, key, year, 1); !got.Allowed || got.Remaining != 999 {
+		t.Fatalf("A's check after it was told the reset: %+v, want 999 left", got)
+	}
+}

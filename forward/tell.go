@@ -6,16 +6,22 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
+// A member may hold a key's spend from before a reset it never recorded:
+// it restarted on a state file written before the reset, or missed the
+// reset's message. Two paths tell it the reset (Peer.Reset with the
+// reset's instant; ResetFrom changes nothing for a reset it holds
+// already): every node sends every tombstone it holds to each member that
+// joins its ring (tellJoined), and a node that refuses a replica or a
+// handoff as older than its tombstone tells the sender that tombstone
+// (admitAll, Merge). Until then the member decides from the spend it
+// holds: it may refuse what the reset would have admitted, never admit
+// more than before the reset.
+
 // tellJoined sends every tombstone this node holds to each member of
-// joined (members that have just joined its ring), in the background, one
-// Peer.Reset a tombstone, each within the peer deadline: a member that
-// restarted on a state file written before a reset (or that missed it)
-// learns it, drops the spend from before it and keeps the tombstone; a
-// member that holds it already changes nothing (ResetFrom). A member that
-// does not answer is logged and not told again until it joins again.
+// joined (members that have just joined its ring), in the background.
 // Nothing is sent while this node holds no tombstone (r.tombs).
 func (r *Router) tellJoined(joined []string) {
-	if len(joined) == 0 || !r.tombs.Load() {
+	if len(joined) == 0 || !r.tombs.Load() || r.ctx.Err() != nil {
 		return
 	}
 	r.wg.Go(func() {
@@ -24,21 +30,37 @@ func (r *Router) tellJoined(joined []string) {
 			tombs = append(tombs, batch...)
 			return r.ctx.Err() == nil
 		})
-		for _, m := range joined {
-			told := 0
-			for i := range tombs {
-				t := &tombs[i]
-				ctx, cancel := context.WithTimeout(r.ctx, r.cfg.PeerTimeout)
-				_, err := r.cfg.Peers.Reset(ctx, m, t.Key, &t.Limit, t.At)
-				cancel()
-				if err != nil {
-					if r.ctx.Err() == nil {
-						r.log.Warn("tombstones not told to a member that joined", "member", m, "told", told, "left", len(tombs)-told, "err", err)
-					}
-					break
+		r.sendTombs(joined, tombs)
+	})
+}
+
+// tell sends tombs to each member of to in the background (sendTombs).
+func (r *Router) tell(to []string, tombs []bucket.Tomb) {
+	if len(tombs) == 0 || r.ctx.Err() != nil {
+		return
+	}
+	r.wg.Go(func() { r.sendTombs(to, tombs) })
+}
+
+// sendTombs sends tombs to each member of to ("" and this node skipped),
+// one Peer.Reset a tombstone, each within the peer deadline. A member
+// that does not answer is logged and not sent the rest.
+func (r *Router) sendTombs(to []string, tombs []bucket.Tomb) {
+	for _, m := range to {
+		if m == "" || m == r.cfg.Self {
+			continue
+		}
+		for i := range tombs {
+			t := &tombs[i]
+			ctx, cancel := context.WithTimeout(r.ctx, r.cfg.PeerTimeout)
+			_, err := r.cfg.Peers.Reset(ctx, m, t.Key, &t.Limit, t.At)
+			cancel()
+			if err != nil {
+				if r.ctx.Err() == nil {
+					r.log.Warn("tombstones not told", "member", m, "told", i, "left", len(tombs)-i, "err", err)
 				}
-				told++
+				break
 			}
 		}
-	})
+	}
 }
