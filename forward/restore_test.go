@@ -101,6 +101,36 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 	}
 }
 
+// resetRun is what spendExportReset did.
+type resetRun struct {
+	a, b   *node
+	key    string       // A's
+	year   bucket.Limit // 1,000 a year
+	before Saved        // A's export with 700 spent
+	at     int64        // the reset's instant
+}
+
+// spendExportReset forms A and B, spends 700 of a key A owns (1,000 a
+// year; B keeps the replica), exports A, and a second later resets the
+// key through A (previous 300, B confirming).
+func spendExportReset(t *testing.T, clk *testkit.Clock) resetRun {
+	t.Helper()
+	rs := resetRun{a: startNode(t, "A", clk, nil), b: startNode(t, "B", clk, nil), year: bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)}
+	formCluster(clk, rs.a, rs.b)
+	rs.key = keysOwnedBy(t, rs.a.r, "A", "reset", 1)[0]
+	var out [1]Result
+	if err := rs.a.r.Check(context.Background(), []Check{{Key: rs.key, Limit: rs.year, Cost: 700, Sync: true}}, out[:]); err != nil || !out[0].Allowed {
+		t.Fatalf("spend: %+v %v", out[0], err)
+	}
+	rs.before = rs.a.r.Export()
+	clk.Advance(time.Second)
+	rs.at = int64(clk.Now())
+	if res, err := rs.a.r.Reset(context.Background(), rs.key, rs.year); err != nil || res.Previous != 300 || len(res.Unconfirmed) != 0 {
+		t.Fatalf("reset: %+v %v", res, err)
+	}
+	return rs
+}
+
 // TestExportRestoreTombstone: A spends 700 of a key it owns and exports;
 // the key is reset (B, told, records the tombstone too) and A and B export
 // again: both carry the tombstone (nothing spent, ResetAt the reset's
@@ -110,20 +140,8 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 // in the other order: the tombstone drops the 700 restored first.
 func TestExportRestoreTombstone(t *testing.T) {
 	clk := testkit.NewClock(0)
-	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
-	formCluster(clk, a, b)
-	key := keysOwnedBy(t, a.r, "A", "reset", 1)[0]
-	year := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)
-	var out [1]Result
-	if err := a.r.Check(context.Background(), []Check{{Key: key, Limit: year, Cost: 700, Sync: true}}, out[:]); err != nil || !out[0].Allowed {
-		t.Fatalf("spend: %+v %v", out[0], err)
-	}
-	before := a.r.Export()
-	clk.Advance(time.Second)
-	at := int64(clk.Now())
-	if res, err := a.r.Reset(context.Background(), key, year); err != nil || res.Previous != 300 || len(res.Unconfirmed) != 0 {
-		t.Fatalf("reset: %+v %v", res, err)
-	}
+	rs := spendExportReset(t, clk)
+	a, b, key, year, before, at := rs.a, rs.b, rs.key, rs.year, rs.before, rs.at
 	clk.Advance(time.Second)
 	for _, n := range []*node{a, b} {
 		saved := n.r.Export()
@@ -173,20 +191,9 @@ func TestExportRestoreTombstone(t *testing.T) {
 // from full: a check of 1 leaves 999.
 func TestRefusedReplicaTellsReset(t *testing.T) {
 	clk := testkit.NewClock(0)
-	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
-	formCluster(clk, a, b)
-	key := keysOwnedBy(t, a.r, "A", "told", 1)[0]
-	year := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)
+	rs := spendExportReset(t, clk)
+	a, b, key, year, before, at := rs.a, rs.b, rs.key, rs.year, rs.before, rs.at
 	var out [1]Result
-	if err := a.r.Check(context.Background(), []Check{{Key: key, Limit: year, Cost: 700, Sync: true}}, out[:]); err != nil || !out[0].Allowed {
-		t.Fatalf("spend: %+v %v", out[0], err)
-	}
-	before := a.r.Export()
-	clk.Advance(time.Second)
-	at := int64(clk.Now())
-	if res, err := a.r.Reset(context.Background(), key, year); err != nil || len(res.Unconfirmed) != 0 {
-		t.Fatalf("reset: %+v %v", res, err)
-	}
 	a.stop()
 	a2 := startNode(t, "A", clk, nil)
 	if k, _, _, _ := a2.r.Restore(before); k != 1 {
