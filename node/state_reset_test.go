@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,16 +45,16 @@ func TestRestartKeepsReset(t *testing.T) {
 			if got := spend(t, nodes, "acme", 700); got != 700 {
 				t.Fatalf("admitted %d of the first 700", got)
 			}
-			// The owner holds the key (named in the store as the API names
-			// it: namespace and limit before "acme"), its successor a replica.
-			var key, owner, successor string
-			testkit.WaitFor(t, 10*time.Second, "acme's owner with 700 spent and a replica of it", func() error {
-				for _, n := range nodes {
-					for _, st := range n.Router().Export().Own {
-						if strings.HasSuffix(st.Key, "|acme") && st.Used == 700 {
-							key, owner = st.Key, n.Name()
-						}
-					}
+			// The key as the API names it in the store; its owner holds 700
+			// spent, its successor a replica of them.
+			year := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)
+			key := bucket.InlineKey("acme", &year)
+			owner, _ := nodes[0].Router().Owner(key)
+			successor := ""
+			testkit.WaitFor(t, 20*time.Second, "acme's owner with 700 spent and a replica of it", func() error {
+				i := slices.IndexFunc(nodes, func(n *node.Node) bool { return n.Name() == owner })
+				if st, _ := nodes[i].Router().Lookup("", key, nil); st.Used != 700 {
+					return fmt.Errorf("the owner %s holds acme with %d spent", owner, st.Used)
 				}
 				for _, n := range nodes {
 					for _, st := range n.Router().Export().Replicas[owner] {
@@ -65,14 +64,13 @@ func TestRestartKeepsReset(t *testing.T) {
 						}
 					}
 				}
-				return fmt.Errorf("owner %q, no replica of its key %q", owner, key)
+				return fmt.Errorf("no node holds a replica of %s's acme with 700 spent", owner)
 			})
 			for _, n := range nodes {
 				if err := node.WriteState(n); err != nil {
 					t.Fatal(err)
 				}
 			}
-			year := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)
 			if res, err := nodes[0].Router().Reset(t.Context(), key, year); err != nil || res.Previous != 300 || len(res.Unconfirmed) != 0 {
 				t.Fatalf("reset: %+v %v", res, err)
 			}
@@ -89,7 +87,7 @@ func TestRestartKeepsReset(t *testing.T) {
 					closeNode(t, n)
 				}
 			}()
-			testkit.WaitFor(t, 10*time.Second, "every node holds acme's tombstone", func() error {
+			testkit.WaitFor(t, 20*time.Second, "every node holds acme's tombstone", func() error {
 				for _, n := range nodes {
 					if st, _ := n.Router().Lookup("", key, nil); st.ResetAt == 0 {
 						return fmt.Errorf("%s holds acme with %d spent and no tombstone", n.Name(), st.Used)
