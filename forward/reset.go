@@ -202,7 +202,9 @@ func (r *Router) admitAll(from string, states []peermsg.State, now clock.Instant
 			refused = r.appendRefused(refused, &states[i], now)
 		}
 	}
-	r.tell([]string{from}, refused)
+	if len(refused) > 0 {
+		r.tell([]string{from}, refused)
+	}
 	return kept
 }
 

@@ -100,7 +100,11 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 	v := r.view.Load()
 	merged := 0
 	var refused []bucket.Tomb
-	defer func() { r.tell([]string{from}, refused) }()
+	defer func() {
+		if len(refused) > 0 {
+			r.tell([]string{from}, refused)
+		}
+	}()
 	r.importLeases(from, states, now, false)
 	for i := range states {
 		s := &states[i]
