@@ -47,6 +47,7 @@ type testEnv struct {
 	store  *bucket.Store
 	router *forward.Router
 	api    *API
+	reg    *prometheus.Registry // the API's metrics
 }
 
 // newTestEnv builds a fresh environment. wrap, if not nil, wraps the router
@@ -90,7 +91,7 @@ func newTestEnv(t testing.TB, wrap func(Checker) Checker) *testEnv {
 	if err != nil {
 		t.Fatalf("api.New: %v", err)
 	}
-	return &testEnv{clock: clk, store: store, router: router, api: a}
+	return &testEnv{clock: clk, store: store, router: router, api: a, reg: reg}
 }
 
 // httpServer is the env's HTTP surface on a real loopback listener.

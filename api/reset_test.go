@@ -219,7 +219,9 @@ func TestHTTPReset(t *testing.T) {
 	}
 }
 
-// The gRPC Reset: the admin token in the authorization metadata.
+// The gRPC Reset: the admin token in the authorization metadata; no
+// token, a wrong one or a bad request is not audited, a reset is one
+// audit line (actor, action reset, the key), as over HTTP.
 func TestGRPCReset(t *testing.T) {
 	e := newResetEnv(t)
 	c := e.startGRPC(t)
@@ -242,9 +244,21 @@ func TestGRPCReset(t *testing.T) {
 		!strings.Contains(err.Error(), "check.limit") {
 		t.Fatalf("no limit: %v; want INVALID_ARGUMENT naming check.limit", err)
 	}
+	if a := e.audit.String(); strings.Contains(a, `"action":"reset"`) {
+		t.Fatalf("audited before any reset: %s", a)
+	}
 	resp, err := c.Reset(ctx, req)
 	if err != nil || !resp.GetReset_() || resp.GetPreviousRemaining() != 6 || resp.GetOwner() != "node-1" {
 		t.Fatalf("reset: %v, %v; want previous 6", resp, err)
+	}
+	var resets []string
+	for _, l := range strings.Split(e.audit.String(), "\n") {
+		if strings.Contains(l, `"action":"reset"`) {
+			resets = append(resets, l)
+		}
+	}
+	if len(resets) != 1 || !strings.Contains(resets[0], `"actor":"ops"`) || !strings.Contains(resets[0], `user:1`) {
+		t.Fatalf("audit lines of resets %q: want one, actor ops, the key", resets)
 	}
 	if r := e.spend(t, 1); r.Remaining != 9 {
 		t.Fatalf("after the reset: remaining %d, want 9", r.Remaining)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -248,4 +249,74 @@ func FuzzReserveFields(f *testing.F) {
 			t.Fatalf("%s: %d %s", body, got.status, got.body)
 		}
 	})
+}
+
+// TestReserveSettleMetrics: ringlimit_reservations_total counts each
+// check with reserve by result, and ringlimit_settles_total each settle,
+// over HTTP and gRPC alike: reserves of 600 and 300 of 1,000 (ok), of 200
+// (refused), of 50 for 1s and one over gRPC (ok), and a check without
+// reserve (not counted); settles of the 600 (ok), of it again
+// (already_settled), of an unknown id over HTTP and over gRPC and of the
+// 50 after its TTL (not_found), and with a negative cost (error).
+func TestReserveSettleMetrics(t *testing.T) {
+	e := newTestEnv(t, nil)
+	s := e.startHTTP(t)
+	c := e.startGRPC(t)
+	first := s.reserve(t, "m", 600, "")
+	if !first.Allowed || first.Reservation == "" {
+		t.Fatalf("reserve 600: %+v", first)
+	}
+	if r := s.reserve(t, "m", 300, ""); !r.Allowed || r.Remaining != 100 {
+		t.Fatalf("reserve 300: %+v", r)
+	}
+	if r := s.reserve(t, "m", 200, ""); r.Allowed {
+		t.Fatalf("reserve 200 of 100 left: %+v", r)
+	}
+	short := s.reserve(t, "m2", 50, `,"reserve_ttl":"1s"`)
+	if c := s.check(t, chk("m2", "1", budget)); c.status != 200 {
+		t.Fatalf("check without reserve: %d %s", c.status, c.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	cost := int64(1)
+	if _, err := c.Check(ctx, &pb.CheckRequest{Checks: []*pb.Check{{Key: "g", Cost: &cost, Reserve: true,
+		Limit: &pb.Limit{Limit: 1000, PerMs: 1_000_000}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.settle(t, first.Reservation, 600); st != 200 {
+		t.Fatalf("settle: %d", st)
+	}
+	if st, _ := s.settle(t, first.Reservation, 600); st != 409 {
+		t.Fatalf("settle again: %d", st)
+	}
+	unknown := bucket.NewReservationID("i|x")
+	if st, _ := s.settle(t, unknown, 1); st != 404 {
+		t.Fatalf("settle of an unknown id: %d", st)
+	}
+	if _, err := c.Settle(ctx, &pb.SettleRequest{Reservation: unknown, Cost: 1}); status.Code(err) != codes.NotFound {
+		t.Fatalf("gRPC settle of an unknown id: %v", err)
+	}
+	e.clock.Advance(time.Second)
+	if st, _ := s.settle(t, short.Reservation, 1); st != 404 {
+		t.Fatalf("settle after the TTL: %d", st)
+	}
+	if st, _ := s.settle(t, short.Reservation, -1); st != 400 {
+		t.Fatalf("settle with a negative cost: %d", st)
+	}
+	for _, m := range []struct {
+		name, result string
+		want         float64
+	}{
+		{"ringlimit_reservations_total", "ok", 4},
+		{"ringlimit_reservations_total", "refused", 1},
+		{"ringlimit_reservations_total", "degraded", 0},
+		{"ringlimit_settles_total", "ok", 1},
+		{"ringlimit_settles_total", "already_settled", 1},
+		{"ringlimit_settles_total", "not_found", 3},
+		{"ringlimit_settles_total", "error", 1},
+	} {
+		if got := testkit.Metric(t, e.reg, m.name, "result", m.result); got != m.want {
+			t.Errorf("%s{result=%q} = %v, want %v", m.name, m.result, got, m.want)
+		}
+	}
 }

@@ -18,8 +18,10 @@ import (
 // key bytes (maxTombBytesPerShard): 1,024 and 256 KiB a shard, 65,536 and
 // 16 MiB with the default 64 shards. Past a bound the oldest tombstone of
 // the shard is dropped first (expired ones before): a state from before
-// that reset arriving later could then bring its spend back. Tombstones are
-// in memory only: they do not survive a restart.
+// that reset arriving later could then bring its spend back. A tombstone
+// keeps the key's limit (RangeTombstones), so that a node's state file can
+// carry it across a restart (see forward's Export and Restore): at most
+// 1,024 limits (about 100 bytes each) a shard more.
 
 const (
 	maxTombsPerShard     = 1024
@@ -30,6 +32,7 @@ const (
 type tomb struct {
 	at    int64 // the reset, on the resetting node's clock
 	until int64 // when it stops mattering
+	l     Limit // the limit it was recorded under (its RefillTime gave until)
 }
 
 // tombs is a shard's tombstones; guarded by the shard's lock.
@@ -49,7 +52,7 @@ func (t *tombs) get(key string, now int64) int64 {
 }
 
 // record sets key's tombstone to at, unless it has a later one.
-func (t *tombs) record(key string, at, until, now int64) {
+func (t *tombs) record(key string, l *Limit, at, until, now int64) {
 	if t.m == nil {
 		t.m = map[string]tomb{}
 	}
@@ -57,7 +60,7 @@ func (t *tombs) record(key string, at, until, now int64) {
 		if old.at >= at {
 			return
 		}
-		t.m[key] = tomb{at: at, until: max(until, old.until)}
+		t.m[key] = tomb{at: at, until: max(until, old.until), l: *l}
 		return
 	}
 	for len(t.m) > 0 && (len(t.m) >= maxTombsPerShard || t.bytes+len(key) > maxTombBytesPerShard) {
@@ -70,7 +73,7 @@ func (t *tombs) record(key string, at, until, now int64) {
 		}
 	}
 	key = string([]byte(key))
-	t.m[key] = tomb{at: at, until: until}
+	t.m[key] = tomb{at: at, until: until, l: *l}
 	t.order = append(t.order, key)
 	t.bytes += len(key)
 }
@@ -125,7 +128,7 @@ func (s *Store) ResetAt(key string, l *Limit, now clock.Instant, at int64) (prev
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	previous, held = sh.reset(h, key, l, int64(now))
-	sh.tombs.record(key, at, satAdd(at, int64(l.RefillTime())), int64(now))
+	sh.tombs.record(key, l, at, satAdd(at, int64(l.RefillTime())), int64(now))
 	return previous, held, nil
 }
 
@@ -160,10 +163,40 @@ func (s *Store) Admit(key string, l *Limit, now clock.Instant, resetAt int64) (o
 			sh.remove(i)
 			sh.free = append(sh.free, i)
 		}
-		sh.tombs.record(key, resetAt, satAdd(resetAt, int64(l.RefillTime())), int64(now))
+		sh.tombs.record(key, l, resetAt, satAdd(resetAt, int64(l.RefillTime())), int64(now))
 		return true, true
 	}
 	return true, false
+}
+
+// Tomb is one key's tombstone as RangeTombstones reads it.
+type Tomb struct {
+	Key   string
+	Limit Limit // the limit it was recorded under
+	At    int64 // the reset, on the resetting node's clock (Unix ns)
+}
+
+// RangeTombstones calls fn with the tombstones that still matter at now,
+// a shard at a time (read under the shard's lock, fn called after it;
+// the slice is reused: fn must not keep it), until fn returns false. Recording a tombstone read here with Admit (resetAt
+// At, under Limit) gives it the same end, but for a tombstone whose limit
+// changed to one that refills sooner.
+func (s *Store) RangeTombstones(now clock.Instant, fn func([]Tomb) bool) {
+	var batch []Tomb
+	for i := range s.shards {
+		sh := &s.shards[i]
+		batch = batch[:0]
+		sh.mu.Lock()
+		for k, tb := range sh.tombs.m {
+			if int64(now) < tb.until {
+				batch = append(batch, Tomb{Key: k, Limit: tb.l, At: tb.at})
+			}
+		}
+		sh.mu.Unlock()
+		if len(batch) > 0 && !fn(batch) {
+			return
+		}
+	}
 }
 
 // Tombstones returns how many tombstones the store holds (expired ones

@@ -86,3 +86,52 @@ func TestTombstonesBounded(t *testing.T) {
 		t.Fatal("the oldest tombstones were not the ones dropped")
 	}
 }
+
+// TestRangeTombstones: RangeTombstones reads each tombstone that still
+// matters with the limit it was recorded under (ResetAt's and Admit's),
+// and recording one it read with Admit on another store gives it the same
+// end: matters 1ns before it, not at it.
+func TestRangeTombstones(t *testing.T) {
+	s, err := NewStore(StoreConfig{MaxKeys: 64, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ten := MustLimit(TokenBucket, 10, 10*time.Second, 0) // refills in 10 s
+	day := MustLimit(FixedWindow, 5, 24*time.Hour, 0)    // a day
+	now := clock.Instant(time.Hour)
+	if _, _, err := s.ResetAt("a", &ten, now, int64(now)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.Admit("b", &day, now, int64(now)+1); !ok {
+		t.Fatal("Admit refused a state with a tombstone")
+	}
+	read := func(s *Store, at clock.Instant) map[string]Tomb {
+		got := map[string]Tomb{}
+		s.RangeTombstones(at, func(b []Tomb) bool {
+			for _, tb := range b {
+				got[tb.Key] = tb
+			}
+			return true
+		})
+		return got
+	}
+	got := read(s, now)
+	if len(got) != 2 || got["a"] != (Tomb{Key: "a", Limit: ten, At: int64(now)}) || got["b"] != (Tomb{Key: "b", Limit: day, At: int64(now) + 1}) {
+		t.Fatalf("RangeTombstones = %+v", got)
+	}
+	if later := read(s, now.Add(10*time.Second)); len(later) != 1 || later["b"].Key != "b" {
+		t.Fatalf("RangeTombstones 10s later = %+v; want only b's (a's ended)", later)
+	}
+	o, err := NewStore(StoreConfig{MaxKeys: 64, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range got { // both, read at now
+		o.Admit(tb.Key, &tb.Limit, now, tb.At)
+	}
+	end := clock.Instant(int64(now) + 1).Add(24 * time.Hour)
+	if o.Tombstone("b", end-1) != int64(now)+1 || o.Tombstone("b", end) != 0 || o.Tombstone("a", now) == 0 {
+		t.Fatalf("tombstones recorded from RangeTombstones: b %d at its end-1ns, %d at its end; a %d",
+			o.Tombstone("b", end-1), o.Tombstone("b", end), o.Tombstone("a", now))
+	}
+}

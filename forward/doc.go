@@ -68,7 +68,10 @@
 //   - A reset (Router.Reset) is the owner's: it forgets the key, records a
 //     tombstone and tells every live member, which drop their copies and
 //     leases; states carry their sender's tombstone so that none from
-//     before the reset is merged after it (reset.go).
+//     before the reset is merged after it (reset.go). Export and Restore
+//     carry tombstones across a restart, and a member that may have missed
+//     one is told it: when it joins, or when a state it sends is refused
+//     as older than it (restore.go, tell.go).
 //   - An adaptive key's limit is its owner's alone: only the owner runs the
 //     key's controller (created from the check's spec, ticked lazily on
 //     its checks, reports and releases), decides with its current limit

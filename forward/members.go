@@ -68,11 +68,14 @@ func (r *Router) rebuildLocked() {
 	if rg != nil {
 		// What this node shared with a member that joins was shared with
 		// an earlier process of that name, which took it along.
+		var joined []string
 		for _, name := range rg.Members() {
 			if name != self && !old.has(name) {
 				r.shared.forgetAll(name)
+				joined = append(joined, name)
 			}
 		}
+		r.tellJoined(joined)
 	}
 	nv := &view{ring: rg, prev: old.prev, others: old.others, changed: old.changed, fetchDown: old.fetchDown,
 		down: down, size: size, minority: minority}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -136,7 +137,10 @@ func (r *Router) dropCopies(key string, l *bucket.Limit, now clock.Instant) int6
 	return r.leases.drop(key)
 }
 
-// ResetFrom implements peer.StateStore: the peer side of a reset.
+// ResetFrom implements peer.StateStore: the peer side of a reset. A reset
+// at or before the tombstone this node holds for key changes nothing: it
+// was applied already (a member tells its tombstones again to a member
+// that joins, tellJoined), and what the key holds now came after it.
 func (r *Router) ResetFrom(ctx context.Context, from, key string, l bucket.Limit, resetAt int64) peermsg.ResetAnswer {
 	now := r.cfg.Clock.Now()
 	if resetAt == 0 { // the sender asks this node, the key's owner, to reset it
@@ -146,6 +150,9 @@ func (r *Router) ResetFrom(ctx context.Context, from, key string, l bucket.Limit
 		}
 		res := r.resetOwned(ctx, v, key, l)
 		return peermsg.ResetAnswer{Previous: res.Previous, Owner: res.Owner, Unconfirmed: res.Unconfirmed}
+	}
+	if resetAt <= r.cfg.Store.Tombstone(key, now) {
+		return peermsg.ResetAnswer{} // this reset, or a later one, is already here (a member tells it again: tellJoined)
 	}
 	r.cfg.Store.ResetAt(key, &l, now, resetAt)
 	r.tombs.Store(true)
@@ -184,13 +191,26 @@ func hasResetAt(states []peermsg.State) bool {
 	return false
 }
 
-// admitAll returns the states admit lets through, in order (in place).
-func (r *Router) admitAll(states []peermsg.State, now clock.Instant) []peermsg.State {
+// admitAll returns the states admit lets through, in order (in place);
+// from, which sent them, is told the reset of each it refused (tell).
+func (r *Router) admitAll(from string, states []peermsg.State, now clock.Instant) []peermsg.State {
 	kept := states[:0]
+	var refused []bucket.Tomb
 	for i := range states {
 		if r.admit(&states[i], now) {
 			kept = append(kept, states[i])
+		} else {
+			refused = r.appendRefused(refused, &states[i], now)
 		}
 	}
+	if len(refused) > 0 {
+		r.tell([]string{from}, refused)
+	}
 	return kept
+}
+
+// appendRefused appends to tombs the tombstone that refused s (its key
+// copied: s's may point into a buffer that is reused).
+func (r *Router) appendRefused(tombs []bucket.Tomb, s *peermsg.State, now clock.Instant) []bucket.Tomb {
+	return append(tombs, bucket.Tomb{Key: strings.Clone(s.Key), Limit: s.Limit, At: r.cfg.Store.Tombstone(s.Key, now)})
 }

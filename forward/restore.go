@@ -24,9 +24,23 @@ import (
 // whole: the copies of one key are counted once. Spend made since is
 // handed over as before.
 
+// A reset survives a restart as its tombstone does: Export writes every
+// tombstone this node holds (of any key: every live member records a
+// reset) as a state with nothing spent and ResetAt set, and the states it
+// writes carry the key's tombstone, replicas included. Restore admits
+// each state as one received from a peer (Router.admit): one older than
+// a tombstone restored or held is refused, and a tombstone later than
+// what the node holds resets the key first. A file written before a reset
+// still holds the spend: the reset comes back from the members that
+// recorded it, each of which sends every tombstone it holds to a member
+// that joins its ring (tellJoined).
+//
+// A file of an earlier build has no tombstone states and restores as
+// before; an earlier build reading this one skips them (nothing spent).
+
 // Saved is what Export read: when, every key this node holds with what it
-// spent (and its reservation records), every lease set, and its replicas
-// of each other member's keys, by member.
+// spent (and its reservation records), every lease set, every tombstone,
+// and its replicas of each other member's keys, by member.
 type Saved struct {
 	At       clock.Instant
 	Own      []peermsg.State
@@ -71,11 +85,21 @@ func (t *restored) take(key string, used int64, now clock.Instant) int64 {
 // on its ring now (a copy it holds of another member's key is that
 // member's to keep: restored here after a restart of this node alone, it
 // would be handed back and counted twice), and its replicas. Keys that
-// are full (nothing spent, no reservation) are left out.
+// are full (nothing spent, no reservation) are left out; every tombstone
+// of a key not written so is written alone (Used 0, ResetAt set).
 func (r *Router) Export() Saved {
 	now := r.cfg.Clock.Now()
 	v := r.view.Load()
 	s := Saved{At: now, Replicas: map[string][]peermsg.State{}}
+	tombs := map[string]bucket.Tomb{}
+	if r.tombs.Load() {
+		r.cfg.Store.RangeTombstones(now, func(batch []bucket.Tomb) bool {
+			for _, t := range batch {
+				tombs[t.Key] = t
+			}
+			return true
+		})
+	}
 	r.cfg.Store.Range(now, func(batch []bucket.Snapshot) bool {
 		for i := range batch {
 			b := &batch[i]
@@ -86,6 +110,7 @@ func (r *Router) Export() Saved {
 			if b.Used <= 0 && len(recs) == 0 {
 				continue
 			}
+			delete(tombs, b.Key) // the state carries it
 			s.Own = append(s.Own, peermsg.State{Key: b.Key, Limit: b.Limit, Used: max(b.Used, 0), ResetAt: b.ResetAt, Window: b.Window,
 				Reservations: recs})
 		}
@@ -99,10 +124,21 @@ func (r *Router) Export() Saved {
 			s.Own = append(s.Own, leaseState(r.slots, key, held[0].Limit, now))
 		}
 	}
+	for _, key := range slices.Sorted(maps.Keys(tombs)) {
+		t := tombs[key]
+		s.Own = append(s.Own, peermsg.State{Key: key, Limit: t.Limit, ResetAt: t.At})
+	}
+	// A replica held was admitted after the key's last tombstone here (a
+	// reset drops the replicas): it carries that tombstone.
 	for _, member := range slices.Sorted(maps.Keys(*r.shared.stores.Load())) {
 		r.shared.each(member, now, func(st *bucket.Snapshot) {
 			if st.Used > 0 {
-				s.Replicas[member] = append(s.Replicas[member], peermsg.State{Key: st.Key, Limit: st.Limit, Used: st.Used, Window: st.Window})
+				var at int64
+				if r.tombs.Load() {
+					at = r.cfg.Store.Tombstone(st.Key, now)
+				}
+				s.Replicas[member] = append(s.Replicas[member], peermsg.State{Key: st.Key, Limit: st.Limit, Used: st.Used, ResetAt: at,
+					Window: st.Window})
 			}
 		})
 	}
@@ -112,10 +148,11 @@ func (r *Router) Export() Saved {
 // Restore puts back what Export read, s.At ago on this node's clock:
 // spends as of s.At (a window or refill since then applies), reservations
 // and leases with what was left of their TTL then, less the time since
-// (those that ran out meanwhile are dropped). Call it before the node
-// joins its cluster. It returns how many keys, lease sets and replicas
-// it put back.
-func (r *Router) Restore(s Saved) (keys, leaseSets, replicas int) {
+// (those that ran out meanwhile are dropped), tombstones until they would
+// have ended. A state older than a tombstone restored or held is refused
+// (see above). Call it before the node joins its cluster. It returns how
+// many keys, lease sets, replicas and tombstones it put back.
+func (r *Router) Restore(s Saved) (keys, leaseSets, replicas, tombstones int) {
 	now := r.cfg.Clock.Now()
 	elapsed := max(now.Sub(s.At), 0)
 	base := map[string]int64{}
@@ -134,6 +171,12 @@ func (r *Router) Restore(s Saved) (keys, leaseSets, replicas int) {
 			leaseSets++
 			continue
 		}
+		if !r.admit(st, now) {
+			continue
+		}
+		if st.ResetAt != 0 {
+			tombstones++
+		}
 		importRecords(r.resv, st, now)
 		if st.Used > 0 && r.cfg.Store.MergeWindow(st.Key, &st.Limit, s.At, st.Used, st.Window) == nil {
 			base[st.Key] = max(base[st.Key], st.Used)
@@ -143,6 +186,9 @@ func (r *Router) Restore(s Saved) (keys, leaseSets, replicas int) {
 	for member, states := range s.Replicas {
 		for i := range states {
 			st := &states[i]
+			if !r.admit(st, now) {
+				continue
+			}
 			r.shared.set(member, st.Key, &st.Limit, s.At, st.Used, st.Window)
 			replicas++
 		}
@@ -153,5 +199,5 @@ func (r *Router) Restore(s Saved) (keys, leaseSets, replicas int) {
 	if keys > 0 {
 		r.handoff.mayHoldForeign() // the ring may give some to others: the next pass hands them over
 	}
-	return keys, leaseSets, replicas
+	return keys, leaseSets, replicas, tombstones
 }

@@ -53,7 +53,7 @@ func TestExportRestore(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	d := startNode(t, "D", clk, nil)
 	setMembers(membersOf(d), d)
-	k, ls, reps := d.r.Restore(saved)
+	k, ls, reps, _ := d.r.Restore(saved)
 	if k != 2 || ls != 1 || reps != 0 {
 		t.Fatalf("Restore put back %d keys, %d lease sets, %d replicas; want 2, 1, 0", k, ls, reps)
 	}
@@ -86,7 +86,7 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 	lim := bucket.MustLimit(bucket.TokenBucket, 10_000, 8784*time.Hour, 0)
 	saved := Saved{At: clk.Now(), Own: []peermsg.State{{Key: key, Limit: lim, Used: 700}}, Replicas: map[string][]peermsg.State{}}
 	for _, n := range []*node{a, b} {
-		if k, _, _ := n.r.Restore(saved); k != 1 {
+		if k, _, _, _ := n.r.Restore(saved); k != 1 {
 			t.Fatalf("%s restored %d keys", n.name, k)
 		}
 	}
@@ -98,5 +98,114 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 	})
 	if _, used, _ := a.store.Used(key, clk.Now()); used != 700 {
 		t.Fatalf("A's copy after B's whole copy arrived: used %d, want 700 (counted once)", used)
+	}
+}
+
+// resetRun is what spendExportReset did.
+type resetRun struct {
+	a, b   *node
+	key    string       // A's
+	year   bucket.Limit // 1,000 a year
+	before Saved        // A's export with 700 spent
+	at     int64        // the reset's instant
+}
+
+// spendExportReset forms A and B, spends 700 of a key A owns (1,000 a
+// year; B keeps the replica), exports A, and a second later resets the
+// key through A (previous 300, B confirming).
+func spendExportReset(t *testing.T, clk *testkit.Clock) resetRun {
+	t.Helper()
+	rs := resetRun{a: startNode(t, "A", clk, nil), b: startNode(t, "B", clk, nil), year: bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)}
+	formCluster(clk, rs.a, rs.b)
+	rs.key = keysOwnedBy(t, rs.a.r, "A", "reset", 1)[0]
+	var out [1]Result
+	if err := rs.a.r.Check(context.Background(), []Check{{Key: rs.key, Limit: rs.year, Cost: 700, Sync: true}}, out[:]); err != nil || !out[0].Allowed {
+		t.Fatalf("spend: %+v %v", out[0], err)
+	}
+	rs.before = rs.a.r.Export()
+	clk.Advance(time.Second)
+	rs.at = int64(clk.Now())
+	if res, err := rs.a.r.Reset(context.Background(), rs.key, rs.year); err != nil || res.Previous != 300 || len(res.Unconfirmed) != 0 {
+		t.Fatalf("reset: %+v %v", res, err)
+	}
+	return rs
+}
+
+// TestExportRestoreTombstone: A spends 700 of a key it owns and exports;
+// the key is reset (B, told, records the tombstone too) and A and B export
+// again: both carry the tombstone (nothing spent, ResetAt the reset's
+// instant). D restores A's export from after the reset (the tombstone),
+// then the one from before (700 spent): the older state is refused, and
+// so is a replica from before the reset arriving later. E restores them
+// in the other order: the tombstone drops the 700 restored first.
+func TestExportRestoreTombstone(t *testing.T) {
+	clk := testkit.NewClock(0)
+	rs := spendExportReset(t, clk)
+	a, b, key, year, before, at := rs.a, rs.b, rs.key, rs.year, rs.before, rs.at
+	clk.Advance(time.Second)
+	for _, n := range []*node{a, b} {
+		saved := n.r.Export()
+		if len(saved.Own) != 1 || saved.Own[0].Key != key || saved.Own[0].Used != 0 || saved.Own[0].ResetAt != at ||
+			saved.Own[0].Limit != year {
+			t.Fatalf("%s's export after the reset: %+v; want only %s's tombstone at %d", n.name, saved.Own, key, at)
+		}
+	}
+	after := a.r.Export()
+
+	d := startNode(t, "D", clk, nil)
+	setMembers(membersOf(d), d)
+	if k, _, _, tombs := d.r.Restore(after); k != 0 || tombs != 1 {
+		t.Fatalf("D restored %d keys, %d tombstones from the export after the reset; want 0, 1", k, tombs)
+	}
+	if got := d.store.Tombstone(key, clk.Now()); got != at {
+		t.Fatalf("D's tombstone of %s: %d, want %d", key, got, at)
+	}
+	if k, _, _, _ := d.r.Restore(before); k != 0 {
+		t.Fatalf("D restored %d keys from the export before the reset; want 0 (refused)", k)
+	}
+	if _, used, ok := d.store.Used(key, clk.Now()); ok {
+		t.Fatalf("D holds %s with %d spent, want it full", key, used)
+	}
+	if d.r.admit(&peermsg.State{Key: key, Limit: year, Used: 700}, clk.Now()) {
+		t.Fatal("D admitted a replica from before the reset")
+	}
+
+	e := startNode(t, "E", clk, nil)
+	setMembers(membersOf(e), e)
+	if k, _, _, _ := e.r.Restore(before); k != 1 {
+		t.Fatalf("E restored %d keys from the export before the reset; want 1", k)
+	}
+	if k, _, _, tombs := e.r.Restore(after); k != 0 || tombs != 1 {
+		t.Fatalf("E restored %d keys, %d tombstones from the export after the reset; want 0, 1", k, tombs)
+	}
+	if _, used, ok := e.store.Used(key, clk.Now()); ok {
+		t.Fatalf("E holds %s with %d spent after the tombstone, want it full", key, used)
+	}
+}
+
+// TestRefusedReplicaTellsReset: A spends 700 of a key it owns and exports,
+// then resets the key (B records the tombstone). A restarts on that export
+// (700 spent, no tombstone) back on the same ring, so that no ring change
+// tells it the reset: its next replica, 1 more spent, is refused by B,
+// which tells A the reset; A then holds the tombstone and the key counts
+// from full: a check of 1 leaves 999.
+func TestRefusedReplicaTellsReset(t *testing.T) {
+	clk := testkit.NewClock(0)
+	rs := spendExportReset(t, clk)
+	a, b, key, year, before, at := rs.a, rs.b, rs.key, rs.year, rs.before, rs.at
+	var out [1]Result
+	a.stop()
+	a2 := startNode(t, "A", clk, nil)
+	if k, _, _, _ := a2.r.Restore(before); k != 1 {
+		t.Fatalf("A restored %d keys, want 1", k)
+	}
+	setMembers(membersOf(a2, b), a2, b)
+	clk.Advance(testGrace)
+	if err := a2.r.Check(context.Background(), []Check{{Key: key, Limit: year, Cost: 1, Sync: true}}, out[:]); err != nil || out[0].Remaining != 299 {
+		t.Fatalf("A's check on its restored copy: %+v %v; want 299 left", out[0], err)
+	}
+	testkit.Eventually(t, 10*time.Second, "B tells A the reset", func() bool { return a2.store.Tombstone(key, clk.Now()) == at })
+	if got := check1(t, a2.r, key, year, 1); !got.Allowed || got.Remaining != 999 {
+		t.Fatalf("A's check after it was told the reset: %+v, want 999 left", got)
 	}
 }

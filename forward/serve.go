@@ -99,13 +99,20 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 	now := r.cfg.Clock.Now()
 	v := r.view.Load()
 	merged := 0
+	var refused []bucket.Tomb
+	defer func() {
+		if len(refused) > 0 {
+			r.tell([]string{from}, refused)
+		}
+	}()
 	r.importLeases(from, states, now, false)
 	for i := range states {
 		s := &states[i]
 		if s.LeaseSet { // a concurrency key's lease set: importLeases took it
 			continue
 		}
-		if !r.admit(s, now) { // it predates a reset of the key
+		if !r.admit(s, now) { // it predates a reset of the key: from is told
+			refused = r.appendRefused(refused, s, now)
 			continue
 		}
 		if ownerIn(v.ring, r.cfg.Self, s.Key) != r.cfg.Self {
@@ -135,7 +142,7 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 	}
 	now := r.cfg.Clock.Now()
 	if r.tombs.Load() || hasResetAt(states) {
-		states = r.admitAll(states, now)
+		states = r.admitAll(from, states, now)
 	}
 	r.importLeases(from, states, now, true)
 	for i := range states {

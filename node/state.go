@@ -90,7 +90,8 @@ func (s *stateSaver) loop(ctx context.Context, wg *sync.WaitGroup, every time.Du
 
 // encodeSaved is the state file's payload: the number of sections, then
 // each (its length, then peer.EncodeStates of it): the keys first (from
-// ""), then the replicas of each member (from the member).
+// ""), tombstones among them (a state with nothing spent and ResetAt
+// set), then the replicas of each member (from the member).
 func encodeSaved(s *forward.Saved) []byte {
 	b := binary.AppendUvarint(nil, uint64(1+len(s.Replicas)))
 	section := func(from string, states []peer.State) {
@@ -150,10 +151,10 @@ func (s *stateSaver) restore() {
 		s.refuse(fmt.Errorf("%w: %w", statefile.ErrCorrupt, err))
 		return
 	}
-	keys, leaseSets, replicas := s.router.Restore(saved)
+	keys, leaseSets, replicas, tombstones := s.router.Restore(saved)
 	s.log.Info("state restored", "data_dir", s.dir, "written", time.Unix(0, h.At).UTC().Format(time.RFC3339Nano),
 		"age", s.clock.Now().Sub(clock.Instant(h.At)).Round(time.Millisecond).String(), "keys", keys, "lease_sets", leaseSets,
-		"replicas", replicas, "invalid", dropped)
+		"replicas", replicas, "tombstones", tombstones, "invalid", dropped)
 }
 
 // refuse logs why the state file cannot be used and sets it aside.
