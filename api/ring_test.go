@@ -21,7 +21,7 @@ type ringOnly struct {
 	ring forward.ClientRing
 }
 
-func (c ringOnly) RingVersion() uint64             { return c.ring.Version }
+func (c ringOnly) RingVersion() uint64            { return c.ring.Version }
 func (c ringOnly) ClientRing() forward.ClientRing { return c.ring }
 
 // The Ring call answers the table, then the version alone to a caller that
