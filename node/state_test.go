@@ -73,7 +73,7 @@ func spend(t *testing.T, nodes []*node.Node, key string, n int) int {
 	t.Helper()
 	var clients []*client.Client
 	for _, nd := range nodes {
-		cl, err := client.New(client.Config{Targets: []string{nd.GRPCAddr()}, Timeout: 5 * time.Second})
+		cl, err := client.New(client.Config{Targets: []string{nd.GRPCAddr()}, Timeout: 5 * time.Second, RingRefresh: -1}) // stays on its node
 		if err != nil {
 			t.Fatal(err)
 		}
