@@ -30,9 +30,17 @@ var tourHTTPBase, tourGRPCBase, tourPeerBase, tourGossipBase int
 // gossip, 10 each) in 20000-31999 whose ports for three nodes are free.
 func pickTourPorts(t *testing.T) {
 	t.Helper()
+	tourHTTPBase, tourGRPCBase, tourPeerBase, tourGossipBase = pickPortBases(t, 3)
+}
+
+// pickPortBases returns the HTTP, gRPC, peer and gossip bases of a block of
+// 40 ports (10 each) in 20000-31999 whose ports for n ≤ 9 nodes (base + 1
+// to base + n, TCP and UDP) are free.
+func pickPortBases(t *testing.T, n int) (http, grpc, peer, gossip int) {
+	t.Helper()
 	free := func(base int) bool {
 		for b := base; b < base+40; b += 10 {
-			for i := 1; i <= 3; i++ {
+			for i := 1; i <= n; i++ {
 				addr := fmt.Sprintf("127.0.0.1:%d", b+i)
 				ln, err := net.Listen("tcp", addr)
 				if err != nil {
@@ -51,11 +59,11 @@ func pickTourPorts(t *testing.T) {
 	for range 50 {
 		base := 20000 + 40*rand.IntN(300)
 		if free(base) {
-			tourHTTPBase, tourGRPCBase, tourPeerBase, tourGossipBase = base, base+10, base+20, base+30
-			return
+			return base, base + 10, base + 20, base + 30
 		}
 	}
-	t.Fatal("no block of free ports for the tour's cluster in 20000-31999 after 50 tries")
+	t.Fatal("no block of free ports for a local cluster in 20000-31999 after 50 tries")
+	return
 }
 
 // tourStep is one command of the README's tour and what the README shows

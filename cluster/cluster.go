@@ -328,10 +328,15 @@ func (c *Cluster) leaveLocked(ctx context.Context) error {
 }
 
 // waitBudget turns ctx into the timeout memberlist wants (where 0 would mean
-// "wait forever"). A context's deadline is on the runtime's clock (the
-// context package sets and enforces it with time.Now), so the time left is
-// measured on that clock too, not on Config.Clock.
+// "wait forever"). A context that has already ended gets the shortest wait
+// there is, whether it had a deadline or was cancelled: the broadcast is
+// queued and nothing waits for it. A context's deadline is on the runtime's
+// clock (the context package sets and enforces it with time.Now), so the
+// time left is measured on that clock too, not on Config.Clock.
 func waitBudget(ctx context.Context) time.Duration {
+	if ctx.Err() != nil {
+		return time.Nanosecond
+	}
 	d, ok := ctx.Deadline()
 	if !ok {
 		return leaveWaitWithoutDeadline

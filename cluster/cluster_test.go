@@ -417,6 +417,52 @@ func TestCloseLeavesAndIsIdempotent(t *testing.T) {
 	}
 }
 
+// TestLeaveWithEndedContext: Leave given a context that has
+// already ended (cancelled, or past its deadline) announce the leave and
+// return at once, without waiting for the broadcast, and say it was not
+// confirmed. The leaving member gossips and probes once an hour, so that
+// none of its broadcasts goes out during the test: a Leave that waited would wait out its whole
+// budget (leaveWaitWithoutDeadline for a cancelled context, once per
+// broadcast). The bound below only catches that wait; the time taken is
+// logged.
+func TestLeaveWithEndedContext(t *testing.T) {
+	t.Parallel()
+	quiet := func(c *Config) { c.GossipInterval, c.ProbeInterval = time.Hour, time.Hour }
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{"Cancelled", cancelled},
+		{"Expired", expired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := startNode(t, "a")
+			b := startNode(t, "b", quiet, withSeeds(a.LocalAddr()))
+			testkit.WaitFor(t, 10*time.Second, "a and b see each other", func() error {
+				return expectAlive([]*testNode{a, b}, a, b)
+			})
+			start := time.Now()
+			err := b.Leave(tc.ctx)
+			took := time.Since(start)
+			t.Logf("Leave with a context %s returned after %v: %v", tc.name, took.Round(time.Microsecond), err)
+			if !errors.Is(err, tc.ctx.Err()) {
+				t.Errorf("Leave = %v, want an error wrapping %v (leave not confirmed)", err, tc.ctx.Err())
+			}
+			if took >= leaveWaitWithoutDeadline {
+				t.Errorf("Leave took %v: it waited for the broadcast", took)
+			}
+			if err := b.Leave(ctxTimeout(t, time.Second)); err != nil {
+				t.Errorf("second Leave = %v, want nil (the leave was announced)", err)
+			}
+		})
+	}
+}
+
 // TestAbruptDeath checks the failure-detection bound that DefaultLocalConfig
 // promises: every survivor drops a crashed member within 2s. It is a
 // correctness bound of the configured timings, not a benchmark; the measured

@@ -274,7 +274,9 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 }
 
 // Leave takes this node off its own ring and hands every key it holds to
-// the new owners, waiting until that is done or ctx ends. Call it after the
+// the new owners, waiting until that is done or ctx ends (given a context
+// that has already ended, it only takes this node off its ring and returns
+// ctx's error at once). Call it after the
 // cluster has announced the leave, and keep serving the peer service until
 // it returns: new owners may still fetch state from this node.
 func (r *Router) Leave(ctx context.Context) error {
@@ -288,6 +290,9 @@ func (r *Router) Leave(ctx context.Context) error {
 	r.mu.Unlock()
 	if r.view.Load().len() == 0 {
 		return nil // nobody to hand off to
+	}
+	if err := ctx.Err(); err != nil {
+		return err // no push could be made: return at once, off the ring
 	}
 	for {
 		_, failed := r.handoff.pass(ctx)
@@ -304,8 +309,12 @@ func (r *Router) Leave(ctx context.Context) error {
 // ends, then pushes once more what the checks it still decided meanwhile
 // spent. A leaving node calls it after Leave, before it stops serving, so
 // that peers whose view still names it as an owner are answered (or
-// redirected) rather than failing over while the leave spreads.
+// redirected) rather than failing over while the leave spreads. Given a
+// context that has already ended, it returns ctx's error at once.
 func (r *Router) Quiesce(ctx context.Context, idle time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	tick := r.cfg.Clock.NewTicker(max(idle/4, time.Millisecond))
 	defer tick.Stop()
 	for r.cfg.Clock.Now().Sub(clock.Instant(r.lastPeerCheck.Load())) < idle {

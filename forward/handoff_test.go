@@ -2,7 +2,9 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -147,6 +149,46 @@ func TestHandoffOnRingChange(t *testing.T) {
 	}
 	if got := testkit.Metric(t, c.reg, "ringlimit_handoff_keys_sent_total"); got < float64(movedTo["A→C"]+movedTo["B→C"]) {
 		t.Errorf("C sent %v keys on leaving, want at least %d", got, movedTo["A→C"]+movedTo["B→C"])
+	}
+}
+
+// TestLeaveAndQuiesceWithEndedContext: a router told to leave with a
+// context that has already ended takes itself off its ring and returns the
+// context's error at once (its background handoff, triggered by the ring
+// change, goes on with a context of its own); Quiesce returns the error at
+// once too, instead of a pass whose pushes would all fail. A later Leave
+// with time to spare confirms that the keys are with B.
+func TestLeaveAndQuiesceWithEndedContext(t *testing.T) {
+	clock := testkit.NewClock(0)
+	nodes := startNodes(t, clock, nil, "A", "B")
+	a, b := nodes[0], nodes[1]
+	formCluster(clock, a, b)
+	keys := keysOwnedBy(t, a.r, "A", "ended", 20)
+	for _, k := range keys {
+		if res := check1(t, a.r, k, hourly(10), 3); !res.Allowed || res.Owner != "A" {
+			t.Fatalf("%s: %+v", k, res)
+		}
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.r.Leave(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Leave(ended) = %v, want context.Canceled", err)
+	}
+	if got := a.r.RingMembers(); !slices.Equal(got, []string{"B"}) {
+		t.Errorf("A's ring after Leave(ended) = %v, want [B]", got)
+	}
+	if err := a.r.Quiesce(ended, time.Nanosecond); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Quiesce(ended) = %v, want context.Canceled", err)
+	}
+	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := a.r.Leave(ctx); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	for _, k := range keys {
+		if _, used, ok := b.store.Used(k, clock.Now()); !ok || used != 3 {
+			t.Fatalf("%s: B has used %d (held %v) after A's Leave, want 3", k, used, ok)
+		}
 	}
 }
 

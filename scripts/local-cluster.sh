@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a local ringlimit cluster on 127.0.0.1.
 #
-#   scripts/local-cluster.sh up [N]    build and start node-1..node-N (default 3)
+#   scripts/local-cluster.sh up [N]    build and start node-1..node-N (default 3; up to 100
+#                                      with the default ports, see below)
 #   scripts/local-cluster.sh env       the shell lines that put the ringlimit command on
 #                                      PATH, aimed at node-1 with the admin token (and
 #                                      export the variables below that are set):
@@ -26,6 +27,8 @@
 # Node I listens on HTTP 8080+I, gRPC 9090+I, peer gRPC 9190+I and gossip
 # 7946+I; override the bases with RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE,
 # RINGLIMIT_PEER_BASE (default: the gRPC base + 100), RINGLIMIT_GOSSIP_BASE.
+# up refuses a number of nodes whose port ranges would overlap (more than
+# 100 with the default bases).
 # Binaries (ringlimit-node; the ringlimit command in bin/), logs, audit
 # logs and pids go to RINGLIMIT_CLUSTER_DIR (default
 # ${TMPDIR:-/tmp}/ringlimit-cluster). Every node runs the policy file
@@ -69,11 +72,38 @@ index() {
 	echo "$i"
 }
 
+# check_ports refuses a cluster of $1 nodes whose port ranges (base+1 to
+# base+N for HTTP, gRPC, peer and gossip) overlap each other or leave the
+# port space: with the default bases that allows up to 100 nodes (the gRPC
+# range then ends at 9190, where the peer range starts).
+check_ports() {
+	local n=$1 a b names=(HTTP gRPC peer gossip) bases=("$http_base" "$grpc_base" "$peer_base" "$gossip_base")
+	if ! [[ $n =~ ^[1-9][0-9]*$ ]]; then
+		echo "not a number of nodes: $n" >&2
+		return 2
+	fi
+	for a in 0 1 2 3; do
+		if [ $((bases[a] + n)) -gt 65535 ] || [ "${bases[a]}" -lt 0 ]; then
+			echo "$n nodes: the ${names[a]} ports $((bases[a] + 1))-$((bases[a] + n)) are not all valid ports" >&2
+			return 2
+		fi
+		for b in $(seq $((a + 1)) 3); do
+			if [ "${bases[a]}" -lt $((bases[b] + n)) ] && [ "${bases[b]}" -lt $((bases[a] + n)) ]; then
+				echo "$n nodes: the ${names[a]} ports $((bases[a] + 1))-$((bases[a] + n)) overlap the ${names[b]} ports $((bases[b] + 1))-$((bases[b] + n)); choose fewer nodes or other bases (RINGLIMIT_HTTP_BASE, RINGLIMIT_GRPC_BASE, RINGLIMIT_PEER_BASE, RINGLIMIT_GOSSIP_BASE)" >&2
+				return 2
+			fi
+		done
+	done
+}
+
 # settle waits until every running node answers /readyz and all of them
-# have the same ring version with the running nodes, and only those, on it.
+# have the same ring version with the running nodes, and only those, on it:
+# for up to 30 s and 2 s more per node.
 settle() {
-	local n i v on want first ok deadline=$((SECONDS + 30)) view auth
+	local n i v on want first ok deadline limit view auth
 	n=$(count)
+	limit=$((30 + 2 * n))
+	deadline=$((SECONDS + limit))
 	auth="Authorization: Bearer $(token)"
 	while :; do
 		want=0
@@ -96,7 +126,7 @@ settle() {
 		done
 		[ $ok = 1 ] && return 0
 		if [ $SECONDS -ge $deadline ]; then
-			echo "the running nodes did not agree on one ring within 30 s; see $dir/node-*.log" >&2
+			echo "the running nodes did not agree on one ring within $limit s; see $dir/node-*.log" >&2
 			return 1
 		fi
 		sleep 0.1
@@ -232,6 +262,7 @@ cmd=${1:-}
 case "$cmd" in
 up)
 	n=${2:-3}
+	check_ports "$n"
 	ldflags="-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo devel) -X main.commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 	go build -ldflags "$ldflags" -o "$dir/ringlimit-node" ./cmd/node
 	go build -ldflags "$ldflags" -o "$cli" ./cmd/ringlimit

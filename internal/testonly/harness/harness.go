@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/clock"
@@ -63,8 +64,9 @@ type Node struct {
 	Store  *bucket.Store        // Node.Store()
 	Reg    *prometheus.Registry // the node's metrics
 
-	once sync.Once
-	stop func() // closes the node
+	once   sync.Once
+	stop   func() // closes the node
+	gossip string // the gossip address on the Network, for StartGossip's seed
 }
 
 // Cluster is a set of in-process nodes on one fault-injecting Network.
@@ -92,9 +94,61 @@ func Start(t testing.TB, opts Options, names ...string) *Cluster {
 	return c
 }
 
+// StartGossip starts one node per name on a new Network, every one after
+// the first joining the first by gossip: unlike Start, membership, the ring
+// and failure detection are the nodes' own, as in a deployment. It returns
+// once every node is started; waiting for them to agree is the test's (see
+// Converged). The cluster stops when the test ends.
+func StartGossip(t testing.TB, opts Options, names ...string) *Cluster {
+	t.Helper()
+	if opts.Clock == nil {
+		t.Fatal("harness: Options.Clock is required")
+	}
+	opts = opts.withDefaults()
+	c := &Cluster{Net: faultnet.New(), Clock: opts.Clock, t: t}
+	t.Cleanup(c.Net.Close)
+	var seed string
+	for i, name := range names {
+		n := c.startWith(name, opts, true, seed)
+		if i == 0 {
+			seed = n.gossip
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	return c
+}
+
+// Converged says whether every running node's ring holds exactly the
+// cluster's nodes, all at one ring version; when not, why.
+func (c *Cluster) Converged() error {
+	names := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		names[i] = n.Name
+	}
+	slices.Sort(names)
+	version := c.Nodes[0].Router.RingVersion()
+	for _, n := range c.Nodes {
+		got := slices.Sorted(slices.Values(n.Router.RingMembers()))
+		if !slices.Equal(got, names) {
+			return fmt.Errorf("%s's ring has %d members, want %d", n.Name, len(got), len(names))
+		}
+		if v := n.Router.RingVersion(); v != version {
+			return fmt.Errorf("%s's ring version %d, %s's %d", n.Name, v, c.Nodes[0].Name, version)
+		}
+	}
+	return nil
+}
+
 // start starts the node named name with its listeners, peer dialer and
 // gossip on c.Net.
 func (c *Cluster) start(name string, opts Options) *Node {
+	c.t.Helper()
+	return c.startWith(name, opts, false, "")
+}
+
+// startWith is start; with gossip, the node learns its members by gossip,
+// joining seed unless it is "".
+func (c *Cluster) startWith(name string, opts Options, gossip bool, seed string) *Node {
 	c.t.Helper()
 	var lns [3]net.Listener
 	for i := range lns {
@@ -112,7 +166,17 @@ func (c *Cluster) start(name string, opts Options) *Node {
 		cfg.HTTPListener, cfg.GRPCListener, cfg.PeerListener = lns[0], lns[1], lns[2]
 		cfg.GossipTransport = tr
 		cfg.PeerDialOptions = []grpc.DialOption{grpc.WithContextDialer(c.Net.Dialer(name))}
+		if gossip {
+			if seed != "" {
+				cfg.Join = []string{seed}
+			}
+			// Members learn each other's peer address from gossip, as
+			// host:port: dialled as given, through the Network, never
+			// looked up in DNS.
+			cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithResolvers(passthroughAsDNS{resolver.Get("passthrough")}))
+		}
 	})
+	n.gossip = tr.Addr().String()
 	n.Addr = "passthrough:///" + n.Addr
 	// A crash: nothing the node says while it closes (its leave, its
 	// handoff) reaches another node.
@@ -170,6 +234,12 @@ func StartNode(t testing.TB, name string, opts Options, edit func(*node.Config))
 	})
 	return n
 }
+
+// passthroughAsDNS is gRPC's passthrough resolver under the scheme of a
+// target that names none (dns): the address is dialled as it is given.
+type passthroughAsDNS struct{ resolver.Builder }
+
+func (passthroughAsDNS) Scheme() string { return "dns" }
 
 // Stop stops the node without telling the others (a crash, for a node of
 // a Cluster). Safe to call more than once.
