@@ -274,12 +274,19 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 }
 
 // Leave takes this node off its own ring and hands every key it holds to
-// the new owners, waiting until that is done or ctx ends (given a context
-// that has already ended, it only takes this node off its ring and returns
-// ctx's error at once). Call it after the
-// cluster has announced the leave, and keep serving the peer service until
-// it returns: new owners may still fetch state from this node.
+// the new owners, waiting until that is done or ctx ends. Given a context
+// that has already ended it changes nothing and returns ctx's error at
+// once: a node stopped with no time left stops as a crashed one would, and
+// the members promote their replicas of its keys (taking itself off its
+// ring would start a handoff in the background, racing the stop, and a
+// member could receive its spend twice: once as a replica, once pushed).
+// Call it after the cluster has announced the leave, and keep serving the
+// peer service until it returns: new owners may still fetch state from
+// this node.
 func (r *Router) Leave(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -290,9 +297,6 @@ func (r *Router) Leave(ctx context.Context) error {
 	r.mu.Unlock()
 	if r.view.Load().len() == 0 {
 		return nil // nobody to hand off to
-	}
-	if err := ctx.Err(); err != nil {
-		return err // no push could be made: return at once, off the ring
 	}
 	for {
 		_, failed := r.handoff.pass(ctx)

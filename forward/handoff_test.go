@@ -153,11 +153,11 @@ func TestHandoffOnRingChange(t *testing.T) {
 }
 
 // TestLeaveAndQuiesceWithEndedContext: a router told to leave with a
-// context that has already ended takes itself off its ring and returns the
-// context's error at once (its background handoff, triggered by the ring
-// change, goes on with a context of its own); Quiesce returns the error at
-// once too, instead of a pass whose pushes would all fail. A later Leave
-// with time to spare confirms that the keys are with B.
+// context that has already ended changes nothing and returns the context's
+// error at once (a stop with no time left is a crash: no handoff starts,
+// which would race the stop); Quiesce returns the error at once too,
+// instead of a pass whose pushes would all fail. A later Leave with time
+// to spare hands the keys to B.
 func TestLeaveAndQuiesceWithEndedContext(t *testing.T) {
 	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B")
@@ -174,8 +174,13 @@ func TestLeaveAndQuiesceWithEndedContext(t *testing.T) {
 	if err := a.r.Leave(ended); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Leave(ended) = %v, want context.Canceled", err)
 	}
-	if got := a.r.RingMembers(); !slices.Equal(got, []string{"B"}) {
-		t.Errorf("A's ring after Leave(ended) = %v, want [B]", got)
+	if got := a.r.RingMembers(); !slices.Equal(got, []string{"A", "B"}) {
+		t.Errorf("A's ring after Leave(ended) = %v, want [A B]: unchanged", got)
+	}
+	for _, k := range keys {
+		if b.store.Has(k) {
+			t.Fatalf("%s: B holds it after A's Leave(ended): a handoff started", k)
+		}
 	}
 	if err := a.r.Quiesce(ended, time.Nanosecond); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Quiesce(ended) = %v, want context.Canceled", err)
