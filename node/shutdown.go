@@ -123,7 +123,9 @@ func (n *Node) drain(ctx context.Context) {
 
 // Close stops accepting, waits for checks in flight until ctx ends, and
 // closes the listeners. It is safe to call more than once; later calls
-// return the first call's result.
+// return the first call's result. Given a context that has already ended,
+// the node hands nothing off and stops as a crashed one would: the
+// members promote their replicas of its keys.
 func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() { n.closeErr = n.shutdown(ctx) })
 	return n.closeErr
