@@ -25,8 +25,10 @@ func releaseOp(id string) *pb.LeaseOp {
 // of a granted lease (released, in_flight 1), a release of a malformed id
 // and an empty operation (INVALID_ARGUMENT, each alone: the others are
 // answered), a renew of the other lease (30s); a third, a second release
-// of the first (released false) and a renew of it (NOT_FOUND). An empty
-// call and one of 1,001 operations are INVALID_ARGUMENT and apply
+// of the first (released false), a renew of it (NOT_FOUND) and a renew of
+// the other (in_flight 1: the operations of one call run concurrently, so
+// the second call's renew may count the lease its release frees, or not).
+// An empty call and one of 1,001 operations are INVALID_ARGUMENT and apply
 // nothing.
 func TestGRPCLeases(t *testing.T) {
 	e := newTestEnv(t, nil)
@@ -72,7 +74,7 @@ func TestGRPCLeases(t *testing.T) {
 	if codes.Code(r[1].GetCode()) != codes.InvalidArgument || r[1].GetResult() != nil || r[1].GetMessage() == "" {
 		t.Fatalf("release of a malformed id: %v", r[1])
 	}
-	if rn := r[2].GetRenew(); r[2].GetCode() != 0 || !rn.GetRenewed() || rn.GetExpiresInMs() != 30000 || rn.GetInFlight() != 1 {
+	if rn := r[2].GetRenew(); r[2].GetCode() != 0 || !rn.GetRenewed() || rn.GetExpiresInMs() != 30000 || rn.GetLimit() != 2 {
 		t.Fatalf("renew: %v", r[2])
 	}
 	if codes.Code(r[3].GetCode()) != codes.InvalidArgument || r[3].GetMessage() != "op: one of acquire, renew or release is required" {
@@ -81,10 +83,14 @@ func TestGRPCLeases(t *testing.T) {
 	resp, err = c.Leases(ctx, &pb.LeasesRequest{Ops: []*pb.LeaseOp{
 		releaseOp(ids[0]),
 		{Op: &pb.LeaseOp_Renew{Renew: &pb.RenewRequest{Lease: ids[0]}}},
+		{Op: &pb.LeaseOp_Renew{Renew: &pb.RenewRequest{Lease: ids[1]}}},
 	}})
 	if err != nil || resp.GetResults()[0].GetCode() != 0 || resp.GetResults()[0].GetRelease().GetReleased() ||
 		codes.Code(resp.GetResults()[1].GetCode()) != codes.NotFound {
 		t.Fatalf("second release and renew of a released lease: %v, %v", resp, err)
+	}
+	if rn := resp.GetResults()[2].GetRenew(); resp.GetResults()[2].GetCode() != 0 || !rn.GetRenewed() || rn.GetInFlight() != 1 {
+		t.Fatalf("renew of the lease still held: %v", resp.GetResults()[2])
 	}
 	if _, err := c.Leases(ctx, &pb.LeasesRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("empty call: %v", err)
