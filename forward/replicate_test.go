@@ -100,7 +100,21 @@ func replicatingRouter(t *testing.T, maxLoss int64) (*Router, *replicaPeers, *pr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close(context.Background()) })
+	n0 := r.repl.started.Load()
 	r.SetMembers([]Member{{Name: "A", Addr: "a"}, {Name: "B", Addr: "b"}})
+	// The ring change sends every key A owns (none yet) in a round of its
+	// own; wait for it to end, or on a busy machine it could run after the
+	// test's first check and send that key's spend, in no round of the
+	// test's making.
+	testkit.WaitFor(t, 10*time.Second, "the ring change's round", func() error {
+		r.repl.roundMu.Lock()
+		done := r.repl.done
+		r.repl.roundMu.Unlock()
+		if started := r.repl.started.Load(); len(r.repl.resync) > 0 || started == n0 || done != started {
+			return fmt.Errorf("rounds begun %d (before the change %d), ended %d", started, n0, done)
+		}
+		return nil
+	})
 	for i := 0; ; i++ {
 		if k := fmt.Sprintf("crash-%d", i); ownerIn(r.view.Load().ring, "A", k) == "A" {
 			return r, peers, reg, k
