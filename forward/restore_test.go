@@ -101,6 +101,42 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 	}
 }
 
+// TestRestoredCopyAndReplicaCountOnce: as TestRestoredCopiesCountOnce, but
+// A's replica of the key reaches B before B hands its copy to A: B's copy,
+// restored with 700, counts nothing of A's whole 700 again, and neither
+// does A's after B's handoff.
+func TestRestoredCopyAndReplicaCountOnce(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
+	formCluster(clk, a, b)
+	key := keysOwnedBy(t, a.r, "A", "restored", 1)[0]
+	lim := bucket.MustLimit(bucket.TokenBucket, 10_000, 8784*time.Hour, 0)
+	saved := Saved{At: clk.Now(), Own: []peermsg.State{{Key: key, Limit: lim, Used: 700}}, Replicas: map[string][]peermsg.State{}}
+	for _, n := range []*node{a, b} {
+		if k, _, _, _ := n.r.Restore(saved); k != 1 {
+			t.Fatalf("%s restored %d keys", n.name, k)
+		}
+	}
+	// B knows it holds a key it does not own (as once its handoff has
+	// begun); A's ring change sends every key it owns to B.
+	b.r.handoff.mayHoldForeign()
+	a.r.repl.ringChanged()
+	advanceUntil(t, clk, 10*time.Millisecond, 10*time.Second, "A's replica at B", func() bool {
+		used, _ := b.r.shared.used("A", key, clk.Now())
+		return used == 700
+	})
+	if _, used, _ := b.store.Used(key, clk.Now()); used != 700 {
+		t.Fatalf("B's copy after A's replica arrived: used %d, want 700 (counted once)", used)
+	}
+	b.r.handoff.trigger()
+	advanceUntil(t, clk, 10*time.Millisecond, 10*time.Second, "B's copy handed to A", func() bool {
+		return testkit.Metric(t, a.reg, "ringlimit_handoff_keys_received_total") >= 1
+	})
+	if _, used, _ := a.store.Used(key, clk.Now()); used != 700 {
+		t.Fatalf("A's copy after B's handoff: used %d, want 700 (counted once)", used)
+	}
+}
+
 // resetRun is what spendExportReset did.
 type resetRun struct {
 	a, b   *node

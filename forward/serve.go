@@ -161,7 +161,16 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 		}
 		if r.cfg.Store.Has(s.Key) {
 			if seen, _ := r.shared.used(from, s.Key, now); s.Used > seen {
-				r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used-seen)
+				spend := s.Used - seen
+				if seen == 0 {
+					// The first replica seen is from's whole copy: a key
+					// restored here (each node kept a copy in its state
+					// file) holds part of it already.
+					spend = r.restored.take(s.Key, s.Used, now)
+				}
+				if spend > 0 {
+					r.cfg.Store.Charge(s.Key, &s.Limit, now, spend)
+				}
 			}
 		}
 		// Never lower: a replica sent before a push of this node's spend
