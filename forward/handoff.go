@@ -60,6 +60,9 @@ type handoff struct {
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
+	// afterRead, when not nil, runs after a pass has read a copy and
+	// before it pushes it (tests: what arrives meanwhile).
+	afterRead func()
 
 	// foreign is how many keys the store holds that this node does not own
 	// (as the last pass counted them, or 1 since a copy may have appeared):
@@ -138,25 +141,13 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	now := h.cfg.Clock.Now()
 	foreign := int64(0)
 	out := map[string][]peermsg.State{}
-	seen := map[string][]int64{} // what the owner had seen, per state in out
-	var stale []string           // pushed at least Grace ago and pushed again now: delete after
+	var stale []string // pushed at least Grace ago and pushed again now: delete after
 	flush := func(owner string) {
-		states, before := out[owner], seen[owner]
+		states := out[owner]
 		delete(out, owner)
-		delete(seen, owner)
-		// The owner counts the push as soon as it arrives, and may
-		// replicate the sum back before the call returns: what both
-		// account for is set first, and put back if the push fails.
-		for i := range states {
-			s := &states[i]
-			h.shared.set(owner, s.Key, &s.Limit, now, before[i]+s.Used, s.Window)
-		}
 		if err := h.cfg.Peers.Handoff(ctx, owner, states); err != nil {
 			h.cfg.Logger.Warn("handoff failed", "to", owner, "keys", len(states), "err", err)
-			for i := range states {
-				s := &states[i]
-				h.shared.set(owner, s.Key, &s.Limit, now, before[i], s.Window)
-			}
+			h.unshare(owner, states, now)
 			pending = true
 			failed += len(states)
 			return
@@ -181,15 +172,20 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 				h.pushed.Delete(s.Key)
 				continue
 			}
-			foreign++
 			// Push what the owner has not seen of every key we hold but do
 			// not own; one pushed at least Grace ago is pushed a last time
 			// (what last hops spent on our copy meanwhile) and then deleted.
-			had, _ := h.shared.used(owner, s.Key, now)
-			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: max(s.Used-had, 0),
+			push, had, ok := h.share(owner, s, now)
+			if !ok {
+				continue // deleted since the batch was read
+			}
+			foreign++
+			out[owner] = append(out[owner], peermsg.State{Key: s.Key, Limit: s.Limit, Used: push,
 				Reservations: appendRecords(h.resv, nil, s.Key, now, false), ResetAt: s.ResetAt, Adaptive: h.adapt.state(s.Key, now),
 				Window: s.Window, Full: had == 0})
-			seen[owner] = append(seen[owner], min(had, s.Used))
+			if h.afterRead != nil {
+				h.afterRead()
+			}
 			if len(out[owner]) >= handoffChunk {
 				flush(owner)
 			}
@@ -225,6 +221,42 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 		return true
 	})
 	return pending || left, failed
+}
+
+// share reads this node's copy s of a key owner owns afresh and returns
+// the spend owner has not seen (push) and what both accounted for before
+// (had); the shared entry is raised by push at once: the owner counts a
+// push as soon as it arrives, and may replicate the sum back before the
+// call returns. ok is false when the copy is gone.
+func (h *handoff) share(owner string, s *bucket.Snapshot, now clock.Instant) (push, had int64, ok bool) {
+	h.shared.copies.Lock()
+	defer h.shared.copies.Unlock()
+	fresh, ok := h.cfg.Store.Lookup(s.Key, now)
+	if !ok {
+		return 0, 0, false
+	}
+	s.Limit, s.Used, s.ResetAt, s.Window = fresh.Limit, fresh.Used, fresh.ResetAt, fresh.Window
+	had, _ = h.shared.used(owner, s.Key, now)
+	if push = max(s.Used-had, 0); push > 0 {
+		h.shared.set(owner, s.Key, &s.Limit, now, had+push, s.Window)
+	}
+	return push, had, true
+}
+
+// unshare takes back what share added for states, a push that failed:
+// the owner did not count it, and the next pass sends it again. Replicas
+// that raised the entries since stay counted.
+func (h *handoff) unshare(owner string, states []peermsg.State, now clock.Instant) {
+	h.shared.copies.Lock()
+	defer h.shared.copies.Unlock()
+	for i := range states {
+		s := &states[i]
+		if s.Used == 0 {
+			continue
+		}
+		cur, _ := h.shared.used(owner, s.Key, now)
+		h.shared.set(owner, s.Key, &s.Limit, now, max(cur-s.Used, 0), s.Window)
+	}
 }
 
 // prevOwner returns the member key belonged to before the last ring

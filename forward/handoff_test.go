@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 	"github.com/ringlimit/ringlimit/ring"
@@ -453,5 +455,57 @@ func TestGraceFetchFromSilentOwnerDoesNotStallForwarded(t *testing.T) {
 			return used > 0
 		})
 		t.Fatalf("check forwarded to B after %v: %+v, want decided by B (B spent %d on it too)", el, res, used)
+	}
+}
+
+// TestReplicaDuringPushCountsOnce: B stands in for A on A's key (as when A
+// cannot be reached from another member), and A's replica of what A spent
+// since arrives while B's handoff is between reading its copy and pushing
+// it. Each spend reaches A once: B's push used to write what it shares
+// with A after the replica had raised it, lowering it, and the next push
+// sent A's own spend back to A (21 for 16; TestAsymmetricLink failed so on
+// a busy machine).
+func TestReplicaDuringPushCountsOnce(t *testing.T) {
+	clk := testkit.NewClock(0)
+	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
+	formCluster(clk, a, b)
+	key := keysOwnedBy(t, a.r, "A", "standin", 1)[0]
+	lim := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res := check1(t, a.r, key, lim, 10); !res.Allowed {
+		t.Fatalf("A's first spend: %+v", res)
+	}
+	a.r.SyncReplicas(ctx)
+
+	var once sync.Once
+	b.r.handoff.mu.Lock() // no pass before the hook is in place
+	b.r.handoff.afterRead = func() {
+		once.Do(func() {
+			if res := check1(t, a.r, key, lim, 5); !res.Allowed {
+				t.Errorf("A's spend during the push: %+v", res)
+			}
+			a.r.SyncReplicas(ctx)
+		})
+	}
+	b.r.handoff.mu.Unlock()
+	c := Check{Key: key, Limit: lim, Cost: 1}
+	if res := b.r.decideFor(ctx, b.r.view.Load(), "A", &c, clk.Now()); !res.Allowed || res.Remaining != 989 {
+		t.Fatalf("B standing in: %+v, want allowed, 989 left", res)
+	}
+	used := func(n *node) int64 {
+		_, u, _ := n.store.Used(key, clk.Now())
+		return u
+	}
+	for i := 0; i < 3; i++ {
+		b.r.handoff.pass(ctx)
+		a.r.SyncReplicas(ctx)
+	}
+	if u := used(a); u != 16 {
+		t.Fatalf("A's copy: used %d, want 16 (10 and 5 by A, 1 by B)", u)
+	}
+	shared, _ := b.r.shared.used("A", key, clk.Now())
+	if u := used(b); u != 16 || shared != 16 {
+		t.Fatalf("B's copy: used %d, shared with A %d, want 16 and 16", u, shared)
 	}
 }

@@ -149,6 +149,8 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 		r.importState(from, &states[i], now)
 		r.adapt.replica(from, &states[i], now)
 	}
+	r.shared.copies.Lock() // see shared
+	defer r.shared.copies.Unlock()
 	if !r.handoff.holdsForeign() { // no local copy to charge: the replicas alone
 		r.shared.raiseAll(from, now, states)
 		return len(states), nil
@@ -191,10 +193,12 @@ func (r *Router) Lookup(from, key string, named *bucket.Limit) (peermsg.State, b
 		return r.lookupLeases(from, key), true // a concurrency key's lease set, possibly none
 	}
 	now := r.cfg.Clock.Now()
+	r.shared.copies.Lock() // see shared
 	snap, ok := r.cfg.Store.Lookup(key, now)
 	if ok && from != "" {
 		r.shared.set(from, key, &snap.Limit, now, snap.Used, snap.Window)
 	}
+	r.shared.copies.Unlock()
 	return peermsg.State{Key: key, Limit: snap.Limit, Used: snap.Used, Reservations: r.appendRecords(nil, key, now), ResetAt: snap.ResetAt,
 		Window: snap.Window}, ok
 }

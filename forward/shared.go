@@ -36,7 +36,19 @@ import (
 // start that key full, a shared entry missing makes the next push send
 // the whole spend (counted twice rather than not at all). Safe for
 // concurrent use.
+//
+// A copy of a key and what this node shares about it with another member
+// change together: a replica from the owner charges the copy what the
+// owner spent since and raises the shared entry, a push reads the copy
+// against the entry and raises the entry by what it sends, a stand-in
+// adopts a copy from the entry, and a fetch answered sets the entry to the
+// copy. Each holds copies while it reads one and writes the other: a push that read the copy after a
+// replica charged it but the entry before the replica raised it sent the
+// owner's own spend back to it, and a push's entry written after a replica
+// raised it lowered it again, and the next replica charged the owner's
+// spend to the copy a second time; both counted spend twice.
 type shared struct {
+	copies   sync.Mutex // see above
 	capacity int
 	shards   int                                      // at most: the node's store's
 	memory   int64                                    // bytes per member's store

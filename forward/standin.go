@@ -335,6 +335,11 @@ func (r *Router) adopt(owner, key string, now clock.Instant) {
 	if r.cfg.Store.Has(key) {
 		return
 	}
+	r.shared.copies.Lock() // see shared
+	defer r.shared.copies.Unlock()
+	if r.cfg.Store.Has(key) {
+		return
+	}
 	if st, ok := r.shared.state(owner, key, now); ok {
 		r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window)
 	}
