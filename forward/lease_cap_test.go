@@ -69,6 +69,12 @@ func TestRenewCappedByMaxTTL(t *testing.T) {
 // A answers no lease set (it may still grant, so it gives nothing away);
 // once A's ring holds C, A answers the key's live leases, and an empty
 // set once they expired. Naming no limit, it is not found.
+//
+// C stops once the key is chosen: Lookup is called on A directly, and a
+// live C would take A's handoff of the lease set and replicate it back to
+// A as its successor, with the lease's remaining TTL read before the clock
+// jumps 2s and counted from after it (on a busy machine, A answered the
+// lease with 1.07s left after it should have expired).
 func TestLookupPolicyLeases(t *testing.T) {
 	clk := testkit.NewClock(0)
 	a, b, c := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil), startNode(t, "C", clk, nil)
@@ -81,6 +87,7 @@ func TestLookupPolicyLeases(t *testing.T) {
 			key = k
 		}
 	}
+	c.stop()
 	res, err := a.r.Acquire(context.Background(), Acquire{Key: key, Limit: concurrency(2), Mode: bucket.FailClosed, TTL: 2 * time.Second})
 	if err != nil || !res.Allowed {
 		t.Fatalf("acquire: %+v %v", res, err)
