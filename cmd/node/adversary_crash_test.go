@@ -146,13 +146,8 @@ func crashRun(h *harness, procs []*proc, body string, run int) (int, []time.Dura
 			return 0, nil, fmt.Errorf("spend %d on owner %s: %d %+v %v, want 200 decided by it", i, owner.name, a.status, a.body, err)
 		}
 	}
-	if err := owner.cmd.Process.Kill(); err != nil {
+	if err := owner.kill(); err != nil {
 		return 0, nil, err
-	}
-	select {
-	case <-owner.exited:
-	case <-time.After(10 * time.Second):
-		return 0, nil, fmt.Errorf("%s still running 10s after SIGKILL", owner.name)
 	}
 	via := survivors[run%2]
 	admitted := crashBurst

@@ -127,13 +127,8 @@ func admits(h *harness, procs []*proc, key string, l inlineLimit, n int) (int, s
 // took.
 func killAndDrop(h *harness, p *proc, survivors []*proc) time.Duration {
 	h.t.Helper()
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.kill(); err != nil {
 		h.t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		h.t.Fatalf("%s still running 10s after SIGKILL", p.name)
 	}
 	var names []string
 	for _, s := range survivors {

@@ -194,14 +194,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 	}
 
-	if err := p3.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
 	killed := time.Now()
-	select {
-	case <-p3.exited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("node-3 still runs 5 s after SIGKILL")
+	if err := p3.kill(); err != nil {
+		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 5*time.Second, "the page to show node-3 dead", func() error {
 		var err error
