@@ -75,14 +75,14 @@ func TestExportRestore(t *testing.T) {
 	}
 }
 
-// TestRestoredCopiesCountOnce: A and B both restore the key A owns with
-// 700 spent (each node kept a copy in its state file); B hands its whole
-// copy to A, which counts nothing of it again: A's copy stays at 700.
-func TestRestoredCopiesCountOnce(t *testing.T) {
-	clk := testkit.NewClock(0)
-	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
+// restoredOnBoth forms A and B and restores, on each, a key A owns with
+// 700 spent (10,000 a year), as if each had kept a copy in its state file.
+func restoredOnBoth(t *testing.T) (clk *testkit.Clock, a, b *node, key string) {
+	t.Helper()
+	clk = testkit.NewClock(0)
+	a, b = startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
 	formCluster(clk, a, b)
-	key := keysOwnedBy(t, a.r, "A", "restored", 1)[0]
+	key = keysOwnedBy(t, a.r, "A", "restored", 1)[0]
 	lim := bucket.MustLimit(bucket.TokenBucket, 10_000, 8784*time.Hour, 0)
 	saved := Saved{At: clk.Now(), Own: []peermsg.State{{Key: key, Limit: lim, Used: 700}}, Replicas: map[string][]peermsg.State{}}
 	for _, n := range []*node{a, b} {
@@ -90,6 +90,14 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 			t.Fatalf("%s restored %d keys", n.name, k)
 		}
 	}
+	return clk, a, b, key
+}
+
+// TestRestoredCopiesCountOnce: A and B both restore the key A owns with
+// 700 spent (each node kept a copy in its state file); B hands its whole
+// copy to A, which counts nothing of it again: A's copy stays at 700.
+func TestRestoredCopiesCountOnce(t *testing.T) {
+	clk, a, b, key := restoredOnBoth(t)
 	b.r.handoff.trigger()
 	// 10ms of the fake clock a poll: at most 20s in the 10s given, inside
 	// the minute in which restored copies are counted once.
@@ -106,17 +114,7 @@ func TestRestoredCopiesCountOnce(t *testing.T) {
 // restored with 700, counts nothing of A's whole 700 again, and neither
 // does A's after B's handoff.
 func TestRestoredCopyAndReplicaCountOnce(t *testing.T) {
-	clk := testkit.NewClock(0)
-	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
-	formCluster(clk, a, b)
-	key := keysOwnedBy(t, a.r, "A", "restored", 1)[0]
-	lim := bucket.MustLimit(bucket.TokenBucket, 10_000, 8784*time.Hour, 0)
-	saved := Saved{At: clk.Now(), Own: []peermsg.State{{Key: key, Limit: lim, Used: 700}}, Replicas: map[string][]peermsg.State{}}
-	for _, n := range []*node{a, b} {
-		if k, _, _, _ := n.r.Restore(saved); k != 1 {
-			t.Fatalf("%s restored %d keys", n.name, k)
-		}
-	}
+	clk, a, b, key := restoredOnBoth(t)
 	// B knows it holds a key it does not own (as once its handoff has
 	// begun); A's ring change sends every key it owns to B.
 	b.r.handoff.mayHoldForeign()

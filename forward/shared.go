@@ -42,11 +42,11 @@ import (
 // owner spent since and raises the shared entry, a push reads the copy
 // against the entry and raises the entry by what it sends, a stand-in
 // adopts a copy from the entry, and a fetch answered sets the entry to the
-// copy. Each holds copies while it reads one and writes the other: a push that read the copy after a
-// replica charged it but the entry before the replica raised it sent the
-// owner's own spend back to it, and a push's entry written after a replica
-// raised it lowered it again, and the next replica charged the owner's
-// spend to the copy a second time; both counted spend twice.
+// copy. Each holds copies while it reads one and writes the other. A push
+// that read the copy after a replica charged it, but the entry before the
+// replica raised it, would send the owner's own spend back to it; a push's
+// entry written after a replica raised it would lower it, and the next
+// replica would charge the owner's spend to the copy a second time.
 type shared struct {
 	copies   sync.Mutex // see above
 	capacity int
