@@ -9,7 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // In-flight (concurrency) limits: Acquire takes one of a key's slots for a
@@ -115,7 +117,7 @@ func (c *Client) AcquirePolicy(ctx context.Context, req *pb.PolicyRequest, ttl t
 func (c *Client) AcquireCheck(ctx context.Context, check *pb.Check, ttl time.Duration, requestID string) (Lease, error) {
 	start, second := -1, -1
 	if check.GetKey() != "" {
-		start, second = c.keyOwner(check)
+		start, second = c.acquireOwner(check.GetKey())
 	}
 	op := &pb.LeaseOp{Op: &pb.LeaseOp_Acquire{Acquire: &pb.AcquireRequest{Check: check, TtlMs: ttl.Milliseconds(), RequestId: requestID}}}
 	var res *pb.LeaseResult
@@ -129,11 +131,28 @@ func (c *Client) AcquireCheck(ctx context.Context, check *pb.Check, ttl time.Dur
 	d := res.GetAcquire().GetDecision()
 	if key := check.GetKey(); key != "" && d.GetOwnerAddr() != "" && c.ring.table.Load() == nil {
 		if j, ok := c.index(d.GetOwnerAddr()); ok {
-			c.owners.put(key, j)
+			c.owners.put(bucket.NamespaceConcurrency+key, j)
 		}
 	}
 	c.learnLease(d.GetLease(), d.GetOwnerAddr())
 	return Lease{Decision: decision(d), ID: d.GetLease(), InFlight: d.GetInFlight(), ExpiresIn: fromMillis(d.GetExpiresInMs())}, nil
+}
+
+// acquireOwner returns the indexes of the nodes to try first for an
+// acquire of the inline key: the owner of its stored key (the key in the
+// concurrency namespace, which the ring places whole, unlike an inline
+// rate limit's) and that owner's successor, from the ring; or the node
+// that answered last for it while the ring is unknown (-1: none).
+func (c *Client) acquireOwner(key string) (first, second int) {
+	stored := bucket.NamespaceConcurrency + key
+	if t := c.ring.table.Load(); t != nil {
+		p := ring.Partition(stored, len(t.owners))
+		return t.owners[p], t.successor(p)
+	}
+	if i, ok := c.owners.get(stored); ok {
+		return i, -1
+	}
+	return -1, -1
 }
 
 // Renew extends the lease id by ttl from now (0: the cluster's default)

@@ -101,6 +101,75 @@ func TestRingNoForwards(t *testing.T) {
 	}
 }
 
+// With a stable ring every acquire and release goes straight to its key's
+// owner (an acquire's key is placed in the concurrency namespace, not as an
+// inline rate limit's): 0 of 3,000 pairs on 300 keys make a peer lease
+// call, and every one is granted and released.
+func TestRingAcquiresNoForwards(t *testing.T) {
+	const pairs, keys = 3000, 300
+	c := newCluster(t, 3, "")
+	cl := newClient(t, client.Config{Targets: c.addrs()})
+	waitRing(t, c, cl)
+	before := peerLeaseCalls(t, c)
+	var next, granted, released atomic.Int64
+	if err := callers(16, func() error {
+		for i := next.Add(1) - 1; i < pairs; i = next.Add(1) - 1 {
+			l, err := cl.Acquire(context.Background(), fmt.Sprintf("slot-%d", i%keys), 1000, time.Minute, "")
+			if err != nil {
+				return err
+			}
+			if !l.Allowed {
+				return fmt.Errorf("acquire %d refused: %+v", i, l)
+			}
+			granted.Add(1)
+			ok, err := cl.Release(context.Background(), l.ID, client.OutcomeOK, time.Millisecond)
+			if err != nil {
+				return err
+			}
+			if ok {
+				released.Add(1)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if granted.Load() != pairs || released.Load() != pairs {
+		t.Fatalf("%d granted, %d released, want %d each", granted.Load(), released.Load(), pairs)
+	}
+	if got := peerLeaseCalls(t, c) - before; got != 0 {
+		t.Fatalf("%v peer lease calls for %d pairs, want 0", got, pairs)
+	}
+}
+
+// peerLeaseCalls is how many lease operations (acquire, renew, release)
+// the nodes of c took from one another over the peer service.
+func peerLeaseCalls(t *testing.T, c *testCluster) float64 {
+	t.Helper()
+	var sum float64
+	for _, nd := range c.nodes {
+		mfs, err := nd.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "ringlimit_grpc_server_handled_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					labels[lp.GetName()] = lp.GetValue()
+				}
+				if labels["server"] == "peer" && (labels["method"] == "Acquire" || labels["method"] == "Renew" || labels["method"] == "Release") {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
 // While a fourth node joins, 1,000 checks on each of 20 keys against a
 // limit of 100 admit exactly 100 per key; the client then holds the new
 // ring, reaches the new member (not in its Targets) and forwards nothing.
