@@ -96,7 +96,7 @@ func (r *Router) report(ctx context.Context, scope, key string, l bucket.Limit, 
 	}
 	q := peermsg.ReportRequest{Key: key, Limit: l, Spec: *spec, Scope: scope, Outcome: adaptive.Outcome(o),
 		Latency: min(max(latency, 0), MaxReportLatency)}
-	v := r.view.Load()
+	v := r.entryView(ctx)
 	if v.noOwner() {
 		return ReportResult{}, fmt.Errorf("%w: no owner for the key", ErrUnavailable)
 	}

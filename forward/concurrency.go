@@ -130,7 +130,7 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (LeaseResult, error) {
 		r.m.leaseOp("acquire", "error")
 		return LeaseResult{}, err
 	}
-	v := r.view.Load()
+	v := r.entryView(ctx)
 	if v.noOwner() {
 		return r.leaseDegraded(&a), nil
 	}
@@ -175,7 +175,7 @@ func (r *Router) Renew(ctx context.Context, id string, ttl time.Duration) (Lease
 	if err := bucket.CheckLeaseTTL("ttl", ttl); err != nil {
 		return LeaseResult{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v := r.view.Load()
+	v := r.entryView(ctx)
 	ans, err := r.routeLease(ctx, v, key, func(owner string, final bool) (peermsg.LeaseAnswer, error) {
 		if owner == r.cfg.Self {
 			return r.renewLocal(ctx, v, id, ttl), nil
@@ -211,7 +211,7 @@ func (r *Router) Release(ctx context.Context, id string, o Outcome, latency time
 		return ReleaseResult{}, fmt.Errorf("%w: outcome: want ok, error or dropped, got %d", ErrInvalid, o)
 	}
 	latency = max(latency, 0)
-	v := r.view.Load()
+	v := r.entryView(ctx)
 	ans, err := r.routeLease(ctx, v, key, func(owner string, final bool) (peermsg.LeaseAnswer, error) {
 		if owner == r.cfg.Self {
 			return r.releaseLocal(ctx, v, key, id, o, latency), nil

@@ -240,9 +240,65 @@ func TestCancelledCallerReturnsPromptly(t *testing.T) {
 	}
 }
 
+// A check that reaches a joining node before its first member list waits
+// for the list and is decided by the key's owner, not in its failure mode:
+// the local share a joining node hands out would admit on a key its owner
+// has exhausted (TestRingJoinExact, through a ring-aware client that
+// reached the new member before it had a ring).
+func TestJoiningNodeWaitsForMembers(t *testing.T) {
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, func(c *nodeConfig) { c.Joining = true })
+	base := clock.Timers()
+	out := make([]Result, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- a.r.Check(context.Background(), []Check{{Key: "k", Limit: hourly(12), Cost: 1, Mode: bucket.Local}}, out)
+	}()
+	if !testkit.Poll(10*time.Second, func() bool { return clock.Timers() > base }) {
+		t.Fatal("the check did not wait for the member list")
+	}
+	a.r.SetMembers(membersOf(a))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the check was not answered once the member list came")
+	}
+	if r := out[0]; !r.Allowed || r.Degraded || r.Owner != "A" || r.Remaining != 11 {
+		t.Fatalf("%+v, want allowed by A with 11 left, not degraded", r)
+	}
+	if got := testkit.Metric(t, a.reg, "ringlimit_degraded_checks_total", "mode", "local"); got != 0 {
+		t.Fatalf("%v checks degraded, want 0", got)
+	}
+}
+
+// checkWhileJoining runs a.r.Check on a node that has no member list yet:
+// the check waits half the peer deadline for one (entryView), so the fake
+// clock is moved on until it is answered.
+func checkWhileJoining(t *testing.T, a *node, clock *testkit.Clock, checks []Check, out []Result) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- a.r.Check(context.Background(), checks, out) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			return err
+		case <-clock.TimerAdded():
+		case <-time.After(time.Millisecond):
+		}
+		clock.Advance(a.r.cfg.PeerTimeout / 2)
+	}
+	t.Fatal("a check on a joining node was not answered within 10s")
+	return nil
+}
+
 // A node that joins a cluster knows no owner until it is given the members:
-// it answers every check in the check's failure mode, the local one with
-// its share of the limit, and owns keys only from its first member list on.
+// a check waits half the peer deadline for them, then is answered in its
+// failure mode, the local one with its share of the limit; the node owns
+// keys only from its first member list on.
 func TestJoiningNodeAnswersInFailureMode(t *testing.T) {
 	for _, tc := range []struct {
 		size      int
@@ -268,7 +324,7 @@ func TestJoiningNodeAnswersInFailureMode(t *testing.T) {
 				{Key: "local", Limit: l, Cost: 1, Mode: bucket.Local},
 			}
 			out := make([]Result, len(checks))
-			if err := a.r.Check(context.Background(), checks, out); err != nil {
+			if err := checkWhileJoining(t, a, clock, checks, out); err != nil {
 				t.Fatal(err)
 			}
 			if r := out[0]; !r.Allowed || !r.Degraded {

@@ -69,7 +69,7 @@ func (r *Router) Settle(ctx context.Context, id string, cost int64) (SettleResul
 	if cost < 0 || cost > MaxSettleCost {
 		return SettleResult{}, fmt.Errorf("%w: cost: must be between 0 and %d, got %d", ErrInvalid, MaxSettleCost, cost)
 	}
-	v := r.view.Load()
+	v := r.entryView(ctx)
 	owner := ownerIn(v.ring, r.cfg.Self, key)
 	if v.noOwner() {
 		return SettleResult{}, fmt.Errorf("%w: no owner for the key", ErrUnavailable)

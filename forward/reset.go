@@ -56,7 +56,7 @@ func (r *Router) Reset(ctx context.Context, key string, l bucket.Limit) (ResetRe
 	if !l.Valid() {
 		return ResetResult{}, fmt.Errorf("%w: limit: missing", ErrInvalid)
 	}
-	v := r.view.Load()
+	v := r.entryView(ctx)
 	if v.noOwner() {
 		return ResetResult{}, fmt.Errorf("%w: no owner for %q (this node is in a minority)", ErrUnavailable, key)
 	}
