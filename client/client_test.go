@@ -962,6 +962,13 @@ func TestNewValidates(t *testing.T) {
 // forwardedTotal sums ringlimit_forward_checks_total over the nodes.
 func forwardedTotal(t *testing.T, c *testCluster) float64 {
 	t.Helper()
+	return metricSum(t, c, "ringlimit_forward_checks_total", nil)
+}
+
+// metricSum adds up the counter name over every node of c, keeping the
+// series whose labels keep accepts (nil: all).
+func metricSum(t *testing.T, c *testCluster, name string, keep func(labels map[string]string) bool) float64 {
+	t.Helper()
 	var sum float64
 	for _, nd := range c.nodes {
 		mfs, err := nd.reg.Gather()
@@ -969,8 +976,17 @@ func forwardedTotal(t *testing.T, c *testCluster) float64 {
 			t.Fatal(err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == "ringlimit_forward_checks_total" {
-				sum += mf.GetMetric()[0].GetCounter().GetValue()
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					labels[lp.GetName()] = lp.GetValue()
+				}
+				if keep == nil || keep(labels) {
+					sum += m.GetCounter().GetValue()
+				}
 			}
 		}
 	}

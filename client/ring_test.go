@@ -146,28 +146,10 @@ func TestRingAcquiresNoForwards(t *testing.T) {
 // the nodes of c took from one another over the peer service.
 func peerLeaseCalls(t *testing.T, c *testCluster) float64 {
 	t.Helper()
-	var sum float64
-	for _, nd := range c.nodes {
-		mfs, err := nd.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "ringlimit_grpc_server_handled_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, lp := range m.GetLabel() {
-					labels[lp.GetName()] = lp.GetValue()
-				}
-				if labels["server"] == "peer" && (labels["method"] == "Acquire" || labels["method"] == "Renew" || labels["method"] == "Release") {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
+	return metricSum(t, c, "ringlimit_grpc_server_handled_total", func(labels map[string]string) bool {
+		m := labels["method"]
+		return labels["server"] == "peer" && (m == "Acquire" || m == "Renew" || m == "Release")
+	})
 }
 
 // While a fourth node joins, 1,000 checks on each of 20 keys against a

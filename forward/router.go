@@ -169,25 +169,10 @@ func (r *Router) RingVersion() uint64 { return r.view.Load().version() }
 // admitted 101 to 116 of 100 on the keys the new member took, about once
 // in 30 runs: the new member's local shares.
 func (r *Router) entryView(ctx context.Context) *view {
-	v := r.view.Load()
-	if !v.joining {
+	if v := r.view.Load(); !v.joining {
 		return v
 	}
-	timer := r.cfg.Clock.NewTimer(r.cfg.PeerTimeout / 2)
-	defer timer.Stop()
-	for {
-		changed := *r.viewChanged.Load()
-		if v = r.view.Load(); !v.joining {
-			return v
-		}
-		select {
-		case <-changed:
-		case <-timer.C():
-			return r.view.Load()
-		case <-ctx.Done():
-			return r.view.Load()
-		}
-	}
+	return r.awaitView(ctx, func(v *view) bool { return !v.joining })
 }
 
 // Check decides checks and writes one Result per check into out, which

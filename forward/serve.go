@@ -216,11 +216,17 @@ func (r *Router) awaitMember(ctx context.Context, from string) *view {
 	if from == "" || v.has(from) || v.len() > 1 {
 		return v
 	}
+	return r.awaitView(ctx, func(v *view) bool { return v.has(from) })
+}
+
+// awaitView returns the view once ready says it is, or, when half the peer
+// deadline has passed or ctx ends first, the view then.
+func (r *Router) awaitView(ctx context.Context, ready func(*view) bool) *view {
 	timer := r.cfg.Clock.NewTimer(r.cfg.PeerTimeout / 2)
 	defer timer.Stop()
 	for {
 		changed := *r.viewChanged.Load()
-		if v = r.view.Load(); v.has(from) {
+		if v := r.view.Load(); ready(v) {
 			return v
 		}
 		select {
