@@ -155,8 +155,17 @@ func peerLeaseCalls(t *testing.T, c *testCluster) float64 {
 // While a fourth node joins, 1,000 checks on each of 20 keys against a
 // limit of 100 admit exactly 100 per key; the client then holds the new
 // ring, reaches the new member (not in its Targets) and forwards nothing.
-func TestRingJoinExact(t *testing.T) {
-	const keys, perKey, limit = 20, 1000, 100
+// Every key has spent its limit before the join.
+func TestRingJoinExact(t *testing.T) { testRingJoinExact(t, 1000) }
+
+// The same with 150 checks on each key: a third of them before the join,
+// so that every key still has room while its owner changes and a spend
+// counted twice (the previous owner's push of its whole copy crossing the
+// new owner's fetch of it) or not at all shows.
+func TestRingJoinExactWithRoomLeft(t *testing.T) { testRingJoinExact(t, 150) }
+
+func testRingJoinExact(t *testing.T, perKey int64) {
+	const keys, limit = 20, 100
 	c := newCluster(t, 3, "")
 	cl := newClient(t, client.Config{Targets: c.addrs()})
 	waitRing(t, c, cl)

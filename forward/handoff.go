@@ -298,11 +298,20 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 		return true
 	}
 	importRecords(h.resv, &st, now)
-	h.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
-	// prev answered with st.Used: its later push is only what it spends
-	// after this.
-	h.shared.set(prev, key, &st.Limit, now, st.Used, st.Window)
+	h.adoptFetched(prev, key, &st, now)
 	return true
+}
+
+// adoptFetched merges the state prev answered a fetch of key with into
+// this node's copy. prev answered with st.Used: its later push is only what it
+// spends after this, and a push of its whole copy crossing this fetch is
+// charged only beyond it (Router.chargeHanded), so the copy and what the
+// two share change together.
+func (h *handoff) adoptFetched(prev, key string, st *peermsg.State, now clock.Instant) {
+	h.shared.copies.Lock()
+	defer h.shared.copies.Unlock()
+	h.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
+	h.shared.set(prev, key, &st.Limit, now, st.Used, st.Window)
 }
 
 // Leave takes this node off its own ring and hands every key it holds to

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 	"github.com/ringlimit/ringlimit/ring"
@@ -507,5 +508,79 @@ func TestReplicaDuringPushCountsOnce(t *testing.T) {
 	shared, _ := b.r.shared.used("A", key, clk.Now())
 	if u := used(b); u != 16 || shared != 16 {
 		t.Fatalf("B's copy: used %d, shared with A %d, want 16 and 16", u, shared)
+	}
+}
+
+// A previous owner's push of its whole copy that crosses the new owner's
+// fetch of the same copy is charged once: 51 spent there, fetched (51),
+// then pushed whole (51, Full): 51, not 102. What it pushes after (what it
+// spent since) is charged; so is a whole copy from a member this node
+// shares nothing with.
+func TestFullPushAfterFetchCountsOnce(t *testing.T) {
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, nil)
+	a.r.SetMembers(membersOf(a))
+	l := hourly(100)
+	used := func() int64 {
+		_, u, _ := a.store.Used("k", clock.Now())
+		return u
+	}
+	a.r.handoff.adoptFetched("B", "k", &peermsg.State{Key: "k", Limit: l, Used: 51}, clock.Now())
+	if got := used(); got != 51 {
+		t.Fatalf("after the fetch: used %d, want 51", got)
+	}
+	a.r.Merge("B", []peermsg.State{{Key: "k", Limit: l, Used: 51, Full: true}})
+	if got := used(); got != 51 {
+		t.Fatalf("after B's whole copy (51) crossed the fetch: used %d, want 51", got)
+	}
+	a.r.Merge("B", []peermsg.State{{Key: "k", Limit: l, Used: 4}})
+	if got := used(); got != 55 {
+		t.Fatalf("after B's push of 4 more: used %d, want 55", got)
+	}
+	a.r.Merge("C", []peermsg.State{{Key: "k", Limit: l, Used: 10, Full: true}})
+	if got := used(); got != 65 {
+		t.Fatalf("after C's whole copy of 10: used %d, want 65", got)
+	}
+}
+
+// What a node shares with a member is forgotten when the member joins its
+// ring (an earlier process of that name took it along), but not what a
+// fetch by that member's process set before this node's ring held it: A
+// answers B's fetch of a key with 51 spent while A's ring is A alone, then
+// takes B in; A still shares 51 with B, so B's first replica of the key
+// charges A's copy only what B spent beyond the 51 it fetched.
+func TestFetchBeforeJoinIsRemembered(t *testing.T) {
+	clock := testkit.NewClock(0)
+	nodes := startNodes(t, clock, nil, "A", "B")
+	a, b := nodes[0], nodes[1]
+	a.r.SetMembers(membersOf(a))
+	both, err := ring.New(ring.Config{}, []string{"A", "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string // one A keeps once B joins: no push moves what A shares
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("early-%d", i); func() bool { o, _ := both.Owner(k); return o == "A" }() {
+			key = k
+		}
+	}
+	lim := hourly(100)
+	if res := check1(t, a.r, key, lim, 51); !res.Allowed || res.Remaining != 49 {
+		t.Fatalf("%+v", res)
+	}
+	other := "early-other"
+	if res := check1(t, a.r, other, lim, 5); !res.Allowed {
+		t.Fatalf("%+v", res)
+	}
+	a.r.shared.set("B", other, &lim, clock.Now(), 5, 0) // shared with an earlier B
+	if st, ok := a.r.Lookup("B", key, nil); !ok || st.Used != 51 {
+		t.Fatalf("fetch answered %+v, %v; want used 51", st, ok)
+	}
+	a.r.SetMembers(membersOf(a, b))
+	if used, ok := a.r.shared.used("B", key, clock.Now()); !ok || used != 51 {
+		t.Fatalf("A shares %d (%v) with B after B joined, want the 51 B fetched", used, ok)
+	}
+	if used, ok := a.r.shared.used("B", other, clock.Now()); ok {
+		t.Fatalf("A still shares %d with B on a key B never fetched, want it forgotten", used)
 	}
 }

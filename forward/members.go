@@ -71,7 +71,7 @@ func (r *Router) rebuildLocked() {
 		var joined []string
 		for _, name := range rg.Members() {
 			if name != self && !old.has(name) {
-				r.shared.forgetAll(name)
+				r.shared.forgetJoined(name, r.cfg.Clock.Now())
 				joined = append(joined, name)
 			}
 		}
