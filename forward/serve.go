@@ -132,13 +132,13 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 // and reports whether the store took it. A push carries what from spent
 // since it last pushed, but Full, its whole copy: part of that copy may be
 // here already, restored from this node's state file (restored), or
-// fetched from from, or pushed back to it (what the two share): only the
-// rest is charged. (What the two share is left as it is: from drops its
-// copy once it has handed it, and a push back must then carry all.) A fetch of the
-// key answered while from read its copy for the push would otherwise be
-// counted twice (TestRingJoinExactWithRoomLeft admitted 52 of 100 on a key
-// whose previous owner had spent 51: its push of the whole copy crossed the
-// new owner's fetch of it).
+// fetched from from, or pushed back to it (what the two share, as far as
+// this node's copy still holds it): only the rest is charged. What the two
+// share is left as it is (from drops its copy once it has handed it, and a
+// push back must then carry everything). Without this, a fetch of the key
+// answered while from read its copy for the push was counted twice
+// (TestRingJoinExactWithRoomLeft admitted 52 of 100 on a key whose
+// previous owner had spent 51).
 func (r *Router) chargeHanded(from string, s *peermsg.State, now clock.Instant) bool {
 	if !s.Full {
 		return r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil
