@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -63,6 +64,12 @@ const (
 
 // Config configures the API.
 type Config struct {
+	// BatchInterceptor, when not nil, runs around each call a Batches
+	// stream carries, as the gRPC server's unary interceptors run around
+	// a unary call (grpc.ChainUnaryInterceptor chains several): with
+	// info.FullMethod the method of its call (RateLimiter/Check or
+	// RateLimiter/Leases) and ctx the stream's.
+	BatchInterceptor grpc.UnaryServerInterceptor
 	// Checker decides checks. Required.
 	Checker Checker
 	// Settler settles reservations (POST /v1/settle, gRPC Settle);
@@ -209,6 +216,10 @@ type API struct {
 	origins []string
 	reset   ResetFunc
 	auditFn AuditFunc
+
+	// batchIntercept is Config.BatchInterceptor.
+	batchIntercept grpc.UnaryServerInterceptor
+	streams        streams
 }
 
 // New validates cfg and returns an API.
@@ -257,7 +268,8 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	a := &API{d: d, origins: origins, trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
-		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, noInline: cfg.DisableInlineLimits, reset: cfg.Reset, auditFn: cfg.Audit}
+		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, noInline: cfg.DisableInlineLimits, reset: cfg.Reset, auditFn: cfg.Audit,
+		batchIntercept: cfg.BatchInterceptor, streams: streams{draining: make(chan struct{})}}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {

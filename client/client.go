@@ -38,7 +38,10 @@ type Config struct {
 	// Unbatched sends every check in its own call, for comparison.
 	Unbatched bool
 	// DialOptions are added to every connection (insecure transport
-	// credentials are set unless these override them).
+	// credentials are set unless these override them). Checks and lease
+	// operations travel as messages of a Batches stream (one call per
+	// node), which a unary interceptor given here does not see; with
+	// Unbatched each is a call of its own.
 	DialOptions []grpc.DialOption
 	// Clock times a node's failures: a node that failed in the last second
 	// is tried last; Limiter.Wait sleeps on it. Nil means clock.System():
@@ -146,6 +149,12 @@ type node struct {
 	// Unbatched.
 	lb, rb      *batcher.Batcher[*pb.LeaseOp, *pb.LeaseResult]
 	leasesUnary atomic.Bool // the node answered Leases Unimplemented
+
+	// stream carries the batches (stream.go); unary: the node does not
+	// serve Batches, each batch is a call.
+	streamMu sync.Mutex
+	stream   *batchStream
+	unary    atomic.Bool
 }
 
 // call is one Check call's checks waiting for their decisions.
@@ -360,7 +369,7 @@ func (n *node) send(calls []*call, size int) {
 		req.Checks = append(req.Checks, cl.In...)
 	}
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
-	resp, err := n.rpc.Check(ctx, req)
+	resp, err := n.checkCall(ctx, req)
 	cancel()
 	n.c.ring.hint(resp.GetRingVersion())
 	if err == nil && len(resp.GetDecisions()) != size {
@@ -380,4 +389,14 @@ func (n *node) send(calls []*call, size int) {
 		off += len(cl.In)
 		cl.Finish(err)
 	}
+}
+
+// checkCall sends one batch of checks: on the node's Batches stream, or
+// as a Check call to a node that does not serve Batches.
+func (n *node) checkCall(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	r, err := n.roundTrip(ctx, &pb.BatchRequest{Call: &pb.BatchRequest_Check{Check: req}})
+	if errors.Is(err, errUnary) {
+		return n.rpc.Check(ctx, req)
+	}
+	return r.GetCheck(), err
 }

@@ -70,6 +70,29 @@ type rpcCounter struct {
 	leaseSizes  []int
 	leaseByNode map[string]int64
 	leaseHook   func(node string, req *pb.LeasesRequest) error
+
+	// Batches streams opened per node, and a hook each runs first (an
+	// error refuses the stream).
+	streams    map[string]int64
+	streamHook func(node string) error
+}
+
+func (c *rpcCounter) streamInterceptor(node string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod != pb.RateLimiter_Batches_FullMethodName {
+			return handler(srv, ss)
+		}
+		c.mu.Lock()
+		c.streams[node]++
+		hook := c.streamHook
+		c.mu.Unlock()
+		if hook != nil {
+			if err := hook(node); err != nil {
+				return err
+			}
+		}
+		return handler(srv, ss)
+	}
 }
 
 func (c *rpcCounter) interceptor(node string) grpc.UnaryServerInterceptor {
@@ -178,7 +201,7 @@ func startClusterAt(n int, policyYAML string, start clock.Instant) (*testCluster
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	c := &testCluster{clock: testkit.NewClock(start), rpc: &rpcCounter{byNode: map[string]int64{}, leaseByNode: map[string]int64{}}, policyPath: path}
+	c := &testCluster{clock: testkit.NewClock(start), rpc: &rpcCounter{byNode: map[string]int64{}, leaseByNode: map[string]int64{}, streams: map[string]int64{}}, policyPath: path}
 	fail := func(err error) (*testCluster, error) {
 		c.Stop()
 		return nil, err
@@ -204,7 +227,8 @@ func (c *testCluster) startNode() error {
 	cfg.AdminTokenFile = c.tokens
 	cfg.QuiesceTimeout = time.Millisecond // the fake clock stands still: no wait for idle peers
 	cfg.Registerer = prometheus.NewRegistry()
-	cfg.GRPCServerOptions = []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.rpc.interceptor(name))}
+	cfg.GRPCUnaryInterceptors = []grpc.UnaryServerInterceptor{c.rpc.interceptor(name)}
+	cfg.GRPCServerOptions = []grpc.ServerOption{grpc.ChainStreamInterceptor(c.rpc.streamInterceptor(name))}
 	if len(c.nodes) > 0 {
 		cfg.Join = []string{c.nodes[0].n.GossipAddr()}
 	}
@@ -820,10 +844,26 @@ func TestClientFailedNodeTriedLastOnItsClock(t *testing.T) {
 		mu.Unlock()
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
+	// A batch on the Batches stream is a message sent, or a stream that
+	// could not be opened.
+	countStream := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			mu.Lock()
+			tries[cc.Target()]++
+			mu.Unlock()
+			return nil, err
+		}
+		return &sendCounter{ClientStream: cs, count: func() {
+			mu.Lock()
+			tries[cc.Target()]++
+			mu.Unlock()
+		}}, nil
+	})
 	clk := testkit.NewClock(0)
 	// No ring: its calls would count as tries, and it knows no owner for a
 	// policy check anyway.
-	cl := newClient(t, client.Config{Targets: []string{dead, up}, Clock: clk, DialOptions: []grpc.DialOption{count}, RingRefresh: -1})
+	cl := newClient(t, client.Config{Targets: []string{dead, up}, Clock: clk, DialOptions: []grpc.DialOption{count, countStream}, RingRefresh: -1})
 	// Each step moves the clock, makes one check and says how often each
 	// target has been tried in all. The client starts the first check at
 	// the second target, then alternates.
@@ -853,6 +893,17 @@ func TestClientFailedNodeTriedLastOnItsClock(t *testing.T) {
 			t.Fatalf("step %d: after +%v, tried dead %d and up %d times, want %d and %d", i, s.advance, gotDead, gotUp, s.dead, s.up)
 		}
 	}
+}
+
+// sendCounter counts the messages sent on a client stream.
+type sendCounter struct {
+	grpc.ClientStream
+	count func()
+}
+
+func (s *sendCounter) SendMsg(m any) error {
+	s.count()
+	return s.ClientStream.SendMsg(m)
 }
 
 // ---- 4. Close ------------------------------------------------------------------

@@ -131,7 +131,7 @@ func (n *node) sendLeases(calls []*leaseCall, size int) {
 		req.Ops = append(req.Ops, cl.In...)
 	}
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.c.cfg.Timeout)
-	resp, err := n.rpc.Leases(ctx, req)
+	resp, err := n.leasesCall(ctx, req)
 	cancel()
 	n.c.ring.hint(resp.GetRingVersion())
 	switch {
@@ -149,4 +149,14 @@ func (n *node) sendLeases(calls []*leaseCall, size int) {
 		off += len(cl.In)
 		cl.Finish(err)
 	}
+}
+
+// leasesCall sends one batch of lease operations: on the node's Batches
+// stream, or as a Leases call to a node that does not serve Batches.
+func (n *node) leasesCall(ctx context.Context, req *pb.LeasesRequest) (*pb.LeasesResponse, error) {
+	r, err := n.roundTrip(ctx, &pb.BatchRequest{Call: &pb.BatchRequest_Leases{Leases: req}})
+	if errors.Is(err, errUnary) {
+		return n.rpc.Leases(ctx, req)
+	}
+	return r.GetLeases(), err
 }

@@ -65,9 +65,18 @@ type Config struct {
 	PeerDialOptions []grpc.DialOption
 
 	// GRPCServerOptions are added to the public gRPC server's options
-	// (e.g. an interceptor of the program's own, chained after the node's:
-	// grpc.ChainUnaryInterceptor). Nil: none.
+	// (e.g. a stream interceptor of the program's own, chained after the
+	// node's: grpc.ChainStreamInterceptor). Nil: none. A unary interceptor
+	// given here does not see the Check and Leases calls that a Batches
+	// stream carries (the Go client's way): give it in
+	// GRPCUnaryInterceptors.
 	GRPCServerOptions []grpc.ServerOption
+
+	// GRPCUnaryInterceptors run, in order, after the node's own, around
+	// every unary call of the public gRPC server and around every Check and
+	// Leases call a Batches stream carries (info.FullMethod names the
+	// call's method, ctx is the stream's, with its metadata). Nil: none.
+	GRPCUnaryInterceptors []grpc.UnaryServerInterceptor
 
 	// Join are the seeds to join: gossip addresses host:port or DNS SRV
 	// names (_gossip._tcp.NAME), resolved again every few seconds. Until

@@ -43,6 +43,7 @@ type Node struct {
 	peerLn     net.Listener
 	httpServer *http.Server
 	grpcServer *grpc.Server
+	api        *api.API     // its Batches streams drain before the gRPC server stops
 	peerGRPC   *grpc.Server // serves the peer service on peerLn
 	certs      certs
 	known      atomic.Pointer[map[string]bool] // members gossip knows, in any state
@@ -343,6 +344,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DisableInlineLimits: cfg.DisableInlineLimits, Reset: n.router.Reset, Audit: func(actor, action, what string) {
 			log.Info("audit", "actor", actor, "action", action, "what", what)
 		}}
+	acfg.BatchInterceptor = chainUnary(append([]grpc.UnaryServerInterceptor{grpcMetrics.UnaryInterceptor("public")}, cfg.GRPCUnaryInterceptors...))
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
@@ -357,6 +359,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.api = a
 	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Stats: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
 		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version), Settler: n.router,
 		Leaser: n.router, Reporter: n.router}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -123,6 +124,7 @@ func (n *Node) newServers(cfg Config, a *api.API, page http.Handler, grpcMetrics
 		n.httpServer.TLSConfig = n.certs.api.ServerConfig(cfg.APITLSClientCA != "", "h2", "http/1.1")
 	}
 	gopts := append(append(append(grpcOptions(), idleOptions(cfg.GRPCIdleTimeout)...), grpcMetrics.ServerOptions("public")...), n.certs.apiCreds(cfg.APITLSClientCA != "")...)
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(cfg.GRPCUnaryInterceptors...))
 	gopts = append(gopts, cfg.GRPCServerOptions...)
 	if h := a.GRPCStatsHandler(); h != nil {
 		gopts = append(gopts, grpc.StatsHandler(h))
@@ -149,4 +151,19 @@ func (n *Node) serve() {
 	}()
 	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
 	go func() { n.served <- n.peerGRPC.Serve(n.peerLn) }()
+}
+
+// chainUnary is the interceptors run in order around a handler, as
+// grpc.ChainUnaryInterceptor runs them around a unary call.
+func chainUnary(is []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	if len(is) == 1 {
+		return is[0]
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		for i := len(is) - 1; i >= 0; i-- {
+			next, in := handler, is[i]
+			handler = func(ctx context.Context, req any) (any, error) { return in(ctx, req, info, next) }
+		}
+		return handler(ctx, req)
+	}
 }

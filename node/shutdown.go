@@ -33,6 +33,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	cancel()
 	n.log.Info("handed off", "keys", n.store.Len())
 	n.peerServer.Drain() // peers end their Check streams, or GracefulStop would wait for them
+	n.api.DrainStreams() // and clients their Batches streams
 	grpcDone := make(chan struct{})
 	go func() {
 		var wg sync.WaitGroup

@@ -191,6 +191,225 @@ func (FailureMode) EnumDescriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{2}
 }
 
+type BatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Names the answer (BatchResponse.id); the client's choice.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The call's deadline, in milliseconds from its arrival (0: the
+	// stream's own).
+	TimeoutMs uint32 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*BatchRequest_Check
+	//	*BatchRequest_Leases
+	Call          isBatchRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequest) Reset() {
+	*x = BatchRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequest) ProtoMessage() {}
+
+func (x *BatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
+func (*BatchRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BatchRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BatchRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *BatchRequest) GetCall() isBatchRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *BatchRequest) GetCheck() *CheckRequest {
+	if x != nil {
+		if x, ok := x.Call.(*BatchRequest_Check); ok {
+			return x.Check
+		}
+	}
+	return nil
+}
+
+func (x *BatchRequest) GetLeases() *LeasesRequest {
+	if x != nil {
+		if x, ok := x.Call.(*BatchRequest_Leases); ok {
+			return x.Leases
+		}
+	}
+	return nil
+}
+
+type isBatchRequest_Call interface {
+	isBatchRequest_Call()
+}
+
+type BatchRequest_Check struct {
+	Check *CheckRequest `protobuf:"bytes,3,opt,name=check,proto3,oneof"`
+}
+
+type BatchRequest_Leases struct {
+	Leases *LeasesRequest `protobuf:"bytes,4,opt,name=leases,proto3,oneof"`
+}
+
+func (*BatchRequest_Check) isBatchRequest_Call() {}
+
+func (*BatchRequest_Leases) isBatchRequest_Call() {}
+
+type BatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The status the call would have failed with (google.rpc.Code; 0: it
+	// succeeded, and check or leases holds its response).
+	Code    int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchResponse_Check
+	//	*BatchResponse_Leases
+	Result isBatchResponse_Result `protobuf_oneof:"result"`
+	// The node stops: it reads no more messages of this stream (id 0).
+	Drain         bool `protobuf:"varint,6,opt,name=drain,proto3" json:"drain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BatchResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BatchResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *BatchResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BatchResponse) GetResult() isBatchResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchResponse) GetCheck() *CheckResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResponse_Check); ok {
+			return x.Check
+		}
+	}
+	return nil
+}
+
+func (x *BatchResponse) GetLeases() *LeasesResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResponse_Leases); ok {
+			return x.Leases
+		}
+	}
+	return nil
+}
+
+func (x *BatchResponse) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+type isBatchResponse_Result interface {
+	isBatchResponse_Result()
+}
+
+type BatchResponse_Check struct {
+	Check *CheckResponse `protobuf:"bytes,4,opt,name=check,proto3,oneof"`
+}
+
+type BatchResponse_Leases struct {
+	Leases *LeasesResponse `protobuf:"bytes,5,opt,name=leases,proto3,oneof"`
+}
+
+func (*BatchResponse_Check) isBatchResponse_Result() {}
+
+func (*BatchResponse_Leases) isBatchResponse_Result() {}
+
 // Limit is `limit` per `per_ms` milliseconds: the sustained rate of the
 // buckets, the count per window of the window algorithms.
 type Limit struct {
@@ -219,7 +438,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[0]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +450,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[0]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +463,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{0}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Limit) GetAlgorithm() Algorithm {
@@ -327,7 +546,7 @@ type PolicyRequest struct {
 
 func (x *PolicyRequest) Reset() {
 	*x = PolicyRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +558,7 @@ func (x *PolicyRequest) String() string {
 func (*PolicyRequest) ProtoMessage() {}
 
 func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[1]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +571,7 @@ func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRequest.ProtoReflect.Descriptor instead.
 func (*PolicyRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{1}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PolicyRequest) GetPolicy() string {
@@ -421,7 +640,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +652,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[2]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +665,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{2}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Check) GetKey() string {
@@ -507,7 +726,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +738,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[3]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +751,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{3}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckRequest) GetChecks() []*Check {
@@ -582,7 +801,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +813,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[4]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +826,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{4}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -735,7 +954,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[5]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +966,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[5]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +979,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{5}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckResponse) GetDecisions() []*Decision {
@@ -789,7 +1008,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[6]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1020,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[6]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1033,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{6}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SettleRequest) GetReservation() string {
@@ -846,7 +1065,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1077,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1090,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{7}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SettleResponse) GetSettled() bool {
@@ -920,7 +1139,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1151,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1164,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{8}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResetRequest) GetCheck() *Check {
@@ -967,7 +1186,7 @@ type ResetLayer struct {
 
 func (x *ResetLayer) Reset() {
 	*x = ResetLayer{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1198,7 @@ func (x *ResetLayer) String() string {
 func (*ResetLayer) ProtoMessage() {}
 
 func (x *ResetLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1211,7 @@ func (x *ResetLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetLayer.ProtoReflect.Descriptor instead.
 func (*ResetLayer) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{9}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResetLayer) GetScope() string {
@@ -1035,7 +1254,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1266,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1279,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{10}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResetResponse) GetReset_() bool {
@@ -1116,7 +1335,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1347,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1360,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{11}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AcquireRequest) GetCheck() *Check {
@@ -1174,7 +1393,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1405,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1418,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{12}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AcquireResponse) GetDecision() *Decision {
@@ -1219,7 +1438,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1450,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1463,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{13}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RenewRequest) GetLease() string {
@@ -1274,7 +1493,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1505,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1518,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{14}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RenewResponse) GetRenewed() bool {
@@ -1348,7 +1567,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1579,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1592,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{15}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseRequest) GetLease() string {
@@ -1409,7 +1628,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1640,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1653,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{16}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1480,7 +1699,7 @@ type LeaseOp struct {
 
 func (x *LeaseOp) Reset() {
 	*x = LeaseOp{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1711,7 @@ func (x *LeaseOp) String() string {
 func (*LeaseOp) ProtoMessage() {}
 
 func (x *LeaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1724,7 @@ func (x *LeaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOp.ProtoReflect.Descriptor instead.
 func (*LeaseOp) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseOp) GetOp() isLeaseOp_Op {
@@ -1573,7 +1792,7 @@ type LeasesRequest struct {
 
 func (x *LeasesRequest) Reset() {
 	*x = LeasesRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1804,7 @@ func (x *LeasesRequest) String() string {
 func (*LeasesRequest) ProtoMessage() {}
 
 func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1817,7 @@ func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
 func (*LeasesRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeasesRequest) GetOps() []*LeaseOp {
@@ -1628,7 +1847,7 @@ type LeaseResult struct {
 
 func (x *LeaseResult) Reset() {
 	*x = LeaseResult{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1859,7 @@ func (x *LeaseResult) String() string {
 func (*LeaseResult) ProtoMessage() {}
 
 func (x *LeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1872,7 @@ func (x *LeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
 func (*LeaseResult) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaseResult) GetResult() isLeaseResult_Result {
@@ -1737,7 +1956,7 @@ type LeasesResponse struct {
 
 func (x *LeasesResponse) Reset() {
 	*x = LeasesResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1968,7 @@ func (x *LeasesResponse) String() string {
 func (*LeasesResponse) ProtoMessage() {}
 
 func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1981,7 @@ func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
 func (*LeasesResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeasesResponse) GetResults() []*LeaseResult {
@@ -1790,7 +2009,7 @@ type RingRequest struct {
 
 func (x *RingRequest) Reset() {
 	*x = RingRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +2021,7 @@ func (x *RingRequest) String() string {
 func (*RingRequest) ProtoMessage() {}
 
 func (x *RingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +2034,7 @@ func (x *RingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingRequest.ProtoReflect.Descriptor instead.
 func (*RingRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RingRequest) GetKnownVersion() uint64 {
@@ -1844,7 +2063,7 @@ type RingResponse struct {
 
 func (x *RingResponse) Reset() {
 	*x = RingResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2075,7 @@ func (x *RingResponse) String() string {
 func (*RingResponse) ProtoMessage() {}
 
 func (x *RingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[22]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2088,7 @@ func (x *RingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingResponse.ProtoReflect.Descriptor instead.
 func (*RingResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{22}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RingResponse) GetVersion() uint64 {
@@ -1911,7 +2130,7 @@ type RingMember struct {
 
 func (x *RingMember) Reset() {
 	*x = RingMember{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2142,7 @@ func (x *RingMember) String() string {
 func (*RingMember) ProtoMessage() {}
 
 func (x *RingMember) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[23]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2155,7 @@ func (x *RingMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingMember.ProtoReflect.Descriptor instead.
 func (*RingMember) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{23}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RingMember) GetName() string {
@@ -1965,7 +2184,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2196,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[24]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2209,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{24}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportRequest) GetCheck() *Check {
@@ -2027,7 +2246,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2258,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[25]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2271,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{25}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportResponse) GetReported() int64 {
@@ -2080,7 +2299,22 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xac\x02\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xb0\x01\n" +
+	"\fBatchRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\rR\ttimeoutMs\x122\n" +
+	"\x05check\x18\x03 \x01(\v2\x1a.ringlimit.v1.CheckRequestH\x00R\x05check\x125\n" +
+	"\x06leases\x18\x04 \x01(\v2\x1b.ringlimit.v1.LeasesRequestH\x00R\x06leasesB\x06\n" +
+	"\x04call\"\xda\x01\n" +
+	"\rBatchResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x123\n" +
+	"\x05check\x18\x04 \x01(\v2\x1b.ringlimit.v1.CheckResponseH\x00R\x05check\x126\n" +
+	"\x06leases\x18\x05 \x01(\v2\x1c.ringlimit.v1.LeasesResponseH\x00R\x06leases\x12\x14\n" +
+	"\x05drain\x18\x06 \x01(\bR\x05drainB\b\n" +
+	"\x06result\"\xac\x02\n" +
 	"\x05Limit\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x15\n" +
@@ -2234,7 +2468,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vFailureMode\x12\t\n" +
 	"\x05LOCAL\x10\x00\x12\r\n" +
 	"\tFAIL_OPEN\x10\x01\x12\x0f\n" +
-	"\vFAIL_CLOSED\x10\x022\xf1\x04\n" +
+	"\vFAIL_CLOSED\x10\x022\xb9\x05\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12C\n" +
 	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponse\x12@\n" +
@@ -2244,7 +2478,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aRelease\x12\x1c.ringlimit.v1.ReleaseRequest\x1a\x1d.ringlimit.v1.ReleaseResponse\x12C\n" +
 	"\x06Report\x12\x1b.ringlimit.v1.ReportRequest\x1a\x1c.ringlimit.v1.ReportResponse\x12C\n" +
 	"\x06Leases\x12\x1b.ringlimit.v1.LeasesRequest\x1a\x1c.ringlimit.v1.LeasesResponse\x12=\n" +
-	"\x04Ring\x12\x19.ringlimit.v1.RingRequest\x1a\x1a.ringlimit.v1.RingResponseB>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x04Ring\x12\x19.ringlimit.v1.RingRequest\x1a\x1a.ringlimit.v1.RingResponse\x12F\n" +
+	"\aBatches\x12\x1a.ringlimit.v1.BatchRequest\x1a\x1b.ringlimit.v1.BatchResponse(\x010\x01B>Z<github.com/ringlimit/ringlimit/proto/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -2259,84 +2494,92 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),          // 0: ringlimit.v1.Algorithm
 	(Outcome)(0),            // 1: ringlimit.v1.Outcome
 	(FailureMode)(0),        // 2: ringlimit.v1.FailureMode
-	(*Limit)(nil),           // 3: ringlimit.v1.Limit
-	(*PolicyRequest)(nil),   // 4: ringlimit.v1.PolicyRequest
-	(*Check)(nil),           // 5: ringlimit.v1.Check
-	(*CheckRequest)(nil),    // 6: ringlimit.v1.CheckRequest
-	(*Decision)(nil),        // 7: ringlimit.v1.Decision
-	(*CheckResponse)(nil),   // 8: ringlimit.v1.CheckResponse
-	(*SettleRequest)(nil),   // 9: ringlimit.v1.SettleRequest
-	(*SettleResponse)(nil),  // 10: ringlimit.v1.SettleResponse
-	(*ResetRequest)(nil),    // 11: ringlimit.v1.ResetRequest
-	(*ResetLayer)(nil),      // 12: ringlimit.v1.ResetLayer
-	(*ResetResponse)(nil),   // 13: ringlimit.v1.ResetResponse
-	(*AcquireRequest)(nil),  // 14: ringlimit.v1.AcquireRequest
-	(*AcquireResponse)(nil), // 15: ringlimit.v1.AcquireResponse
-	(*RenewRequest)(nil),    // 16: ringlimit.v1.RenewRequest
-	(*RenewResponse)(nil),   // 17: ringlimit.v1.RenewResponse
-	(*ReleaseRequest)(nil),  // 18: ringlimit.v1.ReleaseRequest
-	(*ReleaseResponse)(nil), // 19: ringlimit.v1.ReleaseResponse
-	(*LeaseOp)(nil),         // 20: ringlimit.v1.LeaseOp
-	(*LeasesRequest)(nil),   // 21: ringlimit.v1.LeasesRequest
-	(*LeaseResult)(nil),     // 22: ringlimit.v1.LeaseResult
-	(*LeasesResponse)(nil),  // 23: ringlimit.v1.LeasesResponse
-	(*RingRequest)(nil),     // 24: ringlimit.v1.RingRequest
-	(*RingResponse)(nil),    // 25: ringlimit.v1.RingResponse
-	(*RingMember)(nil),      // 26: ringlimit.v1.RingMember
-	(*ReportRequest)(nil),   // 27: ringlimit.v1.ReportRequest
-	(*ReportResponse)(nil),  // 28: ringlimit.v1.ReportResponse
+	(*BatchRequest)(nil),    // 3: ringlimit.v1.BatchRequest
+	(*BatchResponse)(nil),   // 4: ringlimit.v1.BatchResponse
+	(*Limit)(nil),           // 5: ringlimit.v1.Limit
+	(*PolicyRequest)(nil),   // 6: ringlimit.v1.PolicyRequest
+	(*Check)(nil),           // 7: ringlimit.v1.Check
+	(*CheckRequest)(nil),    // 8: ringlimit.v1.CheckRequest
+	(*Decision)(nil),        // 9: ringlimit.v1.Decision
+	(*CheckResponse)(nil),   // 10: ringlimit.v1.CheckResponse
+	(*SettleRequest)(nil),   // 11: ringlimit.v1.SettleRequest
+	(*SettleResponse)(nil),  // 12: ringlimit.v1.SettleResponse
+	(*ResetRequest)(nil),    // 13: ringlimit.v1.ResetRequest
+	(*ResetLayer)(nil),      // 14: ringlimit.v1.ResetLayer
+	(*ResetResponse)(nil),   // 15: ringlimit.v1.ResetResponse
+	(*AcquireRequest)(nil),  // 16: ringlimit.v1.AcquireRequest
+	(*AcquireResponse)(nil), // 17: ringlimit.v1.AcquireResponse
+	(*RenewRequest)(nil),    // 18: ringlimit.v1.RenewRequest
+	(*RenewResponse)(nil),   // 19: ringlimit.v1.RenewResponse
+	(*ReleaseRequest)(nil),  // 20: ringlimit.v1.ReleaseRequest
+	(*ReleaseResponse)(nil), // 21: ringlimit.v1.ReleaseResponse
+	(*LeaseOp)(nil),         // 22: ringlimit.v1.LeaseOp
+	(*LeasesRequest)(nil),   // 23: ringlimit.v1.LeasesRequest
+	(*LeaseResult)(nil),     // 24: ringlimit.v1.LeaseResult
+	(*LeasesResponse)(nil),  // 25: ringlimit.v1.LeasesResponse
+	(*RingRequest)(nil),     // 26: ringlimit.v1.RingRequest
+	(*RingResponse)(nil),    // 27: ringlimit.v1.RingResponse
+	(*RingMember)(nil),      // 28: ringlimit.v1.RingMember
+	(*ReportRequest)(nil),   // 29: ringlimit.v1.ReportRequest
+	(*ReportResponse)(nil),  // 30: ringlimit.v1.ReportResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
-	0,  // 0: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
-	2,  // 1: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
-	3,  // 2: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
-	4,  // 3: ringlimit.v1.Check.request:type_name -> ringlimit.v1.PolicyRequest
-	5,  // 4: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
-	7,  // 5: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
-	5,  // 6: ringlimit.v1.ResetRequest.check:type_name -> ringlimit.v1.Check
-	12, // 7: ringlimit.v1.ResetResponse.layers:type_name -> ringlimit.v1.ResetLayer
-	5,  // 8: ringlimit.v1.AcquireRequest.check:type_name -> ringlimit.v1.Check
-	7,  // 9: ringlimit.v1.AcquireResponse.decision:type_name -> ringlimit.v1.Decision
-	1,  // 10: ringlimit.v1.ReleaseRequest.outcome:type_name -> ringlimit.v1.Outcome
-	14, // 11: ringlimit.v1.LeaseOp.acquire:type_name -> ringlimit.v1.AcquireRequest
-	16, // 12: ringlimit.v1.LeaseOp.renew:type_name -> ringlimit.v1.RenewRequest
-	18, // 13: ringlimit.v1.LeaseOp.release:type_name -> ringlimit.v1.ReleaseRequest
-	20, // 14: ringlimit.v1.LeasesRequest.ops:type_name -> ringlimit.v1.LeaseOp
-	15, // 15: ringlimit.v1.LeaseResult.acquire:type_name -> ringlimit.v1.AcquireResponse
-	17, // 16: ringlimit.v1.LeaseResult.renew:type_name -> ringlimit.v1.RenewResponse
-	19, // 17: ringlimit.v1.LeaseResult.release:type_name -> ringlimit.v1.ReleaseResponse
-	22, // 18: ringlimit.v1.LeasesResponse.results:type_name -> ringlimit.v1.LeaseResult
-	26, // 19: ringlimit.v1.RingResponse.members:type_name -> ringlimit.v1.RingMember
-	5,  // 20: ringlimit.v1.ReportRequest.check:type_name -> ringlimit.v1.Check
-	1,  // 21: ringlimit.v1.ReportRequest.outcome:type_name -> ringlimit.v1.Outcome
-	6,  // 22: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	9,  // 23: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
-	11, // 24: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
-	14, // 25: ringlimit.v1.RateLimiter.Acquire:input_type -> ringlimit.v1.AcquireRequest
-	16, // 26: ringlimit.v1.RateLimiter.Renew:input_type -> ringlimit.v1.RenewRequest
-	18, // 27: ringlimit.v1.RateLimiter.Release:input_type -> ringlimit.v1.ReleaseRequest
-	27, // 28: ringlimit.v1.RateLimiter.Report:input_type -> ringlimit.v1.ReportRequest
-	21, // 29: ringlimit.v1.RateLimiter.Leases:input_type -> ringlimit.v1.LeasesRequest
-	24, // 30: ringlimit.v1.RateLimiter.Ring:input_type -> ringlimit.v1.RingRequest
-	8,  // 31: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	10, // 32: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
-	13, // 33: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
-	15, // 34: ringlimit.v1.RateLimiter.Acquire:output_type -> ringlimit.v1.AcquireResponse
-	17, // 35: ringlimit.v1.RateLimiter.Renew:output_type -> ringlimit.v1.RenewResponse
-	19, // 36: ringlimit.v1.RateLimiter.Release:output_type -> ringlimit.v1.ReleaseResponse
-	28, // 37: ringlimit.v1.RateLimiter.Report:output_type -> ringlimit.v1.ReportResponse
-	23, // 38: ringlimit.v1.RateLimiter.Leases:output_type -> ringlimit.v1.LeasesResponse
-	25, // 39: ringlimit.v1.RateLimiter.Ring:output_type -> ringlimit.v1.RingResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	8,  // 0: ringlimit.v1.BatchRequest.check:type_name -> ringlimit.v1.CheckRequest
+	23, // 1: ringlimit.v1.BatchRequest.leases:type_name -> ringlimit.v1.LeasesRequest
+	10, // 2: ringlimit.v1.BatchResponse.check:type_name -> ringlimit.v1.CheckResponse
+	25, // 3: ringlimit.v1.BatchResponse.leases:type_name -> ringlimit.v1.LeasesResponse
+	0,  // 4: ringlimit.v1.Limit.algorithm:type_name -> ringlimit.v1.Algorithm
+	2,  // 5: ringlimit.v1.Limit.failure_mode:type_name -> ringlimit.v1.FailureMode
+	5,  // 6: ringlimit.v1.Check.limit:type_name -> ringlimit.v1.Limit
+	6,  // 7: ringlimit.v1.Check.request:type_name -> ringlimit.v1.PolicyRequest
+	7,  // 8: ringlimit.v1.CheckRequest.checks:type_name -> ringlimit.v1.Check
+	9,  // 9: ringlimit.v1.CheckResponse.decisions:type_name -> ringlimit.v1.Decision
+	7,  // 10: ringlimit.v1.ResetRequest.check:type_name -> ringlimit.v1.Check
+	14, // 11: ringlimit.v1.ResetResponse.layers:type_name -> ringlimit.v1.ResetLayer
+	7,  // 12: ringlimit.v1.AcquireRequest.check:type_name -> ringlimit.v1.Check
+	9,  // 13: ringlimit.v1.AcquireResponse.decision:type_name -> ringlimit.v1.Decision
+	1,  // 14: ringlimit.v1.ReleaseRequest.outcome:type_name -> ringlimit.v1.Outcome
+	16, // 15: ringlimit.v1.LeaseOp.acquire:type_name -> ringlimit.v1.AcquireRequest
+	18, // 16: ringlimit.v1.LeaseOp.renew:type_name -> ringlimit.v1.RenewRequest
+	20, // 17: ringlimit.v1.LeaseOp.release:type_name -> ringlimit.v1.ReleaseRequest
+	22, // 18: ringlimit.v1.LeasesRequest.ops:type_name -> ringlimit.v1.LeaseOp
+	17, // 19: ringlimit.v1.LeaseResult.acquire:type_name -> ringlimit.v1.AcquireResponse
+	19, // 20: ringlimit.v1.LeaseResult.renew:type_name -> ringlimit.v1.RenewResponse
+	21, // 21: ringlimit.v1.LeaseResult.release:type_name -> ringlimit.v1.ReleaseResponse
+	24, // 22: ringlimit.v1.LeasesResponse.results:type_name -> ringlimit.v1.LeaseResult
+	28, // 23: ringlimit.v1.RingResponse.members:type_name -> ringlimit.v1.RingMember
+	7,  // 24: ringlimit.v1.ReportRequest.check:type_name -> ringlimit.v1.Check
+	1,  // 25: ringlimit.v1.ReportRequest.outcome:type_name -> ringlimit.v1.Outcome
+	8,  // 26: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	11, // 27: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
+	13, // 28: ringlimit.v1.RateLimiter.Reset:input_type -> ringlimit.v1.ResetRequest
+	16, // 29: ringlimit.v1.RateLimiter.Acquire:input_type -> ringlimit.v1.AcquireRequest
+	18, // 30: ringlimit.v1.RateLimiter.Renew:input_type -> ringlimit.v1.RenewRequest
+	20, // 31: ringlimit.v1.RateLimiter.Release:input_type -> ringlimit.v1.ReleaseRequest
+	29, // 32: ringlimit.v1.RateLimiter.Report:input_type -> ringlimit.v1.ReportRequest
+	23, // 33: ringlimit.v1.RateLimiter.Leases:input_type -> ringlimit.v1.LeasesRequest
+	26, // 34: ringlimit.v1.RateLimiter.Ring:input_type -> ringlimit.v1.RingRequest
+	3,  // 35: ringlimit.v1.RateLimiter.Batches:input_type -> ringlimit.v1.BatchRequest
+	10, // 36: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	12, // 37: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
+	15, // 38: ringlimit.v1.RateLimiter.Reset:output_type -> ringlimit.v1.ResetResponse
+	17, // 39: ringlimit.v1.RateLimiter.Acquire:output_type -> ringlimit.v1.AcquireResponse
+	19, // 40: ringlimit.v1.RateLimiter.Renew:output_type -> ringlimit.v1.RenewResponse
+	21, // 41: ringlimit.v1.RateLimiter.Release:output_type -> ringlimit.v1.ReleaseResponse
+	30, // 42: ringlimit.v1.RateLimiter.Report:output_type -> ringlimit.v1.ReportResponse
+	25, // 43: ringlimit.v1.RateLimiter.Leases:output_type -> ringlimit.v1.LeasesResponse
+	27, // 44: ringlimit.v1.RateLimiter.Ring:output_type -> ringlimit.v1.RingResponse
+	4,  // 45: ringlimit.v1.RateLimiter.Batches:output_type -> ringlimit.v1.BatchResponse
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -2344,13 +2587,21 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 	if File_ringlimit_v1_ringlimit_proto != nil {
 		return
 	}
-	file_ringlimit_v1_ringlimit_proto_msgTypes[2].OneofWrappers = []any{}
-	file_ringlimit_v1_ringlimit_proto_msgTypes[17].OneofWrappers = []any{
+	file_ringlimit_v1_ringlimit_proto_msgTypes[0].OneofWrappers = []any{
+		(*BatchRequest_Check)(nil),
+		(*BatchRequest_Leases)(nil),
+	}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[1].OneofWrappers = []any{
+		(*BatchResponse_Check)(nil),
+		(*BatchResponse_Leases)(nil),
+	}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[4].OneofWrappers = []any{}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[19].OneofWrappers = []any{
 		(*LeaseOp_Acquire)(nil),
 		(*LeaseOp_Renew)(nil),
 		(*LeaseOp_Release)(nil),
 	}
-	file_ringlimit_v1_ringlimit_proto_msgTypes[19].OneofWrappers = []any{
+	file_ringlimit_v1_ringlimit_proto_msgTypes[21].OneofWrappers = []any{
 		(*LeaseResult_Acquire)(nil),
 		(*LeaseResult_Renew)(nil),
 		(*LeaseResult_Release)(nil),
@@ -2361,7 +2612,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	RateLimiter_Report_FullMethodName  = "/ringlimit.v1.RateLimiter/Report"
 	RateLimiter_Leases_FullMethodName  = "/ringlimit.v1.RateLimiter/Leases"
 	RateLimiter_Ring_FullMethodName    = "/ringlimit.v1.RateLimiter/Ring"
+	RateLimiter_Batches_FullMethodName = "/ringlimit.v1.RateLimiter/Batches"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -90,6 +91,19 @@ type RateLimiterClient interface {
 	// --private-reads it needs the admin token, as the owner fields of an
 	// answer do (PERMISSION_DENIED without it).
 	Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error)
+	// Batches carries Check and Leases calls as the messages of one stream,
+	// for a client that keeps a node busy (the Go client does): a message
+	// costs the node less than a call. Each BatchRequest is decided as its
+	// own call would be, concurrently with the others of the stream, and
+	// answered by one BatchResponse with its id, in any order, carrying that
+	// call's response or the status it would have failed with; the stream
+	// itself fails only when it breaks. The node's unary interceptors
+	// (node.Config.GRPCUnaryInterceptors, its metrics) see each message as
+	// a call of its method. At most 64 messages of one stream are decided at
+	// once; the stream is not read further until one is answered. A node
+	// that stops answers a message with drain set: send no more messages on
+	// the stream, and close it once every message sent has its answer.
+	Batches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error)
 }
 
 type rateLimiterClient struct {
@@ -190,6 +204,19 @@ func (c *rateLimiterClient) Ring(ctx context.Context, in *RingRequest, opts ...g
 	return out, nil
 }
 
+func (c *rateLimiterClient) Batches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RateLimiter_ServiceDesc.Streams[0], RateLimiter_Batches_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BatchRequest, BatchResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RateLimiter_BatchesClient = grpc.BidiStreamingClient[BatchRequest, BatchResponse]
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -247,6 +274,19 @@ type RateLimiterServer interface {
 	// --private-reads it needs the admin token, as the owner fields of an
 	// answer do (PERMISSION_DENIED without it).
 	Ring(context.Context, *RingRequest) (*RingResponse, error)
+	// Batches carries Check and Leases calls as the messages of one stream,
+	// for a client that keeps a node busy (the Go client does): a message
+	// costs the node less than a call. Each BatchRequest is decided as its
+	// own call would be, concurrently with the others of the stream, and
+	// answered by one BatchResponse with its id, in any order, carrying that
+	// call's response or the status it would have failed with; the stream
+	// itself fails only when it breaks. The node's unary interceptors
+	// (node.Config.GRPCUnaryInterceptors, its metrics) see each message as
+	// a call of its method. At most 64 messages of one stream are decided at
+	// once; the stream is not read further until one is answered. A node
+	// that stops answers a message with drain set: send no more messages on
+	// the stream, and close it once every message sent has its answer.
+	Batches(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -283,6 +323,9 @@ func (UnimplementedRateLimiterServer) Leases(context.Context, *LeasesRequest) (*
 }
 func (UnimplementedRateLimiterServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
+}
+func (UnimplementedRateLimiterServer) Batches(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Batches not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -467,6 +510,13 @@ func _RateLimiter_Ring_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Batches_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RateLimiterServer).Batches(&grpc.GenericServerStream[BatchRequest, BatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RateLimiter_BatchesServer = grpc.BidiStreamingServer[BatchRequest, BatchResponse]
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -511,6 +561,13 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RateLimiter_Ring_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Batches",
+			Handler:       _RateLimiter_Batches_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "ringlimit/v1/ringlimit.proto",
 }

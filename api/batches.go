@@ -1,0 +1,156 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
+)
+
+// MaxBatchesInFlight is how many messages of one Batches stream a node
+// decides at once; it reads the stream's next message once one of them is
+// answered (HTTP/2 flow control then holds the sender).
+const MaxBatchesInFlight = 64
+
+// streams are the Batches streams a node serves, told to end when it
+// stops (DrainStreams).
+type streams struct {
+	once     sync.Once
+	draining chan struct{} // closed by DrainStreams
+}
+
+// DrainStreams asks the client of every Batches stream to end it: each
+// is answered a drain message once its messages in flight are answered,
+// and a stream opened after it at once. A node calls it before its gRPC
+// server's GracefulStop, which would otherwise wait for streams that
+// never end.
+func (a *API) DrainStreams() { a.streams.once.Do(func() { close(a.streams.draining) }) }
+
+// Batches is the public gRPC Batches: each message is decided, on its own
+// goroutine, as its Check or Leases call would be, through the unary
+// interceptor Config.BatchInterceptor, and answered with its id.
+func (g *grpcServer) Batches(st pb.RateLimiter_BatchesServer) error {
+	ctx := st.Context()
+	var sendMu sync.Mutex // Send is not safe for concurrent use
+	send := func(r *pb.BatchResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return st.Send(r)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, MaxBatchesInFlight)
+	received := make(chan *pb.BatchRequest)
+	recvErr := make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // ends with the stream: the handler's return cancels its context
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case received <- req:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	draining := g.api.streams.draining
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		select {
+		case req := <-received:
+			wg.Go(func() {
+				defer func() { <-slots }()
+				_ = send(g.batch(ctx, req)) // a broken stream ends Recv too
+			})
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-draining:
+			wg.Wait() // every message read has its answer first
+			if err := send(&pb.BatchResponse{Drain: true}); err != nil {
+				return err
+			}
+			draining = nil
+			<-slots
+			// Read on until the client closes the stream: what it sent
+			// before it saw the drain is still answered.
+			for {
+				select {
+				case req := <-received:
+					_ = send(g.batch(ctx, req))
+				case err := <-recvErr:
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				case <-ctx.Done():
+					return status.FromContextError(ctx.Err()).Err()
+				}
+			}
+		}
+	}
+}
+
+// batch decides one message of a Batches stream.
+func (g *grpcServer) batch(ctx context.Context, req *pb.BatchRequest) *pb.BatchResponse {
+	resp := &pb.BatchResponse{Id: req.GetId()}
+	if ms := req.GetTimeoutMs(); ms > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+		defer cancel()
+	}
+	var method string
+	var handler grpc.UnaryHandler
+	var in any
+	switch c := req.GetCall().(type) {
+	case *pb.BatchRequest_Check:
+		method, in = pb.RateLimiter_Check_FullMethodName, c.Check
+		handler = func(ctx context.Context, in any) (any, error) { return g.Check(ctx, in.(*pb.CheckRequest)) }
+	case *pb.BatchRequest_Leases:
+		method, in = pb.RateLimiter_Leases_FullMethodName, c.Leases
+		handler = func(ctx context.Context, in any) (any, error) { return g.Leases(ctx, in.(*pb.LeasesRequest)) }
+	default:
+		g.api.m.invalid.WithLabelValues("grpc").Inc()
+		resp.Code, resp.Message = int32(codes.InvalidArgument), "call: one of check or leases is required"
+		return resp
+	}
+	var out any
+	var err error
+	if i := g.api.batchIntercept; i != nil {
+		out, err = i(ctx, in, &grpc.UnaryServerInfo{Server: g, FullMethod: method}, handler)
+	} else {
+		out, err = handler(ctx, in)
+	}
+	if err != nil {
+		s := status.Convert(err)
+		resp.Code, resp.Message = int32(s.Code()), s.Message()
+		return resp
+	}
+	switch r := out.(type) {
+	case *pb.CheckResponse:
+		resp.Result = &pb.BatchResponse_Check{Check: r}
+	case *pb.LeasesResponse:
+		resp.Result = &pb.BatchResponse_Leases{Leases: r}
+	default:
+		resp.Code, resp.Message = int32(codes.Internal), "an interceptor answered no response"
+	}
+	return resp
+}
