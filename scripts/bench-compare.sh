@@ -160,13 +160,6 @@
 #           bench process on BENCH_LOAD_CPUS (default 1): both sides of a
 #           pair alike, as if load and servers had machines of their own.
 #   shared  no affinity: servers and load share every core.
-# In both, while one side of a pair runs, every other server of the run
-# (the other side's, the other workloads') is stopped with SIGSTOP and
-# continued after it (BENCH_PAUSE_IDLE=0 leaves them running): on
-# machines of their own they would take none of its CPU, and here idle
-# servers are not idle (a node holding the 2,000,000 keys of uniform-2m
-# walks them for its state file every second: 18.5% of a core for an idle
-# 3-node cluster, against 3.4% with no keys).
 # The pinned run goes first. The summary lines of both are printed at the
 # end, each with its "mode"; every pair's line also carries the server CPU
 # microseconds per decision of each side (*_server_cpu_us_per_check, from
@@ -310,31 +303,7 @@ base_cluster() {
 		RINGLIMIT_NODE_FLAGS="${RINGLIMIT_NODE_FLAGS:-}${base_flags:+ $base_flags}" RINGLIMIT_POLICY="$base_policy" \
 		"${srv[@]}" "$base_src/scripts/local-cluster.sh" "$@"
 }
-# The servers a run stopped while it runs (see freeze).
-frozen=()
-# freeze KEEP: stops (SIGSTOP) every server not in KEEP (comma-separated
-# pids); thaw continues them. With BENCH_PAUSE_IDLE=1 (the default) each
-# run has the servers' CPUs to its own side: the other side's servers, and
-# the other workloads', are stopped meanwhile, as they would be elsewhere
-# if each had its machine. Idle, they would not be idle: a node that holds
-# many keys walks them for its state file every second, and gossips.
-freeze() {
-	[ "${BENCH_PAUSE_IDLE:-1}" = 1 ] || return 0
-	local p
-	for p in ${servers//,/ }; do
-		case ",$1," in *",$p,"*) ;; *)
-			kill -STOP "$p" 2>/dev/null && frozen+=("$p")
-			;;
-		esac
-	done
-}
-thaw() {
-	[ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}" 2>/dev/null
-	frozen=()
-}
-
 cleanup() {
-	thaw
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	scripts/local-cluster.sh down >/dev/null 2>&1 || true
@@ -516,19 +485,10 @@ if [ -n "$base_rev" ]; then
 	fi
 fi
 
-# Every server process of the run.
-servers=",$redis_pid,$health_pid,$envoy_pids,$bare_pids,$node_pids,$base_node_pids,"
-
 run() { # name, extra flags...
-	local name=$1 keep="" a prev=""
+	local name=$1
 	shift
-	for a in "$@"; do
-		[ "$prev" = --pids ] && keep=$a
-		prev=$a
-	done
-	freeze "$keep"
 	"${load[@]}" "$out/bench" --json --name "$name" --duration "$duration" --warmup "$warmup" --concurrency 64 "$@" >>"$results"
-	thaw
 }
 
 # ringlimit runs workload $1 (bench flags follow) as ringlimit-$1 on the
