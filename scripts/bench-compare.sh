@@ -14,8 +14,9 @@
 # (go-redis + redis_rate, the same 64 goroutines) back to back, A B A B,
 # and prints the ratio ringlimit/Redis per workload: uniform (10,000 keys),
 # hot (one key), uniform-2m (2,000,000 keys: more than a client could keep
-# owners for, and mostly keys not seen before), hot-nolease and
-# uniform-spent. Also measured in the
+# owners for, and mostly keys not seen before; its rounds run after every
+# other workload's, since a node holding those keys spends CPU on them even
+# idle), hot-nolease and uniform-spent. Also measured in the
 # same run: one plain unary gRPC call per check, round robin over the nodes
 # (as a gateway that cannot route would send it) and through the Go client
 # with coalescing off (one call per check, sent to the key's owner), and the
@@ -577,6 +578,18 @@ acquire_ringlimit() { current acquire --proto client "${acquire[@]}"; }
 acquire_redis() { run redis-semaphore --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${acquire[@]}"; }
 acquire_round() { if has acquire; then ab acquire_ringlimit acquire_redis; fi; }
 
+# core_pair W BENCH-FLAGS...: workload W through the Go client on the
+# node builds and on Redis, A B A B.
+core_pair() {
+	local w=$1
+	shift
+	local flags=("$@") rflags=() f
+	for f in "$@"; do [ "$f" = --lease ] || rflags+=("$f"); done # Redis has no leases
+	core_ringlimit() { ringlimit "$w" --proto client "${flags[@]}"; }
+	core_redis() { run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${rflags[@]}"; }
+	ab core_ringlimit core_redis
+}
+
 for round in $(seq 1 "$rounds"); do
 	echo "round $round of $rounds" >&2
 	if has rls; then ab rls_ringlimit rls_envoy; fi
@@ -586,17 +599,6 @@ for round in $(seq 1 "$rounds"); do
 		acquire_round
 		continue
 	fi
-	# core_pair W BENCH-FLAGS...: workload W through the Go client on the
-	# node builds and on Redis, A B A B.
-	core_pair() {
-		local w=$1
-		shift
-		local flags=("$@") rflags=() f
-		for f in "$@"; do [ "$f" = --lease ] || rflags+=("$f"); done # Redis has no leases
-		core_ringlimit() { ringlimit "$w" --proto client "${flags[@]}"; }
-		core_redis() { run "redis-$w" --target "redis://127.0.0.1:$redis_port" --pids "$redis_pid" "${rflags[@]}"; }
-		ab core_ringlimit core_redis
-	}
 	core_pair uniform --dist uniform --keys 10000
 	core_pair hot --dist hot --lease
 	ringlimit hot-nolease --proto client --dist hot
@@ -611,13 +613,23 @@ for round in $(seq 1 "$rounds"); do
 	# Last, what leaves the builds' stores unlike each other, so that it
 	# weighs on no comparison of the builds in this round: peek and
 	# reserve-settle against the round's uniform check (the same keys,
-	# callers and duration; current build only), then 2,000,000 keys (a
-	# faster build creates more of them).
+	# callers and duration; current build only).
 	current peek --proto client --op peek --dist uniform --keys 10000
 	current settle --proto client --op reserve-settle --reserve-cost 10 --dist uniform --keys 10000
-	core_pair uniform-2m --dist uniform --keys 2000000 # more keys than any owner cache holds
 	acquire_round
 done
+# 2,000,000 keys after every other round: a node keeps a key after its
+# spend refilled and walks every key it holds for its state file once a
+# second, so a cluster left holding these keys is not idle (an idle 3-node
+# cluster took 18.5% of a core after them, 3.4% empty) and would slow
+# every run after it on the servers' CPU, Redis's included. A faster build
+# creates more keys, so this is also what leaves the builds unlike.
+if has core; then
+	for round in $(seq 1 "$rounds"); do
+		echo "uniform-2m, round $round of $rounds" >&2
+		core_pair uniform-2m --dist uniform --keys 2000000 # more keys than any owner cache holds
+	done
+fi
 
 "$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
 python3 - "$results" "$base_rev" "$base_flags" "$mode" <<'PY'
