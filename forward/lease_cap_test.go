@@ -109,3 +109,19 @@ func TestLookupPolicyLeases(t *testing.T) {
 		t.Fatalf("lookup naming no limit: %+v, want not found (no bucket of the key)", st)
 	}
 }
+
+// TestLeaseMaxTTLFromPeer: a renewal cap a peer sent is kept when
+// CheckLeaseTTL takes it, and is bucket.MaxLeaseTTL's (0) otherwise.
+func TestLeaseMaxTTLFromPeer(t *testing.T) {
+	for _, c := range []struct{ in, want time.Duration }{
+		{0, 0}, {-time.Second, 0}, {bucket.MinLeaseTTL - 1, 0}, {bucket.MinLeaseTTL, bucket.MinLeaseTTL},
+		{time.Minute, time.Minute}, {bucket.MaxLeaseTTL, bucket.MaxLeaseTTL}, {bucket.MaxLeaseTTL + 1, 0},
+	} {
+		if got := leaseMaxTTL(c.in); got != c.want {
+			t.Errorf("leaseMaxTTL(%v) = %v, want %v", c.in, got, c.want)
+		}
+		if ok := bucket.CheckLeaseTTL("max_ttl", c.in) == nil; ok != (c.want != 0) {
+			t.Errorf("CheckLeaseTTL(%v) ok %v, leaseMaxTTL kept %v", c.in, ok, c.want)
+		}
+	}
+}
