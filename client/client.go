@@ -390,13 +390,3 @@ func (n *node) send(calls []*call, size int) {
 		cl.Finish(err)
 	}
 }
-
-// checkCall sends one batch of checks: on the node's Batches stream, or
-// as a Check call to a node that does not serve Batches.
-func (n *node) checkCall(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	r, err := n.roundTrip(ctx, &pb.BatchRequest{Call: &pb.BatchRequest_Check{Check: req}})
-	if errors.Is(err, errUnary) {
-		return n.rpc.Check(ctx, req)
-	}
-	return r.GetCheck(), err
-}

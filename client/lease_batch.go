@@ -150,13 +150,3 @@ func (n *node) sendLeases(calls []*leaseCall, size int) {
 		cl.Finish(err)
 	}
 }
-
-// leasesCall sends one batch of lease operations: on the node's Batches
-// stream, or as a Leases call to a node that does not serve Batches.
-func (n *node) leasesCall(ctx context.Context, req *pb.LeasesRequest) (*pb.LeasesResponse, error) {
-	r, err := n.roundTrip(ctx, &pb.BatchRequest{Call: &pb.BatchRequest_Leases{Leases: req}})
-	if errors.Is(err, errUnary) {
-		return n.rpc.Leases(ctx, req)
-	}
-	return r.GetLeases(), err
-}

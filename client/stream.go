@@ -196,3 +196,23 @@ func (n *node) streamErr(err error) error {
 	}
 	return err
 }
+
+// checkCall sends one batch of checks: on the node's Batches stream, or
+// as a Check call to a node that does not serve Batches.
+func (n *node) checkCall(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	r, err := n.roundTrip(ctx, &pb.BatchRequest{Call: &pb.BatchRequest_Check{Check: req}})
+	if errors.Is(err, errUnary) {
+		return n.rpc.Check(ctx, req)
+	}
+	return r.GetCheck(), err
+}
+
+// leasesCall sends one batch of lease operations: on the node's Batches
+// stream, or as a Leases call to a node that does not serve Batches.
+func (n *node) leasesCall(ctx context.Context, req *pb.LeasesRequest) (*pb.LeasesResponse, error) {
+	r, err := n.roundTrip(ctx, &pb.BatchRequest{Call: &pb.BatchRequest_Leases{Leases: req}})
+	if errors.Is(err, errUnary) {
+		return n.rpc.Leases(ctx, req)
+	}
+	return r.GetLeases(), err
+}

@@ -339,12 +339,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	cs := &clusterStatus{cluster: n.cluster, router: n.router, peers: n.peers, store: n.store}
 	acfg := api.Config{Checker: n.router, Settler: n.router, Leaser: n.router, Reporter: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
-		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads,
+		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads, BatchInterceptor: batchInterceptor(cfg, grpcMetrics),
 		RLSHeaders: cfg.RLSHeaders, RLSShadowMode: cfg.RLSShadowMode, RLSStatKeys: cfg.RLSStatKeys, RLSNearLimitRatio: cfg.RLSNearLimitRatio, TrustedProxies: cfg.TrustedProxies, CORSOrigins: cfg.CORSOrigins, Ready: n.ready, TracerProvider: cfg.Tracer, Self: cfg.Name,
 		DisableInlineLimits: cfg.DisableInlineLimits, Reset: n.router.Reset, Audit: func(actor, action, what string) {
 			log.Info("audit", "actor", actor, "action", action, "what", what)
 		}}
-	acfg.BatchInterceptor = chainUnary(append([]grpc.UnaryServerInterceptor{grpcMetrics.UnaryInterceptor("public")}, cfg.GRPCUnaryInterceptors...))
 	if n.rls != nil {
 		acfg.RLS = rlsConfig(n.rls)
 	}
@@ -359,7 +358,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.api = a
 	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Stats: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
 		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version), Settler: n.router,
 		Leaser: n.router, Reporter: n.router}

@@ -110,6 +110,7 @@ func grpcOptions() []grpc.ServerOption {
 // grpc.health.v1) and the peer gRPC server, each with its metrics and, when
 // configured, TLS and tracing.
 func (n *Node) newServers(cfg Config, a *api.API, page http.Handler, grpcMetrics *grpcmetrics.Metrics, log *slog.Logger) {
+	n.api = a
 	n.httpServer = &http.Server{
 		Handler:           a.Handler(page),
 		ReadHeaderTimeout: readHeaderTimeout(cfg.HTTPReadTimeout),
@@ -151,6 +152,13 @@ func (n *Node) serve() {
 	}()
 	go func() { n.served <- n.grpcServer.Serve(n.grpcLn) }()
 	go func() { n.served <- n.peerGRPC.Serve(n.peerLn) }()
+}
+
+// batchInterceptor runs around each call a Batches stream carries what runs
+// around a unary call of the public server: the node's metrics, then
+// cfg.GRPCUnaryInterceptors.
+func batchInterceptor(cfg Config, m *grpcmetrics.Metrics) grpc.UnaryServerInterceptor {
+	return chainUnary(append([]grpc.UnaryServerInterceptor{m.UnaryInterceptor("public")}, cfg.GRPCUnaryInterceptors...))
 }
 
 // chainUnary is the interceptors run in order around a handler, as
