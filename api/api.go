@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"google.golang.org/grpc"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/decide"
@@ -64,14 +64,14 @@ const (
 
 // Config configures the API.
 type Config struct {
+	// Checker decides checks. Required.
+	Checker Checker
 	// BatchInterceptor, when not nil, runs around each call a Batches
 	// stream carries, as the gRPC server's unary interceptors run around
 	// a unary call (grpc.ChainUnaryInterceptor chains several): with
 	// info.FullMethod the method of its call (RateLimiter/Check or
 	// RateLimiter/Leases) and ctx the stream's.
 	BatchInterceptor grpc.UnaryServerInterceptor
-	// Checker decides checks. Required.
-	Checker Checker
 	// Settler settles reservations (POST /v1/settle, gRPC Settle);
 	// *forward.Router implements it. Nil: every settle answers 503.
 	Settler decide.Settler
