@@ -2,15 +2,22 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
+	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
 // TestClientBatchesOneStreamPerNode: 300 checks from 30 goroutines and 30
@@ -133,5 +140,122 @@ func TestClientBatchesNodeStops(t *testing.T) {
 	}
 	if allowed != 10 {
 		t.Fatalf("allowed %d of 20, want 10", allowed)
+	}
+}
+
+// TestClientBatchesNodeCrashes: a node crashes (it stops as a crashed one
+// does, given an ended context: nothing handed off, its connections cut)
+// while 16 goroutines check through the client, each an exact key owned by
+// a survivor and a key the crashed node owned. No check fails: those in
+// flight on the crashed node's stream, and those after, are answered by
+// the other nodes. The survivor's key stays exact: 200 of 800 admitted.
+func TestClientBatchesNodeCrashes(t *testing.T) {
+	const goroutines, each, limit, big = 16, 50, 200, 1_000_000
+	c := newCluster(t, 3, "")
+	// A batch left waiting on the broken stream would hold its check past
+	// the check's own deadline (20s; the client's Timeout is longer): an
+	// error.
+	cl := newClient(t, client.Config{Targets: c.addrs(), Timeout: time.Minute})
+	victim := c.nodes[2]
+	exact := ""
+	var onVictim []string
+	for i := 0; exact == "" || len(onVictim) < goroutines; i++ {
+		k := fmt.Sprintf("crash-%d", i)
+		if exact == "" && c.owner(ikey(k, limit)) != victim.name {
+			exact = k
+		}
+		if len(onVictim) < goroutines && c.owner(ikey(k, big)) == victim.name {
+			onVictim = append(onVictim, k)
+		}
+	}
+	var done atomic.Int64
+	crashed := make(chan struct{})
+	go func() {
+		defer close(crashed)
+		testkit.Poll(20*time.Second, func() bool { return done.Load() >= goroutines*each/4 })
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		victim.n.Close(ctx)
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted, answered := 0, 0
+	var errs []error
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				ds, err := cl.Check(ctx, inline(exact, limit, 1))
+				_, err2 := cl.Check(ctx, inline(onVictim[g], big, 1))
+				cancel()
+				mu.Lock()
+				if err != nil || err2 != nil {
+					errs = append(errs, errors.Join(err, err2))
+				} else {
+					answered++
+					if ds[0].GetAllowed() {
+						admitted++
+					}
+				}
+				mu.Unlock()
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	<-crashed
+	// The survivors' rings drop the crashed node before the cluster
+	// stops: a node that stops hands its keys off, and would wait for a
+	// member its ring still holds.
+	c.nodes = c.nodes[:2]
+	if err := c.converge(); err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 0 || answered != goroutines*each || admitted != limit {
+		t.Fatalf("%d errors (first: %v), %d of %d answered, %d admitted; want 0, all, %d", len(errs), errs, answered, goroutines*each, admitted, limit)
+	}
+}
+
+// breakingServer serves RateLimiter/Batches by reading one message and
+// ending the stream UNAVAILABLE without answering it: the stream breaks
+// with a batch in flight.
+type breakingServer struct {
+	pb.UnimplementedRateLimiterServer
+	got atomic.Int64
+}
+
+func (s *breakingServer) Batches(st pb.RateLimiter_BatchesServer) error {
+	if _, err := st.Recv(); err != nil {
+		return err
+	}
+	s.got.Add(1)
+	return status.Error(codes.Unavailable, "the stream broke")
+}
+
+// TestClientBatchesStreamBreaks: a batch in flight when its stream breaks
+// fails at once with the stream's status (the check then has no node
+// left: ErrNoNode wrapping UNAVAILABLE), not at its deadline; the next
+// batch opens a new stream.
+func TestClientBatchesStreamBreaks(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	bs := &breakingServer{}
+	pb.RegisterRateLimiterServer(srv, bs)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	cl := newClient(t, client.Config{Targets: []string{lis.Addr().String()}, Timeout: time.Minute, RingRefresh: -1})
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := cl.Check(ctx, inline("breaks", 10, 1))
+		cancel()
+		if !errors.Is(err, client.ErrNoNode) || !strings.Contains(err.Error(), "the stream broke") {
+			t.Fatalf("check %d: %v; want ErrNoNode with the stream's UNAVAILABLE", i, err)
+		}
+	}
+	if bs.got.Load() != 2 {
+		t.Fatalf("the node got %d batches, want 2 (one a stream)", bs.got.Load())
 	}
 }
