@@ -108,6 +108,19 @@ type Snapshot struct {
 // store or block. Keys added or removed during Range may or may not be seen.
 // Range stops early when fn returns false.
 func (s *Store) Range(at clock.Instant, fn func(batch []Snapshot) bool) {
+	s.rangeKeys(at, false, fn)
+}
+
+// RangeHeld is Range of the keys that hold spend at time at: every key
+// Range would report with Used > 0 is reported, and a key whose spend has
+// refilled or whose window has passed (one the store could drop to make
+// room) is skipped without being read, so that a walk for what a node must
+// keep costs little for the keys it holds only to remember.
+func (s *Store) RangeHeld(at clock.Instant, fn func(batch []Snapshot) bool) {
+	s.rangeKeys(at, true, fn)
+}
+
+func (s *Store) rangeKeys(at clock.Instant, held bool, fn func(batch []Snapshot) bool) {
 	now := int64(at)
 	var batch []Snapshot
 	for i := range s.shards {
@@ -116,6 +129,9 @@ func (s *Store) Range(at clock.Instant, fn func(batch []Snapshot) bool) {
 		sh.mu.Lock()
 		for j := sh.head; j != none; j = sh.at(j).next {
 			e := sh.at(j)
+			if held && e.idle <= now {
+				continue
+			}
 			l, ok := sh.limits[e.fp]
 			if !ok {
 				continue

@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -296,6 +297,17 @@ func (t *Reservations) Remove(id string) {
 	if r, ok := t.ids[id]; ok {
 		t.remove(id, r.Key)
 	}
+}
+
+// Keys returns the keys the table holds records of, expired ones not yet
+// dropped included.
+func (t *Reservations) Keys() []string {
+	if t.Empty() {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Collect(maps.Keys(t.byKey))
 }
 
 // HasKey reports whether the table holds records of key.

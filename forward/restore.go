@@ -100,22 +100,39 @@ func (r *Router) Export() Saved {
 			return true
 		})
 	}
-	r.cfg.Store.Range(now, func(batch []bucket.Snapshot) bool {
+	// A key is saved for its spend or for its reservations: the walk skips
+	// keys holding no spend (most of a store, often), and the keys with
+	// reservations it did not meet are looked up after it.
+	reserved := map[string]bool{}
+	if r.resv != nil {
+		for _, key := range r.resv.Keys() {
+			reserved[key] = true
+		}
+	}
+	own := func(b *bucket.Snapshot) {
+		if ownerIn(v.ring, r.cfg.Self, b.Key) != r.cfg.Self {
+			return
+		}
+		recs := appendRecords(r.resv, nil, b.Key, now, false)
+		if b.Used <= 0 && len(recs) == 0 {
+			return
+		}
+		delete(tombs, b.Key) // the state carries it
+		s.Own = append(s.Own, peermsg.State{Key: b.Key, Limit: b.Limit, Used: max(b.Used, 0), ResetAt: b.ResetAt, Window: b.Window,
+			Reservations: recs})
+	}
+	r.cfg.Store.RangeHeld(now, func(batch []bucket.Snapshot) bool {
 		for i := range batch {
-			b := &batch[i]
-			if ownerIn(v.ring, r.cfg.Self, b.Key) != r.cfg.Self {
-				continue
-			}
-			recs := appendRecords(r.resv, nil, b.Key, now, false)
-			if b.Used <= 0 && len(recs) == 0 {
-				continue
-			}
-			delete(tombs, b.Key) // the state carries it
-			s.Own = append(s.Own, peermsg.State{Key: b.Key, Limit: b.Limit, Used: max(b.Used, 0), ResetAt: b.ResetAt, Window: b.Window,
-				Reservations: recs})
+			delete(reserved, batch[i].Key)
+			own(&batch[i])
 		}
 		return true
 	})
+	for _, key := range slices.Sorted(maps.Keys(reserved)) {
+		if b, ok := r.cfg.Store.Lookup(key, now); ok {
+			own(&b)
+		}
+	}
 	for _, key := range r.slots.Keys() {
 		if ownerIn(v.ring, r.cfg.Self, key) != r.cfg.Self {
 			continue
@@ -131,7 +148,7 @@ func (r *Router) Export() Saved {
 	// A replica held was admitted after the key's last tombstone here (a
 	// reset drops the replicas): it carries that tombstone.
 	for _, member := range slices.Sorted(maps.Keys(*r.shared.stores.Load())) {
-		r.shared.each(member, now, func(st *bucket.Snapshot) {
+		r.shared.eachHeld(member, now, func(st *bucket.Snapshot) {
 			if st.Used > 0 {
 				var at int64
 				if r.tombs.Load() {

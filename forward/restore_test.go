@@ -11,10 +11,12 @@ import (
 )
 
 // TestExportRestore: A spends 3 of a key, reserves 2 of another (a
-// 1-minute reservation) and holds a 30s lease of a concurrency key; B
-// keeps A's replica. What A exports (no full key) is put back 10s later
-// into a node of its own, D: the spend (3), the reservation (settleable
-// for 50s more), the lease (20s left), and, from B's export, the replica.
+// 1-minute reservation) and 2 of a third whose spend refills within the
+// second, and holds a 30s lease of a concurrency key; B keeps A's replica.
+// What A exports (no full key; the third key, full again, for its
+// reservation) is put back 10s later into a node of its own, D: the spend
+// (3), the reservations (settleable for 50s more), the lease (20s left),
+// and, from B's export, the replica.
 func TestExportRestore(t *testing.T) {
 	clk := testkit.NewClock(0)
 	a, b := startNode(t, "A", clk, nil), startNode(t, "B", clk, nil)
@@ -29,6 +31,11 @@ func TestExportRestore(t *testing.T) {
 		t.Fatalf("reserve: %+v %v", out[0], err)
 	}
 	rid := out[0].Reservation
+	second := bucket.MustLimit(bucket.TokenBucket, 10, time.Second, 0)
+	if err := a.r.Check(context.Background(), []Check{{Key: keys[2], Limit: second, Cost: 2, Reserve: time.Minute}}, out[:]); err != nil || out[0].Reservation == "" {
+		t.Fatalf("reserve: %+v %v", out[0], err)
+	}
+	refilled := out[0].Reservation
 	ckey := keysOwnedBy(t, a.r, "A", bucket.NamespaceConcurrency+"keep", 1)[0]
 	lease, err := a.r.Acquire(context.Background(), Acquire{Key: ckey, Limit: concurrency(5), Mode: bucket.FailClosed, TTL: 30 * time.Second})
 	if err != nil || !lease.Allowed {
@@ -41,8 +48,8 @@ func TestExportRestore(t *testing.T) {
 	for _, st := range saved.Own {
 		byKey[st.Key] = st
 	}
-	if len(saved.Own) != 3 || byKey[keys[0]].Used != 3 || byKey[keys[1]].Used != 2 || len(byKey[keys[1]].Reservations) != 1 ||
-		!byKey[ckey].LeaseSet || len(byKey[ckey].Leases) != 1 {
+	if len(saved.Own) != 4 || byKey[keys[0]].Used != 3 || byKey[keys[1]].Used != 2 || len(byKey[keys[1]].Reservations) != 1 ||
+		byKey[keys[2]].Used != 0 || len(byKey[keys[2]].Reservations) != 1 || !byKey[ckey].LeaseSet || len(byKey[ckey].Leases) != 1 {
 		t.Fatalf("A's export: %+v", saved.Own)
 	}
 	fromB := b.r.Export()
@@ -54,7 +61,7 @@ func TestExportRestore(t *testing.T) {
 	d := startNode(t, "D", clk, nil)
 	setMembers(membersOf(d), d)
 	k, ls, reps, _ := d.r.Restore(saved)
-	if k != 2 || ls != 1 || reps != 0 {
+	if k != 2 || ls != 1 || reps != 0 { // the key full again brings its reservation, no spend
 		t.Fatalf("Restore put back %d keys, %d lease sets, %d replicas; want 2, 1, 0", k, ls, reps)
 	}
 	if _, used, ok := d.store.Used(keys[0], clk.Now()); !ok || used != 3 {
@@ -72,6 +79,9 @@ func TestExportRestore(t *testing.T) {
 	}
 	if _, err := d.r.Settle(context.Background(), rid, 1); err == nil {
 		t.Fatal("a second settle on D succeeded")
+	}
+	if _, err := d.r.Settle(context.Background(), refilled, 1); err != nil {
+		t.Fatalf("settle on D of the reservation of a key full again: %v", err)
 	}
 }
 

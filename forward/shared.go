@@ -213,11 +213,24 @@ func (sh *shared) forgetAll(member string) {
 
 // each calls fn for every entry shared with member.
 func (sh *shared) each(member string, now clock.Instant, fn func(st *bucket.Snapshot)) {
+	sh.rangeStore(member, now, false, fn)
+}
+
+// eachHeld is each of the states holding spend at now (Store.RangeHeld).
+func (sh *shared) eachHeld(member string, now clock.Instant, fn func(st *bucket.Snapshot)) {
+	sh.rangeStore(member, now, true, fn)
+}
+
+func (sh *shared) rangeStore(member string, now clock.Instant, held bool, fn func(st *bucket.Snapshot)) {
 	s := sh.store(member, false)
 	if s == nil {
 		return
 	}
-	s.Range(now, func(batch []bucket.Snapshot) bool {
+	walk := s.Range
+	if held {
+		walk = s.RangeHeld
+	}
+	walk(now, func(batch []bucket.Snapshot) bool {
 		for i := range batch {
 			fn(&batch[i])
 		}

@@ -96,3 +96,42 @@ func closeNodeB(b *testing.B, n *node.Node) {
 		b.Errorf("close: %v", err)
 	}
 }
+
+// BenchmarkStateFileRefilled: a node holding n keys whose spend has
+// refilled (nothing for the file to carry) writes its state file: the time
+// a write takes, which is what the node's write loop spends every second
+// on keys it keeps after their spend is gone.
+//
+//	go test -run '^$' -bench StateFileRefilled -benchtime 10x ./node
+func BenchmarkStateFileRefilled(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			dir := b.TempDir()
+			cfg := node.DefaultLocalConfig()
+			cfg.Name, cfg.DataDir, cfg.SnapshotInterval = "bench", dir, time.Hour
+			cfg.MaxKeys, cfg.MaxMemory = 2*n, 1<<30
+			nd, err := node.Start(b.Context(), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer closeNodeB(b, nd)
+			lim := bucket.MustLimit(bucket.TokenBucket, 1000, time.Millisecond, 0) // a token back every microsecond
+			then := clock.System().Now()
+			for i := range n {
+				if _, err := nd.Store().Take(fmt.Sprintf("user:%d", i), &lim, then, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for clock.System().Now().Sub(then) < time.Millisecond { // every key full again
+				time.Sleep(time.Millisecond)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if err := node.WriteState(nd); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/write")
+		})
+	}
+}
