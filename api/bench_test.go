@@ -183,3 +183,23 @@ func BenchmarkGRPCHandlerBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGRPCHandlerBatchHot is BenchmarkGRPCHandlerBatch with 64 checks
+// of one key per request, as a client coalescing a hot key sends them.
+func BenchmarkGRPCHandlerBatchHot(b *testing.B) {
+	e := newTestEnv(b, nil)
+	g := &grpcServer{api: e.api}
+	checks := make([]*pb.Check, 64)
+	for j := range checks {
+		checks[j] = pbCheck("bench:hot", nil, pb.Algorithm_TOKEN_BUCKET, 1_000_000_000, 1000, 0)
+	}
+	req := batch(checks...)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		resp, err := g.Check(ctx, req)
+		if err != nil || len(resp.GetDecisions()) != 64 || !resp.GetDecisions()[63].GetAllowed() {
+			b.Fatalf("check %d: %v, %v", i, resp, err)
+		}
+	}
+}

@@ -81,6 +81,7 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {
 		return fmt.Errorf("checks: at most %d per call, got %d", MaxBatch, n)
 	}
 	p.Grow(n)
+	var memo inlineMemo
 	for i, c := range req.GetChecks() {
 		// Field names are built only for an error: the path of a valid
 		// check costs no formatting.
@@ -109,7 +110,7 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {
 		if a.noInline {
 			return fmt.Errorf("checks[%d]: %w", i, errInlineDisabled)
 		}
-		fc, err := checkFromProto(c)
+		fc, err := memo.check(c)
 		if err != nil {
 			return fmt.Errorf("checks[%d].%w", i, err)
 		}
@@ -117,6 +118,47 @@ func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {
 		p.AddInline(fc)
 	}
 	return nil
+}
+
+// inlineMemo is the last inline check a request's loop built. A batch
+// mostly repeats one limit, and a hot key repeats its key too: a check
+// whose limit has the same fields takes the limit already parsed, and one
+// with the same key as well the key already namespaced.
+type inlineMemo struct {
+	ok    bool
+	limit *pb.Limit
+	key   string
+	last  forward.Check
+}
+
+// check is checkFromProto of c, with what it can take from the check
+// before.
+func (m *inlineMemo) check(c *pb.Check) (forward.Check, error) {
+	pl := c.GetLimit()
+	if !m.ok || pl == nil || !sameLimit(pl, m.limit) {
+		fc, err := checkFromProto(c)
+		if err == nil {
+			*m = inlineMemo{ok: true, limit: pl, key: c.GetKey(), last: fc}
+		}
+		return fc, err
+	}
+	fc := m.last
+	if key := c.GetKey(); key != m.key {
+		if err := validateKey("key", key); err != nil {
+			return forward.Check{}, err
+		}
+		fc.Key = bucket.InlineKey(key, &fc.Limit)
+		m.key, m.last.Key = key, fc.Key
+	}
+	return fc, checkUse(c, &fc)
+}
+
+// sameLimit reports whether a and b have the same fields: one parses as
+// the other does. TestSameLimitEveryField holds it to every field.
+func sameLimit(a, b *pb.Limit) bool {
+	return a.GetAlgorithm() == b.GetAlgorithm() && a.GetLimit() == b.GetLimit() && a.GetPerMs() == b.GetPerMs() &&
+		a.GetBurst() == b.GetBurst() && a.GetFailureMode() == b.GetFailureMode() && a.GetLease() == b.GetLease() &&
+		a.GetCalendar() == b.GetCalendar() && a.GetTimezone() == b.GetTimezone() && a.GetWeekStart() == b.GetWeekStart()
 }
 
 // checkFromProto validates an inline check; its errors name fields from
@@ -154,19 +196,29 @@ func checkFromProto(c *pb.Check) (forward.Check, error) {
 		}
 		return forward.Check{}, err
 	}
-	cost := int64(1)
+	fc := forward.Check{Key: bucket.InlineKey(c.GetKey(), &set.Limit), Limit: set.Limit, Mode: set.FailureMode, Lease: set.Lease}
+	if err := checkUse(c, &fc); err != nil {
+		return forward.Check{}, err
+	}
+	return fc, nil
+}
+
+// checkUse sets fc's cost and reservation from c, validated against
+// fc.Limit.
+func checkUse(c *pb.Check, fc *forward.Check) error {
+	fc.Cost = 1
 	if c.Cost != nil {
-		cost = *c.Cost
+		fc.Cost = *c.Cost
 	}
-	if err := validateCost("cost", &set.Limit, cost); err != nil {
-		return forward.Check{}, err
+	if err := validateCost("cost", &fc.Limit, fc.Cost); err != nil {
+		return err
 	}
-	reserve, err := reserveTTL(c.GetReserve(), millis(c.GetReserveTtlMs()), c.GetReserveTtlMs() != 0, "reserve_ttl_ms", &set.Limit)
+	reserve, err := reserveTTL(c.GetReserve(), millis(c.GetReserveTtlMs()), c.GetReserveTtlMs() != 0, "reserve_ttl_ms", &fc.Limit)
 	if err != nil {
-		return forward.Check{}, err
+		return err
 	}
-	return forward.Check{Key: bucket.InlineKey(c.GetKey(), &set.Limit), Limit: set.Limit, Cost: cost, Mode: set.FailureMode, Lease: set.Lease,
-		Reserve: reserve}, nil
+	fc.Reserve = reserve
+	return nil
 }
 
 // millis is ms milliseconds, saturated at the ends of time.Duration
