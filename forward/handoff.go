@@ -57,6 +57,10 @@ type handoff struct {
 	// admit says whether a fetched state may be merged (Router.admit: not
 	// one from before a reset); set once by New.
 	admit func(*peermsg.State, clock.Instant) bool
+	// settle returns once the replication rounds begun before it was
+	// called have ended (replicator.settle); set once by New. A pass calls
+	// it before its first push.
+	settle func(context.Context)
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
@@ -142,9 +146,20 @@ func (h *handoff) pass(ctx context.Context) (pending bool, failed int) {
 	foreign := int64(0)
 	out := map[string][]peermsg.State{}
 	var stale []string // pushed at least Grace ago and pushed again now: delete after
+	settled := h.settle == nil
 	flush := func(owner string) {
 		states := out[owner]
 		delete(out, owner)
+		if !settled {
+			// A replication round begun while this node still owned a key
+			// may be carrying the key's replica to the member it pushes the
+			// key to: that replica must arrive first. Arriving after the
+			// push, it charged the member's copy a second time with the
+			// spend the push carried (what this node had spent beyond the
+			// member's last replica: all of it, when that was the first).
+			h.settle(ctx)
+			settled = true
+		}
 		if err := h.cfg.Peers.Handoff(ctx, owner, states); err != nil {
 			h.cfg.Logger.Warn("handoff failed", "to", owner, "keys", len(states), "err", err)
 			h.unshare(owner, states, now)

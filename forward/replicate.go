@@ -149,6 +149,32 @@ func (p *replicator) await(ctx context.Context, stop <-chan struct{}) bool {
 	}
 }
 
+// settle returns once every round begun before it was called has ended,
+// or ctx has ended. A round reads the view after it begins, so the rounds
+// begun later route by the view current when settle was called, or a
+// newer one. A handoff pass calls it before its first push: a round begun
+// under an earlier ring, while this node still owned a key, may be
+// carrying the key's replica to the member the key now belongs to, and
+// that replica, arriving after the push, would charge the member's copy
+// again with the spend the push carried (Router.Replicate charges what
+// the owner spent since the last replica it took).
+func (p *replicator) settle(ctx context.Context) {
+	want := p.started.Load()
+	for {
+		p.roundMu.Lock()
+		done, ended := p.done, p.ended
+		p.roundMu.Unlock()
+		if done >= want {
+			return
+		}
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // holdWindow is how long after a held answer the peer service decides
 // each batch on its own goroutine (see Router.MayWait).
 const holdWindow = time.Second

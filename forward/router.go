@@ -114,6 +114,7 @@ func New(cfg Config) (*Router, error) {
 		Store: cfg.Store, Peers: cfg.Peers, Clock: cfg.Clock, Logger: cfg.Logger}, r.currentRing, r.shared, m)
 	r.handoff.admit = r.admit
 	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
+	r.handoff.settle = r.repl.settle
 	r.repl.resv = r.resv
 	r.slots = bucket.NewLeases(cfg.MaxLeases)
 	r.repl.slots = r.slots
