@@ -210,24 +210,38 @@ func TestOwnerHoldsBatches(t *testing.T) {
 // its checks (and every later check to that owner) waited for their
 // callers' deadlines. After the first 10 checks the race is lost on
 // purpose: a batch on a new stream waits for the drain to arrive first.
+//
+// The owner sends a stream's drain from a goroutine of its own, which a
+// busy machine may leave waiting to run for some milliseconds while the
+// stream goes on answering: a hundred checks or more. Until that stream's
+// drain arrives, checks are answered on it and open nothing; so the test
+// sends checks on fresh keys until 5 streams opened, not a fixed number.
 func TestChecksWhileOwnerDrains(t *testing.T) {
+	// At most maxChecks keys, well within B's store (startNode's MaxKeys)
+	// so that every fresh key is taken, and at most 30s: a drain still
+	// missing by then is taken for one that never comes.
+	const maxChecks, wantOpened = 1 << 15, 5
 	clock := testkit.NewClock(0)
 	nodes := startNodes(t, clock, nil, "A", "B")
 	formCluster(nodes...)
 	a, b := nodes[0], nodes[1]
-	keys := testKeys("draining", 110)
 	b.psrv.Drain() // B keeps serving, and drains every stream opened to it
 	t.Cleanup(func() { peer.SetTestHookOpened(nil) })
 	var opened atomic.Int32 // streams opened once the hook is set
 	failedLate := 0         // checks failed once the hook is set
-	for i, key := range keys {
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; opened.Load() < wantOpened; i++ {
+		if i == maxChecks || time.Now().After(deadline) {
+			t.Fatalf("after %d checks, %d failed and %d opened a stream once the hook was set; want %d: a stream never drained",
+				i, failedLate, opened.Load(), wantOpened)
+		}
 		if i == 10 {
 			peer.SetTestHookOpened(func(broken func() bool) {
 				opened.Add(1)
 				testkit.Poll(2*time.Second, broken)
 			})
 		}
-		ans, owner, err := check(a, "B", key, hourlyLimit(10), 3*time.Second)
+		ans, owner, err := check(a, "B", fmt.Sprintf("draining-%d", i), hourlyLimit(10), 3*time.Second)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			t.Fatalf("check %d: %v (it waited for its deadline)", i, err)
@@ -239,14 +253,11 @@ func TestChecksWhileOwnerDrains(t *testing.T) {
 		default:
 			t.Fatalf("check %d: %+v by %s", i, ans, owner)
 		}
-		if opened.Load() >= 5 {
-			break
-		}
 	}
 	// A check that finds the previous stream not yet drained is answered
 	// on it; one that opens a stream fails.
-	if n := int(opened.Load()); n < 5 || failedLate != n {
-		t.Fatalf("%d checks failed and %d opened a stream that drained before their batch; want as many, and 5", failedLate, n)
+	if n := int(opened.Load()); n < wantOpened || failedLate != n {
+		t.Fatalf("%d checks failed and %d opened a stream that drained before their batch; want as many, and %d", failedLate, n, wantOpened)
 	}
 }
 
