@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"proto":                {},
 	"internal/batcher":     {"internal/deadline"},
 	"internal/deadline":    {},
+	"internal/workers":     {},
 	"internal/devca":       {},
 	"internal/certfile":    {"internal/reload"},
 	"internal/clientip":    {},
@@ -48,9 +49,9 @@ var allowed = map[string][]string{
 	"internal/oteltrace":   {},
 	"ratelimitheader":      {"clock"},
 	"decide":               {"policy", "rls", "forward", "bucket", "adaptive", "internal/deadline", "internal/discard"},
-	"api":                  {"decide", "policy", "rls", "forward", "proto", "status", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard"},
+	"api":                  {"decide", "policy", "rls", "forward", "proto", "status", "bucket", "clock", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/route", "internal/discard", "internal/workers"},
 	"ui":                   {"api", "policy", "clock", "status"},
-	"client":               {"proto", "bucket", "clock", "ring", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline"},
+	"client":               {"proto", "bucket", "clock", "ring", "internal/batcher", "ratelimitheader", "internal/clientip", "internal/deadline", "internal/workers"},
 	"node":                 nodeImports,
 	"cmd":                  nil, // wires everything
 	// Test infrastructure, under internal/testonly: imported by tests only.
@@ -64,7 +65,7 @@ var allowed = map[string][]string{
 
 // nodeImports are what the node as a library may import: every library
 // package. Only cmd (and tests) import node.
-var nodeImports = []string{"clock", "bucket", "adaptive", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace", "internal/statefile"}
+var nodeImports = []string{"clock", "bucket", "adaptive", "ring", "status", "cluster", "proto", "peer", "forward", "policy", "rls", "ratelimitheader", "decide", "api", "ui", "internal/batcher", "internal/deadline", "internal/certfile", "internal/clientip", "internal/grpcmetrics", "internal/buildinfo", "internal/route", "internal/suggest", "internal/connlimit", "internal/reload", "internal/discard", "internal/peerdefault", "internal/gctune", "internal/oteltrace", "internal/statefile", "internal/workers"}
 
 // testOnlyDir holds the test infrastructure: no non-test file outside it
 // may import a package under it.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/clock"
 	"github.com/ringlimit/ringlimit/internal/batcher"
+	"github.com/ringlimit/ringlimit/internal/workers"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -149,6 +150,9 @@ type node struct {
 	// Unbatched.
 	lb, rb      *batcher.Batcher[*pb.LeaseOp, *pb.LeaseResult]
 	leasesUnary atomic.Bool // the node answered Leases Unimplemented
+	// run sends the batches of b, lb and rb, at most MaxInFlight each at
+	// once, on goroutines kept for the client's life. Nil when Unbatched.
+	run *workers.Pool
 
 	// stream carries the batches (stream.go); unary: the node does not
 	// serve Batches, each batch is a call.
@@ -225,6 +229,9 @@ func (c *Client) Close() error {
 			if n.lb != nil {
 				n.lb.Close()
 				n.rb.Close()
+			}
+			if n.run != nil {
+				n.run.Stop() // waits for the batches being sent
 			}
 		}
 		c.wg.Wait()
@@ -355,7 +362,7 @@ func (n *node) checkAlone(ctx context.Context, checks []*pb.Check) ([]*pb.Decisi
 // flush sends one batch from the batcher's loop: the call runs in its own
 // goroutine, which holds the batch's slot until the node answers.
 func (n *node) flush(calls []*call, size int, release func()) {
-	n.c.wg.Go(func() {
+	n.run.Go(func() {
 		defer release()
 		n.send(calls, size)
 	})

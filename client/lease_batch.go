@@ -117,7 +117,7 @@ func (n *node) leaseAlone(ctx context.Context, op *pb.LeaseOp) (*pb.LeaseResult,
 // loop, in its own goroutine, which holds the batch's slot until the
 // node answers.
 func (n *node) flushLeases(calls []*leaseCall, size int, release func()) {
-	n.c.wg.Go(func() {
+	n.run.Go(func() {
 		defer release()
 		n.sendLeases(calls, size)
 	})

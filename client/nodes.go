@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/internal/batcher"
+	"github.com/ringlimit/ringlimit/internal/workers"
 	pb "github.com/ringlimit/ringlimit/proto/ringlimitv1"
 )
 
@@ -47,6 +48,7 @@ func (c *Client) add(addr string) (int, error) {
 		// against none (medians 99,422 and 77,991), and acquire+release
 		// pairs in 3 of 3.
 		bc := batcher.Config{MaxBatch: c.cfg.MaxBatch, MaxInFlight: c.cfg.MaxInFlight, Yields: 3}
+		n.run = workers.New(3 * c.cfg.MaxInFlight) // b's, lb's and rb's batches in flight
 		n.b, err = batcher.New(bc, n.flush, func(checks int) { c.abandoned.Add(int64(checks)) })
 		if err == nil {
 			n.lb, err = batcher.New(bc, n.flushLeases, nil)
