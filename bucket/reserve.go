@@ -299,14 +299,16 @@ func (t *Reservations) Remove(id string) {
 	}
 }
 
-// Keys returns the keys the table holds records of, expired ones not yet
-// dropped included.
-func (t *Reservations) Keys() []string {
+// Keys returns the keys the table holds records of that have not expired
+// at now. It drops the expired records first (a sweep), so that a table
+// whose records have all expired is Empty again.
+func (t *Reservations) Keys(now clock.Instant) []string {
 	if t.Empty() {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.sweep(now)
 	return slices.Collect(maps.Keys(t.byKey))
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,35 @@ func TestReservations(t *testing.T) {
 	}
 	if got := other.AppendKey(nil, "c", 100); len(got) != 1 || got[0].ID != c.ID {
 		t.Fatalf("AppendKey = %+v", got)
+	}
+}
+
+// TestReservationsKeys: Keys names the keys with a record unexpired at
+// its instant, dropping the expired records: a table whose records have
+// all expired is empty again.
+func TestReservationsKeys(t *testing.T) {
+	l := MustLimit(TokenBucket, 10, time.Second, 10)
+	tab := NewReservations(8)
+	for i, r := range []Reservation{
+		{ID: NewReservationID("a"), Key: "a", Limit: l, Reserved: 1, Expires: 100},
+		{ID: NewReservationID("a"), Key: "a", Limit: l, Reserved: 1, Expires: 300},
+		{ID: NewReservationID("b"), Key: "b", Limit: l, Reserved: 1, Expires: 200},
+		{ID: NewReservationID("c"), Key: "c", Limit: l, Reserved: 1, Expires: 100},
+	} {
+		if err := tab.Add(r, 0); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	for _, tc := range []struct {
+		now  clock.Instant
+		keys []string
+		len  int
+	}{{99, []string{"a", "b", "c"}, 4}, {100, []string{"a", "b"}, 2}, {250, []string{"a"}, 1}, {300, nil, 0}} {
+		got := tab.Keys(tc.now)
+		slices.Sort(got)
+		if !slices.Equal(got, tc.keys) || tab.Len() != tc.len || tab.Empty() != (tc.len == 0) {
+			t.Fatalf("at %d: Keys %v, %d records (empty %v); want %v, %d", tc.now, got, tab.Len(), tab.Empty(), tc.keys, tc.len)
+		}
 	}
 }
 

@@ -105,7 +105,7 @@ func (r *Router) Export() Saved {
 	// reservations it did not meet are looked up after it.
 	reserved := map[string]bool{}
 	if r.resv != nil {
-		for _, key := range r.resv.Keys() {
+		for _, key := range r.resv.Keys(now) {
 			reserved[key] = true
 		}
 	}
