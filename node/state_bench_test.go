@@ -25,14 +25,7 @@ func BenchmarkStateFile(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			dir := b.TempDir()
-			cfg := node.DefaultLocalConfig()
-			cfg.Name, cfg.DataDir, cfg.SnapshotInterval = "bench", dir, time.Second
-			cfg.MaxKeys, cfg.MaxMemory = 2*n, 1<<30
-			nd, err := node.Start(b.Context(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer closeNodeB(b, nd)
+			nd := startStateNode(b, dir, n, time.Second)
 			lim := bucket.MustLimit(bucket.TokenBucket, 1000, 8784*time.Hour, 0) // no token back within the run
 			now := clock.System().Now()
 			keys := make([]string, n)
@@ -89,6 +82,20 @@ func BenchmarkStateFile(b *testing.B) {
 	}
 }
 
+// startStateNode starts a node alone keeping its state file in dir every
+// interval, with room for 2n keys; the benchmark closes it.
+func startStateNode(b *testing.B, dir string, n int, interval time.Duration) *node.Node {
+	cfg := node.DefaultLocalConfig()
+	cfg.Name, cfg.DataDir, cfg.SnapshotInterval = "bench", dir, interval
+	cfg.MaxKeys, cfg.MaxMemory = 2*n, 1<<30
+	nd, err := node.Start(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { closeNodeB(b, nd) })
+	return nd
+}
+
 func closeNodeB(b *testing.B, n *node.Node) {
 	ctx, cancel := contextWithTimeout(15 * time.Second)
 	defer cancel()
@@ -106,15 +113,7 @@ func closeNodeB(b *testing.B, n *node.Node) {
 func BenchmarkStateFileRefilled(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			dir := b.TempDir()
-			cfg := node.DefaultLocalConfig()
-			cfg.Name, cfg.DataDir, cfg.SnapshotInterval = "bench", dir, time.Hour
-			cfg.MaxKeys, cfg.MaxMemory = 2*n, 1<<30
-			nd, err := node.Start(b.Context(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer closeNodeB(b, nd)
+			nd := startStateNode(b, b.TempDir(), n, time.Hour)
 			lim := bucket.MustLimit(bucket.TokenBucket, 1000, time.Millisecond, 0) // a token back every microsecond
 			then := clock.System().Now()
 			for i := range n {
