@@ -1,17 +1,19 @@
 package bucket
 
 import (
+	"encoding/binary"
 	"math"
-	"strings"
 	"sync"
+	"unsafe"
 )
 
 // entry is one key's slot: one 64-byte cache line. Entries live in fixed
 // pages and link into the shard's LRU list by index, so that moving a key to
 // the front allocates nothing. A key of up to inlineKey bytes is held in the
-// entry itself, so that finding it reads one line, not two, and the pages
-// hold no pointers for the garbage collector to scan; a longer key is held
-// beside the entries, in the shard's long pages, and its klen is longKey.
+// entry itself, so that finding it reads one line, not two; a longer key is
+// held in its page's long-key buffer (see longPage), its klen is longKey and
+// kb holds where. Neither holds a pointer: the garbage collector marks a
+// page and a buffer as one object each, whatever the keys they hold.
 type entry struct {
 	st         state
 	fp         uint64 // fingerprint of the limit st belongs to
@@ -29,17 +31,45 @@ const (
 	longKey   = math.MaxUint8
 )
 
+// longPage holds the keys longer than inlineKey of one page of entries,
+// back to back in one buffer; an entry holding one keeps its offset and
+// length in kb. A removed key's bytes stay where they are until the buffer
+// is full: the next key then goes to a new buffer, with only the keys still
+// held copied over. So a byte of a buffer is never written again once a key
+// holds it, and key returns long keys as strings over the buffer, without
+// copying them: a string kept after its key was removed, or its buffer
+// replaced, still reads the key (and keeps that buffer alive).
+type longPage struct {
+	b []byte
+	n int // keys held
+}
+
+// minLongBuffer is the least capacity of a page's first long-key buffer.
+const minLongBuffer = 512
+
+// longAt returns the offset and length, in its page's buffer, of the long
+// key entry e holds.
+func longAt(e *entry) (off, n uint32) {
+	return binary.LittleEndian.Uint32(e.kb[0:4]), binary.LittleEndian.Uint32(e.kb[4:8])
+}
+
 // is reports whether slot i, whose entry is e, holds key.
 func (sh *shard) is(e *entry, i uint32, key string) bool {
 	if len(key) <= inlineKey {
 		return int(e.klen) == len(key) && string(e.kb[:len(key)]) == key
 	}
-	return e.klen == longKey && sh.longKey(i) == key
+	if e.klen != longKey {
+		return false
+	}
+	off, n := longAt(e)
+	return int(n) == len(key) && string(sh.long[i>>pageBits].b[off:off+n]) == key
 }
 
-// longKey returns the long key of slot i.
+// longKey returns the long key of slot i, as a string over its page's
+// buffer (see longPage).
 func (sh *shard) longKey(i uint32) string {
-	return sh.long[i>>pageBits][i&(pageSize-1)]
+	off, n := longAt(sh.at(i))
+	return unsafe.String(&sh.long[i>>pageBits].b[off], n)
 }
 
 // key returns the key slot i holds; "" for a free slot.
@@ -63,7 +93,8 @@ func (sh *shard) hash(i uint32) uint64 {
 // keyLen returns the length of the key slot i, whose entry is e, holds.
 func (sh *shard) keyLen(e *entry, i uint32) int {
 	if e.klen == longKey {
-		return len(sh.longKey(i))
+		_, n := longAt(e)
+		return int(n)
 	}
 	return int(e.klen)
 }
@@ -74,15 +105,67 @@ func (sh *shard) setKey(e *entry, i uint32, key string) {
 		e.klen = uint8(copy(e.kb[:], key))
 		return
 	}
-	e.klen = longKey
 	for int(i>>pageBits) >= len(sh.long) {
-		sh.long = append(sh.long, nil)
+		sh.long = append(sh.long, longPage{})
 	}
 	p := &sh.long[i>>pageBits]
-	if *p == nil {
-		*p = make([]string, pageSize)
+	if len(p.b)+len(key) > cap(p.b) {
+		sh.renewLong(i>>pageBits, len(key))
 	}
-	(*p)[i&(pageSize-1)] = strings.Clone(key)
+	off := len(p.b)
+	p.b = append(p.b, key...)
+	p.n++
+	e.klen = longKey
+	binary.LittleEndian.PutUint32(e.kb[0:4], uint32(off))
+	binary.LittleEndian.PutUint32(e.kb[4:8], uint32(len(key)))
+}
+
+// renewLong gives page pg a new long-key buffer with room for more bytes
+// after the keys it holds, which are copied over (the removed ones are
+// not). The old buffer is left as it is, for the strings over it. The new
+// one has room for as many keys again as the page has free slots, at most
+// doubling, and at least a quarter more than it holds: a page filling up
+// renews its buffer a few times, and one whose keys come and go renews it
+// after a quarter of its bytes were replaced, not at every key.
+func (sh *shard) renewLong(pg uint32, more int) {
+	p := &sh.long[pg]
+	live, long, held := more, 1, 1 // the key to come counts
+	page := sh.pages[pg]
+	for j := range page {
+		switch e := &page[j]; e.klen {
+		case 0:
+		case longKey:
+			_, n := longAt(e)
+			live += int(n)
+			long++
+			held++
+		default:
+			held++
+		}
+	}
+	room := min(live, live/long*max(pageSize-held, 0))
+	b := make([]byte, 0, max(live+max(room, live/4), minLongBuffer))
+	for j := range page {
+		e := &page[j]
+		if e.klen != longKey {
+			continue
+		}
+		off, n := longAt(e)
+		binary.LittleEndian.PutUint32(e.kb[0:4], uint32(len(b)))
+		b = append(b, p.b[off:off+n]...)
+	}
+	p.b = b
+}
+
+// dropLong forgets the long key of slot i, whose entry is e: its bytes
+// stay in the buffer until renewLong, and a page left with none lets its
+// buffer go.
+func (sh *shard) dropLong(e *entry, i uint32) {
+	p := &sh.long[i>>pageBits]
+	if p.n--; p.n == 0 {
+		p.b = nil
+	}
+	e.klen = 0
 }
 
 // shard is one lock's worth of keys: an index by key hash, entries in pages,
@@ -107,10 +190,10 @@ type shard struct {
 	logs   map[uint32][]logRun // sliding window log runs by slot
 	limits map[uint64]Limit    // limits seen, by fingerprint, for conversion
 
-	// long holds the keys longer than inlineKey, by page and slot. A page's
-	// strings are allocated when it first holds a long key and kept after
-	// (16 bytes a slot); pages that never held one stay nil.
-	long [][]string
+	// long holds the keys longer than inlineKey, by page (see longPage).
+	// A page's buffer is allocated when it first holds a long key and let go
+	// when it holds none; pages that never held one have none.
+	long []longPage
 
 	track tracked
 	tombs tombs // keys reset (see tombstone.go)
@@ -331,7 +414,7 @@ func (sh *shard) remove(i uint32) {
 	e := sh.at(i)
 	sh.bytes -= keyBytes(sh.keyLen(e, i))
 	if e.klen == longKey {
-		sh.long[i>>pageBits][i&(pageSize-1)] = ""
+		sh.dropLong(e, i)
 	}
 	e.klen = 0
 	sh.n--

@@ -241,30 +241,19 @@ const (
 	// MaxKeyLen bytes.
 	minShardMemory = 4096
 	// Bytes a key counts (see StoreConfig.MaxMemory).
-	entryBytes = 64 + 24 + 16 // entry, index share (8-byte cells at most 3/4 full, doubling), long-key header share
+	entryBytes = 64 + 24 + 16 // entry, index share (8-byte cells at most 3/4 full, doubling), margin
 	// logReserve is what a key under a sliding window log counts for its
 	// log, reserved whole when it takes one: its map entry and slice
 	// header (64), and maxLogRuns runs of 16 bytes.
 	logReserve = 64 + 16*maxLogRuns
 )
 
-// keyBytes returns the bytes a key of n bytes counts, its log apart.
+// keyBytes returns the bytes a key of n bytes counts, its log apart: a
+// long key's own bytes, and a quarter more for the room its page's buffer
+// keeps (see renewLong).
 func keyBytes(n int) int64 {
 	if n <= inlineKey {
 		return entryBytes
 	}
-	return entryBytes + allocSize(n)
-}
-
-// allocSize rounds n up to about the Go allocator's size class.
-func allocSize(n int) int64 {
-	switch {
-	case n <= 256:
-		return int64(n+15) &^ 15
-	case n <= 512:
-		return int64(n+31) &^ 31
-	case n <= 1024:
-		return int64(n+127) &^ 127
-	}
-	return int64(n+1023) &^ 1023
+	return entryBytes + int64(n) + int64(n+3)/4
 }
