@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"github.com/ringlimit/ringlimit/clock"
+	"runtime"
 )
 
 // State moves between nodes as the cost spent under a limit ("used"): any
@@ -120,26 +121,44 @@ func (s *Store) RangeHeld(at clock.Instant, fn func(batch []Snapshot) bool) {
 	s.rangeKeys(at, true, fn)
 }
 
+// rangeChunk is how many slots a walk reads under a shard's lock at a
+// time. Between two chunks it lets the lock go and lets other goroutines
+// run (runtime.Gosched): a node walking a million keys for its state file
+// then delays a check by one chunk (tens of microseconds), not by a whole
+// shard, nor (with one processor) by the scheduler's 10 ms time slice.
+const rangeChunk = 1024
+
 func (s *Store) rangeKeys(at clock.Instant, held bool, fn func(batch []Snapshot) bool) {
 	now := int64(at)
 	var batch []Snapshot
 	for i := range s.shards {
 		sh := &s.shards[i]
 		batch = batch[:0]
-		sh.mu.Lock()
-		for j := sh.head; j != none; j = sh.at(j).next {
-			e := sh.at(j)
-			if held && e.idle <= now {
-				continue
+		// Slots in page order: the walk reads the pages one after the
+		// other (the LRU order would visit them at random).
+		for from := uint32(0); ; from += rangeChunk {
+			sh.mu.Lock()
+			end := min(sh.used, from+rangeChunk)
+			for j := from; j < end; j++ {
+				e := sh.at(j)
+				if e.klen == 0 || held && e.idle <= now {
+					continue // a free slot, or nothing held
+				}
+				l, ok := sh.limits[e.fp]
+				if !ok {
+					continue
+				}
+				key := sh.key(j)
+				batch = append(batch, Snapshot{Key: key, Limit: l, Used: l.used(&e.st, sh.logs[j], now), ResetAt: sh.tombs.get(key, now),
+					Window: l.windowOf(&e.st, now)})
 			}
-			l, ok := sh.limits[e.fp]
-			if !ok {
-				continue
+			more := end < sh.used
+			sh.mu.Unlock()
+			runtime.Gosched()
+			if !more {
+				break
 			}
-			batch = append(batch, Snapshot{Key: sh.key(j), Limit: l, Used: l.used(&e.st, sh.logs[j], now), ResetAt: sh.tombs.get(sh.key(j), now),
-				Window: l.windowOf(&e.st, now)})
 		}
-		sh.mu.Unlock()
 		if len(batch) > 0 && !fn(batch) {
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +90,55 @@ func TestRangeHeldProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRangeChunks: a shard of more keys than one chunk (rangeChunk), with
+// free slots among them, is walked whole: Range reports each key held
+// exactly once, and RangeHeld the ones that hold spend.
+func TestRangeChunks(t *testing.T) {
+	const n = 2*rangeChunk + rangeChunk/2
+	s := newStore(t, n, 1)
+	lim := MustLimit(FixedWindow, 10, time.Hour, 0)
+	want, held := map[string]bool{}, map[string]bool{}
+	for i := range n {
+		k := fmt.Sprintf("key-%d-of-a-long-enough-name", i)
+		mustTake(t, s, k, &lim, 0, 1)
+		want[k] = true
+	}
+	for i := 0; i < n; i += 7 {
+		k := fmt.Sprintf("key-%d-of-a-long-enough-name", i)
+		if !s.Delete(k) {
+			t.Fatalf("%s not held", k)
+		}
+		delete(want, k)
+	}
+	// The keys past the second chunk spend again in a later window; the
+	// others hold nothing then.
+	later := clock.Instant(time.Hour)
+	for i := 2 * rangeChunk; i < n; i++ {
+		if k := fmt.Sprintf("key-%d-of-a-long-enough-name", i); want[k] {
+			mustTake(t, s, k, &lim, later, 1)
+			held[k] = true
+		}
+	}
+	walk := func(name string, rangeFn func(clock.Instant, func([]Snapshot) bool), want map[string]bool) {
+		t.Helper()
+		seen := map[string]int{}
+		rangeFn(later, func(batch []Snapshot) bool {
+			for _, sn := range batch {
+				seen[strings.Clone(sn.Key)]++
+			}
+			return true
+		})
+		if len(seen) != len(want) {
+			t.Fatalf("%s reported %d keys, want %d", name, len(seen), len(want))
+		}
+		for k, c := range seen {
+			if c != 1 || !want[k] {
+				t.Fatalf("%s reported %s %d times (held: %v)", name, k, c, want[k])
+			}
+		}
+	}
+	walk("Range", s.Range, want)
+	walk("RangeHeld", s.RangeHeld, held)
 }
