@@ -72,6 +72,11 @@ type Config struct {
 	// info.FullMethod the method of its call (RateLimiter/Check or
 	// RateLimiter/Leases) and ctx the stream's.
 	BatchInterceptor grpc.UnaryServerInterceptor
+	// ReuseBatchResponses lets a Batches stream answer a later check in the
+	// memory of a Check response it has sent. Set it only when
+	// BatchInterceptor keeps no response after it returns: the node sets it
+	// when its only interceptor is its own metrics'.
+	ReuseBatchResponses bool
 	// Settler settles reservations (POST /v1/settle, gRPC Settle);
 	// *forward.Router implements it. Nil: every settle answers 503.
 	Settler decide.Settler
@@ -219,6 +224,7 @@ type API struct {
 
 	// batchIntercept is Config.BatchInterceptor.
 	batchIntercept grpc.UnaryServerInterceptor
+	reuseBatch     bool // Config.ReuseBatchResponses
 	streams        streams
 }
 
@@ -269,7 +275,7 @@ func New(cfg Config) (*API, error) {
 	}
 	a := &API{d: d, origins: origins, trusted: clientip.Trusted(slices.Clone(cfg.TrustedProxies)), cluster: cfg.Cluster, policy: cfg.Policy, addOverride: cfg.AddOverride, revoke: cfg.RevokeOverride,
 		admin: cfg.AdminTokens, privReads: cfg.PrivateReads, log: cfg.Logger, m: m, gather: cfg.Gatherer, ready: cfg.Ready, tp: cfg.TracerProvider, noInline: cfg.DisableInlineLimits, reset: cfg.Reset, auditFn: cfg.Audit,
-		batchIntercept: cfg.BatchInterceptor, streams: streams{draining: make(chan struct{})}}
+		batchIntercept: cfg.BatchInterceptor, reuseBatch: cfg.ReuseBatchResponses, streams: streams{draining: make(chan struct{})}}
 	if cfg.RLS != nil {
 		rm, err := newRLSMetrics(cfg.Registerer)
 		if err != nil {

@@ -84,7 +84,7 @@ func (g *grpcServer) Batches(st pb.RateLimiter_BatchesServer) error {
 			run.Go(func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				_ = send(g.batch(ctx, req)) // a broken stream ends Recv too
+				g.answer(ctx, req, send) // a broken stream ends Recv too
 			})
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
@@ -103,7 +103,7 @@ func (g *grpcServer) Batches(st pb.RateLimiter_BatchesServer) error {
 			for {
 				select {
 				case req := <-received:
-					_ = send(g.batch(ctx, req))
+					g.answer(ctx, req, send)
 				case err := <-recvErr:
 					if errors.Is(err, io.EOF) {
 						return nil
@@ -117,8 +117,25 @@ func (g *grpcServer) Batches(st pb.RateLimiter_BatchesServer) error {
 	}
 }
 
-// batch decides one message of a Batches stream.
-func (g *grpcServer) batch(ctx context.Context, req *pb.BatchRequest) *pb.BatchResponse {
+// answer decides one message of a Batches stream and sends its answer,
+// whose Check response is then reused (Config.ReuseBatchResponses).
+func (g *grpcServer) answer(ctx context.Context, req *pb.BatchRequest, send func(*pb.BatchResponse) error) {
+	var out *checkAnswer
+	if g.api.reuseBatch {
+		if _, ok := req.GetCall().(*pb.BatchRequest_Check); ok {
+			out = checkAnswers.Get().(*checkAnswer)
+		}
+	}
+	resp := g.batch(ctx, req, out)
+	_ = send(resp) // the message is encoded by the time Send returns
+	if r, ok := resp.Result.(*pb.BatchResponse_Check); ok && out != nil && r.Check == &out.resp {
+		out.reuse()
+	}
+}
+
+// batch decides one message of a Batches stream, answering a check in into
+// when it is not nil.
+func (g *grpcServer) batch(ctx context.Context, req *pb.BatchRequest, into *checkAnswer) *pb.BatchResponse {
 	resp := &pb.BatchResponse{Id: req.GetId()}
 	if ms := req.GetTimeoutMs(); ms > 0 {
 		var cancel context.CancelFunc
@@ -131,7 +148,7 @@ func (g *grpcServer) batch(ctx context.Context, req *pb.BatchRequest) *pb.BatchR
 	switch c := req.GetCall().(type) {
 	case *pb.BatchRequest_Check:
 		method, in = pb.RateLimiter_Check_FullMethodName, c.Check
-		handler = func(ctx context.Context, in any) (any, error) { return g.Check(ctx, in.(*pb.CheckRequest)) }
+		handler = func(ctx context.Context, in any) (any, error) { return g.check(ctx, in.(*pb.CheckRequest), into) }
 	case *pb.BatchRequest_Leases:
 		method, in = pb.RateLimiter_Leases_FullMethodName, c.Leases
 		handler = func(ctx context.Context, in any) (any, error) { return g.Leases(ctx, in.(*pb.LeasesRequest)) }

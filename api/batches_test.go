@@ -248,3 +248,87 @@ func TestGRPCBatchesDrain(t *testing.T) {
 		t.Fatalf("new stream after CloseSend: %v, want EOF", err)
 	}
 }
+
+// TestGRPCBatchesReuse: with ReuseBatchResponses, the answers of 400
+// check messages (1 to 9 checks each, on keys of their own with limits of
+// their own, many decided at once) each carry their own decisions: the
+// limit and what remains of each check's key, in order. An interceptor
+// that keeps the responses it sees turns the reuse off for what it keeps:
+// those still hold their decisions after the stream ended.
+func TestGRPCBatchesReuse(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interceptor keeps responses %v", keep), func(t *testing.T) {
+			e := newTestEnv(t, nil)
+			e.api.reuseBatch = true
+			var mu sync.Mutex
+			kept := map[*pb.CheckResponse][]int64{} // response → limits it held when it was answered
+			e.api.batchIntercept = func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				out, err := h(ctx, req)
+				if r, ok := out.(*pb.CheckResponse); ok && keep {
+					// A copy that the stream does not know: the one it
+					// made stays the interceptor's.
+					c := &pb.CheckResponse{Decisions: r.GetDecisions(), RingVersion: r.GetRingVersion()}
+					var limits []int64
+					for _, d := range c.GetDecisions() {
+						limits = append(limits, d.GetLimit())
+					}
+					mu.Lock()
+					kept[c] = limits
+					mu.Unlock()
+					return c, err
+				}
+				return out, err
+			}
+			c := e.startGRPC(t)
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			st, err := c.Batches(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const msgs = 400
+			go func() {
+				for id := range uint64(msgs) {
+					var checks []*pb.Check
+					for j := range id%9 + 1 {
+						checks = append(checks, inlineCheck(fmt.Sprintf("m%d-c%d", id, j), int64(100+id*10+j)))
+					}
+					if err := st.Send(checkMsg(id, checks...)); err != nil {
+						return
+					}
+				}
+			}()
+			got := recvAll(t, st, msgs)
+			for id := range uint64(msgs) {
+				ds := got[id].GetCheck().GetDecisions()
+				if got[id].GetCode() != 0 || uint64(len(ds)) != id%9+1 {
+					t.Fatalf("message %d: code %d, %d decisions; want %d", id, got[id].GetCode(), len(ds), id%9+1)
+				}
+				for j, d := range ds {
+					limit := int64(100 + id*10 + uint64(j))
+					if !d.GetAllowed() || d.GetLimit() != limit || d.GetRemaining() != limit-1 {
+						t.Fatalf("message %d, check %d: %v; want allowed, limit %d, %d remaining", id, j, d, limit, limit-1)
+					}
+				}
+			}
+			if err := st.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+				t.Fatalf("after CloseSend: %v, want EOF", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if keep && len(kept) != msgs {
+				t.Fatalf("the interceptor kept %d responses, want %d", len(kept), msgs)
+			}
+			for r, limits := range kept {
+				for j, d := range r.GetDecisions() {
+					if d.GetLimit() != limits[j] {
+						t.Fatalf("a kept response changed after it was sent: limit %d, was %d", d.GetLimit(), limits[j])
+					}
+				}
+			}
+		})
+	}
+}

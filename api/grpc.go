@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,6 +34,24 @@ type grpcServer struct {
 
 // Check is the public gRPC Check: decode, decide, encode.
 func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return g.check(ctx, req, nil)
+}
+
+// checkAnswer is a Check's response with room for its decisions, which a
+// Batches stream reuses once the response is sent (see
+// Config.ReuseBatchResponses): a node answering 64 checks a message
+// allocated a Decision for each, a quarter of the bytes it allocated
+// under load.
+type checkAnswer struct {
+	resp      pb.CheckResponse
+	ptrs      []*pb.Decision
+	decisions []pb.Decision
+}
+
+var checkAnswers = sync.Pool{New: func() any { return new(checkAnswer) }}
+
+// check is Check, answering in out when it is not nil.
+func (g *grpcServer) check(ctx context.Context, req *pb.CheckRequest, out *checkAnswer) (*pb.CheckResponse, error) {
 	p := decide.GetPlan(decide.OpCheck)
 	defer p.Release()
 	priv := g.api.privateGRPC(ctx)
@@ -44,8 +63,20 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 	if err != nil {
 		return nil, grpcError(err, priv)
 	}
-	resp := &pb.CheckResponse{Decisions: make([]*pb.Decision, len(answers))}
-	decisions := make([]pb.Decision, len(answers)) // one allocation for all
+	var resp *pb.CheckResponse
+	var decisions []pb.Decision
+	if out != nil {
+		if cap(out.decisions) < len(answers) {
+			out.decisions = make([]pb.Decision, len(answers))
+			out.ptrs = make([]*pb.Decision, len(answers))
+		}
+		decisions = out.decisions[:len(answers)]
+		resp = &out.resp
+		resp.Decisions = out.ptrs[:len(answers)]
+	} else {
+		resp = &pb.CheckResponse{Decisions: make([]*pb.Decision, len(answers))}
+		decisions = make([]pb.Decision, len(answers)) // one allocation for all
+	}
 	for i := range answers {
 		a := &answers[i]
 		if priv {
@@ -70,6 +101,15 @@ func (g *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 	}
 	resp.RingVersion = g.api.ringVersion(priv)
 	return resp, nil
+}
+
+// reuse gives out back for a later check once its response was sent;
+// every field is cleared, so that nothing it pointed to is kept.
+func (out *checkAnswer) reuse() {
+	clear(out.decisions)
+	clear(out.ptrs)
+	out.resp = pb.CheckResponse{}
+	checkAnswers.Put(out)
 }
 
 func (a *API) planFromProto(req *pb.CheckRequest, p *decide.Plan) error {

@@ -339,7 +339,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	cs := &clusterStatus{cluster: n.cluster, router: n.router, peers: n.peers, store: n.store}
 	acfg := api.Config{Checker: n.router, Settler: n.router, Leaser: n.router, Reporter: n.router, Stats: n.store, Registerer: reg, Gatherer: gather, Logger: log,
-		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads, BatchInterceptor: batchInterceptor(cfg, grpcMetrics),
+		Cluster: cs, CheckTimeout: cfg.CheckTimeout, AdminTokens: n.admin, PrivateReads: cfg.PrivateReads, BatchInterceptor: batchInterceptor(cfg, grpcMetrics), ReuseBatchResponses: len(cfg.GRPCUnaryInterceptors) == 0,
 		RLSHeaders: cfg.RLSHeaders, RLSShadowMode: cfg.RLSShadowMode, RLSStatKeys: cfg.RLSStatKeys, RLSNearLimitRatio: cfg.RLSNearLimitRatio, TrustedProxies: cfg.TrustedProxies, CORSOrigins: cfg.CORSOrigins, Ready: n.ready, TracerProvider: cfg.Tracer, Self: cfg.Name,
 		DisableInlineLimits: cfg.DisableInlineLimits, Reset: n.router.Reset, Audit: func(actor, action, what string) {
 			log.Info("audit", "actor", actor, "action", action, "what", what)
