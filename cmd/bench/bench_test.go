@@ -92,9 +92,13 @@ func TestZipfSkew(t *testing.T) {
 }
 
 func TestMakeKeys(t *testing.T) {
-	got := makeKeys("b:", 3)
-	if strings.Join(got, ",") != "b:0,b:1,b:2" {
-		t.Errorf("makeKeys = %q", got)
+	ks := makeKeys("b:", 12)
+	var got []string
+	for i := range ks.n() {
+		got = append(got, ks.at(i))
+	}
+	if want := "b:0,b:1,b:2,b:3,b:4,b:5,b:6,b:7,b:8,b:9,b:10,b:11"; strings.Join(got, ",") != want {
+		t.Errorf("makeKeys = %q, want %s", got, want)
 	}
 }
 

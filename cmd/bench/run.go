@@ -242,14 +242,14 @@ func run(ctx context.Context, cfg config) (*result, error) {
 // loop makes requests until ctx ends or end passes; with pairs set (--op
 // reserve-settle, acquire-release) each request is pairs.CheckCalls, else tgt.Check (one
 // call per check).
-func (w *workerStats) loop(ctx context.Context, tgt target, pairs multiCallTarget, picker *keyPicker, keys []string, batch int,
+func (w *workerStats) loop(ctx context.Context, tgt target, pairs multiCallTarget, picker *keyPicker, keys keySet, batch int,
 	timeout time.Duration, measureStart, end time.Time) {
 	buf := make([]string, batch)
 	// A run's context ends when its timer fires, which a loaded machine
 	// may run late: the clock says when to stop starting requests.
 	for ctx.Err() == nil && time.Now().Before(end) {
 		for i := range buf {
-			buf[i] = keys[picker.next()]
+			buf[i] = keys.at(picker.next())
 		}
 		parent := ctx
 		if pairs != nil {
