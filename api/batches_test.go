@@ -44,6 +44,18 @@ func recvAll(t *testing.T, st pb.RateLimiter_BatchesClient, n int) map[uint64]*p
 	return got
 }
 
+// closeStream closes st's sending side and expects the node to end the
+// stream with nothing more to answer.
+func closeStream(t *testing.T, st pb.RateLimiter_BatchesClient) {
+	t.Helper()
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v, want EOF", err)
+	}
+}
+
 // TestGRPCBatches: the messages of one Batches stream are answered by id
 // as their own calls would be: three checks of a limit of 2 (2 admitted),
 // two acquires of a limit of 1 (1 granted), a message with no call and a
@@ -112,12 +124,7 @@ func TestGRPCBatches(t *testing.T) {
 	if len(ds) != 2 || !ds[0].GetAllowed() || ds[0].GetRemaining() != 4 || ds[1].GetAllowed() || ds[1].GetRemaining() != 0 {
 		t.Fatalf("after: %v; want other allowed with 4 left, k refused with 0", ds)
 	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after CloseSend: %v, want EOF", err)
-	}
+	closeStream(t, st)
 	mu.Lock()
 	defer mu.Unlock()
 	if seen[pb.RateLimiter_Check_FullMethodName] != 3 || seen[pb.RateLimiter_Leases_FullMethodName] != 1 || len(seen) != 2 {
@@ -228,12 +235,7 @@ func TestGRPCBatchesDrain(t *testing.T) {
 	if r, err = st.Recv(); err != nil || r.GetId() != 2 || r.GetCheck().GetDecisions()[0].GetRemaining() != 1 {
 		t.Fatalf("after the drain: %v, %v; want id 2 with 1 left", r, err)
 	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after CloseSend: %v, want EOF", err)
-	}
+	closeStream(t, st)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	st2, err := c.Batches(ctx)
@@ -311,12 +313,7 @@ func TestGRPCBatchesReuse(t *testing.T) {
 					}
 				}
 			}
-			if err := st.CloseSend(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-				t.Fatalf("after CloseSend: %v, want EOF", err)
-			}
+			closeStream(t, st)
 			mu.Lock()
 			defer mu.Unlock()
 			if keep && len(kept) != msgs {
