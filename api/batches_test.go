@@ -44,6 +44,18 @@ func recvAll(t *testing.T, st pb.RateLimiter_BatchesClient, n int) map[uint64]*p
 	return got
 }
 
+// openStream opens a Batches stream on c for the test's time.
+func openStream(t *testing.T, c pb.RateLimiterClient) pb.RateLimiter_BatchesClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	t.Cleanup(cancel)
+	st, err := c.Batches(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // closeStream closes st's sending side and expects the node to end the
 // stream with nothing more to answer.
 func closeStream(t *testing.T, st pb.RateLimiter_BatchesClient) {
@@ -73,12 +85,7 @@ func TestGRPCBatches(t *testing.T) {
 		return h(ctx, req)
 	}
 	c := e.startGRPC(t)
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	st, err := c.Batches(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStream(t, c)
 	msgs := []*pb.BatchRequest{
 		checkMsg(7, inlineCheck("k", 2), inlineCheck("k", 2), inlineCheck("k", 2)),
 		{Id: 8, TimeoutMs: 5000, Call: &pb.BatchRequest_Leases{Leases: &pb.LeasesRequest{Ops: []*pb.LeaseOp{acquireOp("jobs", 1), acquireOp("jobs", 1)}}}},
@@ -167,13 +174,7 @@ func gatedStream(t *testing.T) (*gate, *testEnv, pb.RateLimiterClient, pb.RateLi
 	g := &gate{open: make(chan struct{})}
 	e := newTestEnv(t, func(c Checker) Checker { g.Checker = c; return g })
 	c := e.startGRPC(t)
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	t.Cleanup(cancel)
-	st, err := c.Batches(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, e, c, st
+	return g, e, c, openStream(t, c)
 }
 
 func (g *gate) held() int {
@@ -282,12 +283,7 @@ func TestGRPCBatchesReuse(t *testing.T) {
 				return out, err
 			}
 			c := e.startGRPC(t)
-			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-			defer cancel()
-			st, err := c.Batches(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := openStream(t, c)
 			const msgs = 400
 			go func() {
 				for id := range uint64(msgs) {
