@@ -106,7 +106,7 @@ func (s *Store) adjustWindow(key string, l *Limit, at clock.Instant, window int6
 	if l.alg == SlidingWindowLog {
 		sh.setLog(i, log)
 	}
-	e.idle = l.idleAt(&e.st, log)
+	sh.setIdle(i, e, l.idleAt(&e.st, log))
 	s.markSlot(sh, i, now, 0)
 	return nil
 }
@@ -186,7 +186,7 @@ func (s *Store) MergeEachWindow(at clock.Instant, n int, state func(i int) (key 
 				if l.alg == SlidingWindowLog {
 					sh.setLog(k, log)
 				}
-				e.idle = l.idleAt(&e.st, log)
+				sh.setIdle(k, e, l.idleAt(&e.st, log))
 				s.markSlot(sh, k, now, 0)
 			}
 		}
@@ -199,6 +199,6 @@ func (s *Store) MergeEachWindow(at clock.Instant, n int, state func(i int) (key 
 // next, the one after now's (see MergeWindow); sh's lock is held.
 func (s *Store) setNext(sh *shard, i uint32, e *entry, l *Limit, log []logRun, now, next, used int64) {
 	e.st.a, e.st.b = next, min(used, l.maxUsed())
-	e.idle = l.idleAt(&e.st, log)
+	sh.setIdle(i, e, l.idleAt(&e.st, log))
 	s.markSlot(sh, i, now, 0)
 }

@@ -140,6 +140,10 @@ func (s *Store) rangeKeys(at clock.Instant, held bool, fn func(batch []Snapshot)
 			sh.mu.Lock()
 			end := min(sh.used, from+rangeChunk)
 			for j := from; j < end; j++ {
+				if held && j&(pageSize-1) == 0 && sh.pageIdle[j>>pageBits] <= now {
+					j |= pageSize - 1 // no entry of the page holds spend
+					continue
+				}
 				e := sh.at(j)
 				if e.klen == 0 || held && e.idle <= now {
 					continue // a free slot, or nothing held
@@ -204,10 +208,10 @@ func (s *Store) Refund(key string, l *Limit, at clock.Instant, cost int64) error
 		log := sh.logs[i]
 		l.refundLog(&log, cost)
 		sh.setLog(i, log)
-		e.idle = l.idleAt(&e.st, log)
+		sh.setIdle(i, e, l.idleAt(&e.st, log))
 	} else {
 		l.refund(&e.st, now, cost)
-		e.idle = l.idleAt(&e.st, nil)
+		sh.setIdle(i, e, l.idleAt(&e.st, nil))
 	}
 	s.markSlot(sh, i, now, 0)
 	return nil
@@ -231,7 +235,7 @@ func (s *Store) Grant(key string, l *Limit, now clock.Instant, most int64) int64
 	level, at := l.refill(&e.st, fresh, int64(now))
 	n := min(max(level, 0)/l.den, most) // nothing from a key in debt
 	e.st.a, e.st.b = level-n*l.den, at
-	e.idle = l.idleAt(&e.st, nil)
+	sh.setIdle(i, e, l.idleAt(&e.st, nil))
 	if n > 0 {
 		s.markSlot(sh, i, int64(now), n)
 	}

@@ -45,7 +45,7 @@ func TestRangeHeldProperty(t *testing.T) {
 			key := fmt.Sprint("k", rapid.IntRange(0, 9).Draw(rt, fmt.Sprint("key", step)))
 			l := &limits[rapid.IntRange(0, len(limits)-1).Draw(rt, fmt.Sprint("limit", step))]
 			cost := rapid.Int64Range(0, 20).Draw(rt, fmt.Sprint("cost", step))
-			switch op := rapid.IntRange(0, 7).Draw(rt, fmt.Sprint("op", step)); op {
+			switch op := rapid.IntRange(0, 10).Draw(rt, fmt.Sprint("op", step)); op {
 			case 0, 1:
 				s.Take(key, l, now, cost)
 			case 2:
@@ -61,6 +61,18 @@ func TestRangeHeldProperty(t *testing.T) {
 				s.Grant(key, l, now, cost)
 			case 7:
 				s.Delete(key)
+			case 8: // a batch of replicas: this key and another
+				other := fmt.Sprint("k", rapid.IntRange(0, 9).Draw(rt, fmt.Sprint("other", step)))
+				s.MergeEach(now, 2, func(i int) (string, *Limit, int64) {
+					if i == 0 {
+						return other, l, cost / 2
+					}
+					return key, l, cost
+				})
+			case 9:
+				s.Set(key, l, now, cost)
+			case 10:
+				s.Charge(key, l, now, cost)
 			}
 			now += clock.Instant(rapid.Int64Range(0, int64(3*time.Second)).Draw(rt, fmt.Sprint("advance", step)))
 			if rapid.IntRange(0, 9).Draw(rt, fmt.Sprint("jump", step)) == 0 {

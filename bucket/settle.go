@@ -83,7 +83,7 @@ func (s *Store) Settle(key string, l *Limit, at clock.Instant, delta int64) (Dec
 	level, at2 := l.refill(&e.st, fresh, now)
 	level = min(max(level-delta*l.den, -l.capUnits), l.capUnits)
 	e.st.a, e.st.b = level, at2
-	e.idle = l.idleAt(&e.st, nil)
+	sh.setIdle(i, e, l.idleAt(&e.st, nil))
 	s.markSlot(sh, i, now, max(delta, 0))
 	d := Decision{Allowed: true, Limit: l.limit, Remaining: max(level, 0) / l.den}
 	d.ResetAfter = roundUpMs(ceilDiv(l.capUnits-level, l.num))

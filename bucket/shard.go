@@ -176,7 +176,12 @@ type shard struct {
 	// idx maps a key's hash to its slot.
 	idx index
 
-	pages      [][]entry
+	pages [][]entry
+	// pageIdle is, by page, an instant from which none of its entries
+	// holds spend: at least the latest idle instant set in it (setIdle).
+	// A walk for the keys that hold spend skips a page whose instant has
+	// passed without reading its entries.
+	pageIdle   []int64
 	free       []uint32 // slots released by Delete and eviction
 	n          int      // keys held
 	used       uint32   // slots ever handed out
@@ -274,12 +279,21 @@ func (sh *shard) take(h uint64, key string, l *Limit, now, cost int64) (uint32, 
 		log := sh.logs[i]
 		d := l.takeLog(&log, now, cost)
 		sh.setLog(i, log)
-		e.idle = l.idleAt(&e.st, log)
+		sh.setIdle(i, e, l.idleAt(&e.st, log))
 		return i, d, true
 	}
 	d := l.take(&e.st, nil, fresh, now, cost)
-	e.idle = l.idleAt(&e.st, nil)
+	sh.setIdle(i, e, l.idleAt(&e.st, nil))
 	return i, d, true
+}
+
+// setIdle sets the idle instant of slot i, whose entry is e, raising its
+// page's (pageIdle) to it.
+func (sh *shard) setIdle(i uint32, e *entry, idle int64) {
+	e.idle = idle
+	if p := &sh.pageIdle[i>>pageBits]; idle > *p {
+		*p = idle
+	}
 }
 
 // setLog makes log slot i's sliding window log; a slot that had none
@@ -319,7 +333,7 @@ func (sh *shard) convert(e *entry, i uint32, l *Limit, now int64) {
 		sh.dropLog(i)
 		log = nil
 	}
-	e.idle = l.idleAt(&e.st, log)
+	sh.setIdle(i, e, l.idleAt(&e.st, log))
 	e.fp = l.fp
 	sh.remember(l)
 }
@@ -355,6 +369,7 @@ func (sh *shard) insert(h uint64, key string, now int64, peer, log bool) uint32 
 		sh.used++
 		if int(i>>pageBits) == len(sh.pages) {
 			sh.pages = append(sh.pages, make([]entry, pageSize))
+			sh.pageIdle = append(sh.pageIdle, 0)
 		}
 	}
 	e := sh.at(i)
