@@ -1,8 +1,9 @@
 package bucket
 
 import (
-	"github.com/ringlimit/ringlimit/clock"
 	"runtime"
+
+	"github.com/ringlimit/ringlimit/clock"
 )
 
 // State moves between nodes as the cost spent under a limit ("used"): any
