@@ -134,13 +134,12 @@ func (sh *shard) renewLong(pg uint32, more int) {
 	p.b = b
 }
 
-// dropLong forgets the long key of slot i, whose entry is e: its bytes
-// stay in the buffer until renewLong, and a page left with none lets its
-// buffer go.
-func (sh *shard) dropLong(e *entry, i uint32) {
+// dropLong forgets the long key of slot i (its entry's klen is the
+// caller's to clear): its bytes stay in the buffer until renewLong, and a
+// page left with none lets its buffer go.
+func (sh *shard) dropLong(i uint32) {
 	p := &sh.long[i>>pageBits]
 	if p.n--; p.n == 0 {
 		p.b = nil
 	}
-	e.klen = 0
 }

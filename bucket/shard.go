@@ -290,7 +290,7 @@ func (sh *shard) remove(i uint32) {
 	e := sh.at(i)
 	sh.bytes -= keyBytes(sh.keyLen(e, i))
 	if e.klen == longKey {
-		sh.dropLong(e, i)
+		sh.dropLong(i)
 	}
 	e.klen = 0
 	sh.n--
