@@ -68,6 +68,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -119,6 +120,8 @@ type config struct {
 	serveHealth  string
 	serveBare    string // --serve-bare-http: the address of a bare net/http server
 	cpuProfile   string
+	memProfile   string
+	trace        string
 }
 
 // maxErrorRate is the failed fraction of requests above which bench exits 1.
@@ -169,6 +172,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.serveHealth, "serve-health", "", "dev: serve the gRPC health service on this address until SIGINT/SIGTERM, and nothing else")
 	fs.StringVar(&c.serveBare, "serve-bare-http", "", "dev: serve a bare net/http POST /v1/check and /v1/authz with a fixed admitting answer on this address until SIGINT/SIGTERM, and nothing else")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "dev: write a CPU profile of the bench client to this file")
+	fs.StringVar(&c.trace, "trace", "", "dev: write an execution trace of the bench client's run to this file")
+	fs.StringVar(&c.memProfile, "memprofile", "", "dev: write an allocation profile of the bench client to this file, after the run")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -310,10 +315,30 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		defer pprof.StopCPUProfile()
 	}
 
+	if cfg.trace != "" {
+		f, err := os.Create(cfg.trace)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		defer trace.Stop()
+	}
+
 	res, err := run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
+	}
+	if cfg.memProfile != "" {
+		if err := writeAllocs(cfg.memProfile); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
 	}
 	if cfg.json {
 		err = res.writeJSON(stdout)
@@ -330,4 +355,17 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// writeAllocs writes the allocation profile of the run so far to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
