@@ -301,32 +301,20 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
+	for _, p := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{{cfg.cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile}, {cfg.trace, trace.Start, trace.Stop}} {
+		if p.path == "" {
+			continue
+		}
+		stop, err := recordTo(p.path, p.start, p.stop)
 		if err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return 1
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, "bench:", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
-	}
-
-	if cfg.trace != "" {
-		f, err := os.Create(cfg.trace)
-		if err != nil {
-			fmt.Fprintln(stderr, "bench:", err)
-			return 1
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			fmt.Fprintln(stderr, "bench:", err)
-			return 1
-		}
-		defer trace.Stop()
+		defer stop()
 	}
 
 	res, err := run(ctx, cfg)
@@ -355,6 +343,24 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// recordTo creates path and starts a recording (a CPU profile, an
+// execution trace) into it; the function it returns stops the recording
+// and closes the file.
+func recordTo(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		stop()
+		f.Close()
+	}, nil
 }
 
 // writeAllocs writes the allocation profile of the run so far to path.
