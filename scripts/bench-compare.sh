@@ -163,6 +163,20 @@
 #           bench process on BENCH_LOAD_CPUS (default 1): both sides of a
 #           pair alike, as if load and servers had machines of their own.
 #   shared  no affinity: servers and load share every core.
+#
+# Every server is started with GODEBUG=$BENCH_SERVER_GODEBUG (default
+# schedtrace=2147483647; empty leaves GODEBUG alone). A Go process whose
+# processors all go idle puts its monitor thread (sysmon) to sleep, and its
+# next system call wakes it to poll every 20 microseconds. Three Go servers
+# on one CPU go idle and wake thousands of times a second, and each wake of
+# each monitor queues on that CPU behind the servers' own work: measured
+# with three nodes at 2,000,000 keys, half of every node's thread switches
+# and 12% of the CPU. Any schedtrace setting keeps the monitor out of that
+# sleep, so it backs off to a wake every 10 ms when it finds nothing to do;
+# at this interval (24.8 days) it prints no trace, except one line
+# at start on a machine up longer than that. It changes nothing for Redis,
+# which is not Go, and applies alike to every Go server of every pair: the
+# nodes, envoyproxy/ratelimit, the bare net/http and health servers.
 # The pinned run goes first. The summary lines of both are printed at the
 # end, each with its "mode"; every pair's line also carries the server CPU
 # microseconds per decision of each side (*_server_cpu_us_per_check, from
@@ -195,13 +209,17 @@ server_cpus=${BENCH_SERVER_CPUS:-0}
 load_cpus=${BENCH_LOAD_CPUS:-1}
 srv=()
 load=()
+server_godebug=${BENCH_SERVER_GODEBUG-schedtrace=2147483647}
+if [ -n "$server_godebug" ]; then
+	srv=(env "GODEBUG=$server_godebug")
+fi
 if [ "$mode" = pinned ]; then
 	command -v taskset >/dev/null || { echo "pinned mode needs taskset (util-linux); BENCH_MODES=shared runs without it" >&2; exit 2; }
 	if [ "$(getconf _NPROCESSORS_ONLN)" -lt 2 ]; then
 		echo "pinned mode needs two CPUs, one for the servers and one for the load; BENCH_MODES=shared runs on one" >&2
 		exit 2
 	fi
-	srv=(taskset -c "$server_cpus")
+	srv+=(taskset -c "$server_cpus")
 	load=(taskset -c "$load_cpus")
 	echo "pinned: servers on CPU $server_cpus, load on CPU $load_cpus" >&2
 fi
@@ -639,12 +657,13 @@ if has core; then
 fi
 
 "$out/bench" --plot "$results" --plot-out "$out/bench-compare.png" >&2
-python3 - "$results" "$base_rev" "$base_flags" "$mode" <<'PY'
+python3 - "$results" "$base_rev" "$base_flags" "$mode" "$server_godebug" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 base_rev = sys.argv[2]
 base_flags = sys.argv[3]
 mode = sys.argv[4]
+server_godebug = sys.argv[5]
 def per_call_us(name, field):
     # Server CPU microseconds per call (field: the calls per CPU-second).
     v = [1e6 / x for x in vals(name, field) if x]
@@ -773,5 +792,5 @@ def acquire_row(a="ringlimit-acquire", b="redis-semaphore"):
 if measured("ringlimit-acquire") or measured("redis-semaphore"):
     rows.append(acquire_row())
 for r in rows:
-    print(json.dumps({"mode": mode, **r}))
+    print(json.dumps({"mode": mode, "server_godebug": server_godebug, **r}))
 PY
