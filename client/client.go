@@ -330,10 +330,13 @@ func (n *node) check(ctx context.Context, checks []*pb.Check) ([]*pb.Decision, e
 	if n.b == nil || len(checks) > n.b.MaxBatch() {
 		return n.checkAlone(ctx, checks)
 	}
-	cl := batcher.NewCall(ctx, checks, make([]*pb.Decision, len(checks)))
-	switch err := n.b.Do(cl); {
+	cl := n.b.Call(ctx, checks, make([]*pb.Decision, len(checks)))
+	err := n.b.Do(cl)
+	out := cl.Out
+	n.b.Recycle(cl)
+	switch {
 	case err == nil:
-		return cl.Out, nil
+		return out, nil
 	case errors.Is(err, errAlone):
 		return n.checkAlone(ctx, checks)
 	case errors.Is(err, batcher.ErrClosed):

@@ -41,14 +41,18 @@ type Call[Q, R any] struct {
 
 	ctx  context.Context
 	err  error
-	done chan struct{}
+	done chan struct{} // Finish's signal: room for one, so that a call can be used again
+	// answered is set by Do once it has taken Finish's signal: nothing
+	// else touches the call then, and Recycle may hand it out again.
+	answered bool
 }
 
 // Finish completes c with err (nil when Out is filled). The flush function
-// calls it exactly once for every call it was given.
+// calls it exactly once for every call it was given, and does not touch
+// the call after.
 func (c *Call[Q, R]) Finish(err error) {
 	c.err = err
-	close(c.done)
+	c.done <- struct{}{}
 }
 
 // Config sizes a Batcher. Zero values mean the defaults.
@@ -127,6 +131,7 @@ type Batcher[Q, R any] struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	stopped   chan struct{} // closed when the loop has returned
+	calls     sync.Pool     // of *Call[Q, R] that Recycle took back
 }
 
 // New validates cfg and starts the batcher's loop. abandoned, when not
@@ -156,7 +161,29 @@ func (b *Batcher[Q, R]) Queued() int { return len(b.queue) }
 // NewCall returns a call for in whose results go to out (len(out) ≥
 // len(in)).
 func NewCall[Q, R any](ctx context.Context, in []Q, out []R) *Call[Q, R] {
-	return &Call[Q, R]{ctx: ctx, In: in, Out: out, done: make(chan struct{})}
+	return &Call[Q, R]{ctx: ctx, In: in, Out: out, done: make(chan struct{}, 1)}
+}
+
+// Call is NewCall, with a call Recycle took back when there is one.
+func (b *Batcher[Q, R]) Call(ctx context.Context, in []Q, out []R) *Call[Q, R] {
+	c, _ := b.calls.Get().(*Call[Q, R])
+	if c == nil {
+		return NewCall(ctx, in, out)
+	}
+	c.ctx, c.In, c.Out = ctx, in, out
+	return c
+}
+
+// Recycle takes c back for a later Call once its caller has read its
+// results, if Do saw it answered; a call Do left before its answer (its
+// context ended, or the batcher closed) may still be in a batch, and is
+// left to the collector.
+func (b *Batcher[Q, R]) Recycle(c *Call[Q, R]) {
+	if !c.answered {
+		return
+	}
+	*c = Call[Q, R]{done: c.done}
+	b.calls.Put(c)
 }
 
 // Do queues c and waits until it is answered, its context ends, or the
@@ -194,6 +221,7 @@ func (b *Batcher[Q, R]) Do(c *Call[Q, R]) error {
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
+	c.answered = true
 	return c.err
 }
 
