@@ -26,7 +26,8 @@ func (p *allowingPeers) Check(_ context.Context, name string, _ []peer.Request, 
 }
 
 // Tracing off costs a forwarded check nothing: a check whose context holds
-// a sampled span allocates what one without does.
+// a sampled span allocates what one without does. And the router's part of
+// a forwarded check allocates its owner group alone.
 func TestForwardAllocsTracingOff(t *testing.T) {
 	store, err := bucket.NewStore(bucket.StoreConfig{MaxKeys: 1024, Shards: 1})
 	if err != nil {
@@ -60,5 +61,10 @@ func TestForwardAllocsTracingOff(t *testing.T) {
 	t.Logf("allocations per forwarded check, tracing off: %v without a span in the context, %v with one", plain, withSpan)
 	if withSpan != plain {
 		t.Fatalf("allocations per forwarded check: %v with a span in the context, %v without", withSpan, plain)
+	}
+	// The requests and answers sent to the owner come from a pool (ask's
+	// scratch): what is left is the check's owner group and its index.
+	if plain > 2 {
+		t.Fatalf("allocations per forwarded check: %v, want at most 2 (the owner group and its index)", plain)
 	}
 }

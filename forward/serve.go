@@ -26,6 +26,7 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		r.m.ringDisagreements.Inc()
 	}
 	hold := false // a local spend waits for its replica before the batch is answered
+	c := new(Check)
 	for i := range reqs {
 		q, a := &reqs[i], &out[i]
 		*a = peermsg.Answer{}
@@ -47,7 +48,9 @@ func (r *Router) Decide(ctx context.Context, from string, version uint64, reqs [
 		// key this node has no room for is answered Full (refused, for a
 		// sender from before the flag), and the sender decides it in its
 		// failure mode (see noRoom). Nothing here decides by Mode.
-		c := &Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, Peek: q.Peek, forwarded: true,
+		// One Check serves the whole batch in turn (nothing keeps it
+		// past its request): one allocation a batch, not one a check.
+		*c = Check{Key: q.Key, Limit: q.Limit, Cost: q.Cost, Mode: bucket.FailClosed, Sync: q.Sync, Peek: q.Peek, forwarded: true,
 			Adaptive: q.Adaptive, AdaptiveScope: q.AdaptiveScope}
 		if q.ReserveTTL > 0 && q.Limit.Algorithm() == bucket.TokenBucket && q.ReserveTTL <= bucket.MaxReserveTTL {
 			c.Reserve = q.ReserveTTL

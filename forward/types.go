@@ -49,7 +49,9 @@ type Peers interface {
 
 // CheckSender sends checks to their owner (standin.go).
 type CheckSender interface {
-	// Check sends checks to their owner name and returns who decided.
+	// Check sends checks to their owner name and returns who decided. It
+	// neither keeps reqs nor writes out once it returns: the router hands
+	// both to its next checks.
 	Check(ctx context.Context, name string, reqs []peermsg.Request, out []peermsg.Answer) (string, error)
 }
 

@@ -97,9 +97,13 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 	if c.cfg.PropagateTrace {
 		tc, traced = traceOf(ctx)
 	}
+	sc, _ := checkScratchPool.Get().(*checkScratch)
+	if sc == nil {
+		sc = new(checkScratch)
+	}
 	for off := 0; off < len(reqs); {
 		n := min(len(reqs)-off, c.b.MaxBatch())
-		in := make([]wireCheck, n)
+		in, dec := sc.take(n)
 		for j := range in {
 			r := &reqs[off+j]
 			in[j] = wireCheck{key: r.Key, limit: toWireLimit(&r.Limit), cost: r.Cost, refund: r.Refund, lease: r.Lease, final: r.Final, sync: r.Sync, peek: r.Peek,
@@ -108,8 +112,10 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 				in[j].adaptive, in[j].hasAdaptive = *r.Adaptive, true
 			}
 		}
-		call := batcher.NewCall(ctx, in, make([]wireDecision, n))
+		call := c.b.Call(ctx, in, dec)
 		if err := c.b.Do(call); err != nil {
+			// call may still be in a batch that reads in and writes
+			// dec: both are left to the collector, with the scratch.
 			switch {
 			case errors.Is(err, batcher.ErrClosed):
 				err = errClosed
@@ -124,8 +130,45 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 		}
 		owner = call.From
 		off += n
+		if !c.b.Recycle(call) {
+			return owner, nil // not taken back: in and dec are not reused either
+		}
 	}
+	sc.give()
+	checkScratchPool.Put(sc)
 	return owner, nil
+}
+
+// checkScratch is the checks and decisions of a check call's batches,
+// handed from call to call (checkScratchPool) once their answers are
+// read: a forwarded check then allocates neither. A call whose Do failed
+// may still be in a batch that reads its checks and writes its decisions,
+// so its scratch is left to the collector.
+type checkScratch struct {
+	in  []wireCheck
+	dec []wireDecision
+}
+
+var checkScratchPool sync.Pool // of *checkScratch
+
+// take returns the scratch's checks and decisions, n of each, growing
+// them first when they are shorter: the previous batch, answered, no
+// longer uses them.
+func (sc *checkScratch) take(n int) ([]wireCheck, []wireDecision) {
+	if cap(sc.in) < n {
+		sc.in = make([]wireCheck, n)
+	}
+	if cap(sc.dec) < n {
+		sc.dec = make([]wireDecision, n)
+	}
+	return sc.in[:n], sc.dec[:n]
+}
+
+// give forgets what the last call's checks and decisions held (keys,
+// owners, trace contexts), so that the pool keeps none of them alive.
+func (sc *checkScratch) give() {
+	clear(sc.in[:cap(sc.in)])
+	clear(sc.dec[:cap(sc.dec)])
 }
 
 type call = batcher.Call[wireCheck, wireDecision]

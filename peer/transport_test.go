@@ -70,6 +70,62 @@ func TestConcurrentChecksAreCoalesced(t *testing.T) {
 	}
 }
 
+// A check call's checks and decisions are handed from call to call once
+// answered: each caller still reads the answers of its own checks. 32
+// callers, each on its own key under its own limit (100+g), share batches
+// and, one after another, their arrays; a call of 3 checks (more than
+// MaxBatch 2: two batches) on its key spends 3. Every answer's Remaining
+// is exactly what the caller's own key has left.
+func TestForwardedAnswersStayWithTheirCallers(t *testing.T) {
+	const goroutines, perG = 32, 40
+	clock := testkit.NewClock(0)
+	a := startNode(t, "A", clock, func(c *peer.Config) { c.Batch.MaxBatch = 2 })
+	b := startNode(t, "B", clock, nil)
+	formCluster(a, b)
+	keys := testKeys("own", goroutines)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			lim := hourlyLimit(int64(100 + g))
+			left := int64(100 + g)
+			for i := range perG {
+				if i%4 == 3 { // three checks in one call: two batches
+					reqs := []peer.Request{{Key: keys[g], Limit: lim, Cost: 1}, {Key: keys[g], Limit: lim, Cost: 1}, {Key: keys[g], Limit: lim, Cost: 1}}
+					out := make([]peer.Answer, 3)
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_, err := a.pool.Check(ctx, "B", reqs, out)
+					cancel()
+					if err != nil {
+						t.Errorf("caller %d: %v", g, err)
+						return
+					}
+					for j := range out {
+						left--
+						if !out[j].Allowed || out[j].Remaining != left {
+							t.Errorf("caller %d, call %d, check %d: %+v, want allowed with %d left", g, i, j, out[j], left)
+							return
+						}
+					}
+					continue
+				}
+				ans, owner, err := check(a, "B", keys[g], lim, 10*time.Second)
+				left--
+				if err != nil || owner != "B" || !ans.Allowed || ans.Remaining != left {
+					t.Errorf("caller %d, call %d: %+v from %s, %v; want allowed with %d left", g, i, ans, owner, err, left)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got, want := testkit.Metric(t, b.reg, "ringlimit_peer_checks_total"), float64(goroutines*(perG/4)*(3+3)); got != want {
+		t.Fatalf("B decided %v checks, want %v", got, want)
+	}
+}
+
 // Config.Batch.MaxBatch is "the most checks one peer RPC carries": a call of
 // more checks than that is split into batches of at most MaxBatch.
 func TestMaxBatchBoundsMultiCheckCalls(t *testing.T) {

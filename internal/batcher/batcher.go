@@ -175,15 +175,17 @@ func (b *Batcher[Q, R]) Call(ctx context.Context, in []Q, out []R) *Call[Q, R] {
 }
 
 // Recycle takes c back for a later Call once its caller has read its
-// results, if Do saw it answered; a call Do left before its answer (its
-// context ended, or the batcher closed) may still be in a batch, and is
-// left to the collector.
-func (b *Batcher[Q, R]) Recycle(c *Call[Q, R]) {
+// results, if Do saw it answered, and reports whether it did. A call Do
+// left before its answer (its context ended, or the batcher closed) may
+// still be in a batch, and is left to the collector: so are its In and Out,
+// which the flush function may still read and write.
+func (b *Batcher[Q, R]) Recycle(c *Call[Q, R]) bool {
 	if !c.answered {
-		return
+		return false
 	}
 	*c = Call[Q, R]{done: c.done}
 	b.calls.Put(c)
+	return true
 }
 
 // Do queues c and waits until it is answered, its context ends, or the

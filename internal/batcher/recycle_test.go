@@ -65,7 +65,9 @@ func TestRecycleKeepsUnansweredCalls(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Do of the call left behind: %v, want context.Canceled", err)
 	}
-	b.Recycle(left)
+	if b.Recycle(left) {
+		t.Fatal("Recycle took back the call still in a batch")
+	}
 	for i := range 50 {
 		c := b.Call(context.Background(), []int{i}, make([]int, 1))
 		if c == left {
@@ -80,7 +82,9 @@ func TestRecycleKeepsUnansweredCalls(t *testing.T) {
 		if err := <-errc; err != nil || c.Out[0] != i*10 {
 			t.Fatalf("call %d: %v, answered %d, want %d", i, err, c.Out[0], i*10)
 		}
-		b.Recycle(c)
+		if !b.Recycle(c) {
+			t.Fatalf("Recycle did not take back answered call %d", i)
+		}
 	}
 	if left.Out[0] != 70 {
 		t.Fatalf("the call left behind was answered %d, want 70 in its own results", left.Out[0])
