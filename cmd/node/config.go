@@ -54,7 +54,7 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", c.AdminTokenFile, "file of admin bearer tokens, one a line, optionally name:token (the name goes in the audit log); re-read when it changes. Without it POST/DELETE /v1/overrides and --pprof answer 403")
 	fs.StringVar(&c.PolicyPath, "policy", c.PolicyPath, "policy file (YAML): tiers, routes, global ceiling; reloaded on change and on SIGHUP")
 	fs.StringVar(&c.AuditPath, "audit-log", c.AuditPath, "file to append the audit log to (JSON lines); empty logs audit entries with the other logs")
-	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 32, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")
+	fs.IntVar(&c.gcHeadroomMiB, "gc-headroom", 128, "MiB the heap may grow by between two garbage collections when GOGC would collect sooner (0: GOGC alone decides)")
 	fs.IntVar(&c.Replication, "replication-factor", c.Replication, "successors that keep a copy of each key's state, so that a crash loses at most the last few milliseconds of spend (0: off)")
 	fs.Int64Var(&c.ReplicationMaxLoss, "replication-max-loss", c.ReplicationMaxLoss, "most tokens of one key a kill -9 of its owner can over-admit, whatever the check rate: a key past half of it since its last copy is replicated before the answer (0: no bound in tokens, only the 20ms rounds)")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the node's state file: what it spent, its replicas, reservations, leases and the tombstones of reset keys, written every --snapshot-interval and when it stops, and put back when it starts (empty: in memory only; a restart starts empty)")
