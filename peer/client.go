@@ -135,7 +135,6 @@ func (c *conn) check(ctx context.Context, reqs []Request, out []Answer) (string,
 		}
 	}
 	sc.give()
-	checkScratchPool.Put(sc)
 	return owner, nil
 }
 
@@ -164,11 +163,20 @@ func (sc *checkScratch) take(n int) ([]wireCheck, []wireDecision) {
 	return sc.in[:n], sc.dec[:n]
 }
 
+// maxCheckScratch is the most checks whose scratch goes back to the pool:
+// a rare call of many checks does not leave large arrays in it.
+const maxCheckScratch = 64
+
 // give forgets what the last call's checks and decisions held (keys,
-// owners, trace contexts), so that the pool keeps none of them alive.
+// owners, trace contexts), so that the pool keeps none of them alive, and
+// puts the scratch back.
 func (sc *checkScratch) give() {
+	if cap(sc.in) > maxCheckScratch || cap(sc.dec) > maxCheckScratch {
+		return
+	}
 	clear(sc.in[:cap(sc.in)])
 	clear(sc.dec[:cap(sc.dec)])
+	checkScratchPool.Put(sc)
 }
 
 type call = batcher.Call[wireCheck, wireDecision]
