@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -310,6 +311,58 @@ func TestRunHealth(t *testing.T) {
 	}
 	if res.BatchingFactor == nil || *res.BatchingFactor != 4 || res.ForwardedFraction == nil || math.Abs(*res.ForwardedFraction-100.0/150) > 1e-9 {
 		t.Errorf("batching %v forwarded %v, want 4 and 2/3", res.BatchingFactor, res.ForwardedFraction)
+	}
+}
+
+// The nodes' counters are read before the window, in the warm-up, and
+// right after it, not at the window's start: a scrape stalls a node for
+// milliseconds, which must not weigh on the latencies measured.
+func TestCountersReadBeforeTheWindow(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveHealthOn(ctx, lis) }()
+	t.Cleanup(func() { cancel(); <-done })
+	var mu sync.Mutex
+	var scrapes []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		scrapes = append(scrapes, time.Now())
+		n := len(scrapes)
+		mu.Unlock()
+		fmt.Fprintf(w, "%s %d\n%s %d\n%s{result=\"allowed\"} %d\n", metricForwardChecks, 100*n, metricForwardRPCs, 25*n, metricChecks, 150*n)
+	}))
+	t.Cleanup(srv.Close)
+
+	// A warm-up of 1 s reads the counters 500 ms before the window.
+	cfg := shortConfig(t, "--target-health", "--targets", lis.Addr().String(), "--warmup", "1s", "--metrics-urls", srv.URL)
+	res, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// One scrape checks the address before the run, one opens the
+	// counters, one closes them.
+	if len(scrapes) != 3 {
+		t.Fatalf("%d scrapes, want 3", len(scrapes))
+	}
+	// The window is 300 ms: counters read at its start would span about
+	// that; read 500 ms before it, at least 550 ms (a late timer only
+	// makes the last scrape later).
+	if span := scrapes[2].Sub(scrapes[1]); span < 550*time.Millisecond {
+		t.Errorf("counters read %v apart, want the window of 300ms and the lead of 500ms (at least 550ms)", span)
+	}
+	if res.CountersS == nil {
+		t.Error("no counters_s with --metrics-urls")
+	} else if *res.CountersS < 0.55 {
+		t.Errorf("counters_s = %v, want at least 0.55", *res.CountersS)
+	}
+	if res.ForwardChecks == nil || *res.ForwardChecks != 100 || *res.ServerChecks != 150 {
+		t.Errorf("forward checks %v, server checks %v, want the deltas of one scrape: 100 and 150", res.ForwardChecks, res.ServerChecks)
 	}
 }
 

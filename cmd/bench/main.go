@@ -165,7 +165,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.rejectMode, "reject-mode", false, "use a limit so low that almost every check is rejected (1 per hour unless --limit/--per/--burst are given)")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "bench:", "prefix of every key")
 	pids := fs.String("pids", "", "comma-separated pids of the server processes whose CPU time in the window is reported")
-	metrics := fs.String("metrics-urls", "", "comma-separated http://…/metrics of the nodes, read before and after the window for the batching factor")
+	metrics := fs.String("metrics-urls", "", "comma-separated http://…/metrics of the nodes, read in the warm-up (half of it before the window, at most 1s) and after the window, for the batching factor")
 	fs.BoolVar(&c.json, "json", false, "print one JSON line with every figure instead of the summary")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the key choice (goroutine i uses seed+i)")
 	fs.BoolVar(&c.targetHealth, "target-health", false, "dev: call the gRPC health service of --targets instead of ringlimit (the bare unary floor)")

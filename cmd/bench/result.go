@@ -79,7 +79,11 @@ type result struct {
 	OtherCPUS   *float64 `json:"other_cpu_s"`
 	StealCPUS   *float64 `json:"steal_cpu_s"`
 
-	// From --metrics-urls, deltas over the window summed over the nodes.
+	// From --metrics-urls, deltas summed over the nodes, from a scrape
+	// before the window (in the warm-up: see scrapeLead) to one right after
+	// it: CountersS seconds, a little more than the window. The fraction
+	// and the factor are ratios of two of them.
+	CountersS         *float64 `json:"counters_s"`
 	ServerChecks      *float64 `json:"server_checks"`      // ringlimit_checks_total
 	ForwardChecks     *float64 `json:"forward_checks"`     // ringlimit_forward_checks_total
 	ForwardRPCs       *float64 `json:"forward_rpcs"`       // ringlimit_forward_rpcs_total
@@ -181,10 +185,10 @@ func (r *result) writeSummary(w io.Writer) error {
 		if r.ForwardedFraction != nil {
 			ff = fmt.Sprintf("%.1f%%", 100**r.ForwardedFraction)
 		}
-		fmt.Fprintf(&b, "  forwarding   %s checks forwarded in %s batches: batching factor %s checks/batch, forwarded %s of %s checks the nodes counted\n",
-			commas(int64(*r.ForwardChecks)), commas(int64(*r.ForwardRPCs)), bf, ff, commas(int64(*r.ServerChecks)))
+		fmt.Fprintf(&b, "  forwarding   %s checks forwarded in %s batches: batching factor %s checks/batch, forwarded %s of %s checks the nodes counted in %.1f s around the window\n",
+			commas(int64(*r.ForwardChecks)), commas(int64(*r.ForwardRPCs)), bf, ff, commas(int64(*r.ServerChecks)), *r.CountersS)
 		if r.ServerGCs != nil {
-			fmt.Fprintf(&b, "  server GC    %s collections in the window, all nodes\n", commas(int64(*r.ServerGCs)))
+			fmt.Fprintf(&b, "  server GC    %s collections in %.1f s around the window, all nodes\n", commas(int64(*r.ServerGCs)), *r.CountersS)
 		}
 		if r.ServerPeeks != nil || r.ServerReservations != nil || r.ServerSettles != nil {
 			n := func(v *float64) string {

@@ -98,6 +98,25 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	}
 	stopWorkers := func() { cancel(); wg.Wait() }
 
+	// The nodes' counters are read before the window, in the warm-up, not
+	// at its start: a scrape of /metrics costs a node milliseconds of CPU
+	// (6 ms for each of three nodes on one CPU), and a node of one CPU
+	// answers nothing meanwhile, so a scrape in the window would weigh on
+	// the latencies of the side measured with --metrics-urls only.
+	var m0 map[string]float64
+	var m0At time.Time
+	if len(cfg.metricsURLs) > 0 {
+		if !sleepUntil(runCtx, measureStart.Add(-scrapeLead(cfg.warmup))) && ctx.Err() != nil {
+			stopWorkers()
+			return nil, ctx.Err()
+		}
+		var err error
+		if m0, err = scrapeAll(ctx, metricsClient, cfg.metricsURLs); err != nil {
+			stopWorkers()
+			return nil, fmt.Errorf("--metrics-urls: %w", err)
+		}
+		m0At = time.Now()
+	}
 	if !sleepUntil(runCtx, measureStart) && ctx.Err() != nil {
 		stopWorkers()
 		return nil, ctx.Err()
@@ -109,13 +128,6 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	}
 	self0, _ := cpuSeconds(0)
 	busy0, steal0, machErr := machineCPU()
-	var m0 map[string]float64
-	if len(cfg.metricsURLs) > 0 {
-		if m0, err = scrapeAll(ctx, metricsClient, cfg.metricsURLs); err != nil {
-			stopWorkers()
-			return nil, fmt.Errorf("--metrics-urls: %w", err)
-		}
-	}
 
 	sleepUntil(runCtx, end)
 	if ctx.Err() != nil {
@@ -135,6 +147,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 			stopWorkers()
 			return nil, fmt.Errorf("--metrics-urls: %w", err)
 		}
+		res.CountersS = ptr(round3(time.Since(m0At).Seconds()))
 	}
 	wg.Wait()
 
@@ -292,6 +305,11 @@ func (w *workerStats) loop(ctx context.Context, tgt target, pairs multiCallTarge
 		w.lat = append(w.lat, t1.Sub(t0))
 	}
 }
+
+// scrapeLead is how long before the window the nodes' counters are read:
+// half the warm-up, at most a second, so that the scrape and the requests
+// it held up are over when the window begins.
+func scrapeLead(warmup time.Duration) time.Duration { return min(warmup/2, time.Second) }
 
 // sleepUntil waits until t or until ctx ends, and says whether t came.
 func sleepUntil(ctx context.Context, t time.Time) bool {
