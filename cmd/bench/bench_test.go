@@ -280,9 +280,10 @@ func checkCommon(t *testing.T, res *result) {
 	}
 }
 
-// TestRunHealth is the whole loop against an in-process bare health
-// server, with this process's pid and fake node metrics.
-func TestRunHealth(t *testing.T) {
+// startHealth serves the bare health service on a port of its own until
+// the test ends, and returns its address.
+func startHealth(t *testing.T) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -291,8 +292,13 @@ func TestRunHealth(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- serveHealthOn(ctx, lis) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return lis.Addr().String()
+}
 
-	cfg := shortConfig(t, "--target-health", "--targets", lis.Addr().String(),
+// TestRunHealth is the whole loop against an in-process bare health
+// server, with this process's pid and fake node metrics.
+func TestRunHealth(t *testing.T) {
+	cfg := shortConfig(t, "--target-health", "--targets", startHealth(t),
 		"--pids", fmt.Sprint(os.Getpid()), "--metrics-urls", fakeMetrics(t))
 	start := time.Now()
 	res, err := run(context.Background(), cfg)
@@ -318,14 +324,7 @@ func TestRunHealth(t *testing.T) {
 // right after it, not at the window's start: a scrape stalls a node for
 // milliseconds, which must not weigh on the latencies measured.
 func TestCountersReadBeforeTheWindow(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serveHealthOn(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
+	health := startHealth(t)
 	var mu sync.Mutex
 	var scrapes []time.Time
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -338,7 +337,7 @@ func TestCountersReadBeforeTheWindow(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	// A warm-up of 2 s reads the counters 1 s before the window.
-	cfg := shortConfig(t, "--target-health", "--targets", lis.Addr().String(), "--warmup", "2s", "--metrics-urls", srv.URL)
+	cfg := shortConfig(t, "--target-health", "--targets", health, "--warmup", "2s", "--metrics-urls", srv.URL)
 	res, err := run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
