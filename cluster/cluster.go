@@ -311,7 +311,7 @@ func (c *Cluster) leaveLocked(ctx context.Context) error {
 	// can tell this departure from a crash, then broadcast the leave itself.
 	c.leaving.Store(true)
 	var errs []error
-	if err := c.ml.UpdateNode(waitBudget(ctx)); err != nil {
+	if err := c.announceLeaving(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("announce leaving: %w", err))
 	}
 	if err := c.ml.Leave(waitBudget(ctx)); err != nil {
@@ -325,6 +325,33 @@ func (c *Cluster) leaveLocked(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return fmt.Errorf("cluster: leave not confirmed: %w", errors.Join(errs...))
+}
+
+// leaveAnnounceStep is how long one attempt of announceLeaving waits for
+// its broadcast before it looks whether any member is left to tell.
+const leaveAnnounceStep = 500 * time.Millisecond
+
+// announceLeaving re-advertises this member's metadata, now with the
+// leaving flag, and waits within ctx's budget (waitBudget) until the
+// broadcast has gone out. memberlist sends a broadcast only to members
+// alive or suspect, and its UpdateNode waits for that until its timeout: a
+// member whose last peer leaves meanwhile (two members stopping at once)
+// would wait its whole budget for a broadcast nobody is left to receive.
+// So the wait is made in steps of leaveAnnounceStep, each announcing again
+// (a newer incarnation replaces the queued one), and it ends without error
+// once no other member is alive or suspect.
+func (c *Cluster) announceLeaving(ctx context.Context) error {
+	end := time.Now().Add(waitBudget(ctx))
+	for {
+		left := max(time.Until(end), time.Nanosecond)
+		err := c.ml.UpdateNode(min(left, leaveAnnounceStep))
+		if err == nil || left <= leaveAnnounceStep || ctx.Err() != nil {
+			return err
+		}
+		if c.ml.NumMembers() <= 1 { // this member alone is alive: nobody to tell
+			return nil
+		}
+	}
 }
 
 // waitBudget turns ctx into the timeout memberlist wants (where 0 would mean

@@ -365,6 +365,36 @@ func TestJoinDeliversWholeCluster(t *testing.T) {
 	}
 }
 
+// A member that leaves while its last peer leaves too does not wait its
+// whole budget for a broadcast nobody is left to receive: memberlist sends
+// the leaving flag only to members alive or suspect, and once the last of
+// them has left nothing would ever confirm it (seen: Close waiting 30 s when
+// a test's three members closed one after the other on a busy machine).
+func TestLeaveAsTheLastPeerLeaves(t *testing.T) {
+	t.Parallel()
+	// a never gossips: while b is alive, its leaving flag waits for a round
+	// that does not come, as on a machine too busy to run a's gossip.
+	quiet := func(c *Config) { c.GossipInterval = time.Hour }
+	a := startNode(t, "a", quiet)
+	b := startNode(t, "b", withSeeds(a.LocalAddr()))
+	testkit.WaitFor(t, 10*time.Second, "a and b see each other", func() error { return expectAlive([]*testNode{a, b}, a, b) })
+
+	done := make(chan error, 1)
+	go func() { done <- a.Leave(ctxTimeout(t, time.Minute)) }()
+	testkit.WaitFor(t, 10*time.Second, "a announcing its leave", func() error {
+		if !a.leaving.Load() {
+			return errors.New("a is not leaving yet")
+		}
+		return nil
+	})
+	if err := b.Close(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("Close(b): %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("a.Leave as b left: %v, want nil: no member is left to tell", err)
+	}
+}
+
 func TestGracefulLeave(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, "a", "b", "c")
