@@ -327,9 +327,9 @@ func (c *Cluster) leaveLocked(ctx context.Context) error {
 	return fmt.Errorf("cluster: leave not confirmed: %w", errors.Join(errs...))
 }
 
-// leaveAnnounceStep is how long one attempt of announceLeaving waits for
-// its broadcast before it looks whether any member is left to tell.
-const leaveAnnounceStep = 500 * time.Millisecond
+// leaveAnnouncePoll is how often announceLeaving looks whether any member
+// is left to tell.
+const leaveAnnouncePoll = 100 * time.Millisecond
 
 // announceLeaving re-advertises this member's metadata, now with the
 // leaving flag, and waits within ctx's budget (waitBudget) until the
@@ -337,19 +337,24 @@ const leaveAnnounceStep = 500 * time.Millisecond
 // alive or suspect, and its UpdateNode waits for that until its timeout: a
 // member whose last peer leaves meanwhile (two members stopping at once)
 // would wait its whole budget for a broadcast nobody is left to receive.
-// So the wait is made in steps of leaveAnnounceStep, each announcing again
-// (a newer incarnation replaces the queued one), and it ends without error
-// once no other member is alive or suspect.
+// So while it waits, once no other member is alive or suspect, a newer
+// announcement of this member replaces the one waited for: memberlist
+// finishes a broadcast that another about the same member replaces, and
+// the newer one waits for nothing, since nobody is left.
 func (c *Cluster) announceLeaving(ctx context.Context) error {
-	end := time.Now().Add(waitBudget(ctx))
+	budget := waitBudget(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.ml.UpdateNode(budget) }()
+	poll := time.NewTicker(leaveAnnouncePoll)
+	defer poll.Stop()
 	for {
-		left := max(time.Until(end), time.Nanosecond)
-		err := c.ml.UpdateNode(min(left, leaveAnnounceStep))
-		if err == nil || left <= leaveAnnounceStep || ctx.Err() != nil {
+		select {
+		case err := <-done:
 			return err
-		}
-		if c.ml.NumMembers() <= 1 { // this member alone is alive: nobody to tell
-			return nil
+		case <-poll.C:
+			if c.ml.NumMembers() <= 1 { // this member alone is alive
+				c.ml.UpdateNode(time.Nanosecond)
+			}
 		}
 	}
 }
