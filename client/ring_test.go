@@ -211,6 +211,15 @@ func testRingJoinExact(t *testing.T, perKey int64) {
 			t.Errorf("key join-%d: %d of %d admitted, want %d", k, got, perKey, limit)
 		}
 	}
+	if t.Failed() {
+		for _, name := range []string{"ringlimit_handoff_fetches_total", "ringlimit_degraded_checks_total"} {
+			for _, v := range []string{"found", "missing", "unreachable", "fail_open", "fail_closed", "local"} {
+				if n := metricSum(t, c, name, func(l map[string]string) bool { return l["result"] == v || l["mode"] == v }); n > 0 {
+					t.Logf("%s %s: %v", name, v, n)
+				}
+			}
+		}
+	}
 	waitRing(t, c, cl)
 	if !slices.Contains(client.Nodes(cl), c.nodes[3].addr) {
 		t.Fatalf("the client reaches %v, not the new member %s", client.Nodes(cl), c.nodes[3].addr)

@@ -61,6 +61,11 @@ type handoff struct {
 	// called have ended (replicator.settle); set once by New. A pass calls
 	// it before its first push.
 	settle func(context.Context)
+	// background runs f in a goroutine under the Router's lifetime, and
+	// reports false (running nothing) once the Router is closing; set once
+	// by New.
+	background func(f func(context.Context)) bool
+	calls      sync.Map // fetchKey → *fetchCall: the fetches in flight (fetch.go)
 
 	mu     sync.Mutex // one pass at a time
 	pushed sync.Map   // key → clock.Instant it was first pushed
@@ -272,61 +277,6 @@ func (h *handoff) unshare(owner string, states []peermsg.State, now clock.Instan
 		cur, _ := h.shared.used(owner, s.Key, now)
 		h.shared.set(owner, s.Key, &s.Limit, now, max(cur-s.Used, 0), s.Window)
 	}
-}
-
-// prevOwner returns the member key belonged to before the last ring
-// change, or "" when that was this node (or nobody). For a node that just
-// joined, that is where the ring without this node puts the key.
-func prevOwner(v *view, self, key string) string {
-	prev := ownerIn(v.prev, self, key)
-	if v.prev == nil || prev == self {
-		if prev = ownerIn(v.others, self, key); v.others == nil || prev == self {
-			return ""
-		}
-	}
-	return prev
-}
-
-// fetch asks prev, key's previous owner, for its state and merges it, so
-// that a key whose handoff has not arrived yet does not start full. It
-// reports whether prev answered with a state.
-func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucket.Limit, now clock.Instant, wait time.Duration) bool {
-	if _, down := v.fetchDown.Load(prev); down {
-		h.m.fetches[fetchUnreachable].Inc()
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	st, found, err := h.cfg.Peers.Fetch(ctx, prev, key, l)
-	switch {
-	case err != nil:
-		// Do not wait on it again for this view: it crashed or is gone.
-		v.fetchDown.Store(prev, true)
-		h.m.fetches[fetchUnreachable].Inc()
-		return false
-	case !found:
-		h.m.fetches[fetchMissing].Inc()
-		return false
-	}
-	h.m.fetches[fetchFound].Inc()
-	if h.admit != nil && !h.admit(&st, now) { // it predates a reset of the key
-		return true
-	}
-	importRecords(h.resv, &st, now)
-	h.adoptFetched(prev, key, &st, now)
-	return true
-}
-
-// adoptFetched merges the state prev answered a fetch of key with into
-// this node's copy. prev answered with st.Used: its later push is only what it
-// spends after this, and a push of its whole copy crossing this fetch is
-// charged only beyond it (Router.chargeHanded), so the copy and what the
-// two share change together.
-func (h *handoff) adoptFetched(prev, key string, st *peermsg.State, now clock.Instant) {
-	h.shared.copies.Lock()
-	defer h.shared.copies.Unlock()
-	h.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
-	h.shared.set(prev, key, &st.Limit, now, st.Used, st.Window)
 }
 
 // Leave takes this node off its own ring and hands every key it holds to

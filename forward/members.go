@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"sync"
 )
 
 // SetMembers replaces the ring with one over members (this node included
@@ -77,10 +76,10 @@ func (r *Router) rebuildLocked() {
 		}
 		r.tellJoined(joined)
 	}
-	nv := &view{ring: rg, prev: old.prev, others: old.others, changed: old.changed, fetchDown: old.fetchDown,
+	nv := &view{ring: rg, prev: old.prev, others: old.others, changed: old.changed, fetches: old.fetches,
 		down: down, size: size, minority: minority}
 	if ringChanged && rg != nil {
-		nv.prev, nv.others, nv.changed, nv.fetchDown = old.ring, nil, r.cfg.Clock.Now(), &sync.Map{}
+		nv.prev, nv.others, nv.changed, nv.fetches = old.ring, nil, r.cfg.Clock.Now(), &fetchMarks{}
 		if old.len() <= 1 && rg.Has(self) && rg.Len() > 1 { // this node was alone: it has just joined
 			rest := slices.DeleteFunc(slices.Clone(up), func(n string) bool { return n == self })
 			if others, err := r.cfg.NewRing(rest); err == nil {

@@ -146,9 +146,9 @@ func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost 
 	// A key this node took over may hold no state yet: get it from where
 	// it is, as a check does. (Its records came with its replicas, or come
 	// with the previous owner's handoff.)
-	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
-		if rec, ok := r.resv.Get(id, now); ok {
-			r.recover(ctx, v, key, &rec.Limit, now)
+	if r.mustRecover(v, key, now) {
+		if rec, ok := r.resv.Get(id, now); ok && !r.recover(ctx, v, key, &rec.Limit, now, true) {
+			return peermsg.SettleAnswer{}, fmt.Errorf("%w: %s cannot settle now: the key's state has not come from its previous owner", ErrUnavailable, r.cfg.Self)
 		}
 	}
 	rec, err := r.resv.Settle(id, cost, now)

@@ -87,7 +87,9 @@ func (r *Router) resetOwned(ctx context.Context, v *view, key string, l bucket.L
 	// may have its state on the previous owner; without it the reset
 	// would answer a full bucket as the previous remaining. A reset is no
 	// check on a request's path: it waits the whole peer deadline for it.
-	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
+	// A state that has still not come is refused when it does (admit: it
+	// predates the reset).
+	if r.mustRecover(v, key, now) {
 		r.recoverWithin(ctx, v, key, &l, now, r.cfg.PeerTimeout)
 	}
 	at := max(int64(now), r.cfg.Store.Tombstone(key, now)+1) // later than any tombstone held

@@ -99,7 +99,7 @@ func New(cfg Config) (*Router, error) {
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/forward")
 	}
-	first := &view{fetchDown: &sync.Map{}}
+	first := &view{fetches: &fetchMarks{}}
 	if cfg.Joining {
 		first.minority, first.joining, first.size = true, true, cfg.ClusterSize
 	}
@@ -115,6 +115,7 @@ func New(cfg Config) (*Router, error) {
 	r.handoff.admit = r.admit
 	r.repl = newReplicator(cfg.Replication, cfg.Self, cfg.Store, cfg.Peers, r.view.Load, cfg.Clock, cfg.Logger, m)
 	r.handoff.settle = r.repl.settle
+	r.handoff.background = r.background
 	r.repl.resv = r.resv
 	r.slots = bucket.NewLeases(cfg.MaxLeases)
 	r.repl.slots = r.slots
@@ -278,16 +279,16 @@ func findGroup(groups []*group, owner string) *group {
 // the grace period after a ring change, or while a member is down, a key it
 // holds no copy of first gets one from where its state is: the replica of a
 // previous owner that died, or the previous owner itself. A new key the
-// store has no room for (every key it holds has spent) is decided in its
-// failure mode, as for an unreachable owner (see noRoom). It reports whether the answer
-// must wait for a replication round (replicator.hold): the caller awaits
-// one round for all its checks before it answers.
+// store has no room for (every key it holds has spent), or one whose state
+// is still on its way from a previous owner that is a member (fetch.go),
+// is decided in its failure mode, as for an unreachable owner (see
+// noRoom). It reports whether the answer must wait for a replication round
+// (replicator.hold): the caller awaits one round for all its checks before
+// it answers.
 func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.Instant) (Result, bool) {
 	key, l := c.Key, &c.Limit
-	// Only after a ring change (or while a member is down) can a key this
-	// node has no copy of have state elsewhere: no lookup otherwise.
-	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && !r.cfg.Store.Has(key) {
-		r.recover(ctx, v, key, l, now)
+	if r.mustRecover(v, key, now) && !r.recover(ctx, v, key, l, now, c.forwarded) {
+		return r.noRoom(v, c, now), false
 	}
 	if c.Adaptive != nil {
 		c = r.adaptCheck(c, now)
@@ -310,38 +311,83 @@ func (r *Router) decideLocal(ctx context.Context, v *view, c *Check, now clock.I
 	return Result{Decision: d, Owner: r.cfg.Self, OwnerAddr: r.cfg.SelfAddr, Reservation: id}, r.repl.hold(v, unsent, c.Sync)
 }
 
+// mustRecover reports whether a key this node owns may have state
+// elsewhere that its copy lacks. Only after a ring change (or while a
+// member is down) can it: no lookup otherwise.
+func (r *Router) mustRecover(v *view, key string, now clock.Instant) bool {
+	return (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && (!r.cfg.Store.Has(key) || v.fetches.isUnsure(key))
+}
+
 // recover gives this node a copy of a key it now owns and holds none of,
-// waiting for the previous owner's state a quarter of the peer deadline:
-// the check that waits on it may itself be a forwarded one, under the
-// entry node's deadline.
-func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant) {
-	r.recoverWithin(ctx, v, key, l, now, r.cfg.PeerTimeout/4)
+// waiting for the previous owner's state (fetchWait). It reports false
+// when the key must not be decided yet: its state is on a previous owner
+// that is still a member, and has not come.
+func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool) bool {
+	return r.recoverWithin(ctx, v, key, l, now, r.fetchWait(ctx, forwarded))
+}
+
+// fetchWait is how long a check waits for its key's state from the
+// previous owner. A check another node forwarded waits a quarter of the
+// peer deadline: its answer must still reach the entry node, whose own
+// deadline for it is the peer deadline. Any other waits up to the whole
+// peer deadline (the fetch's own), and at most half of what its context
+// leaves.
+func (r *Router) fetchWait(ctx context.Context, forwarded bool) time.Duration {
+	least := r.cfg.PeerTimeout / 4
+	if forwarded {
+		return least
+	}
+	wait := r.cfg.PeerTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	return max(wait, least)
 }
 
 // recoverWithin is recover waiting up to wait for the previous owner.
-func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, wait time.Duration) {
+func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, wait time.Duration) bool {
 	prev := prevOwner(v, r.cfg.Self, key)
 	if prev == "" {
-		return
+		return true
 	}
 	if v.isDown(prev) {
 		if st, ok := r.shared.state(prev, key, now); ok {
 			if r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window) != nil {
-				return // no room: the replica stays, and answers for the key (see exhausted)
+				return true // no room: the replica stays, and answers for the key (see exhausted)
 			}
 			r.shared.forget(prev, key)
 			r.m.promoted.Inc()
-			return
+			return true
 		}
 	}
-	if v.inGrace(now, r.cfg.Grace) && r.handoff.fetch(ctx, v, prev, key, l, now, wait) {
-		return
+	if v.inGrace(now, r.cfg.Grace) {
+		switch r.handoff.fetch(ctx, v, prev, key, l, wait) {
+		case fetchAnswered:
+			return true
+		case fetchPending, fetchFailed:
+			if v.has(prev) && !v.isDown(prev) {
+				return false // a member holds the key's state: it comes with the fetch or the push
+			}
+		}
 	}
-	// The previous owner did not answer (it is leaving or cut off): its
+	// The previous owner did not answer (it has left or is cut off): its
 	// replica, if this node holds one, is the best state there is.
 	if st, ok := r.shared.state(prev, key, now); ok {
 		r.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
 	}
+	return true
+}
+
+// background runs f in a goroutine under the Router's lifetime (r.ctx),
+// and reports false, running nothing, once the Router is closing.
+func (r *Router) background(f func(context.Context)) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Go(func() { f(r.ctx) })
+	return true
 }
 
 // refundLease gives a lease's unused tokens back to the key's owner, in

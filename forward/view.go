@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/clock"
@@ -22,9 +21,9 @@ type view struct {
 	// where the keys it now owns were before.
 	others  Owners
 	changed clock.Instant // when the change that made this view happened
-	// fetchDown remembers previous owners a fetch could not reach, so that
-	// later checks of this view do not wait on them again.
-	fetchDown *sync.Map
+	// fetches is what the fetches from previous owners learned in this
+	// view (fetch.go).
+	fetches *fetchMarks
 	// down is the members that died (not those that left).
 	down map[string]bool
 	// size is the number of members the quorum and failure-mode shares are

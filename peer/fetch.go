@@ -3,6 +3,8 @@ package peer
 import (
 	"context"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 )
@@ -30,6 +32,11 @@ func (s *Server) Fetch(ctx context.Context, req *peerv1.FetchRequest) (*peerv1.F
 	var named *bucket.Limit
 	if l, err := limitFromProto(req.GetLimit()); err == nil {
 		named = &l
+	}
+	// The answer counts as shared with the asker (see StateStore.Lookup):
+	// not one its deadline has already left nobody to receive.
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
 	}
 	st, ok := s.h.Lookup(req.GetFrom(), req.GetKey(), named)
 	if !ok {

@@ -1,0 +1,177 @@
+package forward
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/internal/peermsg"
+)
+
+// A fetch: a key's new owner, holding no copy of it, asks the previous
+// owner for its state before it decides the key's first check.
+//
+// The previous owner counts what it answers as shared with this node
+// (Router.Lookup): its later push carries only what it spends after. An
+// answer this node stopped waiting for would take that spend with it, so
+// a fetch is never abandoned: it runs in the background until it answers
+// or fails under its own peer deadline, and its answer is merged whenever
+// it comes. The checks of the key wait on it as long as their own
+// deadlines allow. When the previous owner is still a member (a join, or
+// any change that moved the key between two live members), a check that
+// cannot wait longer is answered in its failure mode, and the store's copy
+// stays untouched until the answer is merged: deciding on a full bucket
+// meanwhile would admit the key's whole limit again.
+
+// fetchResult is how a fetch ended for the check that waited on it.
+type fetchResult int
+
+const (
+	fetchPending  fetchResult = iota // still running when the check stopped waiting
+	fetchAnswered                    // the previous owner answered (with a state or none)
+	fetchFailed                      // it could not be reached, or did not answer in time
+)
+
+// fetchCall is one fetch in flight; the checks of its key wait on done.
+type fetchCall struct {
+	done   chan struct{}
+	result fetchResult // set before done is closed
+}
+
+// fetchKey names a fetch: a key, from one previous owner.
+type fetchKey struct{ prev, key string }
+
+// fetchMarks is what the fetches of one view learned.
+type fetchMarks struct {
+	// down is the previous owners, no longer members, that a fetch could
+	// not reach: later checks of this view do not wait on them again.
+	down sync.Map
+	// unsure is the keys whose fetch from a member failed: the member may
+	// have answered, counting its answer as shared, and its push of a later
+	// spend would then give the key a copy without it. Such a key is
+	// fetched again before it is decided, even once a copy is held.
+	unsure  sync.Map
+	nUnsure atomic.Int64
+}
+
+func (f *fetchMarks) isUnsure(key string) bool {
+	if f.nUnsure.Load() == 0 {
+		return false
+	}
+	_, ok := f.unsure.Load(key)
+	return ok
+}
+
+func (f *fetchMarks) markUnsure(key string) {
+	if _, loaded := f.unsure.LoadOrStore(key, true); !loaded {
+		f.nUnsure.Add(1)
+	}
+}
+
+func (f *fetchMarks) clearUnsure(key string) {
+	if _, ok := f.unsure.LoadAndDelete(key); ok {
+		f.nUnsure.Add(-1)
+	}
+}
+
+// prevOwner returns the member key belonged to before the last ring
+// change, or "" when that was this node (or nobody). For a node that just
+// joined, that is where the ring without this node puts the key.
+func prevOwner(v *view, self, key string) string {
+	prev := ownerIn(v.prev, self, key)
+	if v.prev == nil || prev == self {
+		if prev = ownerIn(v.others, self, key); v.others == nil || prev == self {
+			return ""
+		}
+	}
+	return prev
+}
+
+// fetch asks prev, key's previous owner, for its state, merging the
+// answer when it comes, and waits for it up to wait (or until ctx ends).
+// The checks of a key share one fetch from prev.
+func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucket.Limit, wait time.Duration) fetchResult {
+	if _, down := v.fetches.down.Load(prev); down {
+		h.m.fetches[fetchUnreachable].Inc()
+		return fetchFailed
+	}
+	fk := fetchKey{prev, key}
+	call := &fetchCall{done: make(chan struct{})}
+	if c, loaded := h.calls.LoadOrStore(fk, call); loaded {
+		call = c.(*fetchCall)
+	} else {
+		lim := *l
+		if !h.background(func(ctx context.Context) { h.runFetch(ctx, v, fk, &lim, call) }) {
+			h.calls.Delete(fk)
+			return fetchFailed // the router is closing
+		}
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-call.done:
+		return call.result
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return fetchPending
+}
+
+// runFetch makes call: one Fetch under the peer deadline, its answer
+// merged into this node's copy of the key.
+func (h *handoff) runFetch(ctx context.Context, v *view, fk fetchKey, l *bucket.Limit, call *fetchCall) {
+	defer func() {
+		h.calls.Delete(fk)
+		close(call.done)
+	}()
+	prev, key := fk.prev, fk.key
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.PeerTimeout)
+	defer cancel()
+	st, found, err := h.cfg.Peers.Fetch(ctx, prev, key, l)
+	now := h.cfg.Clock.Now()
+	switch {
+	case err != nil:
+		h.m.fetches[fetchUnreachable].Inc()
+		if v.has(prev) {
+			v.fetches.markUnsure(key)
+		} else {
+			// It left or is cut off: do not wait on it again for this view.
+			v.fetches.down.Store(prev, true)
+		}
+		call.result = fetchFailed
+		return
+	case !found:
+		h.m.fetches[fetchMissing].Inc()
+	default:
+		h.m.fetches[fetchFound].Inc()
+		// Not one from before a reset of the key.
+		if h.admit == nil || h.admit(&st, now) {
+			importRecords(h.resv, &st, now)
+			h.adoptFetched(prev, key, &st, now)
+			if ownerIn(h.ring(), h.cfg.Self, key) != h.cfg.Self {
+				// The ring moved the key on meanwhile: the next pass pushes it.
+				h.mayHoldForeign()
+				h.trigger()
+			}
+		}
+	}
+	v.fetches.clearUnsure(key)
+	call.result = fetchAnswered
+}
+
+// adoptFetched merges the state prev answered a fetch of key with into
+// this node's copy. prev answered with st.Used: its later push is only what it
+// spends after this, and a push of its whole copy crossing this fetch is
+// charged only beyond it (Router.chargeHanded), so the copy and what the
+// two share change together. The copy holds no spend of this node's own
+// (nothing decides a key while its fetch from a member runs), or, when
+// the previous owner has left, the merge never lowers it.
+func (h *handoff) adoptFetched(prev, key string, st *peermsg.State, now clock.Instant) {
+	h.shared.copies.Lock()
+	defer h.shared.copies.Unlock()
+	h.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
+	h.shared.set(prev, key, &st.Limit, now, st.Used, st.Window)
+}
