@@ -32,8 +32,8 @@ func TestProcessLeasePartition(t *testing.T) {
 	// A lease's slot is surely held from the acquire's answer to the
 	// earlier of the release's sending and the TTL from the acquire's.
 	type leaseHold struct {
-		key, owner string
-		from, to   time.Time
+		key, owner, via, lease, end string
+		from, to                    time.Time
 	}
 	var mu sync.Mutex
 	var holds []leaseHold
@@ -60,12 +60,15 @@ func TestProcessLeasePartition(t *testing.T) {
 				} else if a.Degraded {
 					kind = "degraded"
 				}
-				hold := leaseHold{key: key, owner: a.Owner, from: r, to: s.Add(ttl)}
+				hold := leaseHold{key: key, owner: a.Owner, via: via.name, lease: a.Lease, end: "expired", from: r, to: s.Add(ttl)}
 				if kind == "granted" && i%4 != 3 {
 					time.Sleep(50 * time.Millisecond) // the work the slot covers
 					hold.to = slices.MinFunc([]time.Time{hold.to, time.Now()}, time.Time.Compare)
-					if st, _, err := postJSON(h.client, "http://"+all[(w+i+1)%3].http+"/v1/release", fmt.Sprintf(`{"lease":%q}`, a.Lease)); err != nil || st != http.StatusOK {
+					rel := all[(w+i+1)%3]
+					hold.end = "released through " + rel.name
+					if st, _, err := postJSON(h.client, "http://"+rel.http+"/v1/release", fmt.Sprintf(`{"lease":%q}`, a.Lease)); err != nil || st != http.StatusOK {
 						kind = fmt.Sprintf("granted, release answered %d %v", st, err)
+						hold.end = fmt.Sprintf("release through %s answered %d %v", rel.name, st, err)
 					}
 				}
 				mu.Lock()
@@ -131,6 +134,12 @@ func TestProcessLeasePartition(t *testing.T) {
 			key, most, time.Duration(at), during[key])
 		if most > limit {
 			t.Errorf("%s: %d slots surely held at once, limit %d", key, most, limit)
+			for _, l := range holds { // the leases held then, for the cause
+				if l.key == key && l.from.Sub(cutAt) <= time.Duration(at) && l.to.Sub(cutAt) > time.Duration(at) {
+					t.Logf("  %s: granted by %s through %s at %v, held to %v, %s", l.lease, l.owner, l.via,
+						l.from.Sub(cutAt).Round(time.Millisecond), l.to.Sub(cutAt).Round(time.Millisecond), l.end)
+				}
+			}
 		}
 	}
 	if during[keys[0]] == 0 || during[keys[1]] == 0 {
