@@ -90,7 +90,7 @@ func (r *Router) resetOwned(ctx context.Context, v *view, key string, l bucket.L
 	// A state that has still not come is refused when it does (admit: it
 	// predates the reset).
 	if r.mustRecover(v, key, now) {
-		r.recoverWithin(ctx, v, key, &l, now, r.cfg.PeerTimeout)
+		r.recoverWithin(ctx, v, key, &l, now, false, r.cfg.PeerTimeout)
 	}
 	at := max(int64(now), r.cfg.Store.Tombstone(key, now)+1) // later than any tombstone held
 	prev, _, _ := r.cfg.Store.ResetAt(key, &l, now, at)

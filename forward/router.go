@@ -323,18 +323,19 @@ func (r *Router) mustRecover(v *view, key string, now clock.Instant) bool {
 // when the key must not be decided yet: its state is on a previous owner
 // that is still a member, and has not come.
 func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool) bool {
-	return r.recoverWithin(ctx, v, key, l, now, r.fetchWait(ctx, forwarded))
+	return r.recoverWithin(ctx, v, key, l, now, forwarded, 0)
 }
 
-// fetchWait is how long a check waits for its key's state from the
-// previous owner. A check another node forwarded waits a quarter of the
-// peer deadline: its answer must still reach the entry node, whose own
-// deadline for it is the peer deadline. Any other waits up to the whole
-// peer deadline (the fetch's own), and at most half of what its context
-// leaves.
-func (r *Router) fetchWait(ctx context.Context, forwarded bool) time.Duration {
+// fetchWait is how long a check waits for its key's state from prev, its
+// previous owner: up to the whole peer deadline (the fetch's own), and at
+// most half of what its context leaves, so that a forwarded check's answer
+// still reaches the entry node in time. A forwarded check whose previous
+// owner is no member waits only a quarter of the peer deadline: the key is
+// then decided on its replica here, and the entry node must not give up on
+// this node meanwhile.
+func (r *Router) fetchWait(ctx context.Context, v *view, prev string, forwarded bool) time.Duration {
 	least := r.cfg.PeerTimeout / 4
-	if forwarded {
+	if forwarded && !v.has(prev) {
 		return least
 	}
 	wait := r.cfg.PeerTimeout
@@ -344,11 +345,15 @@ func (r *Router) fetchWait(ctx context.Context, forwarded bool) time.Duration {
 	return max(wait, least)
 }
 
-// recoverWithin is recover waiting up to wait for the previous owner.
-func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, wait time.Duration) bool {
+// recoverWithin is recover waiting up to wait for the previous owner (0:
+// fetchWait's).
+func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool, wait time.Duration) bool {
 	prev := prevOwner(v, r.cfg.Self, key)
 	if prev == "" {
 		return true
+	}
+	if wait == 0 {
+		wait = r.fetchWait(ctx, v, prev, forwarded)
 	}
 	if v.isDown(prev) {
 		if st, ok := r.shared.state(prev, key, now); ok {

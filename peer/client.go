@@ -66,6 +66,10 @@ func dial(cfg *Config, version *atomic.Uint64, name, addr string) (*conn, error)
 	if err != nil {
 		return nil, err
 	}
+	// Connect now, not at the first call: a member that has just joined
+	// fetches keys' state from their previous owners on its first checks,
+	// which wait for it.
+	cc.Connect()
 	ctx, stop := context.WithCancel(context.Background())
 	c := &conn{cfg: cfg, version: version, name: name, addr: addr, cc: cc, rpc: peerv1.NewPeerClient(cc), ctx: ctx, stop: stop}
 	c.b, err = batcher.New(cfg.Batch, c.flush, func(n int) { cfg.Metrics.abandoned.Add(float64(n)) })
