@@ -23,6 +23,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/clock"
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/forward"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	"github.com/ringlimit/ringlimit/node"
@@ -229,6 +230,10 @@ func (c *testCluster) startNode() error {
 	cfg.Registerer = prometheus.NewRegistry()
 	cfg.GRPCUnaryInterceptors = []grpc.UnaryServerInterceptor{c.rpc.interceptor(name)}
 	cfg.GRPCServerOptions = []grpc.ServerOption{grpc.ChainStreamInterceptor(c.rpc.streamInterceptor(name))}
+	// No test here is about failure detection, and a member suspected on
+	// a loaded machine changes the ring under a test that counts exactly:
+	// the probes of a LAN, not of the loopback defaults (200 ms, 100 ms).
+	cfg.ClusterTuning = func(cc *cluster.Config) { cc.ProbeInterval, cc.ProbeTimeout = time.Second, 500*time.Millisecond }
 	if len(c.nodes) > 0 {
 		cfg.Join = []string{c.nodes[0].n.GossipAddr()}
 	}

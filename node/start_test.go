@@ -43,7 +43,7 @@ func TestStartReleasesOnFailure(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 			cfg := DefaultLocalConfig()
-			cfg.Name, cfg.HTTPAddr, cfg.GRPCAddr, cfg.PeerAddr, cfg.GossipAddr = "n1", testkit.DeadAddr(t), testkit.DeadAddr(t), testkit.DeadAddr(t), testkit.DeadAddr(t)
+			cfg.Name, cfg.HTTPAddr, cfg.GRPCAddr, cfg.PeerAddr, cfg.GossipAddr = "n1", testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t)
 			cfg.MaxKeys, cfg.PolicyPath, cfg.AuditPath, cfg.failAt = 1000, pol, audit, step
 			n, err := Start(t.Context(), cfg)
 			if err == nil {
