@@ -139,9 +139,15 @@ func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost 
 	if _, held := r.resv.Get(id, now); !held && ask && r.cfg.Settler != nil && v.inGrace(now, r.cfg.Grace) {
 		if prev := prevOwner(v, r.cfg.Self, key); prev != "" && !v.isDown(prev) {
 			if a, err := r.cfg.Settler.Settle(ctx, prev, id, cost, true); err == nil && a.Status != peermsg.SettleRedirect {
+				if a.Status == peermsg.SettleOK || a.Status == peermsg.SettleAlreadySettled {
+					r.settledBy(key, id, cost, now)
+				}
 				return a, nil
 			}
 		}
+	}
+	if rec, ok := r.resv.Get(id, now); ok && rec.Settled {
+		return peermsg.SettleAnswer{Status: peermsg.SettleAlreadySettled}, nil
 	}
 	// A key this node took over may hold no state yet: get it from where
 	// it is, as a check does. (Its records came with its replicas, or come
@@ -169,6 +175,17 @@ func (r *Router) settleLocal(ctx context.Context, v *view, key, id string, cost 
 		r.handoff.trigger() // the key's owner gets the settled record and the state
 	}
 	return peermsg.SettleAnswer{Status: peermsg.SettleOK, Remaining: d.Remaining, Limit: d.Limit, Owner: r.cfg.Self}, nil
+}
+
+// settledBy records here that the key's previous owner settled id: a
+// push it made before, still on its way, carries the record unsettled,
+// and would let it be settled a second time here. The record held is
+// settled (a merge never unsettles one) for as long as such a push can
+// come: two grace periods and peer deadlines. Its reserved amount is not
+// known here; a settled record's is not used.
+func (r *Router) settledBy(key, id string, cost int64, now clock.Instant) {
+	r.resv.Merge([]bucket.Reservation{{ID: id, Key: key, Reserved: 1, Settled: true, SettledCost: cost,
+		Expires: now.Add(2 * (r.cfg.Grace + r.cfg.PeerTimeout))}}, now)
 }
 
 // reserve records a reservation of c before its check spends; the caller
