@@ -77,6 +77,78 @@ func (f *fetchMarks) clearUnsure(key string) {
 	}
 }
 
+// mustRecover reports whether a key this node owns may have state
+// elsewhere that its copy lacks. Only after a ring change (or while a
+// member is down) can it: no lookup otherwise.
+func (r *Router) mustRecover(v *view, key string, now clock.Instant) bool {
+	return (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && (!r.cfg.Store.Has(key) || v.fetches.isUnsure(key))
+}
+
+// recover gives this node a copy of a key it now owns and holds none of,
+// waiting for the previous owner's state (fetchWait). It reports false
+// when the key must not be decided yet: its state is on a previous owner
+// that is still a member, and has not come.
+func (r *Router) recover(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool) bool {
+	return r.recoverWithin(ctx, v, key, l, now, forwarded, 0)
+}
+
+// fetchWait is how long a check waits for its key's state from prev, its
+// previous owner: up to the whole peer deadline (the fetch's own), and at
+// most half of what its context leaves, so that a forwarded check's answer
+// still reaches the entry node in time. A forwarded check whose previous
+// owner is no member waits only a quarter of the peer deadline: the key is
+// then decided on its replica here, and the entry node must not give up on
+// this node meanwhile.
+func (r *Router) fetchWait(ctx context.Context, v *view, prev string, forwarded bool) time.Duration {
+	least := r.cfg.PeerTimeout / 4
+	if forwarded && !v.has(prev) {
+		return least
+	}
+	wait := r.cfg.PeerTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	return max(wait, least)
+}
+
+// recoverWithin is recover waiting up to wait for the previous owner (0:
+// fetchWait's).
+func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool, wait time.Duration) bool {
+	prev := prevOwner(v, r.cfg.Self, key)
+	if prev == "" {
+		return true
+	}
+	if wait == 0 {
+		wait = r.fetchWait(ctx, v, prev, forwarded)
+	}
+	if v.isDown(prev) {
+		if st, ok := r.shared.state(prev, key, now); ok {
+			if r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window) != nil {
+				return true // no room: the replica stays, and answers for the key (see exhausted)
+			}
+			r.shared.forget(prev, key)
+			r.m.promoted.Inc()
+			return true
+		}
+	}
+	if v.inGrace(now, r.cfg.Grace) {
+		switch r.handoff.fetch(ctx, v, prev, key, l, wait) {
+		case fetchAnswered:
+			return true
+		case fetchPending, fetchFailed:
+			if v.has(prev) && !v.isDown(prev) {
+				return false // a member holds the key's state: it comes with the fetch or the push
+			}
+		}
+	}
+	// The previous owner did not answer (it has left or is cut off): its
+	// replica, if this node holds one, is the best state there is.
+	if st, ok := r.shared.state(prev, key, now); ok {
+		r.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
+	}
+	return true
+}
+
 // prevOwner returns the member key belonged to before the last ring
 // change, or "" when that was this node (or nobody). For a node that just
 // joined, that is where the ring without this node puts the key.
