@@ -118,9 +118,6 @@ func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *buck
 	if prev == "" {
 		return true
 	}
-	if wait == 0 {
-		wait = r.fetchWait(ctx, v, prev, forwarded)
-	}
 	if v.isDown(prev) {
 		if st, ok := r.shared.state(prev, key, now); ok {
 			if r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window) != nil {
@@ -132,6 +129,9 @@ func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *buck
 		}
 	}
 	if v.inGrace(now, r.cfg.Grace) {
+		if wait == 0 {
+			wait = r.fetchWait(ctx, v, prev, forwarded)
+		}
 		switch r.handoff.fetch(ctx, v, prev, key, l, wait) {
 		case fetchAnswered:
 			return true
