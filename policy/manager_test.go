@@ -386,10 +386,15 @@ func TestWatch(t *testing.T) {
 	if !strings.HasPrefix(v3, "v3-") {
 		t.Fatalf("watch: version %q, want v3-...", v3)
 	}
+	// The audit line is written just after the new set is published, so
+	// the test waits for it rather than reading the log at once.
 	var last map[string]any
-	for _, l := range f.auditLines(t) {
-		last = l
-	}
+	testkit.Eventually(t, 5*time.Second, "watch: audit line of the rename", func() bool {
+		for _, l := range f.auditLines(t) {
+			last = l
+		}
+		return last["new"] == v3
+	})
 	if last["actor"] != "file-watch" || last["old"] != v2 || last["new"] != v3 {
 		t.Errorf("watch: last audit line %v, want actor file-watch, old %s, new %s", last, v2, v3)
 	}
