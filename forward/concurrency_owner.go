@@ -47,50 +47,82 @@ type received struct {
 	version uint64
 }
 
-// rejoin is when a node back from a minority found its ring unchanged,
-// and where its keys were decided meanwhile.
+// rejoin is when a node back from a minority found a majority again, and
+// where its keys were decided meanwhile.
 type rejoin struct {
-	at      clock.Instant
-	version uint64
-	others  Owners // the ring without this node
+	at clock.Instant
+	// all is the ring of every other member, those this node still sees
+	// as down included: the majority's ring during the cut, as well as
+	// this node can tell. up is the ring of the others it sees up, among
+	// which a down member's keys went to the one holding its replicas.
+	all, up Owners
 }
 
-// noteRejoin records a return from a minority to the same ring (the
-// router's mu held, before nv is stored).
+// noteRejoin records a return from a minority (the router's mu held,
+// before nv is stored). The ring may be the one it had before, or, when
+// this node sees only some of the others again, a new one that still
+// gives it the keys it owned before the cut: either way, a key it owns
+// was another member's while it was cut off.
 func (r *Router) noteRejoin(old, nv *view, up []string) {
-	if !old.minority || nv.minority || nv.ring == nil || old.ring == nil || nv.ring.Version() != old.ring.Version() {
+	if !old.minority || nv.minority || nv.ring == nil || old.ring == nil {
 		return
 	}
-	rest := slices.DeleteFunc(slices.Clone(up), func(n string) bool { return n == r.cfg.Self })
+	var all, rest []string
+	for _, m := range r.members {
+		if m.Name == r.cfg.Self || slices.Contains(all, m.Name) {
+			continue
+		}
+		all = append(all, m.Name)
+		if slices.Contains(up, m.Name) {
+			rest = append(rest, m.Name)
+		}
+	}
 	if len(rest) == 0 {
 		return
 	}
-	others, err := r.cfg.NewRing(rest)
+	upRing, err := r.cfg.NewRing(rest)
 	if err != nil {
 		return
 	}
-	r.rejoined.Store(&rejoin{at: r.cfg.Clock.Now(), version: nv.ring.Version(), others: others})
+	allRing, err := r.cfg.NewRing(all)
+	if err != nil {
+		return
+	}
+	r.rejoined.Store(&rejoin{at: r.cfg.Clock.Now(), all: allRing, up: upRing})
+}
+
+// prev is the member that decided key while this node was cut off: its
+// owner on the ring of every other member, or, when this node still sees
+// that one as down, on the ring of those it sees up (which took over its
+// keys from their replicas).
+func (rj *rejoin) prev(v *view, self, key string) string {
+	if p := ownerIn(rj.all, self, key); !v.isDown(p) {
+		return p
+	}
+	return ownerIn(rj.up, self, key)
 }
 
 // leasePrevOwner is who decided key before this node owned it, and since
 // when this node owns it: its previous owner after a ring change, or,
-// within the grace period after this node came back from a minority to
-// the same ring, the member that owned it meanwhile. "" when that is
-// nobody else.
+// within the grace period after this node came back from a minority, the
+// member that owned it meanwhile. "" when that is nobody else.
 func (r *Router) leasePrevOwner(v *view, key string, now clock.Instant) (string, clock.Instant) {
-	// The later of the two events is the one that moved the key here.
-	if rj := r.rejoined.Load(); rj != nil && rj.version == v.version() && rj.at >= v.changed && now.Sub(rj.at) < r.cfg.Grace {
-		if prev := ownerIn(rj.others, r.cfg.Self, key); prev != r.cfg.Self {
-			return prev, rj.at
+	var prev string
+	var since clock.Instant
+	if v.inGrace(now, r.cfg.Grace) {
+		prev, since = prevOwner(v, r.cfg.Self, key), v.changed
+	}
+	// A return from a minority counts unless a later ring change moved
+	// the key here from another member: the later event is the one that
+	// gave it to this node. A ring change after the return that left the
+	// key here does not end the wait for the set decided during the cut.
+	if rj := r.rejoined.Load(); rj != nil && now.Sub(rj.at) < r.cfg.Grace && (prev == "" || rj.at >= v.changed) {
+		if p := rj.prev(v, r.cfg.Self, key); p != r.cfg.Self {
+			return p, rj.at
 		}
 		return "", 0
 	}
-	if v.inGrace(now, r.cfg.Grace) {
-		if prev := prevOwner(v, r.cfg.Self, key); prev != "" {
-			return prev, v.changed
-		}
-	}
-	return "", 0
+	return prev, since
 }
 
 // waitLeases is awaitingLeases once it asked the previous owner for the
