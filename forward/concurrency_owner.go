@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -47,61 +46,6 @@ type received struct {
 	version uint64
 }
 
-// rejoin is when a node back from a minority found a majority again, and
-// where its keys were decided meanwhile.
-type rejoin struct {
-	at clock.Instant
-	// all is the ring of every other member, those this node still sees
-	// as down included: the majority's ring during the cut, as well as
-	// this node can tell. up is the ring of the others it sees up, among
-	// which a down member's keys went to the one holding its replicas.
-	all, up Owners
-}
-
-// noteRejoin records a return from a minority (the router's mu held,
-// before nv is stored). The ring may be the one it had before, or, when
-// this node sees only some of the others again, a new one that still
-// gives it the keys it owned before the cut: either way, a key it owns
-// was another member's while it was cut off.
-func (r *Router) noteRejoin(old, nv *view, up []string) {
-	if !old.minority || nv.minority || nv.ring == nil || old.ring == nil {
-		return
-	}
-	var all, rest []string
-	for _, m := range r.members {
-		if m.Name == r.cfg.Self || slices.Contains(all, m.Name) {
-			continue
-		}
-		all = append(all, m.Name)
-		if slices.Contains(up, m.Name) {
-			rest = append(rest, m.Name)
-		}
-	}
-	if len(rest) == 0 {
-		return
-	}
-	upRing, err := r.cfg.NewRing(rest)
-	if err != nil {
-		return
-	}
-	allRing, err := r.cfg.NewRing(all)
-	if err != nil {
-		return
-	}
-	r.rejoined.Store(&rejoin{at: r.cfg.Clock.Now(), all: allRing, up: upRing})
-}
-
-// prev is the member that decided key while this node was cut off: its
-// owner on the ring of every other member, or, when this node still sees
-// that one as down, on the ring of those it sees up (which took over its
-// keys from their replicas).
-func (rj *rejoin) prev(v *view, self, key string) string {
-	if p := ownerIn(rj.all, self, key); !v.isDown(p) {
-		return p
-	}
-	return ownerIn(rj.up, self, key)
-}
-
 // leasePrevOwner is who decided key before this node owned it, and since
 // when this node owns it: its previous owner after a ring change, or,
 // within the grace period after this node came back from a minority, the
@@ -116,7 +60,7 @@ func (r *Router) leasePrevOwner(v *view, key string, now clock.Instant) (string,
 	// the key here from another member: the later event is the one that
 	// gave it to this node. A ring change after the return that left the
 	// key here does not end the wait for the set decided during the cut.
-	if rj := r.rejoined.Load(); rj != nil && now.Sub(rj.at) < r.cfg.Grace && (prev == "" || rj.at >= v.changed) {
+	if rj := r.liveRejoin(now); rj != nil && (prev == "" || rj.at >= v.changed) {
 		if p := rj.prev(v, r.cfg.Self, key); p != r.cfg.Self {
 			return p, rj.at
 		}

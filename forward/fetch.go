@@ -39,6 +39,9 @@ const (
 type fetchCall struct {
 	done   chan struct{}
 	result fetchResult // set before done is closed
+	// rejoin, for a fetch of a node back from a minority, has the answer
+	// charged on this node's copy instead of merged (adoptFetched).
+	rejoin *rejoin
 }
 
 // fetchKey names a fetch: a key, from one previous owner.
@@ -81,7 +84,11 @@ func (f *fetchMarks) clearUnsure(key string) {
 // elsewhere that its copy lacks. Only after a ring change (or while a
 // member is down) can it: no lookup otherwise.
 func (r *Router) mustRecover(v *view, key string, now clock.Instant) bool {
-	return (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && (!r.cfg.Store.Has(key) || v.fetches.isUnsure(key))
+	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && (!r.cfg.Store.Has(key) || v.fetches.isUnsure(key)) {
+		return true
+	}
+	rj := r.liveRejoin(now) // back from a minority: see rejoin.go
+	return rj != nil && rj.unsure(key)
 }
 
 // recover gives this node a copy of a key it now owns and holds none of,
@@ -115,11 +122,26 @@ func (r *Router) fetchWait(ctx context.Context, v *view, prev string, forwarded 
 // fetchWait's).
 func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool, wait time.Duration) bool {
 	prev := prevOwner(v, r.cfg.Self, key)
+	fetching, rejoining := v.inGrace(now, r.cfg.Grace), false
+	rj := r.liveRejoin(now)
+	if rj != nil && rj.unsure(key) && (prev == "" || !fetching || rj.at >= v.changed) {
+		// No ring change moved the key here from another member since
+		// this node came back from a minority: the member that decided it
+		// meanwhile has its state.
+		if prev = rj.prev(v, r.cfg.Self, key); prev == r.cfg.Self {
+			rj.markSure(key)
+			return true
+		}
+		fetching, rejoining = true, true
+	}
 	if prev == "" {
 		return true
 	}
 	if v.isDown(prev) {
 		if st, ok := r.shared.state(prev, key, now); ok {
+			if rj != nil {
+				rj.markSure(key)
+			}
 			if r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window) != nil {
 				return true // no room: the replica stays, and answers for the key (see exhausted)
 			}
@@ -128,12 +150,19 @@ func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *buck
 			return true
 		}
 	}
-	if v.inGrace(now, r.cfg.Grace) {
+	if fetching {
 		if wait == 0 {
 			wait = r.fetchWait(ctx, v, prev, forwarded)
 		}
-		switch r.handoff.fetch(ctx, v, prev, key, l, wait) {
+		var from *rejoin
+		if rejoining {
+			from = rj
+		}
+		switch r.handoff.fetch(ctx, v, prev, key, l, wait, from) {
 		case fetchAnswered:
+			if rj != nil {
+				rj.markSure(key)
+			}
 			return true
 		case fetchPending, fetchFailed:
 			if v.has(prev) && !v.isDown(prev) {
@@ -145,6 +174,9 @@ func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *buck
 	// replica, if this node holds one, is the best state there is.
 	if st, ok := r.shared.state(prev, key, now); ok {
 		r.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
+	}
+	if rj != nil {
+		rj.markSure(key)
 	}
 	return true
 }
@@ -165,13 +197,13 @@ func prevOwner(v *view, self, key string) string {
 // fetch asks prev, key's previous owner, for its state, merging the
 // answer when it comes, and waits for it up to wait (or until ctx ends).
 // The checks of a key share one fetch from prev.
-func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucket.Limit, wait time.Duration) fetchResult {
+func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucket.Limit, wait time.Duration, rj *rejoin) fetchResult {
 	if _, down := v.fetches.down.Load(prev); down {
 		h.m.fetches[fetchUnreachable].Inc()
 		return fetchFailed
 	}
 	fk := fetchKey{prev, key}
-	call := &fetchCall{done: make(chan struct{})}
+	call := &fetchCall{done: make(chan struct{}), rejoin: rj}
 	if c, loaded := h.calls.LoadOrStore(fk, call); loaded {
 		call = c.(*fetchCall)
 	} else {
@@ -222,7 +254,7 @@ func (h *handoff) runFetch(ctx context.Context, v *view, fk fetchKey, l *bucket.
 		// Not one from before a reset of the key.
 		if h.admit == nil || h.admit(&st, now) {
 			importRecords(h.resv, &st, now)
-			h.adoptFetched(prev, key, &st, now)
+			h.adoptFetched(prev, key, &st, now, call.rejoin)
 			if ownerIn(h.ring(), h.cfg.Self, key) != h.cfg.Self {
 				// The ring moved the key on meanwhile: the next pass pushes it.
 				h.mayHoldForeign()
@@ -241,9 +273,22 @@ func (h *handoff) runFetch(ctx context.Context, v *view, fk fetchKey, l *bucket.
 // two share change together. The copy holds no spend of this node's own
 // (nothing decides a key while its fetch from a member runs), or, when
 // the previous owner has left, the merge never lowers it.
-func (h *handoff) adoptFetched(prev, key string, st *peermsg.State, now clock.Instant) {
+//
+// With rj (this node is back from a minority), the answer is charged on
+// the copy instead: this node decided its own keys during the cut, and
+// prev, which decided them on the other side, answers with what it spent
+// there on top of its replica of this node's copy. The sum may count that
+// replica twice (admitting less, never more), as a push of prev's whole
+// copy would; a push that came first (chargeHanded) is not added to again.
+func (h *handoff) adoptFetched(prev, key string, st *peermsg.State, now clock.Instant, rj *rejoin) {
 	h.shared.copies.Lock()
 	defer h.shared.copies.Unlock()
-	h.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
+	switch {
+	case rj == nil:
+		h.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
+	case rj.unsure(key):
+		h.cfg.Store.Charge(key, &st.Limit, now, st.Used)
+		rj.markSure(key)
+	}
 	h.shared.set(prev, key, &st.Limit, now, st.Used, st.Window)
 }

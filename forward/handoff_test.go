@@ -615,7 +615,7 @@ func TestFullPushAfterFetchCountsOnce(t *testing.T) {
 		_, u, _ := a.store.Used("k", clock.Now())
 		return u
 	}
-	a.r.handoff.adoptFetched("B", "k", &peermsg.State{Key: "k", Limit: l, Used: 51}, clock.Now())
+	a.r.handoff.adoptFetched("B", "k", &peermsg.State{Key: "k", Limit: l, Used: 51}, clock.Now(), nil)
 	if got := used(); got != 51 {
 		t.Fatalf("after the fetch: used %d, want 51", got)
 	}

@@ -45,9 +45,13 @@ type Router struct {
 	leasesReceived sync.Map
 	// leasesArrived fires when a previous owner's lease set arrives.
 	leasesArrived signal
-	// rejoined is set when this node last came back from a minority to
-	// the same ring: the others decided its concurrency keys meanwhile.
+	// rejoined is set when this node last came back from a minority: the
+	// others decided its keys meanwhile (rejoin.go).
 	rejoined atomic.Pointer[rejoin]
+	// pushedInMinority is each key a member pushed here while this node
+	// was in a minority: what the member decided during the cut came
+	// before the return, and is not fetched again after it.
+	pushedInMinority sync.Map
 
 	view atomic.Pointer[view]
 	// viewChanged is closed (and replaced) whenever the view changes, so

@@ -143,11 +143,18 @@ func (r *Router) Merge(from string, states []peermsg.State) int {
 // (TestRingJoinExactWithRoomLeft admitted 52 of 100 on a key whose
 // previous owner had spent 51).
 func (r *Router) chargeHanded(from string, s *peermsg.State, now clock.Instant) bool {
+	r.shared.copies.Lock() // see shared
+	defer r.shared.copies.Unlock()
+	// What from decided during this node's cut is here: a fetch answered
+	// later adds nothing (adoptFetched, rejoin.go).
+	if v := r.view.Load(); v.minority {
+		r.pushedInMinority.Store(strings.Clone(s.Key), true)
+	} else if rj := r.liveRejoin(now); rj != nil && rj.prev(v, r.cfg.Self, s.Key) == from {
+		rj.markSure(s.Key)
+	}
 	if !s.Full {
 		return r.cfg.Store.Charge(s.Key, &s.Limit, now, s.Used) == nil
 	}
-	r.shared.copies.Lock() // see shared
-	defer r.shared.copies.Unlock()
 	used := r.restored.take(s.Key, s.Used, now)
 	if had, ok := r.shared.used(from, s.Key, now); ok {
 		// Only what this node's copy still holds: a copy handed to its
