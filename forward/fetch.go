@@ -81,8 +81,9 @@ func (f *fetchMarks) clearUnsure(key string) {
 }
 
 // mustRecover reports whether a key this node owns may have state
-// elsewhere that its copy lacks. Only after a ring change (or while a
-// member is down) can it: no lookup otherwise.
+// elsewhere that its copy lacks. Only after a ring change, while a member
+// is down, or after a return from a minority (rejoin.go) can it: no lookup
+// otherwise.
 func (r *Router) mustRecover(v *view, key string, now clock.Instant) bool {
 	if (v.inGrace(now, r.cfg.Grace) || len(v.down) > 0) && (!r.cfg.Store.Has(key) || v.fetches.isUnsure(key)) {
 		return true
@@ -154,11 +155,11 @@ func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *buck
 		if wait == 0 {
 			wait = r.fetchWait(ctx, v, prev, forwarded)
 		}
-		var from *rejoin
+		var charge *rejoin // the answer is added to the copy, not merged
 		if rejoining {
-			from = rj
+			charge = rj
 		}
-		switch r.handoff.fetch(ctx, v, prev, key, l, wait, from) {
+		switch r.handoff.fetch(ctx, v, prev, key, l, wait, charge) {
 		case fetchAnswered:
 			if rj != nil {
 				rj.markSure(key)

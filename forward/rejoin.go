@@ -8,9 +8,9 @@ import (
 	"github.com/ringlimit/ringlimit/clock"
 )
 
-// A node cut off from a majority keeps its ring and decides nothing its
-// own (the failure modes answer); the majority's ring gives its keys to
-// the others meanwhile. When it has a majority again, its ring may be the
+// A node cut off from a majority keeps its ring and goes on deciding the
+// keys it owns on its copies; the majority's ring gives those keys to the
+// others meanwhile, which decide them too. When it has a majority again, its ring may be the
 // one it had before the cut, or, when it hears from only some of the
 // others, a new one that still gives it the keys it owned before: either
 // way, what it holds of a key it owns lacks what the member that decided
