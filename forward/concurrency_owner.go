@@ -53,14 +53,11 @@ type received struct {
 func (r *Router) leasePrevOwner(v *view, key string, now clock.Instant) (string, clock.Instant) {
 	var prev string
 	var since clock.Instant
-	if v.inGrace(now, r.cfg.Grace) {
+	inGrace := v.inGrace(now, r.cfg.Grace)
+	if inGrace {
 		prev, since = prevOwner(v, r.cfg.Self, key), v.changed
 	}
-	// A return from a minority counts unless a later ring change moved
-	// the key here from another member: the later event is the one that
-	// gave it to this node. A ring change after the return that left the
-	// key here does not end the wait for the set decided during the cut.
-	if rj := r.liveRejoin(now); rj != nil && (prev == "" || rj.at >= v.changed) {
+	if rj := r.liveRejoin(now); rj != nil && rj.gave(v, prev, inGrace) {
 		if p := rj.prev(v, r.cfg.Self, key); p != r.cfg.Self {
 			return p, rj.at
 		}

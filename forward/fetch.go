@@ -121,28 +121,31 @@ func (r *Router) fetchWait(ctx context.Context, v *view, prev string, forwarded 
 
 // recoverWithin is recover waiting up to wait for the previous owner (0:
 // fetchWait's).
-func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool, wait time.Duration) bool {
+func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *bucket.Limit, now clock.Instant, forwarded bool, wait time.Duration) (decided bool) {
 	prev := prevOwner(v, r.cfg.Self, key)
 	fetching, rejoining := v.inGrace(now, r.cfg.Grace), false
 	rj := r.liveRejoin(now)
-	if rj != nil && rj.unsure(key) && (prev == "" || !fetching || rj.at >= v.changed) {
-		// No ring change moved the key here from another member since
-		// this node came back from a minority: the member that decided it
-		// meanwhile has its state.
-		if prev = rj.prev(v, r.cfg.Self, key); prev == r.cfg.Self {
-			rj.markSure(key)
-			return true
+	if rj != nil {
+		// Once the key may be decided, the return from the minority has
+		// nothing more to bring it.
+		defer func() {
+			if decided {
+				rj.markSure(key)
+			}
+		}()
+		if rj.unsure(key) && rj.gave(v, prev, fetching) {
+			// The member that decided it during the cut has its state.
+			if prev = rj.prev(v, r.cfg.Self, key); prev == r.cfg.Self {
+				return true
+			}
+			fetching, rejoining = true, true
 		}
-		fetching, rejoining = true, true
 	}
 	if prev == "" {
 		return true
 	}
 	if v.isDown(prev) {
 		if st, ok := r.shared.state(prev, key, now); ok {
-			if rj != nil {
-				rj.markSure(key)
-			}
 			if r.cfg.Store.SetWindow(key, &st.Limit, now, st.Used, st.Window) != nil {
 				return true // no room: the replica stays, and answers for the key (see exhausted)
 			}
@@ -161,9 +164,6 @@ func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *buck
 		}
 		switch r.handoff.fetch(ctx, v, prev, key, l, wait, charge) {
 		case fetchAnswered:
-			if rj != nil {
-				rj.markSure(key)
-			}
 			return true
 		case fetchPending, fetchFailed:
 			if v.has(prev) && !v.isDown(prev) {
@@ -175,9 +175,6 @@ func (r *Router) recoverWithin(ctx context.Context, v *view, key string, l *buck
 	// replica, if this node holds one, is the best state there is.
 	if st, ok := r.shared.state(prev, key, now); ok {
 		r.cfg.Store.MergeWindow(key, &st.Limit, now, st.Used, st.Window)
-	}
-	if rj != nil {
-		rj.markSure(key)
 	}
 	return true
 }

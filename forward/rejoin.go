@@ -96,6 +96,16 @@ func (rj *rejoin) prev(v *view, self, key string) string {
 	return ownerIn(rj.up, self, key)
 }
 
+// gave reports whether the return from the minority, not a ring change,
+// is what gave this node a key whose previous owner on the ring's last
+// change is ringPrev ("" this node or nobody; inGrace: that change's
+// grace period lasts). A ring change after the return that moved the key
+// here from another member is the later event, and wins; one that left
+// the key here does not end what the return waits for.
+func (rj *rejoin) gave(v *view, ringPrev string, inGrace bool) bool {
+	return ringPrev == "" || !inGrace || rj.at >= v.changed
+}
+
 // unsure reports whether key's state from the member that decided it
 // during the cut has yet to come.
 func (rj *rejoin) unsure(key string) bool {
