@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,7 +201,10 @@ func (h *handoff) fetch(ctx context.Context, v *view, prev, key string, l *bucke
 		h.m.fetches[fetchUnreachable].Inc()
 		return fetchFailed
 	}
-	fk := fetchKey{prev, key}
+	// The call outlives the check, whose key may point into a buffer that
+	// is reused for the next message: the call and its map entry keep
+	// their own copy.
+	fk := fetchKey{prev, strings.Clone(key)}
 	call := &fetchCall{done: make(chan struct{}), rejoin: rj}
 	if c, loaded := h.calls.LoadOrStore(fk, call); loaded {
 		call = c.(*fetchCall)

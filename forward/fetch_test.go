@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc"
 
@@ -162,5 +163,50 @@ func TestLostFetchAnswerIsFetchedAgain(t *testing.T) {
 	}
 	if hold.served.Load() != 2 {
 		t.Fatalf("A answered %d fetches, want 2", hold.served.Load())
+	}
+}
+
+// A fetch outlives the check that started it, whose key may point into a
+// buffer the peer server reuses for its next message: the fetch keeps its
+// own copy. Here the key's bytes are overwritten as soon as the check
+// returns; A's answer (7 spent) must still land on the key, leaving 2.
+func TestFetchKeepsItsKey(t *testing.T) {
+	clk := testkit.NewClock(0)
+	hold := newFetchHold()
+	a := startNode(t, "A", clk, nil, hold.option())
+	b := startNode(t, "B", clk, nil)
+	c := startNode(t, "C", clk, realTransport)
+	setMembers(membersOf(a, b), a, b)
+	clk.Advance(testGrace)
+	key, lim := joinedKey(t), hourly(10)
+	if res := check1(t, a.r, key, lim, 7); res.Owner != "A" || res.Remaining != 3 {
+		t.Fatalf("A's spend: %+v", res)
+	}
+	c.r.SetMembers(membersOf(a, b, c))
+
+	buf := []byte(key)
+	reused := unsafe.String(unsafe.SliceData(buf), len(buf))
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	var out [1]Result
+	if err := c.r.Check(ctx, []Check{{Key: reused, Limit: lim, Cost: 1}}, out[:]); err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Degraded {
+		t.Fatalf("check on C while A's answer is on its way: %+v, want decided in its failure mode", out[0])
+	}
+	for i := range buf {
+		buf[i] = 'x' // the buffer holds the next message now
+	}
+	close(hold.release)
+	testkit.Eventually(t, 10*time.Second, "A's answer merged on C", func() bool {
+		_, used, ok := c.store.Used(key, clk.Now())
+		return ok && used == 7
+	})
+	if c.store.Has(string(buf)) {
+		t.Fatalf("C holds a copy of %q, the bytes that reused the key's buffer", buf)
+	}
+	if res := check1(t, c.r, key, lim, 1); res.Owner != "C" || res.Degraded || res.Remaining != 2 {
+		t.Fatalf("check on C after A's answer: %+v, want decided by C, 2 left (10-7-1)", res)
 	}
 }

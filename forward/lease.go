@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,12 @@ func (ls *leases) take(c *Check, now clock.Instant) (Result, bool) {
 // ask reports whether this node may ask for a lease on key now (no other
 // request for one is in flight); done must follow a true answer.
 func (ls *leases) ask(key string) bool {
-	_, busy := ls.pending.LoadOrStore(key, struct{}{})
+	if _, busy := ls.pending.Load(key); busy {
+		return false
+	}
+	// The entry outlives the check, whose key may point into a reused
+	// buffer: it keeps its own copy.
+	_, busy := ls.pending.LoadOrStore(strings.Clone(key), struct{}{})
 	return !busy
 }
 
