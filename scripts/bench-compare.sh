@@ -25,10 +25,7 @@
 # chart of checks/s and p99 per run (bench-compare.png); the last lines
 # printed are one JSON object per workload: the medians over the rounds,
 # their ratio, and the ratio round by round (ratio_checks_by_round), since
-# this machine's speed moves between rounds. Before the first round, one
-# pass of every workload warms every server and is left out of the results
-# (warmup.jsonl; BENCH_WARMUP_ROUNDS, BENCH_WARMUP_ROUND_DURATION: see the
-# pass below). Nothing is left running.
+# this machine's speed moves between rounds. Nothing is left running.
 #
 # BENCH_BASE_REV=<git rev> compares two builds of the node in the same run:
 # the node of the working tree (as without it) and the node of that
@@ -309,7 +306,6 @@ fi
 
 results="$out/results.jsonl"
 : >"$results"
-: >"$out/warmup.jsonl"
 
 if ! command -v redis-server >/dev/null; then
 	echo "installing redis-server" >&2
@@ -614,15 +610,14 @@ core_pair() {
 	ab core_ringlimit core_redis
 }
 
-# one_round runs every workload but uniform-2m once, each pair in the
-# order the round number gives.
-one_round() {
+for round in $(seq 1 "$rounds"); do
+	echo "round $round of $rounds" >&2
 	if has rls; then ab rls_ringlimit rls_envoy; fi
 	if has http; then ab http_ringlimit http_bare; fi
 	if has authz; then ab authz_ringlimit authz_bare; fi
 	if ! has core; then
 		acquire_round
-		return
+		continue
 	fi
 	core_pair uniform --dist uniform --keys 10000
 	core_pair hot --dist hot --lease
@@ -647,31 +642,6 @@ one_round() {
 	# runs, Redis's included, while the base's cluster ran none.
 	current settle --proto client --op reserve-settle --reserve-cost 10 --reserve-ttl 5s --dist uniform --keys 10000
 	acquire_round
-}
-
-# The warm-up passes: every workload of a round, on every side, before the
-# first measured round, BENCH_WARMUP_ROUNDS times (default 1), each run
-# BENCH_WARMUP_ROUND_DURATION long (default 4s) and written to
-# warmup.jsonl, outside every table. A server just started runs slower
-# until its heap has grown to its size under load: a node's collector
-# lets the heap grow by --gc-headroom between collections, and the first
-# pass over those pages faults each one in (a node took 3,773 minor faults
-# in 2 s of its first round, 23 in its third), so the first rounds read
-# the start of a process, not the server a gateway calls all day. Without
-# this pass the RLS pair's p99 ratio fell round after round in every run
-# of four (0.791, 0.711, 0.554, 0.442 in one), and the first round of the
-# HTTP and forward-auth pairs was the lowest of their runs.
-warmup_rounds=${BENCH_WARMUP_ROUNDS:-1}
-measured_duration=$duration measured_results=$results
-duration=${BENCH_WARMUP_ROUND_DURATION:-4s} results="$out/warmup.jsonl"
-for round in $(seq 1 "$warmup_rounds"); do
-	echo "warm-up pass $round of $warmup_rounds (not measured)" >&2
-	one_round
-done
-duration=$measured_duration results=$measured_results
-for round in $(seq 1 "$rounds"); do
-	echo "round $round of $rounds" >&2
-	one_round
 done
 # 2,000,000 keys after every other round: a node keeps a key after its
 # spend refilled and walks every key it holds for its state file once a
