@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/internal/testonly/testkit"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
 	"github.com/ringlimit/ringlimit/ring"
@@ -63,15 +64,12 @@ func joinedKey(t *testing.T) string {
 	return ""
 }
 
-// A joining owner's fetch that the previous owner answers after the check
-// waiting on it gave up is still merged, and the check is not decided on
-// a full bucket meanwhile: A spent 7 of 10; C's check that cannot wait is
-// answered in its failure mode, C's store untouched; once A's answer
-// arrives C holds 7 spent, and its next check leaves 2. Deciding on a full
-// bucket (and dropping the answer A counted as shared) left 9 and admitted
-// the key's whole limit again (TestRingJoinExact admitted 200 of 100 on a
-// loaded machine).
-func TestLateFetchAnswerIsMerged(t *testing.T) {
+// joinWhileFetchHeld starts A, B and C, has A spend 7 of 10 on a key that
+// moves from A to C, and tells only C that it joined (A pushes nothing):
+// C's first check of the key fetches it from A, whose answer hold keeps
+// until released.
+func joinWhileFetchHeld(t *testing.T) (*testkit.Clock, *fetchHold, *node, string, bucket.Limit) {
+	t.Helper()
 	clk := testkit.NewClock(0)
 	hold := newFetchHold()
 	a := startNode(t, "A", clk, nil, hold.option())
@@ -83,7 +81,20 @@ func TestLateFetchAnswerIsMerged(t *testing.T) {
 	if res := check1(t, a.r, key, lim, 7); res.Owner != "A" || res.Remaining != 3 {
 		t.Fatalf("A's spend: %+v", res)
 	}
-	c.r.SetMembers(membersOf(a, b, c)) // only C knows: A pushes nothing
+	c.r.SetMembers(membersOf(a, b, c))
+	return clk, hold, c, key, lim
+}
+
+// A joining owner's fetch that the previous owner answers after the check
+// waiting on it gave up is still merged, and the check is not decided on
+// a full bucket meanwhile: A spent 7 of 10; C's check that cannot wait is
+// answered in its failure mode, C's store untouched; once A's answer
+// arrives C holds 7 spent, and its next check leaves 2. Deciding on a full
+// bucket (and dropping the answer A counted as shared) left 9 and admitted
+// the key's whole limit again (TestRingJoinExact admitted 200 of 100 on a
+// loaded machine).
+func TestLateFetchAnswerIsMerged(t *testing.T) {
+	clk, hold, c, key, lim := joinWhileFetchHeld(t)
 
 	// The check can wait half of its 400 ms: A answers later.
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
@@ -171,18 +182,7 @@ func TestLostFetchAnswerIsFetchedAgain(t *testing.T) {
 // own copy. Here the key's bytes are overwritten as soon as the check
 // returns; A's answer (7 spent) must still land on the key, leaving 2.
 func TestFetchKeepsItsKey(t *testing.T) {
-	clk := testkit.NewClock(0)
-	hold := newFetchHold()
-	a := startNode(t, "A", clk, nil, hold.option())
-	b := startNode(t, "B", clk, nil)
-	c := startNode(t, "C", clk, realTransport)
-	setMembers(membersOf(a, b), a, b)
-	clk.Advance(testGrace)
-	key, lim := joinedKey(t), hourly(10)
-	if res := check1(t, a.r, key, lim, 7); res.Owner != "A" || res.Remaining != 3 {
-		t.Fatalf("A's spend: %+v", res)
-	}
-	c.r.SetMembers(membersOf(a, b, c))
+	clk, hold, c, key, lim := joinWhileFetchHeld(t)
 
 	buf := []byte(key)
 	reused := unsafe.String(unsafe.SliceData(buf), len(buf))
