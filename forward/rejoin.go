@@ -36,9 +36,20 @@ type rejoin struct {
 }
 
 // noteRejoin records a return from a minority (the router's mu held,
-// before nv is stored).
+// before nv is stored), and forgets the keys pushed during the cut once
+// it has taken them, or as the next cut begins.
 func (r *Router) noteRejoin(old, nv *view, up []string) {
-	if !old.minority || nv.minority || nv.ring == nil || old.ring == nil {
+	switch {
+	case !old.minority && nv.minority:
+		// A cut begins: what was pushed during an earlier one is not its.
+		r.pushedInMinority.Clear()
+		return
+	case !old.minority || nv.minority:
+		return
+	}
+	// What was pushed during this cut is this return's, or nobody's.
+	defer r.pushedInMinority.Clear()
+	if nv.ring == nil || old.ring == nil {
 		return
 	}
 	var all, rest []string
@@ -65,7 +76,6 @@ func (r *Router) noteRejoin(old, nv *view, up []string) {
 	rj := &rejoin{at: r.cfg.Clock.Now(), all: allRing, up: upRing}
 	r.pushedInMinority.Range(func(key, _ any) bool {
 		rj.sure.Store(key, true)
-		r.pushedInMinority.Delete(key)
 		return true
 	})
 	r.rejoined.Store(rj)
