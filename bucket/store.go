@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
@@ -35,6 +36,7 @@ type Store struct {
 	first   atomic.Int64
 	round   atomic.Uint32 // the last Changed's round
 	acked   atomic.Uint32 // the last round acknowledged (Acked)
+	changed sync.Pool     // *[]Snapshot: the batches Changed hands out
 }
 
 // NewStore validates cfg and returns an empty Store.

@@ -130,6 +130,7 @@ func (s *Store) Pending() int64 { return s.pending.Load() }
 // With spentOnly, a key that is full again at time at is not reported
 // either: any state of it taken earlier and refilled to at is full too
 // (it spent no more), so a copy made from that state needs nothing.
+// batch is reused once fn returns; the Snapshots' keys may be kept.
 func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapshot)) (first clock.Instant) {
 	now := int64(at)
 	round := s.round.Add(1)
@@ -138,7 +139,11 @@ func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapsh
 	}
 	acked := s.acked.Load()
 	first = clock.Instant(s.first.Swap(0))
-	var batch []Snapshot
+	pooled, _ := s.changed.Get().(*[]Snapshot)
+	if pooled == nil {
+		pooled = new([]Snapshot)
+	}
+	batch := *pooled
 	var slots []uint32
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -171,10 +176,19 @@ func (s *Store) Changed(at clock.Instant, spentOnly bool, fn func(batch []Snapsh
 		sh.mu.Unlock()
 		if len(batch) > 0 {
 			fn(batch)
+			clear(batch) // its keys are not kept past the call
 		}
+	}
+	if cap(batch) <= maxPooledBatch {
+		*pooled = batch[:0]
+		s.changed.Put(pooled)
 	}
 	return first
 }
+
+// maxPooledBatch bounds the batches Changed keeps for its next call: a
+// shard's marked keys are usually far fewer.
+const maxPooledBatch = 4096
 
 // SetTrack turns the tracking of changed keys on or off (see
 // StoreConfig.Track); turning it off forgets the keys marked.

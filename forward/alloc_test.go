@@ -5,6 +5,7 @@ package forward
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -66,5 +67,40 @@ func TestForwardAllocsTracingOff(t *testing.T) {
 	// scratch): what is left is the check's owner group and its index.
 	if plain > 2 {
 		t.Fatalf("allocations per forwarded check: %v, want at most 2 (the owner group and its index)", plain)
+	}
+}
+
+// A replication round reuses the last one's outbox, and the store the
+// batches it hands out: once a round of 64 keys has grown them, what a
+// round allocates beyond its checks is the keys' names (one each) and a
+// few fixed allocations, not copies of the keys' states.
+func TestReplicationRoundAllocs(t *testing.T) {
+	r, _, _, _ := replicatingRouter(t, -1)
+	lim := hourly(1 << 30)
+	ctx := context.Background()
+	keys := ownedKeys(r, "k", 64) // names of 2 or 3 bytes: 8-byte allocations
+	checks := func() {
+		for _, k := range keys {
+			check1(t, r, k, lim, 1)
+		}
+	}
+	round := func() {
+		checks()
+		r.repl.flush(ctx)
+	}
+	bytesPer := func(f func()) int64 {
+		f()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 50 {
+			f()
+		}
+		runtime.ReadMemStats(&after)
+		return int64(after.TotalAlloc-before.TotalAlloc) / 50
+	}
+	b := bytesPer(round) - bytesPer(checks)
+	t.Logf("bytes allocated per replication round of 64 keys, beyond its checks: %d", b)
+	if want := int64(64*8 + 1024); b > want {
+		t.Fatalf("a replication round of 64 keys allocated %d bytes beyond its checks; want at most %d (the keys' names and 1 KiB)", b, want)
 	}
 }

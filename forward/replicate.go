@@ -65,6 +65,7 @@ type replicator struct {
 	adapt *adaptiveTable
 
 	mu      sync.Mutex // one round at a time
+	box     *outbox    // flush's, reused from round to round (under mu)
 	resync  chan struct{}
 	lastLag atomic.Int64 // of the last round, ns
 
@@ -284,7 +285,8 @@ func (p *replicator) flush(ctx context.Context) {
 	defer p.mu.Unlock()
 	n := p.begin()
 	v := p.view()
-	out := newOutbox()
+	out := p.reusedOutbox()
+	defer out.recycle()
 	// A key full again needs no replica: the successor's, refilled, is full.
 	first := p.store.Changed(p.clock.Now(), true, func(batch []bucket.Snapshot) { p.add(v, out, batch) })
 	p.addDirty(v, out)
@@ -300,7 +302,7 @@ func (p *replicator) flush(ctx context.Context) {
 		p.store.Acked(round)
 	}
 	p.end(n, ok)
-	if len(out.states) == 0 {
+	if out.empty() {
 		return
 	}
 	if first != 0 { // 0: marked while the previous round drained the store

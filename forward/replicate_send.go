@@ -30,6 +30,46 @@ func newOutbox() *outbox {
 	return &outbox{states: map[string][]peermsg.State{}, unacked: map[string][]int64{}}
 }
 
+// maxReusedStates bounds the copies to one successor whose slices a
+// reused outbox keeps for the next round (a resync's are not kept at all).
+const maxReusedStates = 4096
+
+// reusedOutbox returns flush's outbox, empty, with the slices of the last
+// round: a round allocates nothing for its copies once they fit. Under mu.
+func (p *replicator) reusedOutbox() *outbox {
+	if p.box == nil {
+		p.box = newOutbox()
+	}
+	return p.box
+}
+
+// recycle empties o for the next round. It keeps the slices of the
+// successors that got copies in this one, cleared (no key outlives its
+// round), up to maxReusedStates each, and forgets the others.
+func (o *outbox) recycle() {
+	for succ, states := range o.states {
+		clear(states)
+		if len(states) == 0 || cap(states) > maxReusedStates {
+			delete(o.states, succ)
+			delete(o.unacked, succ)
+			continue
+		}
+		o.states[succ], o.unacked[succ] = states[:0], o.unacked[succ][:0]
+	}
+	clear(o.orphans)
+	o.orphans, o.alone, o.all, o.leaseOrphans = o.orphans[:0], false, false, false
+}
+
+// empty reports whether o carries no copy.
+func (o *outbox) empty() bool {
+	for _, states := range o.states {
+		if len(states) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // whole reports whether every spent key has a copy to send.
 func (o *outbox) whole() bool { return !o.alone && len(o.orphans) == 0 && !o.leaseOrphans }
 
@@ -72,6 +112,9 @@ func (p *replicator) send(ctx context.Context, out *outbox) bool {
 	var wg sync.WaitGroup
 	var failed atomic.Bool
 	for succ, states := range out.states {
+		if len(states) == 0 {
+			continue // a reused outbox's successor with nothing this round
+		}
 		wg.Go(func() {
 			if !p.sendTo(ctx, succ, states, out.unacked[succ]) {
 				failed.Store(true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,7 @@ type replicaPeers struct {
 	mu      sync.Mutex
 	used    map[string]int64
 	rounds  int
+	last    []string // the keys of the last call that took states, in order
 }
 
 func (p *replicaPeers) Replicate(ctx context.Context, to string, states []peer.State) (int, error) {
@@ -53,8 +55,10 @@ func (p *replicaPeers) Replicate(ctx context.Context, to string, states []peer.S
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rounds++
+	p.last = p.last[:0]
 	for _, s := range states {
 		p.used[s.Key] = max(p.used[s.Key], s.Used)
+		p.last = append(p.last, s.Key)
 	}
 	return len(states), nil
 }
@@ -74,6 +78,13 @@ func (p *replicaPeers) calls() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.rounds
+}
+
+// lastKeys are the keys the last call that took states carried, sorted.
+func (p *replicaPeers) lastKeys() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(slices.Values(p.last))
 }
 
 // acked is the spend of key its successor acknowledged.
@@ -118,6 +129,46 @@ func replicatingRouter(t *testing.T, maxLoss int64) (*Router, *replicaPeers, *pr
 	for i := 0; ; i++ {
 		if k := fmt.Sprintf("crash-%d", i); ownerIn(r.view.Load().ring, "A", k) == "A" {
 			return r, peers, reg, k
+		}
+	}
+}
+
+// ownedKeys returns n keys r owns, named prefix-N, sorted.
+func ownedKeys(r *Router, prefix string, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if k := fmt.Sprint(prefix, i); ownerIn(r.view.Load().ring, r.Self(), k) == r.Self() {
+			keys = append(keys, k)
+		}
+	}
+	return slices.Sorted(slices.Values(keys))
+}
+
+// A round's outbox is reused by the next: each round carries the keys that
+// changed since the one before, and none of an earlier round's.
+func TestRoundsCarryTheirOwnKeys(t *testing.T) {
+	r, peers, _, _ := replicatingRouter(t, -1)
+	lim := hourly(1000)
+	for round, n := range []int{64, 3, 0, 100, 1} {
+		keys := ownedKeys(r, fmt.Sprint("round-", round, "-"), n)
+		for _, k := range keys {
+			check1(t, r, k, lim, 2)
+		}
+		calls := peers.calls()
+		r.repl.flush(context.Background())
+		if n == 0 {
+			if got := peers.calls(); got != calls {
+				t.Fatalf("round %d changed no key but made %d Replicate calls", round, got-calls)
+			}
+			continue
+		}
+		if got := peers.lastKeys(); !slices.Equal(got, keys) {
+			t.Fatalf("round %d carried %d keys %q; want the %d it changed", round, len(got), got, n)
+		}
+		for _, k := range keys {
+			if used := peers.acked(k); used != 2 {
+				t.Fatalf("round %d: %s acknowledged at %d, want 2", round, k, used)
+			}
 		}
 	}
 }

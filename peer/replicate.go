@@ -274,34 +274,33 @@ func serviceDesc() *grpc.ServiceDesc {
 	panic("peer: the generated Peer service has no Replicate method")
 }
 
-// replicateHandler is _Peer_Replicate_Handler decoding into a replicateIn:
-// a pooled one, unless an interceptor runs (it may keep the request after
-// the call).
+// replicateHandler is _Peer_Replicate_Handler decoding into a pooled
+// replicateIn, which goes back to the pool when the call returns. An
+// interceptor on the peer server is handed that request: it must not keep
+// it past the call (the node's own, the metrics', does not).
 func replicateHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
-	if interceptor == nil {
-		in := replicatePool.Get().(*replicateIn)
-		defer func() {
-			in.pb = nil // a generated client's call is not kept
-			replicatePool.Put(in)
-		}()
-		if err := in.decode(dec); err != nil {
-			return nil, err
-		}
-		return s.replicate(ctx, in)
-	}
-	in := new(replicateIn)
+	in := replicatePool.Get().(*replicateIn)
+	defer func() {
+		in.pb = nil // a generated client's call is not kept
+		replicatePool.Put(in)
+	}()
 	if err := in.decode(dec); err != nil {
 		return nil, err
 	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: peerv1.Peer_Replicate_FullMethodName}
-	handler := func(ctx context.Context, req any) (any, error) {
-		if r, ok := req.(*peerv1.ReplicateRequest); ok { // the interceptor replaced it
-			return s.Replicate(ctx, r)
-		}
-		return s.replicate(ctx, req.(*replicateIn))
+	if interceptor == nil {
+		return s.replicate(ctx, in)
 	}
-	return interceptor(ctx, in, info, handler)
+	return interceptor(ctx, in, &s.replicateInfo, s.replicateNext)
+}
+
+// replicateAny is the handler an interceptor calls: req is the call read
+// by hand or, replaced by the interceptor, a generated request.
+func (s *Server) replicateAny(ctx context.Context, req any) (any, error) {
+	if r, ok := req.(*peerv1.ReplicateRequest); ok {
+		return s.Replicate(ctx, r)
+	}
+	return s.replicate(ctx, req.(*replicateIn))
 }
 
 // replicate is Replicate on a call read by hand: the valid states go to the

@@ -113,6 +113,10 @@ type Server struct {
 	checked atomic.Pointer[checkedCAs]
 	connMu  sync.Mutex                // guards conns
 	conns   map[*guardedConn]struct{} // the connections served, with Credentials
+
+	// What an interceptor is handed with a Replicate call, made once.
+	replicateInfo grpc.UnaryServerInfo
+	replicateNext grpc.UnaryHandler
 }
 
 // ServerConfig configures a Server: everything it needs is given here, at
@@ -190,13 +194,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
 	}
+	s.replicateInfo = grpc.UnaryServerInfo{Server: s, FullMethod: peerv1.Peer_Replicate_FullMethodName}
+	s.replicateNext = s.replicateAny
 	return s, nil
 }
 
 // Register registers the service on r. Serve it on a listener only other
 // nodes reach. Replicate is decoded by hand (replicate.go) for calls on
 // content-subtype "ringlimit-peer", as nodes make them; a generated client
-// on the default content-subtype takes the generated path.
+// on the default content-subtype takes the generated path. Its requests are
+// reused after the call: a unary interceptor on r must not keep one.
 func (s *Server) Register(r grpc.ServiceRegistrar) { r.RegisterService(serviceDesc(), s) }
 
 // Drain asks every peer with a Check stream open to this node to end it:
