@@ -55,6 +55,8 @@ type rlsServer struct {
 type rlsMetrics struct {
 	requests *prometheus.CounterVec // by overall code
 	shadow   *prometheus.CounterVec // by domain
+	// The requests' two answers, resolved once: a call looks up no labels.
+	ok, overLimit prometheus.Counter
 }
 
 func newRLSMetrics(reg prometheus.Registerer) (*rlsMetrics, error) {
@@ -73,6 +75,7 @@ func newRLSMetrics(reg prometheus.Registerer) (*rlsMetrics, error) {
 			return nil, err
 		}
 	}
+	m.ok, m.overLimit = m.requests.WithLabelValues("ok"), m.requests.WithLabelValues("over_limit")
 	return m, nil
 }
 
@@ -111,14 +114,14 @@ type rlsItem struct {
 // the decide layer checks what the rules say (decide.Plan.AddRLS).
 func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := s.should(ctx, req)
-	code := "ok"
 	switch {
 	case err != nil:
-		code = status.Code(err).String()
+		s.m.requests.WithLabelValues(status.Code(err).String()).Inc()
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
+		s.m.overLimit.Inc()
+	default:
+		s.m.ok.Inc()
 	}
-	s.m.requests.WithLabelValues(code).Inc()
 	return resp, err
 }
 
@@ -133,7 +136,13 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d, got %d", MaxBatch, len(descs))
 	}
 	cfg := s.config()
-	items := make([]rlsItem, len(descs))
+	var few [4]rlsItem // most requests carry a descriptor or two
+	items := few[:0]
+	if len(descs) <= len(few) {
+		items = few[:len(descs)]
+	} else {
+		items = make([]rlsItem, len(descs))
+	}
 	var replaced map[string]bool
 	for i, d := range descs {
 		for j, e := range d.GetEntries() {
@@ -177,7 +186,7 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 			return nil, status.Errorf(codes.Unavailable, "the owner of %q could not be reached", p.Key(i))
 		}
 	}
-	return s.answer(domain, items, answers), nil
+	return s.answer(domain, p.RLSScope(), items, answers), nil
 }
 
 // rlsHits is what descriptor d of req costs: its own hits_addend when set
@@ -197,14 +206,42 @@ func rlsError(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
+// rlsOne is the response to a request of one descriptor, in one
+// allocation: the response, its status, the status's current limit and
+// time to reset.
+type rlsOne struct {
+	resp     rlsv3.RateLimitResponse
+	ptrs     [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	statuses [1]rlsv3.RateLimitResponse_DescriptorStatus
+	currents [1]rlsv3.RateLimitResponse_RateLimit
+	resets   [1]durationpb.Duration
+}
+
 // answer builds the response from the items and their units' answers.
-func (s *rlsServer) answer(domain string, items []rlsItem, answers []decide.Answer) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+// scope is the domain's in ringlimit_decisions_total (rlsScopePrefix and
+// the domain).
+func (s *rlsServer) answer(domain, scope string, items []rlsItem, answers []decide.Answer) *rlsv3.RateLimitResponse {
+	var resp *rlsv3.RateLimitResponse
+	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
+	var currents []rlsv3.RateLimitResponse_RateLimit
+	var resets []durationpb.Duration
+	if len(items) == 1 {
+		one := new(rlsOne)
+		resp = &one.resp
+		resp.Statuses = one.ptrs[:]
+		statuses, currents, resets = one.statuses[:], one.currents[:], one.resets[:]
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, len(items))
+		currents, resets = make([]rlsv3.RateLimitResponse_RateLimit, len(items)), make([]durationpb.Duration, len(items))
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	globalShadow := false // the global shadow mode turned an OVER_LIMIT answer OK
 	for i := range items {
 		it := &items[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &statuses[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if !it.matched {
 			if it.unlimited {
@@ -212,7 +249,9 @@ func (s *rlsServer) answer(domain string, items []rlsItem, answers []decide.Answ
 			}
 			continue
 		}
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: it.rule.Name, RequestsPerUnit: it.rule.RequestsPerUnit, Unit: it.rule.Unit}
+		cur := &currents[i]
+		cur.Name, cur.RequestsPerUnit, cur.Unit = it.rule.Name, it.rule.RequestsPerUnit, it.rule.Unit
+		st.CurrentLimit = cur
 		var reset time.Duration
 		limit := uint64(it.rule.RequestsPerUnit)
 		before := limit // refused without a check: every hit is over
@@ -241,8 +280,10 @@ func (s *rlsServer) answer(domain string, items []rlsItem, answers []decide.Answ
 		if reset <= 0 {
 			reset = rls.UnitDuration(it.rule.Unit)
 		}
-		if reset > 0 {
-			st.DurationUntilReset = durationpb.New(reset)
+		if reset > 0 { // as durationpb.New
+			d := &resets[i]
+			d.Seconds, d.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+			st.DurationUntilReset = d
 		}
 		res := decisionAllowed
 		if over {
@@ -252,7 +293,7 @@ func (s *rlsServer) answer(domain string, items []rlsItem, answers []decide.Answ
 			}
 		}
 		if !ans.Peek { // a descriptor's hits 0: counted in ringlimit_peeks_total
-			s.api.m.decisions.count(rlsScopePrefix+domain, res)
+			s.api.m.decisions.count(scope, res)
 		}
 		if over {
 			if shadow {

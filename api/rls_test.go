@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -89,6 +90,42 @@ func TestRLSWindowAndReset(t *testing.T) {
 	e.clock.Advance(45 * time.Second) // 10:05:00, a new window
 	if r := should(t, s, req); r.GetOverallCode() != rlsv3.RateLimitResponse_OK || r.GetStatuses()[0].GetLimitRemaining() != 2 {
 		t.Fatalf("in the next window: %v", r)
+	}
+}
+
+// Each descriptor of a request has its own status, current limit and time
+// to reset, whether the request carries one descriptor, a few or more
+// than the handler keeps on its stack (4); a descriptor no rule matches
+// has neither limit nor reset.
+func TestRLSStatusesByCount(t *testing.T) {
+	_, s := newRLSEnv(t, rlsUnitConfig, false)
+	for _, n := range []int{1, 3, 4, 5, 9} {
+		req := &rlsv3.RateLimitRequest{Domain: "d"}
+		for i := range n {
+			req.Descriptors = append(req.Descriptors, rlsDesc("user_id", fmt.Sprint(n, "-", i)))
+		}
+		req.Descriptors = append(req.Descriptors, rlsDesc("unknown", "x"))
+		for call := 1; call <= 4; call++ {
+			r := should(t, s, req)
+			sts := r.GetStatuses()
+			if len(sts) != n+1 || (call <= 3) != (r.GetOverallCode() == rlsv3.RateLimitResponse_OK) {
+				t.Fatalf("%d descriptors, call %d: %v", n, call, r)
+			}
+			for i, st := range sts[:n] {
+				want := rlsv3.RateLimitResponse_OK
+				if call > 3 {
+					want = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+				if st.GetCode() != want || st.GetLimitRemaining() != uint32(max(3-call, 0)) || st.GetCurrentLimit().GetRequestsPerUnit() != 3 ||
+					st.GetCurrentLimit().GetName() != "per_user" || st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE ||
+					st.GetDurationUntilReset().AsDuration() <= 0 || st.GetDurationUntilReset().AsDuration() > time.Minute {
+					t.Fatalf("%d descriptors, call %d, status %d: %v", n, call, i, st)
+				}
+			}
+			if last := sts[n]; last.GetCode() != rlsv3.RateLimitResponse_OK || last.GetCurrentLimit() != nil || last.GetDurationUntilReset() != nil {
+				t.Fatalf("%d descriptors, call %d, the unmatched one: %v", n, call, last)
+			}
+		}
 	}
 }
 

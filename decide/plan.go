@@ -32,9 +32,10 @@ type Plan struct {
 	checks  []forward.Check
 	out     []forward.Result
 	answers []Answer
-	// rlsDomain and rlsScope are the last RLS domain added and its scope,
-	// so that the descriptors of one request share one scope string.
-	rlsDomain, rlsScope string
+	// rlsScope is the scope of the last RLS domain added, kept from use
+	// to use of the pooled plan: the descriptors of one request, and the
+	// requests of one domain, share one scope string.
+	rlsScope string
 }
 
 var planPool = sync.Pool{New: func() any { return new(Plan) }}
@@ -46,18 +47,23 @@ func GetPlan(op Op) *Plan {
 	return p
 }
 
-// Release empties p (dropping what it refers to) and returns it to the
-// pool. The answers Decide returned for p are invalid afterwards.
+// Release empties p (dropping what it refers to, but the scope string of
+// its last RLS domain) and returns it to the pool. The answers Decide
+// returned for p are invalid afterwards.
 func (p *Plan) Release() {
 	clear(p.units)
 	clear(p.checks)
 	clear(p.out)
 	clear(p.answers)
 	p.units, p.checks, p.out, p.answers = p.units[:0], p.checks[:0], p.out[:0], p.answers[:0]
-	p.Op, p.rlsDomain, p.rlsScope = OpCheck, "", ""
+	p.Op = OpCheck
 	p.LeaseTTL, p.RequestID = 0, ""
 	planPool.Put(p)
 }
+
+// RLSScope is the scope of the RLS descriptors AddRLS added last:
+// RLSScopePrefix and their domain.
+func (p *Plan) RLSScope() string { return p.rlsScope }
 
 // Grow makes room for n more units of one check each.
 func (p *Plan) Grow(n int) {
@@ -135,8 +141,8 @@ func (d *Decider) AddPolicy(p *Plan, field string, req policy.Request) error {
 // not a valid key, names no field.
 func (p *Plan) AddRLS(domain string, rule *rls.Rule, hits uint64) error {
 	n := len(p.checks)
-	if p.rlsScope == "" || p.rlsDomain != domain {
-		p.rlsDomain, p.rlsScope = domain, RLSScopePrefix+domain
+	if len(p.rlsScope) != len(RLSScopePrefix)+len(domain) || p.rlsScope[len(RLSScopePrefix):] != domain {
+		p.rlsScope = RLSScopePrefix + domain
 	}
 	u := unit{kind: kindRLS, from: n, to: n, scope: p.rlsScope}
 	cost, peek := int64(min(hits, math.MaxInt64)), hits == 0
