@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
 
@@ -83,4 +84,13 @@ func (o *OwnerPath) Answer() (decisions int, lastAllowed bool, err string) {
 		lastAllowed = out.decisions[n-1].allowed
 	}
 	return len(out.decisions), lastAllowed, out.err
+}
+
+// CountYields makes every yield of the CPU after a peer write count
+// instead, until restore is called; count returns how many there were.
+func CountYields() (count func() int64, restore func()) {
+	var n atomic.Int64
+	f := func() { n.Add(1) }
+	yieldHook.Store(&f)
+	return n.Load, func() { yieldHook.Store(nil) }
 }

@@ -276,3 +276,22 @@ func TestLookupGetsAsker(t *testing.T) {
 		t.Fatalf("B's Lookups %q, want %q", b.h.lookups, want)
 	}
 }
+
+// A Pool's connections yield the CPU after each write (peer.YieldingListener
+// makes a server's do too): B serves on a plain listener here, so every
+// yield counted is A's, at least one for each of its 10 batches.
+func TestPoolConnectionsYield(t *testing.T) {
+	count, restore := peer.CountYields()
+	defer restore()
+	clock := testkit.NewClock(0)
+	a, b := startNode(t, "A", clock, nil), startNode(t, "B", clock, nil)
+	formCluster(a, b)
+	for i := range 10 {
+		if ans, owner := check1(t, a, "B", fmt.Sprint("yield-", i), hourlyLimit(5)); !ans.Allowed || owner != "B" {
+			t.Fatalf("check %d: %+v from %s", i, ans, owner)
+		}
+	}
+	if n := count(); n < 10 {
+		t.Fatalf("10 batches sent on A's connection to B: %d yields, want at least 10", n)
+	}
+}

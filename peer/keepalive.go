@@ -43,7 +43,7 @@ func ServerOptions() []grpc.ServerOption {
 
 // dialOptions are the options every peer connection starts with.
 func dialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
+	return []grpc.DialOption{grpc.WithContextDialer(dialYielding),
 		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
