@@ -14,8 +14,9 @@ import (
 // whole slice longer. So every write on a peer connection, both ways, is
 // followed by a yield of the writing thread (sched_yield(2) on Linux): on a
 // CPU no other thread wants, it returns at once. Three nodes on one core
-// under the Envoy RLS load: p99 0.886× and 0.835× in two runs, calls/s
-// 1.012× and 0.978× (docs/benchmarks.md, "Peer writes yield the CPU").
+// under the Envoy RLS load, one binary with and without the yield: p99
+// 0.886×, 0.835× and 0.811× in three runs (docs/benchmarks.md, "Peer writes
+// yield the CPU").
 
 // yieldHook, when set, is called instead of a yield (for the tests).
 var yieldHook atomic.Pointer[func()]
