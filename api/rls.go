@@ -137,7 +137,7 @@ func (s *rlsServer) should(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 	}
 	cfg := s.config()
 	var few [4]rlsItem // most requests carry a descriptor or two
-	items := few[:0]
+	var items []rlsItem
 	if len(descs) <= len(few) {
 		items = few[:len(descs)]
 	} else {
