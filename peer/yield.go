@@ -21,6 +21,16 @@ import (
 // yieldHook, when set, is called instead of a yield (for the tests).
 var yieldHook atomic.Pointer[func()]
 
+// yieldCPU gives the calling thread's CPU to another runnable thread, if
+// there is one (schedYield), or calls the tests' hook instead.
+func yieldCPU() {
+	if f := yieldHook.Load(); f != nil {
+		(*f)()
+		return
+	}
+	schedYield()
+}
+
 // yieldingConn is a connection whose writes give up the CPU after them.
 type yieldingConn struct{ net.Conn }
 
