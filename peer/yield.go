@@ -15,11 +15,11 @@ import (
 // fetches, handoffs) is followed by a yield of the writing thread
 // (sched_yield(2) on Linux): on a CPU no other thread wants, it returns at
 // once. The side that answers does not yield. Three nodes on one core
-// under the Envoy RLS load: yielding on the dialing side only made 1.059×,
-// 1.14×, 1.231× and 1.080× the calls/s of yielding on both sides, at
-// 0.968×, 0.912×, 0.805× and 0.911× their p99, in four alternating runs;
-// yielding on both sides had cut the p99 to 0.886×, 0.835× and 0.811× of no
-// yield (docs/benchmarks.md, "Peer writes yield the CPU").
+// under the Envoy RLS load, one binary either way: yielding on the dialing
+// side only made 1.059×, 1.14× and 1.231× the calls/s of yielding on both
+// sides, at 0.968×, 0.912× and 0.805× their p99, in three runs; yielding on
+// both sides had cut the p99 to 0.886×, 0.835× and 0.811× of no yield
+// (docs/benchmarks.md, "Peer writes yield the CPU").
 
 // yieldHook, when set, is called instead of a yield (for the tests).
 var yieldHook atomic.Pointer[func()]
