@@ -59,7 +59,8 @@ func capsFor(nofile uint64, maxConns int) connCaps {
 }
 
 // limitConns caps the HTTP, public gRPC and peer listeners (capsFor) and
-// exports their counts.
+// exports their counts. The peer listener's connections also yield the CPU
+// after each write (peer.YieldingListener).
 func (n *Node) limitConns(cfg Config, reg prometheus.Registerer, log *slog.Logger) error {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
@@ -69,7 +70,7 @@ func (n *Node) limitConns(cfg Config, reg prometheus.Registerer, log *slog.Logge
 	lns := connListeners{
 		{"http", connlimit.New(n.httpLn, connlimit.Config{Max: caps.public, Clock: n.clock}), caps.public},
 		{"grpc", connlimit.New(n.grpcLn, connlimit.Config{Max: caps.public, Clock: n.clock}), caps.public},
-		{"peer", connlimit.New(n.peerLn, connlimit.Config{Max: caps.peer, Clock: n.clock}), caps.peer},
+		{"peer", connlimit.New(peer.YieldingListener(n.peerLn), connlimit.Config{Max: caps.peer, Clock: n.clock}), caps.peer},
 	}
 	n.httpLn, n.grpcLn, n.peerLn = lns[0].l, lns[1].l, lns[2].l
 	if err := reg.Register(lns); err != nil {

@@ -277,8 +277,9 @@ func TestLookupGetsAsker(t *testing.T) {
 	}
 }
 
-// A Pool's connections yield the CPU after each write: every yield counted
-// here is A's (B only answers), at least one for each of its 10 batches.
+// A Pool's connections yield the CPU after each write (peer.YieldingListener
+// makes a server's do too): B serves on a plain listener here, so every
+// yield counted is A's, at least one for each of its 10 batches.
 func TestPoolConnectionsYield(t *testing.T) {
 	count, restore := peer.CountYields()
 	defer restore()

@@ -7,19 +7,16 @@ import (
 )
 
 // Nodes that share a CPU (several on one machine, or CPU quotas smaller
-// than a core) answer each other sooner when the writer of a batch lets its
-// reader run. A forwarded check waits on its owner's turn on the CPU; a
-// sender that keeps the CPU for the rest of its time slice after sending a
-// batch makes that wait a whole slice longer. So every write on a
-// connection a Pool dialed (batches of checks, replication's copies,
-// fetches, handoffs) is followed by a yield of the writing thread
-// (sched_yield(2) on Linux): on a CPU no other thread wants, it returns at
-// once. The side that answers does not yield. Three nodes on one core
-// under the Envoy RLS load, one binary either way: yielding on the dialing
-// side only made 1.059×, 1.14× and 1.231× the calls/s of yielding on both
-// sides, at 0.968×, 0.912× and 0.805× their p99, in three runs; yielding on
-// both sides had cut the p99 to 0.886×, 0.835× and 0.811× of no yield
-// (docs/benchmarks.md, "Peer writes yield the CPU").
+// than a core) answer each other sooner when the writer of a message lets
+// its reader run. A forwarded check waits on its owner's turn on the CPU,
+// then on its entry node's again; a writer that keeps the CPU for the rest
+// of its time slice after sending a batch, or an answer, makes that wait a
+// whole slice longer. So every write on a peer connection, both ways, is
+// followed by a yield of the writing thread (sched_yield(2) on Linux): on a
+// CPU no other thread wants, it returns at once. Three nodes on one core
+// under the Envoy RLS load, one binary with and without the yield: p99
+// 0.886×, 0.835× and 0.811× in three runs (docs/benchmarks.md, "Peer writes
+// yield the CPU").
 
 // yieldHook, when set, is called instead of a yield (for the tests).
 var yieldHook atomic.Pointer[func()]
@@ -34,14 +31,28 @@ func yieldCPU() {
 	schedYield()
 }
 
-// yieldingConn is a dialed connection whose writes give up the CPU after
-// them.
+// yieldingConn is a connection whose writes give up the CPU after them.
 type yieldingConn struct{ net.Conn }
 
 func (c yieldingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	yieldCPU()
 	return n, err
+}
+
+// YieldingListener wraps the listener a peer server serves on so that its
+// connections yield the CPU after each write, as a Pool's do. A node serves
+// its peer service on one.
+func YieldingListener(l net.Listener) net.Listener { return yieldingListener{l} }
+
+type yieldingListener struct{ net.Listener }
+
+func (l yieldingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return yieldingConn{c}, nil
 }
 
 // dialYielding is a Pool's dialer: TCP, as gRPC's own, with connections
