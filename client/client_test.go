@@ -234,6 +234,11 @@ func (c *testCluster) startNode() error {
 	// a loaded machine changes the ring under a test that counts exactly:
 	// the probes of a LAN, not of the loopback defaults (200 ms, 100 ms).
 	cfg.ClusterTuning = func(cc *cluster.Config) { cc.ProbeInterval, cc.ProbeTimeout = time.Second, 500*time.Millisecond }
+	// Nor about slow owners: an owner that waits on its successor for a
+	// lease's copy waits a quarter of this, 125 ms by default, which a
+	// loaded machine under -race can exceed, and the acquire then comes
+	// back degraded.
+	cfg.PeerTimeout = 2 * time.Second
 	if len(c.nodes) > 0 {
 		cfg.Join = []string{c.nodes[0].n.GossipAddr()}
 	}
