@@ -360,7 +360,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	pcfg := peer.ServerConfig{Self: cfg.Name, Handler: n.router, Stats: n.router, Clock: cfg.Clock, Metrics: peerMetrics, TracerProvider: cfg.Tracer,
 		Report: reportStats(a, cs, n.policy, n.rls, cfg.Clock, start, n.version), Settler: n.router,
-		Leaser: n.router, Reporter: n.router}
+		Leaser: n.router, Reporter: n.router, Pool: n.peers}
 	if n.certs.peer != nil {
 		pcfg.Known = func(name string) bool { return (*n.known.Load())[name] }
 		pcfg.Verify = n.certs.peer

@@ -30,6 +30,7 @@ var errClosed = errors.New("peer connection closed")
 type conn struct {
 	cfg     *Config
 	version *atomic.Uint64 // the pool's ring version, read at each flush
+	rev     *reverses      // the pool's reverse links (reverse.go)
 	name    string
 	addr    string
 	cc      *grpc.ClientConn
@@ -55,7 +56,7 @@ type conn struct {
 	out    checkBatch // the batch being sent, reused
 }
 
-func dial(cfg *Config, version *atomic.Uint64, name, addr string) (*conn, error) {
+func dial(cfg *Config, version *atomic.Uint64, rev *reverses, name, addr string) (*conn, error) {
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(clientTLS(cfg.TLS, name))
@@ -71,7 +72,7 @@ func dial(cfg *Config, version *atomic.Uint64, name, addr string) (*conn, error)
 	// which wait for it.
 	cc.Connect()
 	ctx, stop := context.WithCancel(context.Background())
-	c := &conn{cfg: cfg, version: version, name: name, addr: addr, cc: cc, rpc: peerv1.NewPeerClient(cc), ctx: ctx, stop: stop}
+	c := &conn{cfg: cfg, version: version, rev: rev, name: name, addr: addr, cc: cc, rpc: peerv1.NewPeerClient(cc), ctx: ctx, stop: stop}
 	c.b, err = batcher.New(cfg.Batch, c.flush, func(n int) { cfg.Metrics.abandoned.Add(float64(n)) })
 	if err != nil {
 		stop()
@@ -192,12 +193,15 @@ type batch struct {
 	n       int           // checks in calls
 	sent    clock.Instant // when it was added to the stream
 	release func()
+	c       *conn // whose batcher made it
 }
 
-// flush writes one batch to the peer's stream, opening one if there is
-// none. It runs on the batcher's loop goroutine.
+// flush writes one batch to the peer: on the stream the peer opened to
+// this node when it takes reverse batches (reverse.go), else on this
+// node's own stream, opening one if there is none. It runs on the
+// batcher's loop goroutine.
 func (c *conn) flush(calls []*call, n int, release func()) {
-	b := &batch{calls: calls, n: n, release: release}
+	b := &batch{calls: calls, n: n, release: release, c: c}
 	c.nextID++
 	m := &c.out
 	m.from, m.id, m.ringVersion, m.checks = c.cfg.Self, c.nextID, c.version.Load(), m.checks[:0]
@@ -207,6 +211,9 @@ func (c *conn) flush(calls []*call, n int, release func()) {
 	c.cfg.Metrics.batches.Inc()
 	c.cfg.Metrics.forwarded.Add(float64(n))
 	c.cfg.Metrics.batchSize.Observe(float64(n))
+	if c.sendReverse(m, b) {
+		return
+	}
 	s := c.st
 	if s == nil || !s.add(m.id, b) {
 		if now := c.cfg.Clock.Now(); now.Before(clock.Instant(c.quietUntil.Load())) {
@@ -231,14 +238,48 @@ func (c *conn) flush(calls []*call, n int, release func()) {
 		}
 	}
 	// SendMsg encodes m before it returns: the next batch may reuse it.
+	// It carries the answer to a reverse batch that waits for a batch.
 	s.sendMu.Lock()
+	pend := s.pend
+	s.pend = nil
+	if pend != nil {
+		m.reverse = &pend.out
+	}
 	err := s.cs.SendMsg(m)
+	m.reverse = nil
 	s.sendMu.Unlock()
+	if pend != nil {
+		receivedPool.Put(pend)
+	}
 	if err != nil {
 		// The stream is done: its status comes out of RecvMsg, which the
 		// cancel makes sure returns; the receiver fails b with it.
 		s.cancel(nil)
 	}
+}
+
+// sendReverse sends b, whose message is m, on the peer's reverse link, and
+// reports whether it did: false when the peer has none, or the link did not
+// take b (it closed), and b is to go on this node's own stream.
+func (c *conn) sendReverse(m *checkBatch, b *batch) bool {
+	l := c.rev.link(c.name)
+	if l == nil || !l.add(m.id, b) {
+		return false
+	}
+	err := l.send(m)
+	if err == nil {
+		c.cfg.Metrics.reverseBatches.Inc()
+		return true
+	}
+	if l.take(m.id) == nil {
+		return true // the link closed and failed b already
+	}
+	if errors.Is(err, errReverseClosed) {
+		l.stop() // draining: the batches sent before are still answered
+	} else {
+		l.close(fmt.Errorf("peer %s: reverse batch: %w", c.name, err))
+	}
+	return false
 }
 
 // quiet makes batches without an open stream fail at once for Timeout.

@@ -94,3 +94,7 @@ func CountYields() (count func() int64, restore func()) {
 	yieldHook.Store(&f)
 	return n.Load, func() { yieldHook.Store(nil) }
 }
+
+// ReverseLinked reports whether p sends its batches for the named peer on
+// the stream that peer opened.
+func ReverseLinked(p *Pool, name string) bool { return p.rev.link(name) != nil }

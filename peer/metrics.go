@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // ringlimit_. One set serves a node's Pool and Server.
 type Metrics struct {
 	batches         prometheus.Counter
+	reverseBatches  prometheus.Counter
 	forwarded       prometheus.Counter
 	abandoned       prometheus.Counter
 	busy            prometheus.Counter
@@ -29,6 +30,10 @@ func newMetrics() *Metrics {
 		batches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_forward_rpcs_total",
 			Help: "Batches of checks sent to their owners (one message each on the peer's Check stream).",
+		}),
+		reverseBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_forward_reverse_rpcs_total",
+			Help: "Batches of checks sent to their owners on the Check stream the owner opened to this node (its name sorts first), as part of ringlimit_forward_rpcs_total.",
 		}),
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_forward_checks_total",
@@ -97,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.forwarded, m.abandoned, m.busy, m.refused, m.invalidStates, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
+	for _, c := range []prometheus.Collector{m.batches, m.reverseBatches, m.forwarded, m.abandoned, m.busy, m.refused, m.invalidStates, m.batchSize, m.received, m.handoffSent, m.handoffReceived,
 		m.replicated, m.replicateErrors, m.replicas, m.unauthenticated, m.certClosed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -31,6 +31,9 @@ type Pool struct {
 	// sweep closes the connections Renew retired; nil before the first
 	// Renew.
 	sweep clock.Timer
+	// rev is the reverse links of the streams peers opened to this node's
+	// Server (reverse.go).
+	rev reverses
 }
 
 // NewPool validates cfg and returns a Pool with no members.
@@ -75,7 +78,7 @@ func (p *Pool) SetMembers(version uint64, addrs map[string]string) {
 		if name == p.cfg.Self || p.conns[name] != nil {
 			continue
 		}
-		c, err := dial(&p.cfg, &p.version, name, addr)
+		c, err := dial(&p.cfg, &p.version, &p.rev, name, addr)
 		if err != nil {
 			p.cfg.Logger.Error("peer not reachable", "peer", name, "addr", addr, "err", err)
 			continue

@@ -152,7 +152,7 @@ func (p *Pool) Renew() {
 	}
 	now := p.cfg.Clock.Now()
 	for name, c := range p.conns {
-		nc, err := dial(&p.cfg, &p.version, name, c.addr)
+		nc, err := dial(&p.cfg, &p.version, &p.rev, name, c.addr)
 		if err != nil {
 			p.cfg.Logger.Error("peer not reachable", "peer", name, "addr", c.addr, "err", err)
 			continue

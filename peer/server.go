@@ -103,6 +103,8 @@ type Server struct {
 	settler   Settler                // ServerConfig.Settler; nil: Settle is unimplemented
 	leaser    Leaser                 // ServerConfig.Leaser; nil: Acquire, Renew, Release are unimplemented
 	reporter  Reporter               // ServerConfig.Reporter; nil: PeerReport is unimplemented
+	rev       *reverses              // ServerConfig.Pool's reverse links; nil: none
+	poolCfg   *Config                // ServerConfig.Pool's configuration; nil with rev
 	// peerChecks counts the checks of the batches decided (Stats.PeerChecks).
 	peerChecks atomic.Uint64
 
@@ -170,6 +172,12 @@ type ServerConfig struct {
 	Leaser Leaser
 	// Reporter observes reports other nodes send (report.go). Nil: PeerReport answers Unimplemented.
 	Reporter Reporter
+	// Pool, when set, is this node's Pool: the Server decides the reverse
+	// batches that come in on the Pool's streams, and the Pool sends its
+	// batches for a peer on the stream that peer opened here when the
+	// peer asks for them (reverse.go). A Pool serves one Server. Nil: every
+	// batch goes on the sender's own stream.
+	Pool *Pool
 }
 
 // NewServer returns the peer service cfg describes.
@@ -191,6 +199,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{self: cfg.Self, h: cfg.Handler, clock: cfg.Clock, m: m, draining: make(chan struct{}),
 		known: cfg.Known, certs: cfg.Verify, report: cfg.Report, stats: cfg.Stats, settler: cfg.Settler,
 		leaser: cfg.Leaser, reporter: cfg.Reporter}
+	if cfg.Pool != nil {
+		s.rev, s.poolCfg = &cfg.Pool.rev, &cfg.Pool.cfg
+		s.rev.server.Store(s)
+	}
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/ringlimit/ringlimit/peer")
 	}
@@ -216,15 +228,28 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 // Check decides the batches of checks a peer forwards (hop limit 1), one
 // after the other as they arrive on the stream; a batch that may wait is
 // decided on its own goroutine. Batches and answers are pooled: deciding a
-// batch allocates nothing per check.
+// batch allocates nothing per check. On a stream opened for reverse
+// batches (reverse.go), this node's Pool sends its own batches for the
+// peer, and an answer waits a few scheduling rounds for one of them to
+// carry it.
 func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 	ctx := st.Context()
 	var mu sync.Mutex // st.SendMsg is not safe for concurrent use
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	var link *reverseLink // this node's batches for sender on st; nil: none
+	var pend *received    // an answer waiting for a reverse batch to carry it; guarded by mu
+	var drained bool      // drain sent or the handler returning: no reverse batch follows; guarded by mu
 	defer func() {
+		mu.Lock()
+		drained = true // the stream is done: no more reverse batches
+		mu.Unlock()
 		close(stop)
 		wg.Wait()
+		if link != nil {
+			s.rev.drop(link)
+			link.close(fmt.Errorf("peer %s: its Check stream to this node ended", link.peer))
+		}
 	}()
 	send := func(pb *received) error {
 		mu.Lock()
@@ -235,13 +260,37 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 		select {
 		case <-s.draining:
 			mu.Lock()
+			drained = true
 			_ = st.SendMsg(&checkAnswer{owner: s.self, drain: true})
 			mu.Unlock()
 		case <-stop:
 		}
 	})
-	var sender string  // the last batch's sender, authorized
-	var authGen uint64 // the generation of the CAs Recheck adopted when it was
+	var alone checkAnswer // a reverse batch alone; guarded by mu
+	sendReverse := func(m *checkBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if drained {
+			return errReverseClosed
+		}
+		out := &alone
+		p := pend
+		pend = nil
+		if p != nil {
+			out = &p.out
+		}
+		out.owner, out.reverse = s.self, m
+		err := st.SendMsg(out)
+		out.reverse = nil
+		if p != nil {
+			receivedPool.Put(p)
+		}
+		return err
+	}
+	reverse := s.rev != nil && reverseAsked(ctx) && takesReverse(s.poolCfg)
+	var sender string   // the last batch's sender, authorized
+	var authGen uint64  // the generation of the CAs Recheck adopted when it was
+	var ans checkAnswer // a reverse batch's answer, reused: finish copies what it keeps
 	for {
 		pb := receivedPool.Get().(*received)
 		if err := st.RecvMsg(&pb.in); err != nil {
@@ -260,6 +309,35 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 			}
 			sender = strings.Clone(pb.in.from)
 		}
+		if reverse && link == nil {
+			// The sender, authorized; or, without authentication, the
+			// name the first batch gives (the peer port trusts its
+			// callers then).
+			name := sender
+			if s.known == nil {
+				name = strings.Clone(pb.in.from)
+			}
+			link = newReverseLink(s.poolCfg, name, sendReverse)
+			s.rev.put(link)
+		}
+		if link != nil && pb.in.from != link.peer {
+			receivedPool.Put(pb)
+			return status.Errorf(codes.InvalidArgument, "a batch from %q on the Check stream of %s", pb.in.from, link.peer)
+		}
+		if pb.in.reverseRaw != nil {
+			err := errors.New("a reverse answer on a stream not opened for reverse batches")
+			if link != nil {
+				err = link.answer(pb.in.reverseRaw, &ans)
+			}
+			if err != nil {
+				receivedPool.Put(pb)
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+			if pb.in.id == 0 && len(pb.in.checks) == 0 {
+				receivedPool.Put(pb) // an answer alone
+				continue
+			}
+		}
 		if s.h.MayWait(pb.in.from) {
 			wg.Go(func() {
 				s.decide(ctx, pb)
@@ -269,6 +347,22 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 			continue
 		}
 		s.decide(ctx, pb)
+		if link != nil {
+			// Wait a few rounds for a reverse batch to carry the answer.
+			mu.Lock()
+			pend = pb
+			mu.Unlock()
+			yieldForAnswer()
+			mu.Lock()
+			mine := pend == pb
+			if mine {
+				pend = nil
+			}
+			mu.Unlock()
+			if !mine {
+				continue // sent with a reverse batch, which gave pb back
+			}
+		}
 		err := send(pb)
 		receivedPool.Put(pb)
 		if err != nil {

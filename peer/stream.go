@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/ringlimit/ringlimit/clock"
 	peerv1 "github.com/ringlimit/ringlimit/proto/peerv1"
@@ -23,6 +24,13 @@ type stream struct {
 	cancel context.CancelCauseFunc
 
 	sendMu sync.Mutex // SendMsg and CloseSend are not safe for concurrent use
+	// pend is the answer to a reverse batch that waits for this node's
+	// next batch to carry it (reverse.go); guarded by sendMu.
+	pend  *received
+	alone checkBatch // a message of an answer alone; guarded by sendMu
+	// reverse is set when the stream was opened to take the peer's
+	// reverse batches: it has a Server to decide them (rev.server).
+	reverse bool
 
 	mu       sync.Mutex
 	broken   bool // no more batches: it failed, or drains
@@ -40,7 +48,12 @@ func (c *conn) open() (*stream, error) {
 	t := c.cfg.Clock.AfterFunc(c.cfg.Timeout, func() {
 		cancel(fmt.Errorf("peer %s: no stream within %v", c.name, c.cfg.Timeout))
 	})
-	cs, err := c.rpc.Check(ctx, grpc.CallContentSubtype(codecName))
+	octx := ctx
+	if c.rev.server.Load() != nil && c.cfg.Self < c.name && takesReverse(c.cfg) {
+		s.reverse = true
+		octx = metadata.AppendToOutgoingContext(ctx, reverseKey, "1")
+	}
+	cs, err := c.rpc.Check(octx, grpc.CallContentSubtype(codecName))
 	t.Stop()
 	if err != nil {
 		cancel(err)
@@ -99,8 +112,9 @@ func (s *stream) overdue() {
 	s.cancel(fmt.Errorf("peer %s: no answer within %v", s.c.name, s.c.cfg.Timeout))
 }
 
-// recv hands each response to its batch until the stream breaks, then fails
-// every batch still in flight.
+// recv hands each response to its batch, and has each reverse batch
+// decided and answered, until the stream breaks; then it fails every batch
+// still in flight.
 func (s *stream) recv() {
 	var ans checkAnswer // reused: finish copies what it keeps
 	for {
@@ -118,16 +132,99 @@ func (s *stream) recv() {
 			s.closeIfDrained()
 			continue
 		}
-		s.mu.Lock()
-		b := s.inflight[ans.id]
-		delete(s.inflight, ans.id)
-		s.mu.Unlock()
-		if b == nil {
-			s.cancel(fmt.Errorf("peer %s answered batch %d, which is not in flight", s.c.name, ans.id))
-			continue
+		var rb *received // the reverse batch ans carries, if any
+		if ans.reverseRaw != nil {
+			var err error
+			if rb, err = s.reverseBatch(ans.reverseRaw); err != nil {
+				s.cancel(err)
+				continue
+			}
 		}
-		s.c.finish(b, &ans, nil)
-		s.closeIfDrained()
+		if rb == nil || ans.id != 0 {
+			s.mu.Lock()
+			b := s.inflight[ans.id]
+			delete(s.inflight, ans.id)
+			s.mu.Unlock()
+			if b == nil {
+				if rb != nil {
+					receivedPool.Put(rb)
+				}
+				s.cancel(fmt.Errorf("peer %s answered batch %d, which is not in flight", s.c.name, ans.id))
+				continue
+			}
+			s.c.finish(b, &ans, nil)
+			s.closeIfDrained()
+		}
+		if rb != nil {
+			s.answerReverse(rb)
+		}
+	}
+}
+
+// reverseBatch reads the reverse batch raw of a received message into a
+// pooled batch, which only a stream opened for them (s.reverse) takes, and
+// only from the peer it was dialed as (its certificate was verified for that
+// name).
+func (s *stream) reverseBatch(raw []byte) (*received, error) {
+	if !s.reverse {
+		return nil, fmt.Errorf("peer %s sent a reverse batch on a stream not opened for them", s.c.name)
+	}
+	rb := receivedPool.Get().(*received)
+	b := rb.in.buffer(len(raw))
+	copy(b, raw)
+	err := rb.in.parse(b)
+	if err == nil && rb.in.from != s.c.name {
+		err = fmt.Errorf("peer %s sent a reverse batch from %q", s.c.name, rb.in.from)
+	}
+	if err == nil && rb.in.id == 0 {
+		err = fmt.Errorf("peer %s sent a reverse batch without an id", s.c.name)
+	}
+	if err != nil {
+		receivedPool.Put(rb)
+		return nil, err
+	}
+	return rb, nil
+}
+
+// answerReverse decides the reverse batch rb on this node's peer service
+// and sends the answer: with this node's next batch when one goes within
+// answerYields scheduling rounds, else alone. A batch that may wait is
+// decided on its own goroutine and answered alone.
+func (s *stream) answerReverse(rb *received) {
+	srv := s.c.rev.server.Load()
+	if srv.h.MayWait(rb.in.from) {
+		s.c.wg.Go(func() {
+			srv.decide(s.ctx, rb)
+			s.sendAnswer(rb, false)
+		})
+		return
+	}
+	srv.decide(s.ctx, rb)
+	s.sendMu.Lock()
+	s.pend = rb
+	s.sendMu.Unlock()
+	yieldForAnswer()
+	s.sendAnswer(rb, true)
+}
+
+// sendAnswer sends the answer of rb alone, unless pending is set and a
+// batch took it already, and gives rb back to the pool.
+func (s *stream) sendAnswer(rb *received, pending bool) {
+	s.sendMu.Lock()
+	if pending && s.pend != rb {
+		s.sendMu.Unlock()
+		return // sent with a batch, which gave rb back
+	}
+	if pending {
+		s.pend = nil
+	}
+	s.alone.from, s.alone.reverse = s.c.cfg.Self, &rb.out
+	err := s.cs.SendMsg(&s.alone)
+	s.alone.reverse = nil
+	s.sendMu.Unlock()
+	receivedPool.Put(rb)
+	if err != nil {
+		s.cancel(nil) // the receiver sees the stream's end
 	}
 }
 

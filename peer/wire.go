@@ -152,13 +152,19 @@ type wireCheck struct {
 
 // checkBatch is one batch on the Check stream (message CheckRequest). A
 // received batch's keys point into buf: they are valid until the batch is
-// reused.
+// reused. A message that carries only an answer to a reverse batch has id
+// 0 and no checks.
 type checkBatch struct {
 	from        string
 	id          uint64
 	ringVersion uint64
 	checks      []wireCheck
 	buf         []byte
+	// reverse is the answer to a batch the receiver sent on the stream,
+	// written with the message when set; reverseRaw is a received one's
+	// bytes (in buf), nil when it carries none.
+	reverse    *checkAnswer
+	reverseRaw []byte
 }
 
 // wireDecision is one decision (message Decision).
@@ -177,7 +183,8 @@ type wireDecision struct {
 }
 
 // checkAnswer answers one batch (message CheckResponse). A received answer's
-// owner, error and redirects point into buf.
+// owner, error and redirects point into buf. A message that carries only a
+// reverse batch has id 0 and no decisions.
 type checkAnswer struct {
 	owner     string
 	id        uint64
@@ -185,6 +192,11 @@ type checkAnswer struct {
 	err       string
 	drain     bool
 	buf       []byte
+	// reverse is a batch of the sender's own checks for the stream's
+	// opener, written with the message when set; reverseRaw is a received
+	// one's bytes (in buf), nil when it carries none.
+	reverse    *checkBatch
+	reverseRaw []byte
 }
 
 // Field numbers, from peer.proto.
@@ -197,6 +209,7 @@ const (
 	fDecAllowed, fDecRemaining, fDecRetry, fDecReset, fDecDelay                = 1, 2, 3, 4, 5
 	fDecLeaseGranted, fDecLeaseTTL, fDecRedirect, fDecFull, fDecReservation    = 6, 7, 8, 9, 10
 	fRespOwner, fRespDecisions, fRespID, fRespError, fRespDrain                = 1, 2, 3, 4, 5
+	fReqReverse, fRespReverse                                                  = 5, 6
 )
 
 func varintSize(f protowire.Number, v uint64) int {
@@ -307,6 +320,9 @@ func (m *checkBatch) size() int {
 	for i := range m.checks {
 		n += bytesSize(fReqChecks, m.checks[i].size())
 	}
+	if m.reverse != nil {
+		n += bytesSize(fReqReverse, m.reverse.size())
+	}
 	return n
 }
 
@@ -319,7 +335,13 @@ func (m *checkBatch) appendTo(b []byte) []byte {
 		b = c.appendTo(b)
 	}
 	b = appendVarint(b, fReqID, m.id)
-	return appendVarint(b, fReqRingVersion, m.ringVersion)
+	b = appendVarint(b, fReqRingVersion, m.ringVersion)
+	if m.reverse != nil {
+		b = protowire.AppendTag(b, fReqReverse, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(m.reverse.size()))
+		b = m.reverse.appendTo(b)
+	}
+	return b
 }
 
 func (d *wireDecision) size() int {
@@ -351,6 +373,9 @@ func (m *checkAnswer) size() int {
 	for i := range m.decisions {
 		n += bytesSize(fRespDecisions, m.decisions[i].size())
 	}
+	if m.reverse != nil {
+		n += bytesSize(fRespReverse, m.reverse.size())
+	}
 	return n
 }
 
@@ -364,7 +389,13 @@ func (m *checkAnswer) appendTo(b []byte) []byte {
 	}
 	b = appendVarint(b, fRespID, m.id)
 	b = appendString(b, fRespError, m.err)
-	return appendVarint(b, fRespDrain, boolVal(m.drain))
+	b = appendVarint(b, fRespDrain, boolVal(m.drain))
+	if m.reverse != nil {
+		b = protowire.AppendTag(b, fRespReverse, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(m.reverse.size()))
+		b = m.reverse.appendTo(b)
+	}
+	return b
 }
 
 // ---- decoding ----

@@ -135,9 +135,11 @@ func (m *checkBatch) buffer(n int) []byte {
 }
 
 func (m *checkBatch) parse(b []byte) error {
-	m.from, m.id, m.ringVersion, m.checks = "", 0, 0, m.checks[:0]
+	m.from, m.id, m.ringVersion, m.checks, m.reverseRaw = "", 0, 0, m.checks[:0], nil
 	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
+		case fReqReverse<<3 | 2:
+			m.reverseRaw = val
 		case fReqFrom<<3 | 2:
 			m.from = str(val)
 		case fReqID << 3:
@@ -191,9 +193,11 @@ func (m *checkAnswer) buffer(n int) []byte {
 }
 
 func (m *checkAnswer) parse(b []byte) error {
-	m.owner, m.id, m.err, m.drain, m.decisions = "", 0, "", false, m.decisions[:0]
+	m.owner, m.id, m.err, m.drain, m.decisions, m.reverseRaw = "", 0, "", false, m.decisions[:0], nil
 	return fields(b, func(tag, v uint64, val []byte) error {
 		switch tag {
+		case fRespReverse<<3 | 2:
+			m.reverseRaw = val
 		case fRespOwner<<3 | 2:
 			m.owner = str(val)
 		case fRespID << 3:

@@ -1131,7 +1131,10 @@ type CheckRequest struct {
 	// Chosen by the sender, unique among its batches in flight on the stream.
 	Id uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
 	// The version of the sender's ring when it sent the batch.
-	RingVersion   uint64 `protobuf:"varint,4,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	RingVersion uint64 `protobuf:"varint,4,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	// The answer to a batch the receiver sent on this stream (reverse_batch
+	// of a CheckResponse). A message may carry it alone: no checks, id 0.
+	ReverseAnswer *CheckResponse `protobuf:"bytes,5,opt,name=reverse_answer,json=reverseAnswer,proto3" json:"reverse_answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1192,6 +1195,13 @@ func (x *CheckRequest) GetRingVersion() uint64 {
 		return x.RingVersion
 	}
 	return 0
+}
+
+func (x *CheckRequest) GetReverseAnswer() *CheckResponse {
+	if x != nil {
+		return x.ReverseAnswer
+	}
+	return nil
 }
 
 type Decision struct {
@@ -1344,7 +1354,12 @@ type CheckResponse struct {
 	// Set, alone, when the receiver is stopping: the sender sends nothing
 	// more on this stream and closes it once its batches in flight are
 	// answered (a new stream goes wherever the ring says).
-	Drain         bool `protobuf:"varint,5,opt,name=drain,proto3" json:"drain,omitempty"`
+	Drain bool `protobuf:"varint,5,opt,name=drain,proto3" json:"drain,omitempty"`
+	// A batch of the receiver's own checks for the stream's opener, which
+	// answers it in a CheckRequest's reverse_answer. Sent only on a stream
+	// opened with the metadata "ringlimit-reverse: 1"; a message may carry
+	// it alone (no decisions, id 0).
+	ReverseBatch  *CheckRequest `protobuf:"bytes,6,opt,name=reverse_batch,json=reverseBatch,proto3" json:"reverse_batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1412,6 +1427,13 @@ func (x *CheckResponse) GetDrain() bool {
 		return x.Drain
 	}
 	return false
+}
+
+func (x *CheckResponse) GetReverseBatch() *CheckRequest {
+	if x != nil {
+		return x.ReverseBatch
+	}
+	return nil
 }
 
 // BucketState is one key's state as the cost spent under its limit, which
@@ -2794,12 +2816,13 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x0ereserve_ttl_ns\x18\n" +
 	" \x01(\x03R\freserveTtlNs\x12;\n" +
 	"\badaptive\x18\x14 \x01(\v2\x1f.ringlimit.peer.v1.AdaptiveSpecR\badaptive\x12%\n" +
-	"\x0eadaptive_scope\x18\x15 \x01(\tR\radaptiveScope\"\x87\x01\n" +
+	"\x0eadaptive_scope\x18\x15 \x01(\tR\radaptiveScope\"\xd0\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x120\n" +
 	"\x06checks\x18\x02 \x03(\v2\x18.ringlimit.peer.v1.CheckR\x06checks\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12!\n" +
-	"\fring_version\x18\x04 \x01(\x04R\vringVersion\"\xd8\x02\n" +
+	"\fring_version\x18\x04 \x01(\x04R\vringVersion\x12G\n" +
+	"\x0ereverse_answer\x18\x05 \x01(\v2 .ringlimit.peer.v1.CheckResponseR\rreverseAnswer\"\xd8\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -2813,13 +2836,14 @@ const file_peer_v1_peer_proto_rawDesc = "" +
 	"\x04full\x18\t \x01(\bR\x04full\x12 \n" +
 	"\vreservation\x18\n" +
 	" \x01(\tR\vreservation\x12\x14\n" +
-	"\x05limit\x18\x14 \x01(\x03R\x05limit\"\x9c\x01\n" +
+	"\x05limit\x18\x14 \x01(\x03R\x05limit\"\xe2\x01\n" +
 	"\rCheckResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\tdecisions\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05drain\x18\x05 \x01(\bR\x05drain\"\xa4\x03\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\x12D\n" +
+	"\rreverse_batch\x18\x06 \x01(\v2\x1f.ringlimit.peer.v1.CheckRequestR\freverseBatch\"\xa4\x03\n" +
 	"\vBucketState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -2999,47 +3023,49 @@ var file_peer_v1_peer_proto_depIdxs = []int32{
 	9,  // 3: ringlimit.peer.v1.Check.limit:type_name -> ringlimit.peer.v1.Limit
 	5,  // 4: ringlimit.peer.v1.Check.adaptive:type_name -> ringlimit.peer.v1.AdaptiveSpec
 	10, // 5: ringlimit.peer.v1.CheckRequest.checks:type_name -> ringlimit.peer.v1.Check
-	12, // 6: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
-	9,  // 7: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
-	16, // 8: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
-	15, // 9: ringlimit.peer.v1.BucketState.leases:type_name -> ringlimit.peer.v1.LeaseRecord
-	6,  // 10: ringlimit.peer.v1.BucketState.adaptive:type_name -> ringlimit.peer.v1.AdaptiveState
-	14, // 11: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	14, // 12: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
-	9,  // 13: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	14, // 14: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
-	0,  // 15: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
-	9,  // 16: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	9,  // 17: ringlimit.peer.v1.PeerAcquireRequest.limit:type_name -> ringlimit.peer.v1.Limit
-	5,  // 18: ringlimit.peer.v1.PeerAcquireRequest.adaptive:type_name -> ringlimit.peer.v1.AdaptiveSpec
-	1,  // 19: ringlimit.peer.v1.PeerLeaseResponse.status:type_name -> ringlimit.peer.v1.PeerLeaseResponse.Status
-	11, // 20: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
-	17, // 21: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
-	21, // 22: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
-	19, // 23: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	2,  // 24: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
-	23, // 25: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
-	25, // 26: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
-	27, // 27: ringlimit.peer.v1.Peer.Acquire:input_type -> ringlimit.peer.v1.PeerAcquireRequest
-	28, // 28: ringlimit.peer.v1.Peer.Renew:input_type -> ringlimit.peer.v1.PeerRenewRequest
-	29, // 29: ringlimit.peer.v1.Peer.Release:input_type -> ringlimit.peer.v1.PeerReleaseRequest
-	7,  // 30: ringlimit.peer.v1.Peer.PeerReport:input_type -> ringlimit.peer.v1.PeerReportRequest
-	13, // 31: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
-	18, // 32: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
-	22, // 33: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
-	20, // 34: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	3,  // 35: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
-	24, // 36: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
-	26, // 37: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
-	30, // 38: ringlimit.peer.v1.Peer.Acquire:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	30, // 39: ringlimit.peer.v1.Peer.Renew:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	30, // 40: ringlimit.peer.v1.Peer.Release:output_type -> ringlimit.peer.v1.PeerLeaseResponse
-	8,  // 41: ringlimit.peer.v1.Peer.PeerReport:output_type -> ringlimit.peer.v1.PeerReportResponse
-	31, // [31:42] is the sub-list for method output_type
-	20, // [20:31] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	13, // 6: ringlimit.peer.v1.CheckRequest.reverse_answer:type_name -> ringlimit.peer.v1.CheckResponse
+	12, // 7: ringlimit.peer.v1.CheckResponse.decisions:type_name -> ringlimit.peer.v1.Decision
+	11, // 8: ringlimit.peer.v1.CheckResponse.reverse_batch:type_name -> ringlimit.peer.v1.CheckRequest
+	9,  // 9: ringlimit.peer.v1.BucketState.limit:type_name -> ringlimit.peer.v1.Limit
+	16, // 10: ringlimit.peer.v1.BucketState.reservations:type_name -> ringlimit.peer.v1.Reservation
+	15, // 11: ringlimit.peer.v1.BucketState.leases:type_name -> ringlimit.peer.v1.LeaseRecord
+	6,  // 12: ringlimit.peer.v1.BucketState.adaptive:type_name -> ringlimit.peer.v1.AdaptiveState
+	14, // 13: ringlimit.peer.v1.HandoffRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	14, // 14: ringlimit.peer.v1.ReplicateRequest.buckets:type_name -> ringlimit.peer.v1.BucketState
+	9,  // 15: ringlimit.peer.v1.FetchRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	14, // 16: ringlimit.peer.v1.FetchResponse.state:type_name -> ringlimit.peer.v1.BucketState
+	0,  // 17: ringlimit.peer.v1.PeerSettleResponse.status:type_name -> ringlimit.peer.v1.PeerSettleResponse.Status
+	9,  // 18: ringlimit.peer.v1.PeerResetRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	9,  // 19: ringlimit.peer.v1.PeerAcquireRequest.limit:type_name -> ringlimit.peer.v1.Limit
+	5,  // 20: ringlimit.peer.v1.PeerAcquireRequest.adaptive:type_name -> ringlimit.peer.v1.AdaptiveSpec
+	1,  // 21: ringlimit.peer.v1.PeerLeaseResponse.status:type_name -> ringlimit.peer.v1.PeerLeaseResponse.Status
+	11, // 22: ringlimit.peer.v1.Peer.Check:input_type -> ringlimit.peer.v1.CheckRequest
+	17, // 23: ringlimit.peer.v1.Peer.Handoff:input_type -> ringlimit.peer.v1.HandoffRequest
+	21, // 24: ringlimit.peer.v1.Peer.Fetch:input_type -> ringlimit.peer.v1.FetchRequest
+	19, // 25: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	2,  // 26: ringlimit.peer.v1.Peer.Stats:input_type -> ringlimit.peer.v1.StatsRequest
+	23, // 27: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.PeerSettleRequest
+	25, // 28: ringlimit.peer.v1.Peer.Reset:input_type -> ringlimit.peer.v1.PeerResetRequest
+	27, // 29: ringlimit.peer.v1.Peer.Acquire:input_type -> ringlimit.peer.v1.PeerAcquireRequest
+	28, // 30: ringlimit.peer.v1.Peer.Renew:input_type -> ringlimit.peer.v1.PeerRenewRequest
+	29, // 31: ringlimit.peer.v1.Peer.Release:input_type -> ringlimit.peer.v1.PeerReleaseRequest
+	7,  // 32: ringlimit.peer.v1.Peer.PeerReport:input_type -> ringlimit.peer.v1.PeerReportRequest
+	13, // 33: ringlimit.peer.v1.Peer.Check:output_type -> ringlimit.peer.v1.CheckResponse
+	18, // 34: ringlimit.peer.v1.Peer.Handoff:output_type -> ringlimit.peer.v1.HandoffResponse
+	22, // 35: ringlimit.peer.v1.Peer.Fetch:output_type -> ringlimit.peer.v1.FetchResponse
+	20, // 36: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	3,  // 37: ringlimit.peer.v1.Peer.Stats:output_type -> ringlimit.peer.v1.StatsResponse
+	24, // 38: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.peer.v1.PeerSettleResponse
+	26, // 39: ringlimit.peer.v1.Peer.Reset:output_type -> ringlimit.peer.v1.PeerResetResponse
+	30, // 40: ringlimit.peer.v1.Peer.Acquire:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	30, // 41: ringlimit.peer.v1.Peer.Renew:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	30, // 42: ringlimit.peer.v1.Peer.Release:output_type -> ringlimit.peer.v1.PeerLeaseResponse
+	8,  // 43: ringlimit.peer.v1.Peer.PeerReport:output_type -> ringlimit.peer.v1.PeerReportResponse
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_peer_v1_peer_proto_init() }

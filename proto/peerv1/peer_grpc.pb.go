@@ -49,7 +49,11 @@ type PeerClient interface {
 	// of order (a batch that must wait for a previous owner's state does not
 	// hold up the others). Nodes open it with content-subtype
 	// "ringlimit-peer", whose codec writes the same bytes as protobuf
-	// (peer/wire.go).
+	// (peer/wire.go). Both ways: a node that opens the stream with the
+	// metadata "ringlimit-reverse: 1" (the one of the pair whose name sorts
+	// first) also takes the receiver's batches on it (reverse_batch) and
+	// answers them (reverse_answer), so that one node pair's checks and
+	// answers share one stream, and often one write.
 	Check(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckRequest, CheckResponse], error)
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
@@ -223,7 +227,11 @@ type PeerServer interface {
 	// of order (a batch that must wait for a previous owner's state does not
 	// hold up the others). Nodes open it with content-subtype
 	// "ringlimit-peer", whose codec writes the same bytes as protobuf
-	// (peer/wire.go).
+	// (peer/wire.go). Both ways: a node that opens the stream with the
+	// metadata "ringlimit-reverse: 1" (the one of the pair whose name sorts
+	// first) also takes the receiver's batches on it (reverse_batch) and
+	// answers them (reverse_answer), so that one node pair's checks and
+	// answers share one stream, and often one write.
 	Check(grpc.BidiStreamingServer[CheckRequest, CheckResponse]) error
 	// Handoff pushes bucket state to the key's new owner, which merges it
 	// conservatively: the more spent of the two wins.
