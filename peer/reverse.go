@@ -18,10 +18,12 @@ import (
 // reverseKey: "1" (when its Pool serves a Server). The other node then
 // sends its own batches for the opener on that stream, as reverse batches
 // in server-to-client messages, and the opener answers them in
-// client-to-server messages. Each side holds the answer to a batch it
-// decided for a few scheduling rounds (answerYields), so that a batch of
-// its own going the same way carries it: one message, one write and one
-// read where there were two of each on two connections.
+// client-to-server messages. A side that decided a batch while none of
+// its own for the same peer is in flight on the stream (its batcher's slot
+// is free, so its next batch may go at once) holds the answer for a few
+// scheduling rounds (answerYields), so that the batch carries it: one
+// message, one write and one read where there were two of each on two
+// connections. Otherwise the answer goes at once.
 //
 // A node that does not know reverse batches never opens a stream with the
 // metadata and never sends them; one that receives a stream without it
@@ -31,10 +33,11 @@ import (
 // batches on it.
 const reverseKey = "ringlimit-reverse"
 
-// answerYields is how many times a goroutine that decided a batch lets the
-// goroutines ready to run go first before it sends the answer alone: the
-// batcher waits up to three rounds (Config.Batch.Yields) before it sends a
-// batch, which then carries the answer.
+// answerYields is at most how many times a goroutine that decided a batch
+// lets the goroutines ready to run go first, while a batch of its own may
+// go, before it sends the answer alone: the batcher waits up to three
+// rounds (Config.Batch.Yields) before it sends a batch, which then carries
+// the answer.
 const answerYields = 4
 
 // reverseMaxChecks is the most checks a side may have in flight on one
@@ -211,10 +214,22 @@ func reverseAsked(ctx context.Context) bool {
 	return len(v) == 1 && v[0] == "1"
 }
 
-// yieldForAnswer lets the goroutines ready to run go first, answerYields
-// times, so that a batch about to be sent can take the answer waiting.
-func yieldForAnswer() {
+// batchMayGo reports whether a batch of this node's for the link's peer
+// may go now: none is in flight on the link, where it would hold the
+// batcher's slot (Batch.MaxInFlight, 1 by default).
+func (l *reverseLink) batchMayGo() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inflight) == 0 && !l.closed
+}
+
+// yieldForAnswer lets the goroutines ready to run go first, up to
+// answerYields times, until taken reports that a batch took the answer.
+func yieldForAnswer(taken func() bool) {
 	for range answerYields {
 		runtime.Gosched()
+		if taken() {
+			return
+		}
 	}
 }

@@ -347,12 +347,16 @@ func (s *Server) Check(st peerv1.Peer_CheckServer) error {
 			continue
 		}
 		s.decide(ctx, pb)
-		if link != nil {
+		if link != nil && link.batchMayGo() {
 			// Wait a few rounds for a reverse batch to carry the answer.
 			mu.Lock()
 			pend = pb
 			mu.Unlock()
-			yieldForAnswer()
+			yieldForAnswer(func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return pend != pb
+			})
 			mu.Lock()
 			mine := pend == pb
 			if mine {

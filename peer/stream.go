@@ -187,9 +187,10 @@ func (s *stream) reverseBatch(raw []byte) (*received, error) {
 }
 
 // answerReverse decides the reverse batch rb on this node's peer service
-// and sends the answer: with this node's next batch when one goes within
-// answerYields scheduling rounds, else alone. A batch that may wait is
-// decided on its own goroutine and answered alone.
+// and sends the answer: with this node's next batch for the peer when one
+// may go (batchMayGo) and goes within answerYields scheduling rounds, else
+// alone. A batch that may wait is decided on its own goroutine and
+// answered alone.
 func (s *stream) answerReverse(rb *received) {
 	srv := s.c.rev.server.Load()
 	if srv.h.MayWait(rb.in.from) {
@@ -200,11 +201,28 @@ func (s *stream) answerReverse(rb *received) {
 		return
 	}
 	srv.decide(s.ctx, rb)
+	if !s.batchMayGo() {
+		s.sendAnswer(rb, false)
+		return
+	}
 	s.sendMu.Lock()
 	s.pend = rb
 	s.sendMu.Unlock()
-	yieldForAnswer()
+	yieldForAnswer(func() bool {
+		s.sendMu.Lock()
+		defer s.sendMu.Unlock()
+		return s.pend != rb
+	})
 	s.sendAnswer(rb, true)
+}
+
+// batchMayGo reports whether a batch of this node's for the peer may go on
+// the stream now: none is in flight on it, where it would hold the
+// batcher's slot (Batch.MaxInFlight, 1 by default).
+func (s *stream) batchMayGo() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight) == 0 && !s.broken
 }
 
 // sendAnswer sends the answer of rb alone, unless pending is set and a
