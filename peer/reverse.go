@@ -176,13 +176,7 @@ func (l *reverseLink) overdue() {
 		l.mu.Unlock()
 		return
 	}
-	var oldest *batch
-	for _, b := range l.inflight {
-		if oldest == nil || b.sent < oldest.sent {
-			oldest = b
-		}
-	}
-	left := oldest.sent.Add(l.cfg.Timeout).Sub(l.cfg.Clock.Now())
+	oldest, left := oldestIn(l.inflight, l.cfg)
 	if left > 0 {
 		l.watch.Reset(left)
 		l.mu.Unlock()

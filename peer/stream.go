@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -97,12 +98,7 @@ func (s *stream) overdue() {
 		s.mu.Unlock()
 		return
 	}
-	oldest := clock.Instant(1<<63 - 1)
-	for _, b := range s.inflight {
-		oldest = min(oldest, b.sent)
-	}
-	left := oldest.Add(s.c.cfg.Timeout).Sub(s.c.cfg.Clock.Now())
-	if left > 0 {
+	if _, left := oldestIn(s.inflight, s.c.cfg); left > 0 {
 		s.watch.Reset(left)
 		s.mu.Unlock()
 		return
@@ -110,6 +106,18 @@ func (s *stream) overdue() {
 	s.mu.Unlock()
 	s.c.quiet()
 	s.cancel(fmt.Errorf("peer %s: no answer within %v", s.c.name, s.c.cfg.Timeout))
+}
+
+// oldestIn returns the batch of inflight (not empty) sent first, and how
+// long it has left of cfg.Timeout.
+func oldestIn(inflight map[uint64]*batch, cfg *Config) (*batch, time.Duration) {
+	var oldest *batch
+	for _, b := range inflight {
+		if oldest == nil || b.sent < oldest.sent {
+			oldest = b
+		}
+	}
+	return oldest, oldest.sent.Add(cfg.Timeout).Sub(cfg.Clock.Now())
 }
 
 // recv hands each response to its batch, and has each reverse batch
