@@ -34,9 +34,13 @@ func yieldCPU() {
 // yieldingConn is a connection whose writes give up the CPU after them.
 type yieldingConn struct{ net.Conn }
 
+// Write yields only after a write that succeeded: a failed one woke no
+// reader, and the writer is about to tear the connection down.
 func (c yieldingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	yieldCPU()
+	if err == nil {
+		yieldCPU()
+	}
 	return n, err
 }
 

@@ -65,4 +65,13 @@ func TestPeerConnectionsYieldAfterWrites(t *testing.T) {
 	if n := yields.Load(); n != 5 {
 		t.Fatalf("after 2 writes of the accepted side: %d yields in all, want 5", n)
 	}
+	// A write that fails (here, on a connection already closed) yields
+	// nothing.
+	client.Close()
+	if _, err := client.Write([]byte("late")); err == nil {
+		t.Fatal("a write on a closed connection succeeded")
+	}
+	if n := yields.Load(); n != 5 {
+		t.Fatalf("after a failed write: %d yields in all, want 5", n)
+	}
 }
