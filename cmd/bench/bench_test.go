@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,22 +105,48 @@ func TestMakeKeys(t *testing.T) {
 }
 
 func TestParseProcStat(t *testing.T) {
-	// A command name with spaces and parentheses; utime (field 14) = 250,
-	// stime (field 15) = 75.
+	// A command name with spaces and parentheses; minflt (field 10) = 1200,
+	// utime (field 14) = 250, stime (field 15) = 75.
 	const fixture = "4242 (my (odd) node) S 1 4242 4242 0 -1 4194560 1200 0 0 0 250 75 3 4 20 0 12 0 3456 1234567 890 " +
 		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
-	u, s, err := parseProcStat(fixture)
-	if err != nil || u != 250 || s != 75 {
-		t.Fatalf("parseProcStat = %d, %d, %v; want 250, 75, nil", u, s, err)
+	ps, err := parseProcStat(fixture)
+	if want := (procStat{utime: 250, stime: 75, minflt: 1200}); err != nil || ps != want {
+		t.Fatalf("parseProcStat = %+v, %v; want %+v, nil", ps, err, want)
 	}
-	for _, bad := range []string{"", "4242 (x) S 1 2 3", "4242 (x) S 1 4242 4242 0 -1 4194560 1200 0 0 0 u 75 0"} {
-		if _, _, err := parseProcStat(bad); err == nil {
+	for _, bad := range []string{"", "4242 (x) S 1 2 3", "4242 (x) S 1 4242 4242 0 -1 4194560 1200 0 0 0 u 75 0", "4242 (x) S 1 4242 4242 0 -1 4194560 f 0 0 0 250 75 0"} {
+		if _, err := parseProcStat(bad); err == nil {
 			t.Errorf("parseProcStat(%q) succeeded", bad)
 		}
 	}
 	// And on the real file of this process.
 	if v, err := cpuSeconds(os.Getpid()); err != nil || v < 0 {
 		t.Errorf("cpuSeconds(self) = %v, %v", v, err)
+	}
+}
+
+// A process's minor faults, as procSnapshot reads them, count each page it
+// touches for the first time: 1,024 fresh pages touched take at least 1,024.
+func TestMinorFaultsCountFreshPages(t *testing.T) {
+	const pages = 1024
+	size := pages * os.Getpagesize()
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem)
+	before, err := procSnapshot([]int{os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < size; i += os.Getpagesize() {
+		mem[i] = 1
+	}
+	after, err := procSnapshot([]int{os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after[0].minflt - before[0].minflt; n < pages {
+		t.Fatalf("%d minor faults after touching %d fresh pages, want at least %d", n, pages, pages)
 	}
 }
 
@@ -312,7 +339,7 @@ func TestRunHealth(t *testing.T) {
 	if res.Checks != res.Requests || res.Allowed != res.Checks {
 		t.Errorf("health: checks %d requests %d allowed %d", res.Checks, res.Requests, res.Allowed)
 	}
-	if res.ServerCPUS == nil || res.ChecksPerCPUS == nil || res.MachineCPUS == nil || res.OtherCPUS == nil {
+	if res.ServerCPUS == nil || res.ChecksPerCPUS == nil || res.MachineCPUS == nil || res.OtherCPUS == nil || res.ServerMinorFaults == nil {
 		t.Errorf("no server CPU figures with --pids")
 	}
 	if res.BatchingFactor == nil || *res.BatchingFactor != 4 || res.ForwardedFraction == nil || math.Abs(*res.ForwardedFraction-100.0/150) > 1e-9 {
@@ -412,7 +439,7 @@ func TestRunGRPCBatch(t *testing.T) {
 	if res.Degraded == 0 || res.Degraded > res.Allowed {
 		t.Errorf("degraded %d of allowed %d", res.Degraded, res.Allowed)
 	}
-	if res.ServerCPUS != nil || res.BatchingFactor != nil {
+	if res.ServerCPUS != nil || res.ServerMinorFaults != nil || res.BatchingFactor != nil {
 		t.Errorf("figures reported without --pids / --metrics-urls")
 	}
 }

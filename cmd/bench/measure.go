@@ -42,46 +42,70 @@ var clockTicks = sync.OnceValue(func() float64 {
 	return 100
 })
 
-// parseProcStat returns utime and stime, in clock ticks, from the contents
-// of /proc/PID/stat. The command name (field 2) is in parentheses and may
-// itself contain spaces and parentheses, so the fields are counted from the
-// last ')': after it come state (field 3) … utime (14), stime (15).
-func parseProcStat(s string) (utime, stime uint64, err error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, 0, errors.New("proc stat: no ')' after the command name")
-	}
-	f := strings.Fields(s[i+1:])
-	const utimeIdx = 14 - 3 // f[0] is field 3
-	if len(f) <= utimeIdx+1 {
-		return 0, 0, fmt.Errorf("proc stat: %d fields after the command name, want at least %d", len(f), utimeIdx+2)
-	}
-	if utime, err = strconv.ParseUint(f[utimeIdx], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("proc stat: utime: %w", err)
-	}
-	if stime, err = strconv.ParseUint(f[utimeIdx+1], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("proc stat: stime: %w", err)
-	}
-	return utime, stime, nil
+// procStat is what bench reads of a process in /proc/PID/stat.
+type procStat struct {
+	utime, stime uint64 // clock ticks
+	minflt       uint64 // minor page faults: pages the kernel mapped on first touch
 }
 
-// cpuSeconds is the user+system CPU time pid has used so far. pid 0 means
-// this process.
-func cpuSeconds(pid int) (float64, error) {
+// parseProcStat returns utime, stime and minflt from the contents of
+// /proc/PID/stat. The command name (field 2) is in parentheses and may
+// itself contain spaces and parentheses, so the fields are counted from the
+// last ')': after it come state (field 3) … minflt (10) … utime (14),
+// stime (15).
+func parseProcStat(s string) (procStat, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, errors.New("proc stat: no ')' after the command name")
+	}
+	f := strings.Fields(s[i+1:])
+	const minfltIdx, utimeIdx = 10 - 3, 14 - 3 // f[0] is field 3
+	if len(f) <= utimeIdx+1 {
+		return procStat{}, fmt.Errorf("proc stat: %d fields after the command name, want at least %d", len(f), utimeIdx+2)
+	}
+	var ps procStat
+	for _, v := range []struct {
+		name string
+		idx  int
+		dst  *uint64
+	}{{"minflt", minfltIdx, &ps.minflt}, {"utime", utimeIdx, &ps.utime}, {"stime", utimeIdx + 1, &ps.stime}} {
+		n, err := strconv.ParseUint(f[v.idx], 10, 64)
+		if err != nil {
+			return procStat{}, fmt.Errorf("proc stat: %s: %w", v.name, err)
+		}
+		*v.dst = n
+	}
+	return ps, nil
+}
+
+// readProcStat reads pid's /proc/PID/stat; pid 0 means this process.
+func readProcStat(pid int) (procStat, error) {
 	path := "/proc/self/stat"
 	if pid != 0 {
 		path = "/proc/" + strconv.Itoa(pid) + "/stat"
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
+		return procStat{}, err
+	}
+	ps, err := parseProcStat(string(b))
+	if err != nil {
+		return procStat{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return ps, nil
+}
+
+// cpuSeconds is the user+system CPU time pid has used so far. pid 0 means
+// this process.
+func cpuSeconds(pid int) (float64, error) {
+	ps, err := readProcStat(pid)
+	if err != nil {
 		return 0, err
 	}
-	u, s, err := parseProcStat(string(b))
-	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	return float64(u+s) / clockTicks(), nil
+	return ps.cpuSeconds(), nil
 }
+
+func (ps procStat) cpuSeconds() float64 { return float64(ps.utime+ps.stime) / clockTicks() }
 
 // parseMachineStat returns, from the contents of /proc/stat, the clock
 // ticks all CPUs spent busy (user + nice + system + irq + softirq; guest
@@ -115,15 +139,15 @@ func machineCPU() (busy, steal float64, err error) {
 	return float64(bt) / clockTicks(), float64(st) / clockTicks(), nil
 }
 
-// cpuSnapshot reads the CPU seconds of every pid.
-func cpuSnapshot(pids []int) ([]float64, error) {
-	out := make([]float64, len(pids))
+// procSnapshot reads /proc/PID/stat of every pid.
+func procSnapshot(pids []int) ([]procStat, error) {
+	out := make([]procStat, len(pids))
 	for i, p := range pids {
-		v, err := cpuSeconds(p)
+		ps, err := readProcStat(p)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = v
+		out[i] = ps
 	}
 	return out, nil
 }

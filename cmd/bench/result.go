@@ -72,6 +72,12 @@ type result struct {
 	ServerCPUPid  map[string]float64 `json:"server_cpu_s_by_pid,omitempty"`
 	ChecksPerCPUS *float64           `json:"checks_per_cpu_s"`
 	ClientCPUS    float64            `json:"client_cpu_s"`
+
+	// Minor page faults of the --pids in the window: a server whose heap
+	// is still growing into fresh memory takes many (a fault is dear on a
+	// virtual machine), one in its steady state few.
+	ServerMinorFaults *uint64 `json:"server_minor_faults,omitempty"`
+
 	// The whole machine in the window: busy CPU seconds (all processes), the
 	// part of it not used by --pids or bench (other processes: noise), and
 	// time stolen by the hypervisor. Null when /proc/stat is unreadable.
@@ -170,6 +176,9 @@ func (r *result) writeSummary(w io.Writer) error {
 		fmt.Fprintf(&b, "  server CPU   %.2f s (%s) → %s checks per server CPU-second\n", *r.ServerCPUS, strings.Join(parts, ", "), per)
 		if r.CallsPerCPUS != nil {
 			fmt.Fprintf(&b, "               %s calls per server CPU-second\n", commas(int64(*r.CallsPerCPUS+0.5)))
+		}
+		if r.ServerMinorFaults != nil {
+			fmt.Fprintf(&b, "               %s minor page faults\n", commas(int64(*r.ServerMinorFaults)))
 		}
 	}
 	fmt.Fprintf(&b, "  client CPU   %.2f s (this process)\n", r.ClientCPUS)

@@ -25,7 +25,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := cpuSnapshot(cfg.pids); err != nil {
+	if _, err := procSnapshot(cfg.pids); err != nil {
 		return nil, fmt.Errorf("--pids: %w", err)
 	}
 	metricsClient := &http.Client{Transport: &http.Transport{Proxy: nil}}
@@ -121,7 +121,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		stopWorkers()
 		return nil, ctx.Err()
 	}
-	cpu0, err := cpuSnapshot(cfg.pids)
+	cpu0, err := procSnapshot(cfg.pids)
 	if err != nil {
 		stopWorkers()
 		return nil, fmt.Errorf("--pids: %w", err)
@@ -134,7 +134,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		stopWorkers()
 		return nil, ctx.Err()
 	}
-	cpu1, err := cpuSnapshot(cfg.pids)
+	cpu1, err := procSnapshot(cfg.pids)
 	if err != nil {
 		stopWorkers()
 		return nil, fmt.Errorf("--pids (after the window; did a server exit?): %w", err)
@@ -198,13 +198,16 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	res.ClientCPUS = round3(self1 - self0)
 	if len(cfg.pids) > 0 {
 		total := 0.0
+		var faults uint64
 		res.ServerCPUPid = map[string]float64{}
 		for i, p := range cfg.pids {
-			d := cpu1[i] - cpu0[i]
+			d := cpu1[i].cpuSeconds() - cpu0[i].cpuSeconds()
 			total += d
 			res.ServerCPUPid[strconv.Itoa(p)] = round3(d)
+			faults += cpu1[i].minflt - cpu0[i].minflt
 		}
 		res.ServerCPUS = ptr(round3(total))
+		res.ServerMinorFaults = &faults
 		if total > 0 {
 			res.ChecksPerCPUS = ptr(float64(res.Checks) / total)
 			if res.Calls > 0 {
