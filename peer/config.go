@@ -64,7 +64,11 @@ type Config struct {
 	TLS Certs
 	// DialOptions are added to every peer connection after the defaults
 	// (transport credentials from TLS, fixed flow-control windows,
-	// keepalive pings every KeepaliveTime, MaxMessageBytes received).
+	// keepalive pings every KeepaliveTime, MaxMessageBytes received, and
+	// a dialer of its own: TCP straight to the member's address, whatever
+	// HTTPS_PROXY or HTTP_PROXY say, since members reach each other on
+	// the addresses they gossip). A grpc.WithContextDialer here replaces
+	// that dialer, e.g. to reach members through a proxy.
 	DialOptions []grpc.DialOption
 	// Clock times deadlines and retirement. Required: a node passes its one
 	// clock to every package.
