@@ -21,6 +21,10 @@ type Lease struct {
 	// MaxTTL is the most a renew may make it live for (its layer's
 	// max_lease_ttl); 0 is MaxLeaseTTL.
 	MaxTTL time.Duration
+	// From is the member whose replica or handoff brought the lease to
+	// this table, "" for one granted or restored here (Unknown). Not
+	// counted in the table's bytes: callers pass one shared name.
+	From string
 }
 
 // LeaseGrant is the answer to Leases.Acquire.

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/ringlimit/ringlimit/clock"
@@ -50,6 +51,25 @@ func (t *Leases) Replace(key string, set []Lease, now clock.Instant) int {
 		t.remove(ls)
 	}
 	return t.merge(key, set, now)
+}
+
+// Unknown returns key's live leases at now (copies) that set does not
+// name and that did not come from from: granted or restored here, or
+// brought by another member. A replica of from's set would drop them,
+// though from may never have counted them.
+func (t *Leases) Unknown(key string, set []Lease, from string, now clock.Instant) []Lease {
+	if t.Empty() {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Lease
+	for _, ls := range t.prune(key, now) {
+		if ls.From != from && !slices.ContainsFunc(set, func(in Lease) bool { return in.ID == ls.ID }) {
+			out = append(out, *ls)
+		}
+	}
+	return out
 }
 
 // Merge folds set into key's leases by id (a handoff): a lease not held is

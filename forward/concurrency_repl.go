@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -143,6 +144,7 @@ func (p *replicator) leaseLost(states []peermsg.State) {
 // this node owns the key).
 func (r *Router) importLeases(from string, states []peermsg.State, now clock.Instant, replace bool) {
 	v := r.view.Load()
+	from = strings.Clone(from) // one copy, named by every lease it brings (Lease.From)
 	for i := range states {
 		s := &states[i]
 		if !s.LeaseSet || s.Limit.Algorithm() != bucket.Concurrency {
@@ -155,7 +157,7 @@ func (r *Router) importLeases(from string, states []peermsg.State, now clock.Ins
 				continue // hostile or broken: a lease must name its key
 			}
 			set = append(set, bucket.Lease{ID: m.ID, Key: s.Key, Limit: s.Limit, Expires: now.Add(m.TTL), RequestID: m.RequestID,
-				MaxTTL: leaseMaxTTL(m.MaxTTL)})
+				MaxTTL: leaseMaxTTL(m.MaxTTL), From: from})
 		}
 		if replace && ownerIn(v.ring, r.cfg.Self, s.Key) != r.cfg.Self {
 			r.slots.Replace(s.Key, set, now)
@@ -175,6 +177,81 @@ func (r *Router) importLeases(from string, states []peermsg.State, now clock.Ins
 			r.leasesArrived.fire()
 			r.repl.leaseChanged(s.Key, s.Limit)
 		}
+	}
+}
+
+// A replica replaces the successor's set of a key with the owner's, which
+// drops the leases the owner does not name. Those the owner released went
+// with its replicas; but one this node granted while its ring gave it the
+// key, or one another member's replica or handoff brought, may be one the
+// owner never counted: an owner whose ring never changed while the others
+// declared it dead and decided its keys (a stalled process, on resuming,
+// decides before it learns it was declared dead) grants from a set that
+// lacks them. So a replica whose set lacks such live leases
+// (bucket.Leases.Unknown) is refused, which undoes what it acknowledges
+// on the owner; this node keeps both sets and hands their union to the
+// owner (pushUnknownLeases), whose next replica then names them.
+
+// unknownLeases returns, for each lease set in states (a replica from from)
+// of a key this node does not own, the leases this node holds of it that
+// from's set lacks and from did not bring.
+func (r *Router) unknownLeases(from string, states []peermsg.State, now clock.Instant) []string {
+	if r.slots.Empty() {
+		return nil
+	}
+	v := r.view.Load()
+	var keys []string
+	var set []bucket.Lease
+	for i := range states {
+		s := &states[i]
+		if !s.LeaseSet || s.Limit.Algorithm() != bucket.Concurrency || ownerIn(v.ring, r.cfg.Self, s.Key) == r.cfg.Self {
+			continue
+		}
+		set = set[:0]
+		for _, m := range s.Leases {
+			set = append(set, bucket.Lease{ID: m.ID})
+		}
+		if len(r.slots.Unknown(s.Key, set, from, now)) > 0 {
+			keys = append(keys, s.Key)
+		}
+	}
+	return keys
+}
+
+// pushUnknownLeases hands from the lease sets of keys (after a replica
+// from it was refused for them), one push to a member at a time; a
+// refusal while one runs is answered by the next.
+func (r *Router) pushUnknownLeases(from string, keys []string) {
+	if _, busy := r.unknownPushes.LoadOrStore(from, true); busy {
+		return
+	}
+	from = strings.Clone(from)
+	keys = slices.Clone(keys)
+	for i := range keys {
+		keys[i] = strings.Clone(keys[i])
+	}
+	if !r.handoff.background(func(ctx context.Context) {
+		defer r.unknownPushes.Delete(from)
+		now := r.cfg.Clock.Now()
+		version := r.view.Load().version()
+		var states []peermsg.State
+		for _, key := range keys {
+			if held := r.slots.Held(key, now); len(held) > 0 {
+				st := leaseState(r.slots, key, held[0].Limit, now)
+				st.RingVersion = version
+				states = append(states, st)
+			}
+		}
+		if len(states) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, r.cfg.PeerTimeout)
+		defer cancel()
+		if err := r.cfg.Peers.Handoff(ctx, from, states); err != nil {
+			r.log.Warn("lease sets the owner lacks not handed over", "to", from, "keys", len(states), "err", err)
+		}
+	}) {
+		r.unknownPushes.Delete(from)
 	}
 }
 

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -122,5 +123,74 @@ func TestFalseDeathGrantsNoLeaseTwice(t *testing.T) {
 	}
 	if n := b.r.InFlight(key); n != limit {
 		t.Errorf("B, the key's owner on its ring, holds %d leases, want %d", n, limit)
+	}
+}
+
+// TestResumedOwnerLearnsSuccessorsLeases: B and C declare A, the key's
+// owner, dead, and B grants the key's leases; A's ring never changed
+// (a stalled process resuming before it learns it was declared dead), so
+// once B and C see it again, A decides on a set that lacks B's grants. B,
+// its successor, refuses a replica that would drop them: the round fails
+// (undoing what it carried on A), B keeps every lease, and hands A the
+// union, after which A refuses what the five held leave no room for and B
+// takes A's replicas again.
+func TestResumedOwnerLearnsSuccessorsLeases(t *testing.T) {
+	clk := testkit.NewClock(0)
+	nodes := startNodes(t, clk, nil, "A", "B", "C")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	setMembers(membersOf(a, b, c), a, b, c)
+	all, err := newRing([]string{"A", "B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := newRing([]string{"B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := "c|resumed-" + strconv.Itoa(i)
+		if ownerIn(all, "", k) == "A" && ownerIn(rest, "", k) == "B" && all.AppendSuccessors(nil, k, 1)[0] == "B" {
+			key = k
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const limit = 5
+	acq := Acquire{Key: key, Limit: concurrency(limit), Mode: bucket.FailClosed, TTL: 30 * time.Second}
+	for i := range 2 {
+		if res, err := a.r.Acquire(ctx, acq); err != nil || !res.Allowed {
+			t.Fatalf("acquire %d through A: %+v %v", i, res, err)
+		}
+	}
+	stale := leaseState(a.r.slots, key, concurrency(limit), clk.Now()) // A's set: its 2
+	setMembers([]Member{{Name: "A", Addr: a.addr, Down: true}, {Name: "B", Addr: b.addr}, {Name: "C", Addr: c.addr}}, b, c)
+	for i := range 3 {
+		if res, err := b.r.Acquire(ctx, acq); err != nil || !res.Allowed {
+			t.Fatalf("acquire %d through B, the owner on its ring: %+v %v", i, res, err)
+		}
+	}
+	setMembers(membersOf(a, b, c), b, c)
+	if _, err := b.r.Replicate("A", []peermsg.State{stale}); err == nil {
+		t.Fatal("B took A's replica of 2 leases while it holds 3 more A never counted")
+	}
+	if n := b.r.InFlight(key); n != limit {
+		t.Fatalf("B holds %d leases after the refused replica, want %d", n, limit)
+	}
+	testkit.WaitFor(t, 10*time.Second, "A holding B's leases", func() error {
+		if n := a.r.InFlight(key); n != limit {
+			return fmt.Errorf("A holds %d leases, want %d", n, limit)
+		}
+		return nil
+	})
+	for i := range 3 {
+		res, err := a.r.Acquire(ctx, acq)
+		if err != nil || res.Allowed || res.Degraded {
+			t.Fatalf("acquire %d through A with %d held: %+v %v, want refused", i, limit, res, err)
+		}
+	}
+	full := leaseState(a.r.slots, key, concurrency(limit), clk.Now())
+	if _, err := b.r.Replicate("A", []peermsg.State{full}); err != nil {
+		t.Fatalf("B refused A's replica naming all %d leases: %v", limit, err)
 	}
 }

@@ -40,6 +40,9 @@ type Router struct {
 	// leasesPushed is each key whose lease set was handed off, with the
 	// ring version it was handed off under.
 	leasesPushed sync.Map
+	// unknownPushes is each member a push of lease sets it lacks is under
+	// way to (pushUnknownLeases).
+	unknownPushes sync.Map
 	// leasesReceived is each key whose lease set a previous owner handed
 	// to this node, with the ring version it arrived under.
 	leasesReceived sync.Map

@@ -178,6 +178,13 @@ func (r *Router) Replicate(from string, states []peermsg.State) (int, error) {
 	if r.tombs.Load() || hasResetAt(states) {
 		states = r.admitAll(from, states, now)
 	}
+	if keys := r.unknownLeases(from, states, now); len(keys) > 0 {
+		// Kept beside this node's, and the union handed to from.
+		r.importLeases(from, states, now, false)
+		r.m.replicasRefused.Add(float64(len(states)))
+		r.pushUnknownLeases(from, keys)
+		return 0, fmt.Errorf("forward: %s holds leases of %d key(s) that %s's set lacks (handed to it)", r.cfg.Self, len(keys), from)
+	}
 	r.importLeases(from, states, now, true)
 	for i := range states {
 		r.importState(from, &states[i], now)
