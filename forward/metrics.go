@@ -92,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		replicationErrors: counter("ringlimit_replication_errors_total", "Replication batches a successor did not acknowledge."),
 		replicationWaits:  counter("ringlimit_replication_waits_total", "Answers held until the key's successors acknowledged its spend (replication: sync, or the key's spend since its last copy past half of MaxLoss)."),
 		unconfirmed:       counter("ringlimit_replication_unconfirmed_total", "Held answers given without the successors' acknowledgement (no live successor, a failed round, or the caller gone): answered as async."),
-		replicasRefused:   counter("ringlimit_replicas_refused_total", "Replicated states refused because their sender is not a member of this node's ring."),
+		replicasRefused:   counter("ringlimit_replicas_refused_total", "Replicated states refused: their sender is not a member of this node's ring, or a lease set they carry lacks live leases this node holds that the sender never counted."),
 		standInChecks:     counter("ringlimit_successor_checks_total", "Checks this node decided as the successor of an owner that could not be reached (or as a redirected check's last hop)."),
 		standInForwarded:  counter("ringlimit_successor_forwarded_total", "Checks this node sent to a key's successor because the owner could not be reached."),
 		promoted:          counter("ringlimit_replicas_promoted_total", "Replicas that became this node's own copies when their owner died."),
