@@ -59,18 +59,14 @@ func TestReplicaNeverReplacesOwnedLeases(t *testing.T) {
 	}
 }
 
-// TestFalseDeathGrantsNoLeaseTwice: a member that falsely declares a key's
-// owner dead takes the key over while the owner, alive, still grants its
-// leases. The usurper is the owner's successor, so the owner's lease sets
-// reach it as replicas. Were it to take them, the owner, unaware of the
-// usurper's own grants, would keep granting on its own count, and the two
-// together would hold more leases than the limit. The usurper refuses the
-// replicas of a member its ring has dropped: the owner's round fails, and
-// its grant with it.
-func TestFalseDeathGrantsNoLeaseTwice(t *testing.T) {
-	clk := testkit.NewClock(0)
+// startFalseDeath starts A, B and C, all three on every ring, and finds a
+// key (prefix and a number) that A owns, B is the successor of, and B owns
+// once A is dropped.
+func startFalseDeath(t *testing.T, prefix string) (clk *testkit.Clock, a, b, c *node, key string) {
+	t.Helper()
+	clk = testkit.NewClock(0)
 	nodes := startNodes(t, clk, nil, "A", "B", "C")
-	a, b, c := nodes[0], nodes[1], nodes[2]
+	a, b, c = nodes[0], nodes[1], nodes[2]
 	setMembers(membersOf(a, b, c), a, b, c)
 	all, err := newRing([]string{"A", "B", "C"})
 	if err != nil {
@@ -80,13 +76,25 @@ func TestFalseDeathGrantsNoLeaseTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := ""
 	for i := 0; key == ""; i++ {
-		k := "c|false-death-" + strconv.Itoa(i)
+		k := prefix + strconv.Itoa(i)
 		if ownerIn(all, "", k) == "A" && ownerIn(rest, "", k) == "B" && all.AppendSuccessors(nil, k, 1)[0] == "B" {
 			key = k
 		}
 	}
+	return clk, a, b, c, key
+}
+
+// TestFalseDeathGrantsNoLeaseTwice: a member that falsely declares a key's
+// owner dead takes the key over while the owner, alive, still grants its
+// leases. The usurper is the owner's successor, so the owner's lease sets
+// reach it as replicas. Were it to take them, the owner, unaware of the
+// usurper's own grants, would keep granting on its own count, and the two
+// together would hold more leases than the limit. The usurper refuses the
+// replicas of a member its ring has dropped: the owner's round fails, and
+// its grant with it.
+func TestFalseDeathGrantsNoLeaseTwice(t *testing.T) {
+	_, a, b, c, key := startFalseDeath(t, "c|false-death-")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const limit = 5
@@ -135,25 +143,7 @@ func TestFalseDeathGrantsNoLeaseTwice(t *testing.T) {
 // union, after which A refuses what the five held leave no room for and B
 // takes A's replicas again.
 func TestResumedOwnerLearnsSuccessorsLeases(t *testing.T) {
-	clk := testkit.NewClock(0)
-	nodes := startNodes(t, clk, nil, "A", "B", "C")
-	a, b, c := nodes[0], nodes[1], nodes[2]
-	setMembers(membersOf(a, b, c), a, b, c)
-	all, err := newRing([]string{"A", "B", "C"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest, err := newRing([]string{"B", "C"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := ""
-	for i := 0; key == ""; i++ {
-		k := "c|resumed-" + strconv.Itoa(i)
-		if ownerIn(all, "", k) == "A" && ownerIn(rest, "", k) == "B" && all.AppendSuccessors(nil, k, 1)[0] == "B" {
-			key = k
-		}
-	}
+	clk, a, b, c, key := startFalseDeath(t, "c|resumed-")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const limit = 5
