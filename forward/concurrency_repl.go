@@ -192,9 +192,9 @@ func (r *Router) importLeases(from string, states []peermsg.State, now clock.Ins
 // on the owner; this node keeps both sets and hands their union to the
 // owner (pushUnknownLeases), whose next replica then names them.
 
-// unknownLeases returns, for each lease set in states (a replica from from)
-// of a key this node does not own, the leases this node holds of it that
-// from's set lacks and from did not bring.
+// unknownLeases returns the keys, among the lease sets in states (a replica
+// from from) of keys this node does not own, of which this node holds live
+// leases that from's set lacks and from did not bring.
 func (r *Router) unknownLeases(from string, states []peermsg.State, now clock.Instant) []string {
 	if r.slots.Empty() {
 		return nil
