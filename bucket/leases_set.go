@@ -53,23 +53,23 @@ func (t *Leases) Replace(key string, set []Lease, now clock.Instant) int {
 	return t.merge(key, set, now)
 }
 
-// Unknown returns key's live leases at now (copies) that set does not
-// name and that did not come from from: granted or restored here, or
-// brought by another member. A replica of from's set would drop them,
-// though from may never have counted them.
-func (t *Leases) Unknown(key string, set []Lease, from string, now clock.Instant) []Lease {
+// Unknown counts key's live leases at now that set does not name and that
+// did not come from from: granted or restored here, or brought by another
+// member. A replica of from's set would drop them, though from may never
+// have counted them.
+func (t *Leases) Unknown(key string, set []Lease, from string, now clock.Instant) int {
 	if t.Empty() {
-		return nil
+		return 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []Lease
+	n := 0
 	for _, ls := range t.prune(key, now) {
 		if ls.From != from && !slices.ContainsFunc(set, func(in Lease) bool { return in.ID == ls.ID }) {
-			out = append(out, *ls)
+			n++
 		}
 	}
-	return out
+	return n
 }
 
 // Merge folds set into key's leases by id (a handoff): a lease not held is

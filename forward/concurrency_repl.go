@@ -211,7 +211,7 @@ func (r *Router) unknownLeases(from string, states []peermsg.State, now clock.In
 		for _, m := range s.Leases {
 			set = append(set, bucket.Lease{ID: m.ID})
 		}
-		if len(r.slots.Unknown(s.Key, set, from, now)) > 0 {
+		if r.slots.Unknown(s.Key, set, from, now) > 0 {
 			keys = append(keys, s.Key)
 		}
 	}
